@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"errors"
+)
+
+// Token is a vocabulary id. int32 covers every vocabulary in use (o200k,
+// Qwen3's 151k) and halves the memory of prompts held by schedulers and
+// indexes compared with int.
+type Token = int32
+
+// FinishReason says why a sequence ended. The values are the OpenAI ones so
+// the frontend can pass them through unchanged.
+type FinishReason string
+
+const (
+	// FinishNone marks a delta of a sequence that is still running.
+	FinishNone FinishReason = ""
+	// FinishStop: an EOS or stop token (or, in the frontend, a stop string).
+	FinishStop FinishReason = "stop"
+	// FinishLength: max_tokens or the context length was reached.
+	FinishLength FinishReason = "length"
+	// FinishCancelled: the caller's context ended before the sequence did.
+	FinishCancelled FinishReason = "cancelled"
+)
+
+// Sampling holds the sampling parameters of one request. The zero value is
+// greedy decoding.
+type Sampling struct {
+	Temperature float32
+	TopP        float32 // 0 or 1 disables nucleus sampling
+	TopK        int     // 0 disables top-k
+	Seed        uint64
+	HasSeed     bool // Seed was set by the client; otherwise the engine picks one
+}
+
+// Request is one generation request, already tokenized.
+type Request struct {
+	ID     string
+	Model  string
+	Prompt []Token
+	// MaxTokens bounds the generated tokens; 0 means "up to the context length".
+	MaxTokens int
+	// MinTokens suppresses EOS and stop tokens until this many were generated.
+	MinTokens int
+	// IgnoreEOS keeps generating past EOS (benchmarks use it for fixed OSL).
+	IgnoreEOS bool
+	// StopTokens end the sequence like EOS does (the token itself is emitted).
+	StopTokens []Token
+	Sampling   Sampling
+}
+
+// Delta is one batch of progress on a sequence. An engine may coalesce
+// several decode steps into one Delta when the consumer is slower than the
+// engine; the frontend treats Tokens as an ordered run.
+type Delta struct {
+	Tokens []Token
+	// Finish is set on the last Delta of a sequence.
+	Finish FinishReason
+	// PromptTokens and CachedTokens are set from the first Delta on: the
+	// prompt length and how many of its tokens the engine found in its
+	// prefix cache (OpenAI's usage.prompt_tokens_details.cached_tokens).
+	PromptTokens int
+	CachedTokens int
+}
+
+// Stream yields the Deltas of one sequence. Recv returns io.EOF after the
+// Delta that carries Finish. Recv must not be called concurrently.
+type Stream interface {
+	Recv() (Delta, error)
+}
+
+// Generator starts sequences. Cancelling ctx stops the sequence: engines
+// must stop computing for it promptly (the frontend's contract is 100 ms)
+// and end the stream with FinishCancelled or ctx's error.
+type Generator interface {
+	Generate(ctx context.Context, req *Request) (Stream, error)
+}
+
+// Info describes an engine to the worker that hosts it.
+type Info struct {
+	Kind          string // "mocker", "native", ...
+	Model         string
+	BlockSize     int
+	ContextLength int
+	// KVCapacityTokens is the size of the KV cache in tokens (0 if unknown).
+	KVCapacityTokens int
+	// EOS lists the tokens that end generation unless IgnoreEOS is set.
+	EOS []Token
+}
+
+// Engine is a Generator that a worker can host.
+type Engine interface {
+	Generator
+	Info() Info
+	Close() error
+}
+
+// ErrOverloaded is returned by Generate when the engine cannot queue more
+// work; the frontend turns it into a 503 with Retry-After.
+var ErrOverloaded = errors.New("engine overloaded")
+
+// ErrPromptTooLong is returned when a prompt plus its MaxTokens cannot fit the
+// context length; the frontend maps it to 413/400 context_length_exceeded.
+var ErrPromptTooLong = errors.New("prompt exceeds the context length")
+
+// ErrClosed is returned by Generate after Close.
+var ErrClosed = errors.New("engine closed")
