@@ -1,0 +1,460 @@
+package frontend
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/openai"
+	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/router"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// Config is the frontend's configuration.
+type Config struct {
+	// MaxBodyBytes bounds a request body (413 above it).
+	MaxBodyBytes int64
+	// MaxRetries is how many other workers a request is tried on when its
+	// worker fails before streaming any token.
+	MaxRetries int
+	// RetryAfter is the Retry-After hint, in seconds, on 503s.
+	RetryAfter int
+}
+
+// DefaultConfig returns the defaults the CLI flags start from.
+func DefaultConfig() Config {
+	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1}
+}
+
+// Model is one served model as the frontend sees it.
+type Model struct {
+	*tokenizer.Model
+	eos     []engine.Token
+	metrics *modelMetrics
+}
+
+// Server serves the OpenAI API. Create it with New.
+type Server struct {
+	cfg     Config
+	router  *router.Router
+	board   *health.Board
+	log     *slog.Logger
+	metrics *metrics
+	gather  prometheus.Gatherer
+	created int64
+
+	mu     sync.RWMutex
+	models map[string]*Model
+
+	draining atomic.Bool
+	bufs     sync.Pool
+}
+
+// New returns a Server. reg receives the frontend metrics and is what
+// /metrics exposes.
+func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Registry, log *slog.Logger) *Server {
+	s := &Server{
+		cfg: cfg, router: r, board: board, log: log,
+		metrics: newMetrics(reg), gather: reg,
+		created: time.Now().Unix(),
+		models:  map[string]*Model{},
+	}
+	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	return s
+}
+
+// AddModel makes m servable. Workers for it register with the router.
+func (s *Server) AddModel(m *tokenizer.Model) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models[m.Name] = &Model{Model: m, eos: m.Tokenizer.EOS(), metrics: s.metrics.forModel(m.Name)}
+}
+
+func (s *Server) model(name string) *Model {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.models[name]
+}
+
+// SetDraining makes /health report 503 so load balancers stop sending new
+// requests while in-flight ones finish.
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// Handler returns the HTTP handler with every route.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /v1/completions", s.handleCompletion)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"live"}`)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "no route for " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+// job is one request on its way through the frontend.
+type job struct {
+	endpoint string
+	chat     bool
+	id       string
+	model    *Model
+	prompt   []engine.Token
+	sampling *openai.Sampling
+	start    time.Time
+}
+
+func newRequestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+		return id
+	}
+	var b [12]byte
+	for i := 0; i < len(b); i += 8 {
+		v := rand.Uint64()
+		for j := 0; j < 8 && i+j < len(b); j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *openai.Error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, openai.TooLarge("", "request_too_large", "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+		}
+		return nil, openai.BadRequest("", "invalid_body", "reading the request body: %v", err)
+	}
+	return body, nil
+}
+
+func (s *Server) fail(w http.ResponseWriter, endpoint, model string, e *openai.Error) {
+	s.metrics.requests.WithLabelValues(endpoint, model, strconv.Itoa(e.Status)).Inc()
+	openai.WriteError(w, e)
+}
+
+// lookup resolves the model, or answers 404.
+func (s *Server) lookup(w http.ResponseWriter, endpoint, name string) *Model {
+	m := s.model(name)
+	if m == nil {
+		s.fail(w, endpoint, "", openai.NotFoundModel(name))
+	}
+	return m
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	const endpoint = "chat"
+	start := time.Now()
+	body, e := s.readBody(w, r)
+	if e != nil {
+		s.fail(w, endpoint, "", e)
+		return
+	}
+	req, e := openai.DecodeChat(body)
+	if e != nil {
+		s.fail(w, endpoint, "", e)
+		return
+	}
+	m := s.lookup(w, endpoint, req.Model)
+	if m == nil {
+		return
+	}
+	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, AddGenerationPrompt: true})
+	if err != nil {
+		s.fail(w, endpoint, m.Name, openai.BadRequest("messages", "template_error", "rendering the chat template: %v", err))
+		return
+	}
+	j := &job{endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encode(m, text), sampling: &req.Sampling, start: start}
+	s.run(w, r, j, "messages")
+}
+
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
+	const endpoint = "completions"
+	start := time.Now()
+	body, e := s.readBody(w, r)
+	if e != nil {
+		s.fail(w, endpoint, "", e)
+		return
+	}
+	req, e := openai.DecodeCompletion(body)
+	if e != nil {
+		s.fail(w, endpoint, "", e)
+		return
+	}
+	m := s.lookup(w, endpoint, req.Model)
+	if m == nil {
+		return
+	}
+	prompt := req.PromptTokens
+	if req.HasTokens {
+		vocab := m.Tokenizer.VocabSize()
+		for i, t := range prompt {
+			if int(t) >= vocab {
+				s.fail(w, endpoint, m.Name, openai.BadRequest("prompt", "invalid_value", "token id %d at position %d is outside the vocabulary (size %d)", t, i, vocab))
+				return
+			}
+		}
+	} else {
+		prompt = s.encode(m, req.PromptText)
+	}
+	j := &job{endpoint: endpoint, id: newRequestID(r), model: m, prompt: prompt, sampling: &req.Sampling, start: start}
+	s.run(w, r, j, "prompt")
+}
+
+func (s *Server) encode(m *Model, text string) []engine.Token {
+	ids := m.Tokenizer.Encode(text)
+	if bos, ok := m.Tokenizer.BOS(); ok && (len(ids) == 0 || ids[0] != bos) {
+		ids = append([]engine.Token{bos}, ids...)
+	}
+	return ids
+}
+
+// run routes and serves a validated job.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam string) {
+	m := j.model
+	if len(j.prompt) == 0 {
+		s.fail(w, j.endpoint, m.Name, openai.BadRequest(promptParam, "invalid_value", "the prompt is empty"))
+		return
+	}
+	ctxLen := m.ContextLength
+	maxNew := j.sampling.MaxNewTokens()
+	if ctxLen > 0 {
+		if len(j.prompt) >= ctxLen {
+			s.fail(w, j.endpoint, m.Name, openai.TooLarge(promptParam, "context_length_exceeded",
+				"the prompt is %d tokens; this model's context length is %d tokens", len(j.prompt), ctxLen))
+			return
+		}
+		if maxNew > 0 && len(j.prompt)+maxNew > ctxLen {
+			param := "max_tokens"
+			if j.sampling.MaxCompletionTokens != nil {
+				param = "max_completion_tokens"
+			}
+			s.fail(w, j.endpoint, m.Name, openai.BadRequest(param, "context_length_exceeded",
+				"the prompt (%d tokens) plus %d requested tokens exceed the context length of %d tokens", len(j.prompt), maxNew, ctxLen))
+			return
+		}
+		if maxNew == 0 {
+			maxNew = ctxLen - len(j.prompt)
+		}
+	}
+	ereq := &engine.Request{
+		ID: j.id, Model: m.Name, Prompt: j.prompt, MaxTokens: maxNew,
+		MinTokens: j.sampling.MinTokens, IgnoreEOS: j.sampling.IgnoreEOS, StopTokens: j.sampling.StopTokenIDs,
+	}
+	if t := j.sampling.Temperature; t != nil {
+		ereq.Sampling.Temperature = float32(*t)
+	} else {
+		ereq.Sampling.Temperature = 1
+	}
+	if p := j.sampling.TopP; p != nil {
+		ereq.Sampling.TopP = float32(*p)
+	}
+	if k := j.sampling.TopK; k != nil && *k > 0 {
+		ereq.Sampling.TopK = *k
+	}
+	if sd := j.sampling.Seed; sd != nil {
+		ereq.Sampling.Seed, ereq.Sampling.HasSeed = uint64(*sd), true
+	}
+
+	mm := m.metrics
+	mm.isl.Observe(float64(len(j.prompt)))
+	mm.inflight.Inc()
+	mm.queued.Inc()
+	queued := true
+	defer func() {
+		mm.inflight.Dec()
+		if queued {
+			mm.queued.Dec()
+		}
+	}()
+
+	// The engine's context ends with the client's connection or with a
+	// stop string, whichever is first.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+
+	rreq := &router.Request{ID: j.id, Model: m.Name, Tokens: j.prompt}
+	var (
+		route   *router.Route
+		stream  engine.Stream
+		first   engine.Delta
+		firstOK bool
+		tried   []string
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		route, err = s.router.Route(rreq, tried...)
+		if err != nil {
+			s.fail(w, j.endpoint, m.Name, s.routeError(m.Name, err))
+			return
+		}
+		stream, err = route.Worker.Gen.Generate(ctx, ereq)
+		if err == nil {
+			first, err = stream.Recv()
+			if err == io.EOF {
+				err = nil // a stream that ends at once is still a result
+			}
+			firstOK = err == nil
+		}
+		if err == nil {
+			break
+		}
+		route.Done()
+		if errors.Is(err, requestplane.ErrUnavailable) && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
+			tried = append(tried, route.Worker.ID)
+			mm.retries.Inc()
+			s.log.Warn("worker failed before the first token; retrying on another worker",
+				"diagnostic_code", "worker_retry", "request_id", j.id, "worker", route.Worker.ID, "err", err)
+			continue
+		}
+		s.fail(w, j.endpoint, m.Name, s.engineError(err))
+		if r.Context().Err() == nil {
+			s.log.Warn("request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
+		}
+		return
+	}
+	defer route.Done()
+	ttft := time.Since(j.start)
+	mm.ttft.Observe(ttft.Seconds())
+	mm.queued.Dec()
+	queued = false
+	route.FirstToken(first.CachedTokens)
+	mm.cached.Observe(float64(first.CachedTokens))
+
+	h := w.Header()
+	h.Set("X-Request-Id", j.id)
+	h.Set("X-Tandem-Worker", route.Worker.ID)
+
+	out := &output{
+		s: s, j: j, m: m, stream: stream, first: first, firstOK: firstOK, cancel: cancel,
+		detok: tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
+		stop:  stopMatcher{stops: j.sampling.Stop},
+	}
+	status := http.StatusOK
+	if j.sampling.Stream {
+		out.stream_(w)
+	} else {
+		status = out.collect(w)
+	}
+	mm.osl.Observe(float64(out.completion))
+	mm.duration.Observe(time.Since(j.start).Seconds())
+	s.metrics.requests.WithLabelValues(j.endpoint, m.Name, strconv.Itoa(status)).Inc()
+	if s.log.Enabled(r.Context(), slog.LevelDebug) {
+		s.log.Debug("request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
+			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)
+	}
+}
+
+func (s *Server) routeError(model string, err error) *openai.Error {
+	if errors.Is(err, router.ErrUnknownModel) {
+		return openai.Unavailable("no_worker", s.cfg.RetryAfter, "no worker has registered model %q yet", model)
+	}
+	return openai.Unavailable("no_worker", s.cfg.RetryAfter, "no live worker serves model %q", model)
+}
+
+func (s *Server) engineError(err error) *openai.Error {
+	switch {
+	case errors.Is(err, engine.ErrOverloaded):
+		return openai.Unavailable("overloaded", s.cfg.RetryAfter, "the worker is overloaded: %v", err)
+	case errors.Is(err, engine.ErrPromptTooLong):
+		return openai.BadRequest("max_tokens", "context_length_exceeded", "%v", err)
+	case errors.Is(err, requestplane.ErrUnavailable), errors.Is(err, engine.ErrClosed):
+		return openai.Unavailable("worker_unavailable", s.cfg.RetryAfter, "the worker is unavailable: %v", err)
+	case errors.Is(err, context.Canceled):
+		return &openai.Error{Status: 499, Type: "cancelled", Code: "client_closed_request", Message: "the client closed the request"}
+	}
+	return openai.Internal("engine_error", "generation failed: %v", err)
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	s.mu.RLock()
+	list := openai.ModelList{Object: "list", Data: []openai.ModelCard{}}
+	for _, m := range s.models {
+		list.Data = append(list.Data, openai.ModelCard{ID: m.Name, Object: "model", Created: s.created, OwnedBy: "tandem", MaxModelLen: m.ContextLength})
+	}
+	s.mu.RUnlock()
+	writeJSON(w, http.StatusOK, list)
+}
+
+type healthReport struct {
+	Status      string              `json:"status"`
+	Models      []modelHealth       `json:"models"`
+	Workers     []workerHealth      `json:"workers"`
+	Diagnostics []health.Diagnostic `json:"diagnostics"`
+}
+
+type modelHealth struct {
+	Name    string `json:"name"`
+	Workers int    `json:"live_workers"`
+}
+
+type workerHealth struct {
+	ID     string `json:"id"`
+	Model  string `json:"model"`
+	Engine string `json:"engine"`
+}
+
+// handleHealth is ready (200) when every model has a live worker and the
+// server is not draining. Degraded diagnostics keep it 200 (the system still
+// serves) but set status "degraded" and list them.
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	rep := healthReport{Status: "ok", Diagnostics: s.board.Active()}
+	count := map[string]int{}
+	for _, wk := range s.router.Workers() {
+		count[wk.Model]++
+		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind})
+	}
+	code := http.StatusOK
+	s.mu.RLock()
+	for name := range s.models {
+		rep.Models = append(rep.Models, modelHealth{Name: name, Workers: count[name]})
+		if count[name] == 0 {
+			rep.Status, code = "unavailable", http.StatusServiceUnavailable
+		}
+	}
+	if len(s.models) == 0 {
+		rep.Status, code = "unavailable", http.StatusServiceUnavailable
+	}
+	s.mu.RUnlock()
+	if code == http.StatusOK && len(rep.Diagnostics) > 0 {
+		rep.Status = "degraded"
+	}
+	if s.draining.Load() {
+		rep.Status, code = "draining", http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, rep)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		openai.WriteError(w, openai.Internal("encode_failed", "%v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,46 @@
+package frontend
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestStopMatcher(t *testing.T) {
+	tests := []struct {
+		name    string
+		stops   []string
+		pieces  []string
+		want    string
+		stopped bool
+	}{
+		{"no stops", nil, []string{"a", "b"}, "ab", false},
+		{"inside one piece", []string{"END"}, []string{"abENDcd"}, "ab", true},
+		{"across pieces", []string{"END"}, []string{"ab", "E", "N", "Dxx"}, "ab", true},
+		{"false start flushed", []string{"END"}, []string{"ab", "EN", "x"}, "abENx", false},
+		{"held at end flushed", []string{"END"}, []string{"abE"}, "abE", false},
+		{"earliest of several", []string{"yz", "b"}, []string{"abyz"}, "a", true},
+		{"multibyte", []string{"é!"}, []string{"caf", "é", "!", "z"}, "caf", true},
+		{"overlapping prefix", []string{"aab"}, []string{"a", "a", "a", "b"}, "a", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := stopMatcher{stops: tc.stops}
+			var out strings.Builder
+			stopped := false
+			for _, p := range tc.pieces {
+				e, s := m.push(p)
+				out.WriteString(e)
+				if s {
+					stopped = true
+					break
+				}
+			}
+			if !stopped {
+				out.WriteString(m.flush())
+			}
+			if out.String() != tc.want || stopped != tc.stopped {
+				t.Fatalf("got %q stopped=%v, want %q %v", out.String(), stopped, tc.want, tc.stopped)
+			}
+		})
+	}
+}

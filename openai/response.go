@@ -1,0 +1,59 @@
+package openai
+
+// ChatResponse is a non-streaming chat completion.
+type ChatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []ChatChoice `json:"choices"`
+	Usage   Usage        `json:"usage"`
+}
+
+// ChatChoice is one choice of a ChatResponse.
+type ChatChoice struct {
+	Index        int              `json:"index"`
+	Message      AssistantMessage `json:"message"`
+	Logprobs     *struct{}        `json:"logprobs"`
+	FinishReason string           `json:"finish_reason"`
+}
+
+// AssistantMessage is the generated message.
+type AssistantMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// CompletionResponse is a non-streaming text completion.
+type CompletionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []CompletionChoice `json:"choices"`
+	Usage   Usage              `json:"usage"`
+}
+
+// CompletionChoice is one choice of a CompletionResponse.
+type CompletionChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason string    `json:"finish_reason"`
+}
+
+// ModelList is the GET /v1/models body.
+type ModelList struct {
+	Object string      `json:"object"`
+	Data   []ModelCard `json:"data"`
+}
+
+// ModelCard describes one model.
+type ModelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// MaxModelLen is vLLM's extension; clients use it to size prompts.
+	MaxModelLen int `json:"max_model_len,omitempty"`
+}

@@ -1,0 +1,150 @@
+package openai
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// Usage is the usage object. CachedTokens goes into prompt_tokens_details.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	Details          struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// NewUsage fills the total.
+func NewUsage(prompt, completion, cached int) Usage {
+	u := Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	u.Details.CachedTokens = cached
+	return u
+}
+
+// ChunkHeader is what every chunk of one stream repeats.
+type ChunkHeader struct {
+	ID      string
+	Model   string
+	Created int64
+	Chat    bool // chat.completion.chunk vs text_completion
+}
+
+func (h *ChunkHeader) appendPrefix(dst []byte) []byte {
+	dst = append(dst, `data: {"id":`...)
+	dst = AppendString(dst, h.ID)
+	if h.Chat {
+		dst = append(dst, `,"object":"chat.completion.chunk","created":`...)
+	} else {
+		dst = append(dst, `,"object":"text_completion","created":`...)
+	}
+	dst = strconv.AppendInt(dst, h.Created, 10)
+	dst = append(dst, `,"model":`...)
+	return AppendString(dst, h.Model)
+}
+
+// AppendRoleChunk appends the first chat chunk, which announces the
+// assistant role with empty content (as OpenAI and vLLM send it).
+func (h *ChunkHeader) AppendRoleChunk(dst []byte) []byte {
+	dst = h.appendPrefix(dst)
+	return append(dst, `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+}
+
+// AppendChunk appends a content chunk; finish is "" for none.
+func (h *ChunkHeader) AppendChunk(dst []byte, text, finish string) []byte {
+	dst = h.appendPrefix(dst)
+	if h.Chat {
+		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+		if text != "" || finish == "" {
+			dst = append(dst, `"content":`...)
+			dst = AppendString(dst, text)
+		}
+		dst = append(dst, `},"logprobs":null,"finish_reason":`...)
+	} else {
+		dst = append(dst, `,"choices":[{"index":0,"text":`...)
+		dst = AppendString(dst, text)
+		dst = append(dst, `,"logprobs":null,"finish_reason":`...)
+	}
+	if finish == "" {
+		dst = append(dst, "null"...)
+	} else {
+		dst = AppendString(dst, finish)
+	}
+	return append(dst, "}]}\n\n"...)
+}
+
+// AppendUsageChunk appends the include_usage chunk: empty choices, usage set.
+func (h *ChunkHeader) AppendUsageChunk(dst []byte, u Usage) []byte {
+	dst = h.appendPrefix(dst)
+	dst = append(dst, `,"choices":[],"usage":`...)
+	return append(AppendUsage(dst, u), "}\n\n"...)
+}
+
+// AppendUsage appends the usage object.
+func AppendUsage(dst []byte, u Usage) []byte {
+	dst = append(dst, `{"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
+	dst = append(dst, `,"total_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.TotalTokens), 10)
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.Details.CachedTokens), 10)
+	return append(dst, "}}"...)
+}
+
+// Done is the stream terminator.
+const Done = "data: [DONE]\n\n"
+
+const hexDigits = "0123456789abcdef"
+
+// AppendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, the
+// same as encoding/json, so a client's JSON parser never rejects a chunk.
+func AppendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		// U+2028/2029 are valid JSON but break JavaScript consumers.
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,235 @@
+package requestplane
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// codec encodes the request plane's messages. Format (all little-endian):
+// a version byte, then fields in fixed order; strings and token lists are
+// length-prefixed with uvarints.
+type codec struct{}
+
+const codecVersion = 1
+
+// maxTokens bounds a decoded token list so a corrupt length cannot make the
+// decoder allocate gigabytes.
+const maxTokens = 1 << 22
+
+var errCorrupt = errors.New("requestplane: corrupt message")
+
+func (codec) Name() string { return "tandem-rp1" }
+
+func (codec) Marshal(v any) ([]byte, error) {
+	switch m := v.(type) {
+	case *engine.Request:
+		return appendRequest(make([]byte, 0, 64+4*len(m.Prompt)), m), nil
+	case *engine.Delta:
+		return appendDelta(make([]byte, 0, 16+4*len(m.Tokens)), m), nil
+	case *engine.Info:
+		return json.Marshal(m)
+	default:
+		return nil, fmt.Errorf("requestplane: cannot marshal %T", v)
+	}
+}
+
+func (codec) Unmarshal(b []byte, v any) error {
+	switch m := v.(type) {
+	case *engine.Request:
+		return decodeRequest(b, m)
+	case *engine.Delta:
+		return decodeDelta(b, m)
+	case *engine.Info:
+		return json.Unmarshal(b, m)
+	default:
+		return fmt.Errorf("requestplane: cannot unmarshal into %T", v)
+	}
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendTokens(b []byte, t []engine.Token) []byte {
+	b = binary.AppendUvarint(b, uint64(len(t)))
+	for _, x := range t {
+		b = binary.LittleEndian.AppendUint32(b, uint32(x))
+	}
+	return b
+}
+
+func appendRequest(b []byte, r *engine.Request) []byte {
+	b = append(b, codecVersion)
+	b = appendString(b, r.ID)
+	b = appendString(b, r.Model)
+	b = appendTokens(b, r.Prompt)
+	b = binary.AppendVarint(b, int64(r.MaxTokens))
+	b = binary.AppendVarint(b, int64(r.MinTokens))
+	flags := byte(0)
+	if r.IgnoreEOS {
+		flags |= 1
+	}
+	if r.Sampling.HasSeed {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = appendTokens(b, r.StopTokens)
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.Sampling.Temperature))
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.Sampling.TopP))
+	b = binary.AppendVarint(b, int64(r.Sampling.TopK))
+	return binary.LittleEndian.AppendUint64(b, r.Sampling.Seed)
+}
+
+func appendDelta(b []byte, d *engine.Delta) []byte {
+	b = append(b, codecVersion)
+	b = appendTokens(b, d.Tokens)
+	b = appendString(b, string(d.Finish))
+	b = binary.AppendUvarint(b, uint64(d.PromptTokens))
+	return binary.AppendUvarint(b, uint64(d.CachedTokens))
+}
+
+// reader decodes with sticky errors so the decoders read straight through.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errCorrupt
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) < 1 {
+		r.fail()
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u32() uint32 {
+	if len(r.b) < 4 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) u64() uint64 {
+	if len(r.b) < 8 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) tokens() []engine.Token {
+	n := r.uvarint()
+	if n > maxTokens || n*4 > uint64(len(r.b)) {
+		r.fail()
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	t := make([]engine.Token, n)
+	for i := range t {
+		t[i] = engine.Token(binary.LittleEndian.Uint32(r.b[4*i:]))
+	}
+	r.b = r.b[4*n:]
+	return t
+}
+
+func (r *reader) int() int {
+	v := r.varint()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		r.fail()
+		return 0
+	}
+	return int(v)
+}
+
+func (r *reader) done() error {
+	if r.err == nil && len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", errCorrupt, len(r.b))
+	}
+	return r.err
+}
+
+func decodeRequest(b []byte, m *engine.Request) error {
+	r := reader{b: b}
+	if v := r.byte(); v != codecVersion && r.err == nil {
+		return fmt.Errorf("%w: version %d", errCorrupt, v)
+	}
+	m.ID = r.str()
+	m.Model = r.str()
+	m.Prompt = r.tokens()
+	m.MaxTokens = r.int()
+	m.MinTokens = r.int()
+	flags := r.byte()
+	m.IgnoreEOS = flags&1 != 0
+	m.Sampling.HasSeed = flags&2 != 0
+	m.StopTokens = r.tokens()
+	m.Sampling.Temperature = math.Float32frombits(r.u32())
+	m.Sampling.TopP = math.Float32frombits(r.u32())
+	m.Sampling.TopK = r.int()
+	m.Sampling.Seed = r.u64()
+	return r.done()
+}
+
+func decodeDelta(b []byte, m *engine.Delta) error {
+	r := reader{b: b}
+	if v := r.byte(); v != codecVersion && r.err == nil {
+		return fmt.Errorf("%w: version %d", errCorrupt, v)
+	}
+	m.Tokens = r.tokens()
+	m.Finish = engine.FinishReason(r.str())
+	m.PromptTokens = int(r.uvarint() & math.MaxInt32)
+	m.CachedTokens = int(r.uvarint() & math.MaxInt32)
+	return r.done()
+}

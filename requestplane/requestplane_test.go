@@ -1,0 +1,151 @@
+package requestplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/enginetest"
+)
+
+func serve(t *testing.T, eng engine.Engine) *Client {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(eng)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	c, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestGenerateOverGRPC(t *testing.T) {
+	eng := &enginetest.Scripted{Name: "m", Output: []engine.Token{7, 8, 9}, Cached: 2}
+	c := serve(t, eng)
+	req := &engine.Request{ID: "r1", Model: "m", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 5,
+		Sampling: engine.Sampling{Temperature: 0.5, TopP: 0.9, TopK: 4, Seed: 42, HasSeed: true}, StopTokens: []engine.Token{99}}
+	s, err := c.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []engine.Token
+	var last engine.Delta
+	for {
+		d, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, d.Tokens...)
+		last = d
+	}
+	if len(toks) != 5 || last.Finish != engine.FinishLength || last.CachedTokens != 2 || last.PromptTokens != 3 {
+		t.Fatalf("tokens %v last %+v", toks, last)
+	}
+	got := eng.Requests()[0]
+	if got.ID != "r1" || got.Sampling != req.Sampling || got.StopTokens[0] != 99 || got.MaxTokens != 5 {
+		t.Fatalf("request arrived as %+v", got)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil || info.Model != "m" || info.ContextLength != 4096 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+}
+
+func TestErrorsSurviveTheWire(t *testing.T) {
+	c := serve(t, &enginetest.Scripted{Name: "m", Ctx: 8})
+	_, err := c.Generate(context.Background(), &engine.Request{Prompt: make([]engine.Token, 10), MaxTokens: 1})
+	if !errors.Is(err, engine.ErrPromptTooLong) {
+		t.Fatalf("err = %v, want ErrPromptTooLong", err)
+	}
+}
+
+func TestCancellationReachesEngine(t *testing.T) {
+	eng := &enginetest.Scripted{Name: "m", Output: []engine.Token{1}, Delay: 5 * time.Millisecond}
+	c := serve(t, eng)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := c.Generate(ctx, &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	deadline := time.Now().Add(time.Second)
+	for eng.Live.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("engine still generating 1s after cancel")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestUnreachableWorkerIsUnavailable(t *testing.T) {
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := lis.Addr().String()
+	lis.Close()
+	c, err := Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = c.Generate(ctx, &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	req := engine.Request{ID: "x", Model: "m", Prompt: []engine.Token{0, 1, 1 << 30}, MaxTokens: 7, MinTokens: 2, IgnoreEOS: true,
+		StopTokens: []engine.Token{5}, Sampling: engine.Sampling{Temperature: 1.5, TopP: 0.5, TopK: 3, Seed: 1<<63 + 5, HasSeed: true}}
+	b, err := codec{}.Marshal(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back engine.Request
+	if err := (codec{}).Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.ID != req.ID || back.Sampling != req.Sampling || len(back.Prompt) != 3 || back.Prompt[2] != 1<<30 || !back.IgnoreEOS || back.MinTokens != 2 {
+		t.Fatalf("got %+v", back)
+	}
+	for i := 0; i < len(b); i++ {
+		if err := (codec{}).Unmarshal(b[:i], &back); err == nil {
+			t.Fatalf("truncated at %d accepted", i)
+		}
+	}
+}
+
+func FuzzCodec(f *testing.F) {
+	b, _ := codec{}.Marshal(&engine.Request{ID: "a", Prompt: []engine.Token{1, 2}})
+	f.Add(b)
+	d, _ := codec{}.Marshal(&engine.Delta{Tokens: []engine.Token{3}, Finish: "stop", CachedTokens: 16})
+	f.Add(d)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r engine.Request
+		if codec.Unmarshal(codec{}, b, &r) == nil {
+			out, _ := codec{}.Marshal(&r)
+			var r2 engine.Request
+			if err := (codec{}).Unmarshal(out, &r2); err != nil {
+				t.Fatalf("re-decode: %v", err)
+			}
+		}
+		var dl engine.Delta
+		_ = codec{}.Unmarshal(b, &dl)
+	})
+}

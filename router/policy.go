@@ -1,0 +1,57 @@
+package router
+
+import (
+	"errors"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// Request is what a policy sees of one request.
+type Request struct {
+	ID     string
+	Model  string
+	Tokens []engine.Token
+}
+
+// Candidate is a live worker able to serve the request, with the load the
+// router itself has placed on it.
+type Candidate struct {
+	ID string
+	// Active is the number of requests routed to the worker and not yet
+	// finished; Prefilling is the subset that has not produced a token yet.
+	Active     int
+	Prefilling int
+	// PrefillTokens sums the prompt tokens of the Prefilling requests.
+	PrefillTokens int
+}
+
+// Decision is a policy's choice.
+type Decision struct {
+	WorkerID string
+	// PredictedCachedTokens is the prefix the policy expects the worker to
+	// hold (0 for load-only policies). Compared later with the engine's
+	// reported cached_tokens to measure prediction accuracy.
+	PredictedCachedTokens int
+}
+
+// Policy picks one of candidates, which is never empty. Implementations must
+// be safe for concurrent use.
+type Policy interface {
+	Name() string
+	Pick(req *Request, candidates []Candidate) (Decision, error)
+}
+
+// Observer is implemented by policies that learn from the lifecycle of the
+// requests they routed. Calls for one request arrive in order.
+type Observer interface {
+	Routed(req *Request, d Decision)
+	FirstToken(req *Request, workerID string, cachedTokens int)
+	Finished(req *Request, workerID string)
+	WorkerRemoved(workerID string)
+}
+
+// ErrNoWorker is returned when no live worker serves the model.
+var ErrNoWorker = errors.New("no live worker for the model")
+
+// ErrUnknownModel is returned for a model no worker has ever registered.
+var ErrUnknownModel = errors.New("unknown model")

@@ -1,0 +1,270 @@
+package router
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// Worker is a live worker as the router knows it.
+type Worker struct {
+	ID    string
+	Model string
+	Gen   engine.Generator
+	Info  engine.Info
+}
+
+type workerState struct {
+	Worker
+	active, prefilling, prefillTokens int
+}
+
+// Router is safe for concurrent use.
+type Router struct {
+	policy   Policy
+	observer Observer // policy, if it observes; nil otherwise
+
+	decisions *prometheus.CounterVec
+	inflight  *prometheus.GaugeVec
+
+	mu      sync.Mutex
+	workers map[string]*workerState
+	byModel map[string][]*workerState // sorted by id
+	known   map[string]bool           // every model ever registered
+}
+
+// New returns a Router using p. Metrics go to reg when it is not nil.
+func New(p Policy, reg prometheus.Registerer) *Router {
+	r := &Router{
+		policy: p,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_router_decisions_total",
+			Help: "Routing decisions by policy and chosen worker.",
+		}, []string{"policy", "worker"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tandem_router_worker_active_requests",
+			Help: "Requests routed to the worker and not yet finished.",
+		}, []string{"worker"}),
+		workers: map[string]*workerState{},
+		byModel: map[string][]*workerState{},
+		known:   map[string]bool{},
+	}
+	r.observer, _ = p.(Observer)
+	if reg != nil {
+		reg.MustRegister(r.decisions, r.inflight)
+	}
+	return r
+}
+
+// Policy returns the routing policy.
+func (r *Router) Policy() Policy { return r.policy }
+
+// AddWorker registers w, replacing any worker with the same id.
+func (r *Router) AddWorker(w Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.workers[w.ID]; ok {
+		r.dropLocked(old)
+	}
+	s := &workerState{Worker: w}
+	r.workers[w.ID] = s
+	list := append(r.byModel[w.Model], s)
+	slices.SortFunc(list, func(a, b *workerState) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	r.byModel[w.Model] = list
+	r.known[w.Model] = true
+	r.inflight.WithLabelValues(w.ID).Set(0)
+}
+
+// RemoveWorker forgets the worker. Requests already routed to it keep their
+// Route; their Done is harmless.
+func (r *Router) RemoveWorker(id string) {
+	r.mu.Lock()
+	s, ok := r.workers[id]
+	if ok {
+		r.dropLocked(s)
+	}
+	r.mu.Unlock()
+	if ok {
+		r.inflight.DeleteLabelValues(id)
+		if r.observer != nil {
+			r.observer.WorkerRemoved(id)
+		}
+	}
+}
+
+func (r *Router) dropLocked(s *workerState) {
+	delete(r.workers, s.ID)
+	r.byModel[s.Model] = slices.DeleteFunc(r.byModel[s.Model], func(x *workerState) bool { return x == s })
+}
+
+// Workers returns the live workers, sorted by model then id.
+func (r *Router) Workers() []Worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Worker, 0, len(r.workers))
+	for _, s := range r.workers {
+		out = append(out, s.Worker)
+	}
+	slices.SortFunc(out, func(a, b Worker) int {
+		switch {
+		case a.Model != b.Model:
+			return cmpStr(a.Model, b.Model)
+		default:
+			return cmpStr(a.ID, b.ID)
+		}
+	})
+	return out
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Models returns the models with at least one live worker.
+func (r *Router) Models() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for m, ws := range r.byModel {
+		if len(ws) > 0 {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// KnownModel reports whether any worker ever registered model; a known model
+// without live workers is a 503, an unknown one a 404.
+func (r *Router) KnownModel(model string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.known[model]
+}
+
+// Route picks a worker for req, excluding the ids in exclude (workers that
+// already failed this request). The returned Route must be finished with
+// Done.
+func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
+	r.mu.Lock()
+	ws := r.byModel[req.Model]
+	if len(ws) == 0 {
+		known := r.known[req.Model]
+		r.mu.Unlock()
+		if !known {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownModel, req.Model)
+		}
+		return nil, fmt.Errorf("%w: %q", ErrNoWorker, req.Model)
+	}
+	cands := make([]Candidate, 0, len(ws))
+	for _, s := range ws {
+		if slices.Contains(exclude, s.ID) {
+			continue
+		}
+		cands = append(cands, Candidate{ID: s.ID, Active: s.active, Prefilling: s.prefilling, PrefillTokens: s.prefillTokens})
+	}
+	r.mu.Unlock()
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%w: %q (all excluded)", ErrNoWorker, req.Model)
+	}
+	// Pick runs outside the lock: kv policies do real work here and must not
+	// serialize the whole frontend. Load may move meanwhile; that is the same
+	// staleness any distributed router lives with.
+	d, err := r.policy.Pick(req, cands)
+	if err != nil {
+		return nil, fmt.Errorf("router %s: %w", r.policy.Name(), err)
+	}
+	r.mu.Lock()
+	s, ok := r.workers[d.WorkerID]
+	if !ok {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: policy chose unknown worker %q", ErrNoWorker, d.WorkerID)
+	}
+	s.active++
+	s.prefilling++
+	s.prefillTokens += len(req.Tokens)
+	active := s.active
+	r.mu.Unlock()
+	r.decisions.WithLabelValues(r.policy.Name(), s.ID).Inc()
+	r.inflight.WithLabelValues(s.ID).Set(float64(active))
+	if r.observer != nil {
+		r.observer.Routed(req, d)
+	}
+	return &Route{r: r, s: s, req: req, Decision: d, Worker: s.Worker}, nil
+}
+
+// Route is one routed request. FirstToken and Done may each be called more
+// than once; only the first call counts.
+type Route struct {
+	Worker   Worker
+	Decision Decision
+
+	r              *Router
+	s              *workerState
+	req            *Request
+	mu             sync.Mutex
+	gotFirst, done bool
+}
+
+// FirstToken records that prefill finished, with the engine's cached tokens.
+func (rt *Route) FirstToken(cachedTokens int) {
+	rt.mu.Lock()
+	if rt.gotFirst || rt.done {
+		rt.mu.Unlock()
+		return
+	}
+	rt.gotFirst = true
+	rt.mu.Unlock()
+	rt.r.mu.Lock()
+	rt.s.prefilling--
+	rt.s.prefillTokens -= len(rt.req.Tokens)
+	rt.r.mu.Unlock()
+	if rt.r.observer != nil {
+		rt.r.observer.FirstToken(rt.req, rt.s.ID, cachedTokens)
+	}
+}
+
+// Done releases the request's load.
+func (rt *Route) Done() {
+	rt.mu.Lock()
+	if rt.done {
+		rt.mu.Unlock()
+		return
+	}
+	rt.done = true
+	first := rt.gotFirst
+	rt.mu.Unlock()
+	rt.r.mu.Lock()
+	rt.s.active--
+	if !first {
+		rt.s.prefilling--
+		rt.s.prefillTokens -= len(rt.req.Tokens)
+	}
+	active := rt.s.active
+	_, live := rt.r.workers[rt.s.ID]
+	rt.r.mu.Unlock()
+	if live {
+		rt.r.inflight.WithLabelValues(rt.s.ID).Set(float64(active))
+	}
+	if rt.r.observer != nil {
+		rt.r.observer.Finished(rt.req, rt.s.ID)
+	}
+}

@@ -1,0 +1,132 @@
+package router
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+func newTestRouter(p Policy, ids ...string) *Router {
+	r := New(p, nil)
+	for _, id := range ids {
+		r.AddWorker(Worker{ID: id, Model: "m"})
+	}
+	return r
+}
+
+func TestRoundRobinCyclesInIDOrder(t *testing.T) {
+	r := newTestRouter(&RoundRobin{}, "w2", "w0", "w1")
+	var got []string
+	for i := 0; i < 6; i++ {
+		rt, err := r.Route(&Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rt.Worker.ID)
+		rt.Done()
+	}
+	want := []string{"w0", "w1", "w2", "w0", "w1", "w2"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
+
+func TestRouteErrors(t *testing.T) {
+	r := newTestRouter(&RoundRobin{}, "w0")
+	tests := []struct {
+		name    string
+		model   string
+		exclude []string
+		want    error
+	}{
+		{"unknown model", "nope", nil, ErrUnknownModel},
+		{"all excluded", "m", []string{"w0"}, ErrNoWorker},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.Route(&Request{Model: tc.model}, tc.exclude...)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	r.RemoveWorker("w0")
+	if _, err := r.Route(&Request{Model: "m"}); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("known model without workers: err = %v, want ErrNoWorker", err)
+	}
+}
+
+func TestLoadAccountingReturnsToZero(t *testing.T) {
+	r := newTestRouter(LeastLoaded{}, "a", "b")
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rt, err := r.Route(&Request{Model: "m", Tokens: make([]int32, i%7)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if i%2 == 0 {
+				rt.FirstToken(0)
+				rt.FirstToken(0)
+			}
+			rt.Done()
+			rt.Done()
+		}(i)
+	}
+	wg.Wait()
+	for _, s := range r.workers {
+		if s.active != 0 || s.prefilling != 0 || s.prefillTokens != 0 {
+			t.Fatalf("%s: load left %+v", s.ID, *s)
+		}
+	}
+}
+
+func TestLeastLoadedPrefersIdle(t *testing.T) {
+	r := newTestRouter(LeastLoaded{}, "a", "b")
+	busy, _ := r.Route(&Request{Model: "m", Tokens: make([]int32, 100)})
+	next, _ := r.Route(&Request{Model: "m", Tokens: make([]int32, 10)})
+	if busy.Worker.ID == next.Worker.ID {
+		t.Fatalf("both on %s", busy.Worker.ID)
+	}
+}
+
+type recorder struct {
+	Random
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *recorder) Routed(*Request, Decision) { o.add("routed") }
+func (o *recorder) FirstToken(_ *Request, _ string, c int) {
+	o.add("first")
+}
+func (o *recorder) Finished(*Request, string) { o.add("finished") }
+func (o *recorder) WorkerRemoved(id string)   { o.add("removed " + id) }
+func (o *recorder) add(s string) {
+	o.mu.Lock()
+	o.events = append(o.events, s)
+	o.mu.Unlock()
+}
+
+func TestObserverLifecycle(t *testing.T) {
+	o := &recorder{}
+	r := newTestRouter(o, "a")
+	rt, _ := r.Route(&Request{Model: "m"})
+	rt.FirstToken(16)
+	rt.Done()
+	r.RemoveWorker("a")
+	want := []string{"routed", "first", "finished", "removed a"}
+	if len(o.events) != len(want) {
+		t.Fatalf("events %v", o.events)
+	}
+	for i := range want {
+		if o.events[i] != want[i] {
+			t.Fatalf("events %v, want %v", o.events, want)
+		}
+	}
+}
