@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+)
+
+// chart is one figure of the HTML report.
+type chart struct {
+	ID      string
+	Title   string
+	Caption string
+	SVG     string
+}
+
+// labelsInOrder lists the report's labels as the summaries order them.
+func (r *Report) labelsInOrder() []string {
+	out := make([]string, 0, len(r.Summaries))
+	for _, s := range r.Summaries {
+		out = append(out, s.Label)
+	}
+	return out
+}
+
+// okValues collects get over each label's successful records.
+func (r *Report) okValues(get func(*Record) []float64) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, res := range r.Runs {
+		for i := range res.Records {
+			rec := &res.Records[i]
+			if rec.OK() {
+				out[rec.Label] = append(out[rec.Label], get(rec)...)
+			}
+		}
+	}
+	return out
+}
+
+// wideRange says whether values span enough decades for a log axis.
+func wideRange(vals map[string][]float64) bool {
+	lo, hi := math.Inf(1), 0.0
+	for _, vs := range vals {
+		for _, v := range vs {
+			if v > 0 {
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+		}
+	}
+	return hi > 0 && hi/lo > 30
+}
+
+// cdfChart plots each label's empirical CDF, at most 400 points a label.
+func (r *Report) cdfChart(id, title, xlabel string, get func(*Record) []float64) string {
+	vals := r.okValues(get)
+	var ss []chartSeries
+	for _, l := range r.labelsInOrder() {
+		v := slices.Clone(vals[l])
+		if len(v) == 0 {
+			continue
+		}
+		slices.Sort(v)
+		// A step function: the CDF rises at each value and is flat
+		// between, which a straight line through the points would hide.
+		n := min(len(v), 400)
+		s := chartSeries{Name: l, X: []float64{v[0]}, Y: []float64{0}}
+		for k := range n {
+			x := v[min(len(v)-1, ((k+1)*len(v)-1)/n)] // the value at quantile (k+1)/n
+			s.X, s.Y = append(s.X, x, x), append(s.Y, s.Y[len(s.Y)-1], 100*float64(k+1)/float64(n))
+		}
+		ss = append(ss, s)
+	}
+	if len(ss) == 0 {
+		return emptyChart(id, title, "no successful streamed requests")
+	}
+	return lineChart(id, title, axis{Label: xlabel, Log: wideRange(vals)}, axis{Label: "% of requests", Min: 0, Max: 100}, ss)
+}
+
+// itlChart plots each label's distribution of inter-token gaps as a step
+// histogram (percent of gaps per bin), log-binned when the gaps span
+// decades, as they do when a scheduler stalls decodes behind prefills.
+func (r *Report) itlChart(id string) string {
+	const title = "Inter-token latency distribution"
+	vals := r.okValues(func(rec *Record) []float64 { return rec.ITLMs })
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, vs := range vals {
+		for _, v := range vs {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return emptyChart(id, title, "no inter-token gaps (non-streamed or single-token outputs)")
+	}
+	const bins = 40
+	logBins := wideRange(vals) && lo > 0
+	if logBins {
+		lo = math.Max(lo, hi/1e5)
+	}
+	edge := func(k int) float64 {
+		if logBins {
+			return math.Pow(10, math.Log10(lo)+(math.Log10(hi)-math.Log10(lo))*float64(k)/bins)
+		}
+		return lo + (hi-lo)*float64(k)/bins
+	}
+	if hi <= lo {
+		hi = lo + 1
+	}
+	var ss []chartSeries
+	for _, l := range r.labelsInOrder() {
+		v := vals[l]
+		if len(v) == 0 {
+			continue
+		}
+		counts := make([]int, bins)
+		for _, x := range v {
+			var k int
+			if logBins {
+				k = int(float64(bins) * (math.Log10(math.Max(x, lo)) - math.Log10(lo)) / (math.Log10(hi) - math.Log10(lo)))
+			} else {
+				k = int(float64(bins) * (x - lo) / (hi - lo))
+			}
+			counts[min(max(k, 0), bins-1)]++
+		}
+		s := chartSeries{Name: l, X: []float64{edge(0)}, Y: []float64{0}}
+		for k, c := range counts {
+			pct := 100 * float64(c) / float64(len(v))
+			s.X = append(s.X, edge(k), edge(k+1))
+			s.Y = append(s.Y, pct, pct)
+		}
+		s.X, s.Y = append(s.X, edge(bins)), append(s.Y, 0)
+		ss = append(ss, s)
+	}
+	return lineChart(id, title, axis{Label: "gap between content chunks (ms)", Log: logBins}, axis{Label: "% of gaps"}, ss)
+}
+
+// throughputChart plots completions (or output tokens) per second over
+// time, in buckets sized to give about 50 points. A label run several
+// times (modes × runs) is averaged over its runs.
+func (r *Report) throughputChart(id, title, ylabel string, weight func(*Record) float64) string {
+	span := 0.0
+	runs := map[string]int{}
+	for _, res := range r.Runs {
+		for _, l := range res.Labels {
+			runs[l]++
+		}
+		for i := range res.Records {
+			span = math.Max(span, res.Records[i].EndMs()/1000)
+		}
+	}
+	if span <= 0 {
+		return emptyChart(id, title, "no completed requests")
+	}
+	w := math.Max(niceStep(span, 50), 0.001)
+	n := int(math.Ceil(span/w)) + 1
+	sums := map[string][]float64{}
+	for _, res := range r.Runs {
+		for i := range res.Records {
+			rec := &res.Records[i]
+			if !rec.OK() {
+				continue
+			}
+			if sums[rec.Label] == nil {
+				sums[rec.Label] = make([]float64, n)
+			}
+			sums[rec.Label][min(int(rec.EndMs()/1000/w), n-1)] += weight(rec)
+		}
+	}
+	var ss []chartSeries
+	for _, l := range r.labelsInOrder() {
+		b := sums[l]
+		if b == nil {
+			continue
+		}
+		s := chartSeries{Name: l}
+		for k, v := range b {
+			s.X = append(s.X, (float64(k)+0.5)*w)
+			s.Y = append(s.Y, v/w/float64(max(runs[l], 1)))
+		}
+		ss = append(ss, s)
+	}
+	return lineChart(id, title, axis{Label: fmt.Sprintf("time since start (s, %gs buckets)", w)}, axis{Label: ylabel}, ss)
+}
+
+func (r *Report) workerChart(id string) string {
+	const title = "Requests per worker"
+	seen := map[string]bool{}
+	for _, s := range r.Summaries {
+		for w := range s.Workers {
+			seen[w] = true
+		}
+	}
+	if len(seen) == 0 {
+		return emptyChart(id, title, "no worker header in the responses")
+	}
+	workers := make([]string, 0, len(seen))
+	for w := range seen {
+		workers = append(workers, w)
+	}
+	sort.Strings(workers)
+	if len(workers) > 32 {
+		workers = workers[:32]
+	}
+	var ss []chartSeries
+	for _, s := range r.Summaries {
+		if len(s.Workers) == 0 {
+			continue
+		}
+		cs := chartSeries{Name: s.Label}
+		for _, w := range workers {
+			cs.Y = append(cs.Y, float64(s.Workers[w]))
+		}
+		ss = append(ss, cs)
+	}
+	return barChart(id, title, workers, ss, "requests", 0, nil)
+}
+
+func (r *Report) hitChart(id string) string {
+	const title = "Prefix-cache hits per mode"
+	if len(r.Hits) == 0 {
+		return emptyChart(id, title, "not a prefix-reuse run")
+	}
+	lines := r.hitLines()
+	var cats []string
+	ttft := chartSeries{Name: "hits by TTFT"}
+	cached := chartSeries{Name: "hits by cached_tokens"}
+	var totals []int
+	ref := 0
+	for _, l := range lines {
+		name := l.Label
+		t, c, n := 0, 0, 0
+		for _, h := range l.Rows {
+			t, c, n = t+h.TTFTHits, c+h.CachedHits, n+h.Rerequests
+		}
+		if n == 0 && l.Error != "" {
+			name += " (error)"
+		}
+		cats = append(cats, name)
+		ttft.Y, cached.Y = append(ttft.Y, float64(t)), append(cached.Y, float64(c))
+		totals = append(totals, n)
+		ref = max(ref, n)
+	}
+	note := func(s, c int) string {
+		v := ttft.Y[c]
+		if s == 1 {
+			v = cached.Y[c]
+		}
+		if totals[c] == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d/%d", int(v), totals[c])
+	}
+	return barChart(id, title, cats, []chartSeries{ttft, cached}, "hits (all runs)", float64(ref), note)
+}
+
+// charts returns the report's figures, always the same set so the page's
+// layout (and the check that it renders) does not depend on the scenario.
+func (r *Report) charts() []chart {
+	ttft := func(rec *Record) []float64 {
+		if rec.TTFTMs < 0 {
+			return nil
+		}
+		return []float64{rec.TTFTMs}
+	}
+	return []chart{
+		{ID: "chart-ttft-cdf", Title: "TTFT CDF", Caption: "Time to first token, from the scheduled send time.",
+			SVG: r.cdfChart("chart-ttft-cdf", "Time to first token (CDF)", "TTFT (ms)", ttft)},
+		{ID: "chart-itl", Title: "ITL distribution", Caption: "Every gap between consecutive content chunks.",
+			SVG: r.itlChart("chart-itl")},
+		{ID: "chart-e2e-cdf", Title: "E2E CDF", Caption: "End-to-end latency of successful requests.",
+			SVG: r.cdfChart("chart-e2e-cdf", "End-to-end latency (CDF)", "E2E (ms)", func(rec *Record) []float64 { return []float64{rec.E2EMs} })},
+		{ID: "chart-throughput", Title: "Throughput over time", Caption: "Successful completions per second.",
+			SVG: r.throughputChart("chart-throughput", "Throughput over time", "requests/s", func(*Record) float64 { return 1 })},
+		{ID: "chart-tokens", Title: "Output tokens over time", Caption: "Output tokens of completed requests per second.",
+			SVG: r.throughputChart("chart-tokens", "Output tokens over time", "output tokens/s", func(rec *Record) float64 { return float64(rec.OutputTokens) })},
+		{ID: "chart-workers", Title: "Requests per worker", Caption: "From the X-Tandem-Worker response header.",
+			SVG: r.workerChart("chart-workers")},
+		{ID: "chart-hits", Title: "Hits per mode", Caption: "Prefix-reuse re-requests judged hits; the dashed line is the number of re-requests.",
+			SVG: r.hitChart("chart-hits")},
+	}
+}

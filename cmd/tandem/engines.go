@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// engineFlags are the flags that choose and configure the engine of
+// in-process workers; `serve` and `worker` share them.
+type engineFlags struct {
+	kind        string
+	modelDir    string
+	mock        mocker.Config
+	timing      string
+	kvEvents    string
+	kvFormat    string
+	kvEventsOff int
+	threads     int
+}
+
+func (e *engineFlags) register(cmd *cobra.Command) {
+	e.mock = mocker.DefaultConfig()
+	e.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+	f := cmd.Flags()
+	f.StringVar(&e.kind, "engine", "mocker", "engine: mocker (simulated vLLM-class GPU worker) or native (real Go transformer)")
+	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
+	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
+	m := &e.mock
+	f.IntVar(&m.BlockSize, "block-size", m.BlockSize, "mocker: KV block size in tokens")
+	f.IntVar(&m.KVCapacityTokens, "kv-capacity-tokens", m.KVCapacityTokens, "mocker: KV cache capacity per worker, in tokens (the seed's GPU worker: 14816)")
+	f.IntVar(&m.MaxNumSeqs, "max-num-seqs", m.MaxNumSeqs, "mocker: sequences per scheduler step")
+	f.IntVar(&m.MaxNumBatchedTokens, "max-num-batched-tokens", m.MaxNumBatchedTokens, "mocker: tokens per scheduler step (chunked prefill)")
+	f.IntVar(&m.KVBytesPerToken, "kv-bytes-per-token", m.KVBytesPerToken, "mocker: KV bytes per token of the simulated model (Qwen3-0.6B: 114688)")
+	f.Float64Var(&m.Speedup, "speedup", m.Speedup, "mocker: divide every simulated time by this")
+	f.BoolVar(&m.Instant, "instant", false, "mocker: zero simulated time (for overhead benchmarks)")
+	f.Uint64Var(&m.Seed, "seed", 0, "mocker: seed of the generated text")
+	f.IntVar(&m.MaxNaturalTokens, "max-natural-tokens", 0, "mocker: end sequences with EOS after a seeded length up to this (0: run to max_tokens)")
+	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
+	f.StringVar(&e.kvEvents, "kv-events", "on", "mocker: publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
+	f.StringVar(&e.kvFormat, "kv-events-format", "map", "mocker: event encoding: map (current vLLM) or array (legacy positional)")
+	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "mocker: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
+	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "mocker: ZMQ ROUTER replay bind address; worker i binds port+i (empty: no replay)")
+	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "mocker: ZMQ topic")
+	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "mocker: the first N workers publish no KV events (to test the router's detection)")
+}
+
+// build loads the model's tokenizer and returns a factory for worker i.
+func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFactory, error) {
+	var model *tokenizer.Model
+	var err error
+	if e.modelDir == "" {
+		model, err = tokenizer.Default()
+	} else {
+		model, err = tokenizer.LoadDir(e.modelDir)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	switch e.kind {
+	case "mocker":
+		cfg, err := e.mockerConfig(model, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return model, func(i int) (engine.Engine, error) { return e.newMocker(cfg, i) }, nil
+	case "native":
+		if e.modelDir == "" {
+			return nil, nil, fmt.Errorf("--engine native needs --model DIR (e.g. ../shared/models/stories260K)")
+		}
+		return model, func(int) (engine.Engine, error) {
+			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads})
+			return eng, err
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker or native)", e.kind)
+}
+
+func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mocker.Config, error) {
+	cfg := e.mock
+	cfg.Model = model.Name
+	cfg.Logger = log
+	cfg.EOS = model.Tokenizer.EOS()
+	cfg.Vocabulary = model.Tokenizer.Encode(mocker.DefaultText)
+	if model.ContextLength > 0 {
+		cfg.ContextLength = model.ContextLength
+	}
+	switch e.timing {
+	case "dynamo":
+		cfg.Timing = mocker.DynamoTiming()
+	case "qwen3-0.6b":
+		cfg.Timing = mocker.Qwen3_0_6BTiming()
+	default:
+		return cfg, fmt.Errorf("unknown --timing %q (want dynamo or qwen3-0.6b)", e.timing)
+	}
+	switch e.kvEvents {
+	case "on":
+		cfg.KVEvents.Enabled = true
+	case "off":
+		cfg.KVEvents.Enabled = false
+	default:
+		return cfg, fmt.Errorf("--kv-events must be on or off, not %q", e.kvEvents)
+	}
+	switch e.kvFormat {
+	case "map":
+		cfg.KVEvents.Format = kvevents.FormatMap
+	case "array":
+		cfg.KVEvents.Format = kvevents.FormatArray
+	default:
+		return cfg, fmt.Errorf("--kv-events-format must be map or array, not %q", e.kvFormat)
+	}
+	return cfg, nil
+}
+
+func (e *engineFlags) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
+	cfg.EngineLabel = fmt.Sprint(i)
+	cfg.Seed += uint64(i)
+	if i < e.kvEventsOff {
+		cfg.KVEvents.Enabled = false
+	}
+	if cfg.KVEvents.Enabled {
+		var err error
+		if cfg.KVEvents.Endpoint, err = kvevents.OffsetEndpointPort(cfg.KVEvents.Endpoint, i); err != nil {
+			return nil, fmt.Errorf("--kv-events-endpoint: %w", err)
+		}
+		if cfg.KVEvents.ReplayEndpoint != "" {
+			if cfg.KVEvents.ReplayEndpoint, err = kvevents.OffsetEndpointPort(cfg.KVEvents.ReplayEndpoint, i); err != nil {
+				return nil, fmt.Errorf("--kv-events-replay-endpoint: %w", err)
+			}
+		}
+	}
+	return mocker.New(cfg)
+}

@@ -1,0 +1,56 @@
+// Command tandem is the single binary of Tandem: `tandem serve` runs the
+// whole system in one process; other subcommands run its parts and tools.
+// This package only parses flags and wires components; logic lives in the
+// packages it calls.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "tandem:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tandem",
+		Short:         "Tandem serves LLMs across many workers with KV-cache-aware routing",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newServeCmd(), newWorkerCmd(), newModelCmd(), newBenchCmd(), newVersionCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{Use: "version", Short: "Print the version", Run: func(cmd *cobra.Command, _ []string) {
+		fmt.Fprintln(cmd.OutOrStdout(), "tandem", version)
+	}}
+}
+
+func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
+	lvl, _ := cmd.Flags().GetString("log-level")
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(lvl))); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,383 @@
+package kvrouting
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/router"
+)
+
+// The seed report's workload.
+const (
+	Workers         = 2
+	KVCapacity      = mocker.SeedKVCapacityTokens // 14,816 tokens per worker
+	Prefixes        = 12
+	PrefixTokens    = 1500
+	TailTokens      = 24
+	Rounds          = 6
+	OutputTokens    = 16
+	BlockSize       = 16
+	ContextLength   = 4096 // the report's --max-model-len
+	vocabLo, vocabN = 1000, 30000
+)
+
+// Scenario is one run of the experiment.
+type Scenario struct {
+	// Mode is a --router-mode: kv, kv-approx, round-robin, random,
+	// least-loaded.
+	Mode string
+	// Cost selects the kv cost function (kv and kv-approx).
+	Cost router.CostModel
+	// EventsOff lists workers (0 or 1) whose engine publishes no KV events,
+	// while the router still expects them at an endpoint.
+	EventsOff []int
+	// Seed drives the workload (prefix contents, shuffles, tails) and the
+	// router's random choices.
+	Seed uint64
+	// Concurrency is the number of clients sending at once (default 1, the
+	// report's).
+	Concurrency int
+	// Speedup divides the simulated engine time (default 20).
+	Speedup float64
+	// Prefixes overrides the prefix count (default 12).
+	Prefixes int
+	// WaitForDiagnostic pauses after the first round until the router has
+	// raised kv_events_missing for every events-off worker, so the later
+	// rounds run in the degraded-and-reported state.
+	WaitForDiagnostic bool
+	// KVEventsTimeout overrides the router's (default 5 s).
+	KVEventsTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// Result is what a run measured.
+type Result struct {
+	Scenario    Scenario
+	Requests    int
+	Rerequests  int
+	Hits        int // re-requests whose whole prefix the engine had cached
+	PerRound    []int
+	PerWorker   map[string]int
+	HitTTFT     time.Duration // mean engine-side TTFT of hits, scaled back by Speedup
+	MissTTFT    time.Duration
+	Predictions int // requests whose predicted cached blocks matched the engine's within one block
+	// DiagLatency is, for events-off runs, the time from the first request
+	// routed to an events-off worker to kv_events_missing for it.
+	DiagLatency time.Duration
+	Diagnostics []health.Diagnostic
+	Health      map[string]string
+	Elapsed     time.Duration
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v)", r.Hits, r.Rerequests, r.PerRound, r.PerWorker)
+}
+
+type request struct {
+	round, prefix int
+	tokens        []engine.Token
+	rerequest     bool
+}
+
+// workload builds the 72 requests in order: rounds of the shuffled
+// prefixes, each with a fresh tail.
+func workload(seed uint64, prefixes int) []request {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	words := func(n int) []engine.Token {
+		t := make([]engine.Token, n)
+		for i := range t {
+			t[i] = engine.Token(vocabLo + rng.IntN(vocabN))
+		}
+		return t
+	}
+	pre := make([][]engine.Token, prefixes)
+	for i := range pre {
+		pre[i] = words(PrefixTokens)
+	}
+	var out []request
+	for round := range Rounds {
+		order := rng.Perm(prefixes)
+		for _, p := range order {
+			toks := append(append(make([]engine.Token, 0, PrefixTokens+TailTokens), pre[p]...), words(TailTokens)...)
+			out = append(out, request{round: round, prefix: p, tokens: toks, rerequest: round > 0})
+		}
+	}
+	return out
+}
+
+// Run executes one scenario with fresh engines and a fresh router, sending
+// the first request as soon as the workers are registered: the first run
+// must score like every later one, however the event subscriptions race.
+func Run(ctx context.Context, sc Scenario) (Result, error) {
+	if sc.Concurrency <= 0 {
+		sc.Concurrency = 1
+	}
+	if sc.Speedup == 0 {
+		sc.Speedup = 20
+	}
+	if sc.Prefixes == 0 {
+		sc.Prefixes = Prefixes
+	}
+	log := sc.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	res := Result{Scenario: sc, PerRound: make([]int, Rounds), PerWorker: map[string]int{}}
+	board := health.NewBoard(log, nil)
+
+	engines := make([]*mocker.Engine, Workers)
+	for i := range engines {
+		off := contains(sc.EventsOff, i)
+		cfg := mocker.Config{
+			Model: "m", Seed: sc.Seed + uint64(i), BlockSize: BlockSize, KVCapacityTokens: KVCapacity,
+			ContextLength: ContextLength, Timing: mocker.Qwen3_0_6BTiming(), Speedup: sc.Speedup,
+			EngineLabel: fmt.Sprint(i), Logger: log,
+			KVEvents: mocker.KVEventsConfig{Enabled: !off, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+		}
+		e, err := mocker.New(cfg)
+		if err != nil {
+			return res, fmt.Errorf("worker %d: %w", i, err)
+		}
+		defer e.Close()
+		engines[i] = e
+	}
+
+	policy, kv, err := newPolicy(ctx, sc, board, log)
+	if err != nil {
+		return res, err
+	}
+	if kv != nil {
+		defer kv.Close()
+	}
+	r := router.New(policy, prometheus.NewRegistry())
+	for i, e := range engines {
+		id := fmt.Sprint("worker-", i)
+		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: e, Info: e.Info()})
+		if kv == nil {
+			continue
+		}
+		ep, replay := e.KVEventsEndpoint(), e.KVEventsReplayEndpoint()
+		if contains(sc.EventsOff, i) {
+			// The operator configured an endpoint, but the engine publishes
+			// nothing there: the report's silent failure.
+			if ep, err = deadEndpoint(); err != nil {
+				return res, err
+			}
+			replay = ""
+		}
+		if err := kv.AddWorker(id, ep, replay, BlockSize); err != nil {
+			return res, err
+		}
+	}
+
+	reqs := workload(sc.Seed, sc.Prefixes)
+	start := time.Now()
+	var (
+		mu               sync.Mutex
+		hitT, missT      time.Duration
+		nHit, nMiss      int
+		firstOff         time.Time
+		runErr           error
+		full             = PrefixTokens / BlockSize * BlockSize
+		scale            = time.Duration(sc.Speedup)
+		offIDs           = map[string]bool{}
+		needDiag         = len(sc.EventsOff) > 0 && kv != nil
+		diagDone, diagCh = false, make(chan struct{})
+	)
+	for _, i := range sc.EventsOff {
+		offIDs[fmt.Sprint("worker-", i)] = true
+	}
+	if needDiag {
+		go func() {
+			defer close(diagCh)
+			for ctx.Err() == nil {
+				all := true
+				for id := range offIDs {
+					all = all && board.IsActive(router.DiagKVEventsMissing, id)
+				}
+				if all {
+					mu.Lock()
+					if !firstOff.IsZero() {
+						res.DiagLatency = time.Since(firstOff)
+					}
+					mu.Unlock()
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	do := func(n int, q request) error {
+		req := &router.Request{ID: fmt.Sprint("req-", n), Model: "m", Tokens: q.tokens}
+		rt, err := r.Route(req)
+		if err != nil {
+			return fmt.Errorf("route %d: %w", n, err)
+		}
+		defer rt.Done()
+		if offIDs[rt.Worker.ID] {
+			mu.Lock()
+			if firstOff.IsZero() {
+				firstOff = time.Now()
+			}
+			mu.Unlock()
+		}
+		t0 := time.Now()
+		st, err := rt.Worker.Gen.Generate(ctx, &engine.Request{ID: req.ID, Model: "m", Prompt: q.tokens, MaxTokens: OutputTokens, IgnoreEOS: true})
+		if err != nil {
+			return fmt.Errorf("generate %d: %w", n, err)
+		}
+		d, err := st.Recv()
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("first token %d: %w", n, err)
+		}
+		ttft := time.Since(t0) * scale
+		rt.FirstToken(d.CachedTokens)
+		for err == nil && d.Finish == engine.FinishNone {
+			d, err = st.Recv()
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("stream %d: %w", n, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		res.Requests++
+		res.PerWorker[rt.Worker.ID]++
+		if pred := rt.Decision.PredictedCachedTokens / BlockSize; abs(pred-d.CachedTokens/BlockSize) <= 1 {
+			res.Predictions++
+		}
+		if q.rerequest {
+			res.Rerequests++
+			if d.CachedTokens >= full {
+				res.Hits++
+				res.PerRound[q.round]++
+				hitT += ttft
+				nHit++
+			} else {
+				missT += ttft
+				nMiss++
+			}
+		}
+		return nil
+	}
+	// Clients take requests in order; with one client this is the report's
+	// sequential run.
+	next := 0
+	var wg sync.WaitGroup
+	round1 := sc.Prefixes
+	runClients := func(upTo int) {
+		for range sc.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					mu.Lock()
+					if runErr != nil || next >= upTo {
+						mu.Unlock()
+						return
+					}
+					n := next
+					next++
+					mu.Unlock()
+					if err := do(n, reqs[n]); err != nil {
+						mu.Lock()
+						runErr = errors.Join(runErr, err)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if sc.WaitForDiagnostic && needDiag {
+		runClients(round1)
+		select {
+		case <-diagCh:
+			diagDone = true
+		case <-time.After(30 * time.Second):
+			return res, errors.New("kv_events_missing never raised")
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+	runClients(len(reqs))
+	res.Elapsed = time.Since(start)
+	if runErr != nil {
+		return res, runErr
+	}
+	if needDiag && !diagDone {
+		select {
+		case <-diagCh:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if nHit > 0 {
+		res.HitTTFT = hitT / time.Duration(nHit)
+	}
+	if nMiss > 0 {
+		res.MissTTFT = missT / time.Duration(nMiss)
+	}
+	res.Diagnostics = board.Active()
+	if kv != nil {
+		res.Health = kv.Health()
+	}
+	return res, nil
+}
+
+func newPolicy(ctx context.Context, sc Scenario, board *health.Board, log *slog.Logger) (router.Policy, *router.KV, error) {
+	cfg := router.KVConfig{BlockSize: BlockSize, Cost: sc.Cost, Seed: sc.Seed + 1, Board: board, Logger: log,
+		KVEventsTimeout: sc.KVEventsTimeout}
+	switch sc.Mode {
+	case "kv":
+		kv, err := router.NewKV(ctx, cfg)
+		return kv, kv, err
+	case "kv-approx":
+		kv, err := router.NewKVApprox(ctx, cfg)
+		return kv, kv, err
+	case "round-robin":
+		return &router.RoundRobin{}, nil, nil
+	case "random":
+		return router.Random{}, nil, nil
+	case "least-loaded":
+		return router.LeastLoaded{}, nil, nil
+	}
+	return nil, nil, fmt.Errorf("unknown router mode %q", sc.Mode)
+}
+
+// deadEndpoint returns a TCP endpoint on which nothing listens.
+func deadEndpoint() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "tcp://" + addr, nil
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

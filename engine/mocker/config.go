@@ -1,0 +1,252 @@
+package mocker
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvevents"
+)
+
+// Defaults; each matches the flag of the same name.
+const (
+	DefaultBlockSize           = 16
+	DefaultKVCapacityTokens    = 16384 * DefaultBlockSize // Dynamo's mocker default of 16384 blocks
+	DefaultMaxNumSeqs          = 256
+	DefaultMaxNumBatchedTokens = 8192
+	DefaultContextLength       = 32768
+	DefaultKVBytesPerToken     = 114688 // Qwen3-0.6B: 28 layers × 2 × 8 KV heads × 128 × bf16
+	DefaultEngineLabel         = "0"
+
+	// SeedKVCapacityTokens is the per-worker KV capacity of the seed
+	// report's Qwen3-0.6B workers (two per 8 GB GPU).
+	SeedKVCapacityTokens = 14816
+)
+
+// TimingModel is the simulated cost of a scheduler step, in milliseconds:
+//
+//	prefill_ms(T) = PrefillA·T² + PrefillB·T + PrefillC   T = uncached tokens computed in the step
+//	decode_ms(u)  = max(DecodeA·u² + DecodeB·u + DecodeC, DecodeMin)   u = KV blocks in use / capacity
+//
+// A step that both prefills and decodes costs the sum. Only uncached tokens
+// count towards T, so a prefix-cache hit is visibly faster, as on a GPU.
+type TimingModel struct {
+	PrefillA, PrefillB, PrefillC float64
+	DecodeA, DecodeB, DecodeC    float64
+	DecodeMin                    float64
+}
+
+// DynamoTiming is the polynomial of Dynamo's mocker (dynamo.md §5.1): 1,024
+// new tokens ≈ 32.5 ms, decode 5.7 ms empty to 34 ms full.
+func DynamoTiming() TimingModel {
+	return TimingModel{
+		PrefillA: 4.209989e-07, PrefillB: 1.518344e-02, PrefillC: 16.50142,
+		DecodeA: -25.74, DecodeB: 54.01, DecodeC: 5.74, DecodeMin: 1.0,
+	}
+}
+
+// Qwen3_0_6BTiming is calibrated on the seed report's single-GPU Qwen3-0.6B
+// worker: ≈80 ms TTFT for a 1,500-token miss and ≈15 ms for a hit whose
+// last ~30 tokens are new. Decode keeps Dynamo's curve. Combine with
+// KVCapacityTokens = SeedKVCapacityTokens to reproduce that setup.
+func Qwen3_0_6BTiming() TimingModel {
+	t := DynamoTiming()
+	t.PrefillB, t.PrefillC = 0.0436, 13.6
+	return t
+}
+
+// PrefillMs is the model's prefill time for T new tokens.
+func (m TimingModel) PrefillMs(tokens int) float64 {
+	if tokens <= 0 {
+		return 0
+	}
+	t := float64(tokens)
+	return m.PrefillA*t*t + m.PrefillB*t + m.PrefillC
+}
+
+// DecodeMs is the model's decode step time at KV usage u in [0, 1].
+func (m TimingModel) DecodeMs(u float64) float64 {
+	return max(m.DecodeA*u*u+m.DecodeB*u+m.DecodeC, m.DecodeMin)
+}
+
+// KVEventsConfig configures vLLM-compatible KV event publishing.
+type KVEventsConfig struct {
+	// Enabled publishes events; false (--kv-events off) is a worker that
+	// silently publishes nothing.
+	Enabled bool
+	// Format of events inside a batch: kvevents.FormatMap (current vLLM,
+	// default) or kvevents.FormatArray (legacy positional).
+	Format kvevents.Format
+	// Endpoint is where the PUB socket binds (default tcp://*:5557).
+	Endpoint string
+	// ReplayEndpoint is where the ROUTER replay socket binds; "" disables.
+	ReplayEndpoint string
+	Topic          string
+	BufferSteps    int // replay ring, in batches (default 10000)
+	HWM            int // default 100000
+	MaxQueueSize   int // default 100000
+	// HashSeed roots vLLM's sha256_cbor chain (NONE_HASH); set it to the
+	// PYTHONHASHSEED a real vLLM would use. Default "vllm-none-hash".
+	HashSeed string
+	// BytesHashes publishes raw 32-byte digests instead of 64-bit ints
+	// (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
+	BytesHashes bool
+	// DataParallelRank is stamped on every batch (vLLM sends 0).
+	DataParallelRank int
+}
+
+// Config configures one mocker worker. Zero fields take the defaults
+// above, so Config{} is a usable (events-off) worker; DefaultConfig returns
+// the flag defaults, events on.
+type Config struct {
+	// Model is the served model name (Info, metric labels).
+	Model string
+	// Seed makes outputs reproducible: the same Seed, prompt and sampling
+	// seed give the same tokens.
+	Seed uint64
+	// Vocabulary is the token stream the mocker emits, typically the
+	// tokenization of some readable English text: each sequence emits it
+	// cyclically from an offset derived from Seed and the request (its
+	// sampling seed if set, else its prompt), so outputs are deterministic
+	// and decode to readable text. Empty: the prompt itself is cycled.
+	Vocabulary []engine.Token
+	// EOS lists end-of-sequence tokens (reported in Info; EOS[0] is emitted
+	// on a natural stop).
+	EOS []engine.Token
+	// MaxNaturalTokens, when positive, gives each sequence a natural end
+	// length drawn deterministically in [1, MaxNaturalTokens] (raised to
+	// MinTokens+1) from its seed; the sequence then emits EOS[0] and stops
+	// unless IgnoreEOS. Zero means sequences run to max_tokens (or the
+	// context length), which keeps benchmark output lengths exact.
+	MaxNaturalTokens int
+
+	ContextLength int // max prompt+output tokens (default 32768, clamped to the KV capacity)
+	BlockSize     int // --block-size (default 16)
+	// KVCapacityTokens is the KV cache size (--kv-capacity-tokens, default
+	// 262144), rounded down to whole blocks. NumBlocks, if set, wins.
+	KVCapacityTokens int
+	NumBlocks        int
+	// KVBytesPerToken is the size of one token's K/V on the simulated model
+	// (--kv-bytes-per-token, default 114688); disaggregation moves this many
+	// real bytes per token.
+	KVBytesPerToken int
+
+	MaxNumSeqs            int // --max-num-seqs (default 256)
+	MaxNumBatchedTokens   int // --max-num-batched-tokens (default 8192)
+	DisableChunkedPrefill bool
+	DisablePrefixCaching  bool
+	// MaxWaiting bounds queued requests; beyond it Generate returns
+	// engine.ErrOverloaded. Zero is unbounded.
+	MaxWaiting int
+
+	// Timing is the step-time model; the zero value selects DynamoTiming.
+	Timing TimingModel
+	// Speedup divides every simulated time (--speedup; default 1).
+	Speedup float64
+	// Instant makes every step take zero time (--instant), for measuring
+	// the serving stack's own overhead.
+	Instant bool
+	// Clock drives time; nil is the wall clock. Tests use a VirtualClock
+	// for exact, non-flaky timings.
+	Clock Clock
+
+	KVEvents KVEventsConfig
+
+	// EngineLabel is the "engine" label of the vllm: metrics (vLLM's engine
+	// index; default "0"). Give in-process workers distinct values.
+	EngineLabel string
+	Logger      *slog.Logger
+}
+
+// DefaultConfig returns the flag defaults: events on at vLLM's default
+// endpoint, Dynamo's timing.
+func DefaultConfig() Config {
+	return Config{
+		Model:               "mocker",
+		ContextLength:       DefaultContextLength,
+		BlockSize:           DefaultBlockSize,
+		KVCapacityTokens:    DefaultKVCapacityTokens,
+		KVBytesPerToken:     DefaultKVBytesPerToken,
+		MaxNumSeqs:          DefaultMaxNumSeqs,
+		MaxNumBatchedTokens: DefaultMaxNumBatchedTokens,
+		Timing:              DynamoTiming(),
+		Speedup:             1,
+		KVEvents: KVEventsConfig{
+			Enabled:      true,
+			Format:       kvevents.FormatMap,
+			Endpoint:     kvevents.DefaultEndpoint,
+			BufferSteps:  kvevents.DefaultBufferSteps,
+			HWM:          kvevents.DefaultHWM,
+			MaxQueueSize: kvevents.DefaultMaxQueueSize,
+			HashSeed:     kvevents.DefaultNoneHashSeed,
+		},
+		EngineLabel: DefaultEngineLabel,
+	}
+}
+
+// withDefaults fills zero fields and validates.
+func (c Config) withDefaults() (Config, error) {
+	if c.Model == "" {
+		c.Model = "mocker"
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.KVCapacityTokens == 0 && c.NumBlocks == 0 {
+		c.KVCapacityTokens = DefaultKVCapacityTokens
+	}
+	if c.NumBlocks == 0 {
+		c.NumBlocks = c.KVCapacityTokens / c.BlockSize
+	}
+	if c.ContextLength == 0 {
+		c.ContextLength = DefaultContextLength
+	}
+	c.ContextLength = min(c.ContextLength, c.NumBlocks*c.BlockSize)
+	if c.KVBytesPerToken == 0 {
+		c.KVBytesPerToken = DefaultKVBytesPerToken
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	if c.Timing == (TimingModel{}) {
+		c.Timing = DynamoTiming()
+	}
+	if c.Speedup == 0 {
+		c.Speedup = 1
+	}
+	if c.EngineLabel == "" {
+		c.EngineLabel = DefaultEngineLabel
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = wallClock{}
+	}
+	switch {
+	case c.BlockSize < 1:
+		return c, fmt.Errorf("mocker: block size %d must be positive", c.BlockSize)
+	case c.NumBlocks < 1:
+		return c, fmt.Errorf("mocker: KV capacity %d tokens is less than one block of %d", c.KVCapacityTokens, c.BlockSize)
+	case c.MaxNumSeqs < 1 || c.MaxNumBatchedTokens < 1:
+		return c, fmt.Errorf("mocker: max-num-seqs %d and max-num-batched-tokens %d must be positive", c.MaxNumSeqs, c.MaxNumBatchedTokens)
+	case c.Speedup < 0:
+		return c, fmt.Errorf("mocker: speedup %v must be positive", c.Speedup)
+	case c.DisableChunkedPrefill && c.MaxNumBatchedTokens < c.ContextLength:
+		// Without chunking a prompt must fit one step's budget.
+		c.ContextLength = c.MaxNumBatchedTokens
+	}
+	return c, nil
+}
+
+// stepDuration converts milliseconds of model time into wall time.
+func (c *Config) stepDuration(ms float64) time.Duration {
+	if c.Instant || ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms / c.Speedup * float64(time.Millisecond))
+}

@@ -1,0 +1,174 @@
+package mocker
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Bucket boundaries of vLLM's v1 PrometheusStatLogger (functions, not
+// package variables, so no engine can alter another's buckets).
+func ttftBuckets() []float64 {
+	return []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+		2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+}
+
+func itlBuckets() []float64 {
+	return []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+		2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+}
+
+func e2eBuckets() []float64 {
+	return []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+		50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+}
+
+// finish reasons as vLLM labels them in request_success_total.
+const (
+	reasonStop = iota
+	reasonLength
+	reasonAbort
+	numReasons
+)
+
+func reasonLabel(r int) string {
+	return [numReasons]string{"stop", "length", "abort"}[r]
+}
+
+// histogram is a minimal lock-free histogram. Engines keep their own
+// instead of prometheus.Histogram so a thousand idle workers cost a few
+// hundred bytes each, and so observations from the scheduler goroutine are
+// two atomic adds.
+type histogram struct {
+	bounds []float64
+	counts []atomic.Uint64 // per bucket, not cumulative; last is +Inf
+	sum    atomic.Uint64   // float64 bits
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	h.counts[sort.SearchFloat64s(h.bounds, v)].Add(1)
+	for {
+		old := h.sum.Load()
+		if h.sum.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+func (h *histogram) metric(desc *prometheus.Desc, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.bounds))
+	var cum uint64
+	for i, b := range h.bounds {
+		cum += h.counts[i].Load()
+		buckets[b] = cum
+	}
+	cum += h.counts[len(h.bounds)].Load()
+	return prometheus.MustNewConstHistogram(desc, cum, math.Float64frombits(h.sum.Load()), buckets, labels...)
+}
+
+// stats are the counters the scheduler updates and Collect reads.
+type stats struct {
+	promptTokens, generationTokens atomic.Uint64
+	prefixQueries, prefixHits      atomic.Uint64
+	preemptions                    atomic.Uint64
+	success                        [numReasons]atomic.Uint64
+	ttft, itl, e2e                 *histogram
+}
+
+func newStats() *stats {
+	return &stats{
+		ttft: newHistogram(ttftBuckets()),
+		itl:  newHistogram(itlBuckets()),
+		e2e:  newHistogram(e2eBuckets()),
+	}
+}
+
+// collector exposes one worker's vllm: metrics, labelled model_name and
+// engine as vLLM does.
+type collector struct {
+	e     *Engine
+	once  sync.Once
+	descs struct {
+		running, waiting, usage                   *prometheus.Desc
+		queries, hits, preempt, prompt, gen, succ *prometheus.Desc
+		ttft, itl, e2e, cacheInfo                 *prometheus.Desc
+	}
+	cacheLabels []string
+}
+
+func (c *collector) init() {
+	c.once.Do(func() {
+		l := []string{"model_name", "engine"}
+		d := &c.descs
+		d.running = prometheus.NewDesc("vllm:num_requests_running", "Number of requests in model execution batches.", l, nil)
+		d.waiting = prometheus.NewDesc("vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, nil)
+		d.usage = prometheus.NewDesc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, nil)
+		d.queries = prometheus.NewDesc("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", l, nil)
+		d.hits = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", l, nil)
+		d.preempt = prometheus.NewDesc("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", l, nil)
+		d.prompt = prometheus.NewDesc("vllm:prompt_tokens_total", "Number of prefill tokens processed.", l, nil)
+		d.gen = prometheus.NewDesc("vllm:generation_tokens_total", "Number of generation tokens processed.", l, nil)
+		d.succ = prometheus.NewDesc("vllm:request_success_total", "Count of successfully processed requests.",
+			[]string{"model_name", "engine", "finished_reason"}, nil)
+		d.ttft = prometheus.NewDesc("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l, nil)
+		d.itl = prometheus.NewDesc("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", l, nil)
+		d.e2e = prometheus.NewDesc("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", l, nil)
+		cfg := &c.e.cfg
+		prefix := "True"
+		if cfg.DisablePrefixCaching {
+			prefix = "False"
+		}
+		names := []string{"block_size", "cache_dtype", "enable_prefix_caching", "engine", "num_gpu_blocks", "prefix_caching_hash_algo"}
+		c.cacheLabels = []string{strconv.Itoa(cfg.BlockSize), "auto", prefix, cfg.EngineLabel, strconv.Itoa(cfg.NumBlocks), "sha256_cbor"}
+		d.cacheInfo = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", names, nil)
+	})
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	c.init()
+	d := &c.descs
+	for _, desc := range []*prometheus.Desc{d.running, d.waiting, d.usage, d.queries, d.hits, d.preempt,
+		d.prompt, d.gen, d.succ, d.ttft, d.itl, d.e2e, d.cacheInfo} {
+		ch <- desc
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.init()
+	d := &c.descs
+	e := c.e
+	s := e.stats
+	model, eng := e.cfg.Model, e.cfg.EngineLabel
+	load := e.Load()
+	gauge := func(desc *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, model, eng)
+	}
+	counter := func(desc *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), model, eng)
+	}
+	gauge(d.running, float64(load.Running))
+	gauge(d.waiting, float64(load.Waiting))
+	gauge(d.usage, load.KVUsage)
+	counter(d.queries, s.prefixQueries.Load())
+	counter(d.hits, s.prefixHits.Load())
+	counter(d.preempt, s.preemptions.Load())
+	counter(d.prompt, s.promptTokens.Load())
+	counter(d.gen, s.generationTokens.Load())
+	for r := range numReasons {
+		ch <- prometheus.MustNewConstMetric(d.succ, prometheus.CounterValue, float64(s.success[r].Load()), model, eng, reasonLabel(r))
+	}
+	ch <- s.ttft.metric(d.ttft, model, eng)
+	ch <- s.itl.metric(d.itl, model, eng)
+	ch <- s.e2e.metric(d.e2e, model, eng)
+	ch <- prometheus.MustNewConstMetric(d.cacheInfo, prometheus.GaugeValue, 1, c.cacheLabels...)
+}

@@ -1,0 +1,308 @@
+package mocker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvcache"
+	"github.com/tandemllm/tandem/kvevents"
+)
+
+// ErrEmptyPrompt is returned by Generate for a request without tokens.
+var ErrEmptyPrompt = errors.New("mocker: empty prompt")
+
+// Engine is one simulated vLLM-class worker. Generate, Info, Load, Close and
+// the collector are safe for concurrent use; everything else belongs to the
+// scheduler goroutine.
+type Engine struct {
+	cfg   Config
+	info  engine.Info
+	clock Clock
+	stats *stats
+	coll  *collector
+	pub   *kvevents.Publisher
+
+	// Inbox, shared with callers.
+	mu       sync.Mutex
+	inbox    []*seq
+	aborts   []*seq
+	commands []func()
+	closed   bool
+	wake     chan struct{}
+	done     chan struct{}
+
+	// Load snapshot, written by the scheduler after every step.
+	loadRunning, loadWaiting atomic.Int64
+	loadUsedBlocks           atomic.Int64
+
+	// Scheduler state, owned by the scheduler goroutine.
+	cache   *kvcache.Cache
+	events  *eventBuffer // nil with events off
+	waiting seqQueue
+	running []*seq
+	items   []stepItem
+	steps   uint64
+	tok1    [1]engine.Token
+	// validate, when set by tests, checks the cache's invariants after
+	// every step and records the first violation.
+	validate    bool
+	validateErr error
+}
+
+// Load is a worker's instantaneous load, for the router and for metrics.
+type Load struct {
+	Running, Waiting int
+	UsedBlocks       int
+	TotalBlocks      int
+	KVUsage          float64 // UsedBlocks / TotalBlocks
+}
+
+// New starts a worker: its KV cache, its event publisher (if enabled) and
+// its scheduler goroutine, which sleeps until work arrives. Close releases
+// them.
+func New(cfg Config) (*Engine, error) {
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	go e.run()
+	return e, nil
+}
+
+// newEngine builds a worker without starting its scheduler (benchmarks
+// drive steps directly).
+func newEngine(cfg Config) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:   cfg,
+		clock: cfg.Clock,
+		stats: newStats(),
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+		info: engine.Info{
+			Kind:             "mocker",
+			Model:            cfg.Model,
+			BlockSize:        cfg.BlockSize,
+			ContextLength:    cfg.ContextLength,
+			KVCapacityTokens: cfg.NumBlocks * cfg.BlockSize,
+			EOS:              append([]engine.Token(nil), cfg.EOS...),
+		},
+	}
+	e.coll = &collector{e: e}
+	ccfg := kvcache.Config{
+		NumBlocks:            cfg.NumBlocks,
+		BlockSize:            cfg.BlockSize,
+		DisablePrefixCaching: cfg.DisablePrefixCaching,
+	}
+	if ev := cfg.KVEvents; ev.Enabled && !cfg.DisablePrefixCaching {
+		// Hash like vLLM only when someone can see the hashes; otherwise the
+		// fast default keeps idle-heavy scale tests cheap.
+		ccfg.Hasher = kvevents.NewVLLMHasher(ev.HashSeed)
+		e.events = &eventBuffer{blockSize: cfg.BlockSize, format: ev.Format, bytesHashes: ev.BytesHashes}
+		ccfg.Sink = e.events
+		e.pub, err = kvevents.NewPublisher(context.Background(), kvevents.PublisherConfig{
+			Endpoint:         ev.Endpoint,
+			ReplayEndpoint:   ev.ReplayEndpoint,
+			Topic:            ev.Topic,
+			BufferSteps:      ev.BufferSteps,
+			HWM:              ev.HWM,
+			MaxQueueSize:     ev.MaxQueueSize,
+			DataParallelRank: ev.DataParallelRank,
+			Logger:           cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("mocker: KV events: %w", err)
+		}
+	}
+	e.cache, err = kvcache.New(ccfg)
+	if err != nil {
+		if e.pub != nil {
+			e.pub.Close()
+		}
+		return nil, fmt.Errorf("mocker: %w", err)
+	}
+	return e, nil
+}
+
+// Info implements engine.Engine.
+func (e *Engine) Info() engine.Info { return e.info }
+
+// KVBytesPerToken is the simulated model's KV size per token.
+func (e *Engine) KVBytesPerToken() int { return e.cfg.KVBytesPerToken }
+
+// Config returns the effective configuration (defaults applied).
+func (e *Engine) Config() Config { return e.cfg }
+
+// Collector returns the worker's vllm: Prometheus metrics. Register it
+// once; give workers that share a registry distinct EngineLabels.
+func (e *Engine) Collector() prometheus.Collector { return e.coll }
+
+// KVEventsEndpoint returns the bound PUB address ("" with events off), with
+// the real port when the configured one was 0.
+func (e *Engine) KVEventsEndpoint() string {
+	if e.pub == nil {
+		return ""
+	}
+	return e.pub.Endpoint()
+}
+
+// KVEventsReplayEndpoint returns the bound replay address ("" if none).
+func (e *Engine) KVEventsReplayEndpoint() string {
+	if e.pub == nil {
+		return ""
+	}
+	return e.pub.ReplayEndpoint()
+}
+
+// PublisherStats reports the event publisher's counters (zero with events
+// off).
+func (e *Engine) PublisherStats() kvevents.PublisherStats {
+	if e.pub == nil {
+		return kvevents.PublisherStats{}
+	}
+	return e.pub.Stats()
+}
+
+// Load returns the latest load snapshot.
+func (e *Engine) Load() Load {
+	used := int(e.loadUsedBlocks.Load())
+	return Load{
+		Running:     int(e.loadRunning.Load()),
+		Waiting:     int(e.loadWaiting.Load()),
+		UsedBlocks:  used,
+		TotalBlocks: e.cfg.NumBlocks,
+		KVUsage:     float64(used) / float64(e.cfg.NumBlocks),
+	}
+}
+
+// Generate implements engine.Generator. The returned stream's first Delta
+// carries PromptTokens and CachedTokens (the prefix-cache hit at first
+// admission).
+func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	n := len(req.Prompt)
+	if n == 0 {
+		return nil, ErrEmptyPrompt
+	}
+	ctxLen := e.cfg.ContextLength
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = ctxLen - n
+	}
+	if maxTokens <= 0 || n+maxTokens > ctxLen {
+		return nil, fmt.Errorf("%w: %d prompt + %d output tokens > %d (context length, bounded by %d KV tokens)",
+			engine.ErrPromptTooLong, n, maxTokens, ctxLen, e.cfg.NumBlocks*e.cfg.BlockSize)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := newSeq(e, req, maxTokens)
+	s.pipe = engine.NewPipe(ctx)
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, engine.ErrClosed
+	}
+	if e.cfg.MaxWaiting > 0 && e.loadWaiting.Load()+int64(len(e.inbox)) >= int64(e.cfg.MaxWaiting) {
+		e.mu.Unlock()
+		return nil, engine.ErrOverloaded
+	}
+	// AfterFunc runs its function on a new goroutine, which needs e.mu:
+	// even for an already-cancelled ctx the abort lands after the
+	// sequence is in the inbox, and the scheduler sees stopAbort set.
+	s.stopAbort = context.AfterFunc(ctx, func() { e.abort(s) })
+	e.inbox = append(e.inbox, s)
+	e.mu.Unlock()
+	e.signal()
+	return s.pipe, nil
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// abort asks the scheduler to drop s (its context ended).
+func (e *Engine) abort(s *seq) {
+	e.mu.Lock()
+	e.aborts = append(e.aborts, s)
+	e.mu.Unlock()
+	e.signal()
+}
+
+// do runs f on the scheduler goroutine and waits for it.
+func (e *Engine) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return engine.ErrClosed
+	}
+	e.commands = append(e.commands, func() { f(); close(done) })
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case <-done:
+		return nil
+	case <-e.done:
+		return engine.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ResetPrefixCache drops every cached block and publishes AllBlocksCleared,
+// like vLLM's /reset_prefix_cache. It fails while requests hold blocks.
+func (e *Engine) ResetPrefixCache(ctx context.Context) error {
+	var err error
+	if derr := e.do(ctx, func() {
+		err = e.cache.Reset()
+		e.flushEvents()
+	}); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// CacheStats returns the KV cache's block counts, read on the scheduler
+// goroutine.
+func (e *Engine) CacheStats(ctx context.Context) (kvcache.Stats, error) {
+	var st kvcache.Stats
+	err := e.do(ctx, func() { st = e.cache.Stats() })
+	return st, err
+}
+
+// Close stops the scheduler, fails every unfinished stream with
+// engine.ErrClosed and closes the event publisher.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		<-e.done
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case <-e.done:
+	case <-time.After(10 * time.Second):
+		return errors.New("mocker: scheduler did not stop")
+	}
+	if e.pub != nil {
+		return e.pub.Close()
+	}
+	return nil
+}

@@ -1,0 +1,486 @@
+package mocker
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvcache"
+)
+
+type seqState uint8
+
+const (
+	stateWaiting seqState = iota
+	stateRunning
+	stateFinished
+)
+
+// seq is one request inside the scheduler.
+type seq struct {
+	pipe      *engine.Pipe
+	stopAbort func() bool
+
+	tokens     []kvcache.Token // prompt, then outputs
+	promptLen  int
+	maxTokens  int
+	minTokens  int
+	ignoreEOS  bool
+	stop       []engine.Token
+	natural    int    // natural end length, 0 = none
+	vocabStart uint64 // offset into the vocabulary cycle
+
+	kv         kvcache.Seq
+	computed   int // tokens whose K/V is in the cache
+	prefillEnd int // len(tokens) at (re-)admission: below it, work is prefill
+	outputs    int
+	cached     int // prefix hit at first admission, reported to the client
+	admitted   bool
+	state      seqState
+
+	arrival, lastToken time.Time
+}
+
+// mix is SplitMix64's finalizer: a cheap, well-spread bijection for
+// deriving per-request offsets from seeds.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+func newSeq(e *Engine, req *engine.Request, maxTokens int) *seq {
+	s := &seq{
+		promptLen: len(req.Prompt),
+		maxTokens: maxTokens,
+		minTokens: req.MinTokens,
+		ignoreEOS: req.IgnoreEOS,
+		stop:      req.StopTokens,
+		arrival:   e.clock.Now(),
+	}
+	s.tokens = make([]kvcache.Token, len(req.Prompt), len(req.Prompt)+min(maxTokens, 512))
+	copy(s.tokens, req.Prompt)
+	// The output stream depends on the worker seed and either the client's
+	// sampling seed or, without one, the prompt: the same request always
+	// gets the same answer, different prompts get different ones.
+	key := req.Sampling.Seed
+	if !req.Sampling.HasSeed {
+		key = 0xcbf29ce484222325
+		for _, t := range req.Prompt {
+			key = mix(key ^ uint64(uint32(t)))
+		}
+	}
+	s.vocabStart = mix(e.cfg.Seed ^ mix(key))
+	if n := e.cfg.MaxNaturalTokens; n > 0 {
+		s.natural = max(1+int(mix(s.vocabStart+1)%uint64(n)), s.minTokens+1)
+	}
+	return s
+}
+
+// seqQueue is the waiting queue: FIFO, with preempted sequences going back
+// to the front as in vLLM.
+type seqQueue struct {
+	q    []*seq
+	head int
+}
+
+func (q *seqQueue) len() int { return len(q.q) - q.head }
+
+func (q *seqQueue) front() *seq {
+	if q.head == len(q.q) {
+		return nil
+	}
+	return q.q[q.head]
+}
+
+func (q *seqQueue) pop() {
+	q.q[q.head] = nil
+	q.head++
+	if q.head == len(q.q) {
+		q.q, q.head = q.q[:0], 0
+	}
+}
+
+func (q *seqQueue) push(s *seq) { q.q = append(q.q, s) }
+
+func (q *seqQueue) pushFront(s *seq) {
+	if q.head > 0 {
+		q.head--
+		q.q[q.head] = s
+		return
+	}
+	q.q = slices.Insert(q.q, 0, s)
+}
+
+// stepItem is one sequence's work in a step: n tokens to compute.
+type stepItem struct {
+	s       *seq
+	n       int
+	prefill bool
+}
+
+// run is the scheduler goroutine. It blocks on wake whenever there is
+// nothing to do, so an idle worker costs no CPU.
+func (e *Engine) run() {
+	defer close(e.done)
+	for {
+		if !e.drain() {
+			e.shutdown()
+			return
+		}
+		if len(e.running) == 0 && e.waiting.len() == 0 {
+			e.publishLoad()
+			<-e.wake
+			continue
+		}
+		switch ok, stopped := e.step(); {
+		case stopped:
+			e.shutdown()
+			return
+		case !ok:
+			// Work exists but none can be scheduled now: wait for news
+			// (a finish frees blocks, an abort, a close).
+			<-e.wake
+		}
+	}
+}
+
+// drain moves the inbox into the scheduler: new sequences join the waiting
+// queue, aborted ones release their blocks at once (so a cancelled request
+// frees its KV within the 100 ms contract even mid-step), commands run. It
+// reports false once the engine is closed.
+func (e *Engine) drain() bool {
+	e.mu.Lock()
+	in, aborts, cmds, closed := e.inbox, e.aborts, e.commands, e.closed
+	e.inbox, e.aborts, e.commands = nil, nil, nil
+	e.mu.Unlock()
+	for _, s := range in {
+		e.waiting.push(s)
+		e.loadWaiting.Add(1)
+	}
+	for _, s := range aborts {
+		e.finish(s, reasonAbort, engine.FinishCancelled)
+	}
+	for _, f := range cmds {
+		f()
+	}
+	return !closed
+}
+
+// step schedules, simulates and completes one batch. ok is false when
+// nothing could be scheduled; stopped is true when Close arrived while the
+// step was sleeping.
+func (e *Engine) step() (ok, stopped bool) {
+	e.schedule()
+	if len(e.items) == 0 {
+		e.flushEvents()
+		e.publishLoad()
+		return false, false
+	}
+	if d := e.cfg.stepDuration(e.stepMs()); d > 0 {
+		// Blocks were just allocated; let the router see them during a
+		// long step rather than only after it.
+		e.publishLoad()
+		if !e.sleep(d) {
+			return true, true
+		}
+	}
+	e.complete()
+	// Drop the step's references so an idle worker retains no finished
+	// sequence.
+	clear(e.items)
+	e.items = e.items[:0]
+	e.flushEvents()
+	e.steps++
+	if e.validate && e.validateErr == nil {
+		e.validateErr = e.checkInvariants()
+	}
+	e.publishLoad()
+	return true, false
+}
+
+// stepMs is the timing model's cost of the scheduled batch.
+func (e *Engine) stepMs() float64 {
+	prefill, decodes := 0, 0
+	for _, it := range e.items {
+		if it.prefill {
+			prefill += it.n
+		} else {
+			decodes++
+		}
+	}
+	ms := e.cfg.Timing.PrefillMs(prefill)
+	if decodes > 0 {
+		ms += e.cfg.Timing.DecodeMs(e.cache.Stats().Usage())
+	}
+	return ms
+}
+
+// sleep waits d of simulated time while still serving the inbox, so aborts
+// and new arrivals are handled during long steps. It reports false if the
+// engine was closed meanwhile.
+func (e *Engine) sleep(d time.Duration) bool {
+	t := e.clock.After(d)
+	for {
+		select {
+		case <-t:
+			return true
+		case <-e.wake:
+			if !e.drain() {
+				return false
+			}
+		}
+	}
+}
+
+// schedule builds e.items like vLLM's v1 scheduler: running sequences first
+// (decodes and unfinished chunked prefills), each taking up to the token
+// budget; when blocks run out the newest running sequence is preempted
+// (freed, to be recomputed later, its full blocks staying in the prefix
+// cache). Waiting sequences are admitted FIFO only if nothing was
+// preempted, after matching their longest cached prefix.
+func (e *Engine) schedule() {
+	clear(e.items)
+	e.items = e.items[:0]
+	live := e.running[:0]
+	for _, s := range e.running {
+		if s.state == stateRunning {
+			live = append(live, s)
+		}
+	}
+	clear(e.running[len(live):])
+	e.running = live
+
+	budget := e.cfg.MaxNumBatchedTokens
+	preempted := false
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := min(len(s.tokens)-s.computed, budget)
+		scheduled := true
+		for e.cache.Allocate(&s.kv, s.computed+n) != nil {
+			victim := e.running[len(e.running)-1]
+			e.running[len(e.running)-1] = nil
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			preempted = true
+			if victim == s {
+				scheduled = false
+				break
+			}
+		}
+		if !scheduled {
+			break
+		}
+		e.items = append(e.items, stepItem{s: s, n: n, prefill: s.computed < s.prefillEnd})
+		budget -= n
+	}
+	if preempted {
+		return
+	}
+	for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		s := e.waiting.front()
+		if s == nil {
+			break
+		}
+		if s.state == stateFinished {
+			e.waiting.pop()
+			continue
+		}
+		// vLLM always recomputes at least the last token (it needs its
+		// logits), so at most len-1 tokens can hit.
+		hit := e.cache.Acquire(&s.kv, s.tokens[:len(s.tokens)-1])
+		need := len(s.tokens) - hit
+		n := min(need, budget)
+		if (e.cfg.DisableChunkedPrefill && n < need) || e.cache.Allocate(&s.kv, hit+n) != nil {
+			// Head-of-line blocking, as in vLLM: retry next step.
+			e.cache.Free(&s.kv)
+			break
+		}
+		e.waiting.pop()
+		e.loadWaiting.Add(-1)
+		e.stats.prefixQueries.Add(uint64(len(s.tokens)))
+		e.stats.prefixHits.Add(uint64(hit))
+		if !s.admitted {
+			s.cached = hit
+			s.admitted = true
+		}
+		s.computed = hit
+		s.prefillEnd = len(s.tokens)
+		s.state = stateRunning
+		e.running = append(e.running, s)
+		e.items = append(e.items, stepItem{s: s, n: n, prefill: true})
+		budget -= n
+	}
+}
+
+func (e *Engine) preempt(s *seq) {
+	e.cache.Free(&s.kv)
+	s.computed = 0
+	s.state = stateWaiting
+	e.waiting.pushFront(s)
+	e.loadWaiting.Add(1)
+	e.stats.preemptions.Add(1)
+}
+
+// complete applies the step: computed tokens advance, newly full blocks are
+// committed (publishing BlockStored), and every sequence whose known tokens
+// are all computed samples its next token.
+func (e *Engine) complete() {
+	now := e.clock.Now()
+	for _, it := range e.items {
+		s := it.s
+		if s.state != stateRunning {
+			continue // aborted while the step ran
+		}
+		s.computed += it.n
+		e.cache.Commit(&s.kv, s.tokens[:s.computed])
+		if s.computed == len(s.tokens) {
+			e.emit(s, now)
+		}
+	}
+}
+
+func (e *Engine) nextToken(s *seq) engine.Token {
+	vocab := e.cfg.Vocabulary
+	if len(vocab) == 0 {
+		vocab = s.tokens[:s.promptLen]
+	}
+	return vocab[(s.vocabStart+uint64(s.outputs))%uint64(len(vocab))]
+}
+
+func isIn(t engine.Token, set []engine.Token) bool {
+	return slices.Contains(set, t)
+}
+
+// emit samples one token for s and delivers it.
+func (e *Engine) emit(s *seq, now time.Time) {
+	k := s.outputs + 1
+	t := e.nextToken(s)
+	finish, reason := engine.FinishNone, reasonStop
+	switch {
+	case s.natural > 0 && k >= s.natural && !s.ignoreEOS:
+		if len(e.cfg.EOS) > 0 {
+			t = e.cfg.EOS[0]
+		}
+		finish = engine.FinishStop
+	case k > s.minTokens && (isIn(t, s.stop) || (!s.ignoreEOS && isIn(t, e.cfg.EOS))):
+		finish = engine.FinishStop
+	case k >= s.maxTokens:
+		finish, reason = engine.FinishLength, reasonLength
+	}
+	s.tokens = append(s.tokens, t)
+	s.outputs = k
+	e.tok1[0] = t
+	d := engine.Delta{Tokens: e.tok1[:], Finish: finish}
+	if k == 1 {
+		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
+		e.stats.ttft.observe(now.Sub(s.arrival).Seconds())
+		e.stats.promptTokens.Add(uint64(s.promptLen))
+	} else {
+		e.stats.itl.observe(now.Sub(s.lastToken).Seconds())
+	}
+	s.lastToken = now
+	e.stats.generationTokens.Add(1)
+	delivered := s.pipe.Send(d)
+	switch {
+	case finish != engine.FinishNone:
+		e.finish(s, reason, finish)
+	case !delivered:
+		// The consumer went away without its context ending.
+		e.finish(s, reasonAbort, engine.FinishCancelled)
+	}
+}
+
+// finish retires s: its blocks go back to the cache and, for an abort, its
+// stream ends with FinishCancelled.
+func (e *Engine) finish(s *seq, reason int, fr engine.FinishReason) {
+	if s.state == stateFinished {
+		return
+	}
+	if s.state == stateWaiting {
+		e.loadWaiting.Add(-1)
+	}
+	e.cache.Free(&s.kv)
+	s.state = stateFinished
+	if s.stopAbort != nil {
+		s.stopAbort()
+	}
+	if reason == reasonAbort {
+		s.pipe.Send(engine.Delta{Finish: fr})
+	}
+	e.stats.success[reason].Add(1)
+	e.stats.e2e.observe(e.clock.Now().Sub(s.arrival).Seconds())
+}
+
+// flushEvents publishes the step's KV events as one batch.
+func (e *Engine) flushEvents() {
+	if e.events == nil {
+		return
+	}
+	ts := float64(e.clock.Now().UnixNano()) / 1e9
+	if payload := e.events.take(ts, e.cfg.KVEvents.DataParallelRank); payload != nil {
+		e.pub.Publish(payload)
+	}
+}
+
+func (e *Engine) publishLoad() {
+	n := 0
+	for _, s := range e.running {
+		if s.state == stateRunning {
+			n++
+		}
+	}
+	e.loadRunning.Store(int64(n))
+	e.loadUsedBlocks.Store(int64(e.cache.Stats().Used))
+}
+
+// shutdown fails every live sequence with engine.ErrClosed.
+func (e *Engine) shutdown() {
+	e.mu.Lock()
+	in := e.inbox
+	e.inbox = nil
+	e.mu.Unlock()
+	fail := func(s *seq) {
+		if s == nil || s.state == stateFinished {
+			return
+		}
+		e.cache.Free(&s.kv)
+		s.state = stateFinished
+		if s.stopAbort != nil {
+			s.stopAbort()
+		}
+		s.pipe.Fail(engine.ErrClosed)
+	}
+	for _, s := range e.running {
+		fail(s)
+	}
+	for _, s := range e.waiting.q[e.waiting.head:] {
+		fail(s)
+	}
+	for _, s := range in {
+		fail(s)
+	}
+	e.running, e.waiting = nil, seqQueue{}
+	e.loadRunning.Store(0)
+	e.loadWaiting.Store(0)
+	e.flushEvents()
+}
+
+// checkInvariants verifies the KV cache against the sequences that should
+// hold blocks: refcounts match, nothing leaked, no in-use block evictable.
+func (e *Engine) checkInvariants() error {
+	var held []*kvcache.Seq
+	for _, s := range e.running {
+		if s.state == stateRunning {
+			held = append(held, &s.kv)
+		}
+	}
+	for _, s := range e.waiting.q[e.waiting.head:] {
+		if len(s.kv.Blocks()) != 0 {
+			return fmt.Errorf("waiting sequence holds %d blocks", len(s.kv.Blocks()))
+		}
+	}
+	return e.cache.Validate(held...)
+}

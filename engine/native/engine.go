@@ -1,0 +1,497 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/native/kernels"
+	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/kvcache"
+)
+
+// Options tune an Engine. The zero value is usable.
+type Options struct {
+	// Model is the id reported in Info (default "native").
+	Model string
+	// Threads is the number of compute threads (0: GOMAXPROCS).
+	Threads int
+	// BlockSize is the KV block size in tokens (default 16).
+	BlockSize int
+	// KVBytes bounds the KV cache memory (default 256 MiB, but always at
+	// least one full context).
+	KVBytes int64
+	// MaxSeqs bounds the sequences decoded together (default 16).
+	MaxSeqs int
+	// MaxBatchTokens bounds the tokens of one forward step (default 512).
+	// The scheduler also shrinks steps so one takes about StepTarget.
+	MaxBatchTokens int
+	// StepTarget is the wall time one step aims at, which bounds how late a
+	// cancellation is noticed (default 40 ms).
+	StepTarget time.Duration
+	// MaxQueue bounds requests waiting for admission (default 1024); beyond
+	// it Generate returns engine.ErrOverloaded.
+	MaxQueue int
+	// ContextLength caps the model's context (0: the model's).
+	ContextLength int
+	// EOS overrides the end-of-sequence tokens (nil: the model's).
+	EOS []engine.Token
+	// Sink receives the KV cache's block events (the router's feed).
+	Sink kvcache.EventSink
+	// Hasher selects the block hash (nil: kvcache's default XXH3 chain).
+	Hasher kvcache.Hasher
+	// DisablePrefixCaching recomputes every prompt.
+	DisablePrefixCaching bool
+}
+
+func (o *Options) defaults() {
+	if o.Model == "" {
+		o.Model = "native"
+	}
+	if o.BlockSize <= 0 {
+		o.BlockSize = 16
+	}
+	if o.KVBytes <= 0 {
+		o.KVBytes = 256 << 20
+	}
+	if o.MaxSeqs <= 0 {
+		o.MaxSeqs = 16
+	}
+	if o.MaxBatchTokens <= 0 {
+		o.MaxBatchTokens = 512
+	}
+	if o.StepTarget <= 0 {
+		o.StepTarget = 40 * time.Millisecond
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 1024
+	}
+}
+
+// Engine runs a model on the CPU with continuous batching over a paged,
+// prefix-cached KV store. One scheduler goroutine owns the model state, the
+// KV cache and the sequences; Generate, ExportKV and ImportKV talk to it
+// through channels.
+type Engine struct {
+	m        *model.Model
+	opts     Options
+	info     engine.Info
+	pool     *kernels.Pool
+	kv       *model.KVStore
+	cache    *kvcache.Cache
+	fp       [32]byte
+	reqs     chan *seq
+	cmds     chan func()
+	closed   chan struct{}
+	done     chan struct{}
+	closeMu  sync.Mutex
+	isClosed bool
+	seeds    uint64 // scheduler-only: fallback sampler seeds
+}
+
+// New builds an engine over a loaded model. The engine owns m afterwards.
+func New(m *model.Model, opts Options) (*Engine, error) {
+	opts.defaults()
+	c := &m.Config
+	ctxLen := c.SeqLen
+	if opts.ContextLength > 0 && opts.ContextLength < ctxLen {
+		ctxLen = opts.ContextLength
+	}
+	blockBytes := int64(opts.BlockSize) * int64(c.KVDim()) * int64(c.Layers) * 2 * 4
+	blocks := int(opts.KVBytes / blockBytes)
+	blocks = max(blocks, (ctxLen+opts.BlockSize-1)/opts.BlockSize+1)
+	kv, err := model.NewKVStore(c, opts.BlockSize, blocks)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := kvcache.New(kvcache.Config{NumBlocks: blocks, BlockSize: opts.BlockSize, Hasher: opts.Hasher,
+		Sink: opts.Sink, DisablePrefixCaching: opts.DisablePrefixCaching})
+	if err != nil {
+		return nil, err
+	}
+	eos := opts.EOS
+	if eos == nil {
+		eos = defaultEOS(m)
+	}
+	e := &Engine{
+		m: m, opts: opts, pool: kernels.NewPool(opts.Threads), kv: kv, cache: cache,
+		fp:     Fingerprint(m),
+		reqs:   make(chan *seq, opts.MaxQueue),
+		cmds:   make(chan func()),
+		closed: make(chan struct{}),
+		done:   make(chan struct{}),
+		seeds:  uint64(time.Now().UnixNano()),
+	}
+	e.info = engine.Info{Kind: "native", Model: opts.Model, BlockSize: opts.BlockSize, ContextLength: ctxLen,
+		KVCapacityTokens: blocks * opts.BlockSize, EOS: eos}
+	go e.loop()
+	return e, nil
+}
+
+func defaultEOS(m *model.Model) []engine.Token {
+	if m.EOS != nil {
+		return append([]engine.Token(nil), m.EOS...)
+	}
+	return []engine.Token{2} // llama2.c / SentencePiece convention
+}
+
+// Info implements engine.Engine.
+func (e *Engine) Info() engine.Info {
+	info := e.info
+	info.EOS = append([]engine.Token(nil), info.EOS...)
+	return info
+}
+
+// Model returns the model the engine runs (read-only).
+func (e *Engine) Model() *model.Model { return e.m }
+
+// Close stops the scheduler; running sequences end with ErrClosed.
+func (e *Engine) Close() error {
+	e.closeMu.Lock()
+	if e.isClosed {
+		e.closeMu.Unlock()
+		return nil
+	}
+	e.isClosed = true
+	close(e.closed)
+	e.closeMu.Unlock()
+	<-e.done
+	e.pool.Close()
+	return nil
+}
+
+// seq is one request in flight; only the scheduler touches it after
+// Generate hands it over.
+type seq struct {
+	req       *engine.Request
+	ctx       context.Context
+	pipe      *engine.Pipe
+	tokens    []int32 // prompt, then generated tokens
+	promptLen int
+	maxLen    int // tokens may grow to this length
+	kv        kvcache.Seq
+	computed  int // leading tokens whose K/V is in the cache
+	admitted  bool
+	cached    int
+	generated int
+	sampler   *sampler
+	logits    []float32
+	stop      map[int32]bool
+	eos       map[int32]bool
+	started   bool // first Delta sent
+}
+
+// Generate implements engine.Generator.
+func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	if len(req.Prompt) == 0 {
+		return nil, errors.New("native: empty prompt")
+	}
+	for _, t := range req.Prompt {
+		if t < 0 || int(t) >= e.m.Config.Vocab {
+			return nil, fmt.Errorf("native: prompt token %d outside the vocabulary [0,%d)", t, e.m.Config.Vocab)
+		}
+	}
+	ctxLen := e.info.ContextLength
+	maxLen := ctxLen
+	if req.MaxTokens > 0 {
+		maxLen = len(req.Prompt) + req.MaxTokens
+	}
+	if len(req.Prompt) >= ctxLen || maxLen > ctxLen {
+		return nil, fmt.Errorf("%w: %d prompt tokens + %d max tokens > %d", engine.ErrPromptTooLong, len(req.Prompt), req.MaxTokens, ctxLen)
+	}
+	s := &seq{
+		req: req, ctx: ctx, pipe: engine.NewPipe(ctx),
+		tokens:    append(make([]int32, 0, maxLen), req.Prompt...),
+		promptLen: len(req.Prompt), maxLen: maxLen,
+		stop: map[int32]bool{}, eos: map[int32]bool{},
+	}
+	for _, t := range req.StopTokens {
+		s.stop[t] = true
+	}
+	if !req.IgnoreEOS {
+		for _, t := range e.info.EOS {
+			s.eos[t] = true
+		}
+	}
+	select {
+	case <-e.closed:
+		return nil, engine.ErrClosed
+	default:
+	}
+	select {
+	case e.reqs <- s:
+		return s.pipe, nil
+	case <-e.closed:
+		return nil, engine.ErrClosed
+	default:
+		return nil, engine.ErrOverloaded
+	}
+}
+
+// do runs f on the scheduler goroutine between steps.
+func (e *Engine) do(ctx context.Context, f func()) error {
+	ran := make(chan struct{})
+	select {
+	case e.cmds <- func() { f(); close(ran) }:
+	case <-e.closed:
+		return engine.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-ran
+	return nil
+}
+
+// stepCtx lets a forward step stop early once every sequence in it has
+// been cancelled, without a goroutine per step.
+type stepCtx struct {
+	context.Context
+	seqs []*seq
+}
+
+func (c *stepCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	for _, s := range c.seqs {
+		if s.ctx.Err() == nil {
+			return nil
+		}
+	}
+	return context.Canceled
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	var waiting, running []*seq
+	st := &model.State{}
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-e.closed
+		cancel()
+	}()
+	rate := 0.0 // tokens per second of recent steps
+	var batch []model.Seq
+	var inBatch []*seq
+	for {
+		// Block only when there is nothing to compute.
+		if len(waiting) == 0 && len(running) == 0 {
+			select {
+			case s := <-e.reqs:
+				waiting = append(waiting, s)
+			case f := <-e.cmds:
+				f()
+				continue
+			case <-e.closed:
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case s := <-e.reqs:
+				waiting = append(waiting, s)
+			case f := <-e.cmds:
+				f()
+			case <-e.closed:
+				for _, s := range append(waiting, running...) {
+					e.cache.Free(&s.kv)
+					s.pipe.Fail(engine.ErrClosed)
+				}
+				return
+			default:
+				break drain
+			}
+		}
+		// Cancelled sequences leave before any work is spent on them.
+		keep := running[:0]
+		for _, s := range running {
+			if s.pipe.Done() {
+				e.finish(s, engine.FinishCancelled)
+				continue
+			}
+			keep = append(keep, s)
+		}
+		running = keep
+		keepW := waiting[:0]
+		for _, s := range waiting {
+			if s.pipe.Done() {
+				e.finish(s, engine.FinishCancelled)
+				continue
+			}
+			keepW = append(keepW, s)
+		}
+		waiting = keepW
+		for len(waiting) > 0 && len(running) < e.opts.MaxSeqs {
+			s := waiting[0]
+			waiting = waiting[1:]
+			if !s.admitted {
+				s.admitted = true
+				s.sampler = newSampler(s.req.Sampling, e.nextSeed())
+				s.logits = make([]float32, e.m.Config.Vocab)
+			}
+			// Keep at least the last token to compute: it yields the logits.
+			s.computed = e.cache.Acquire(&s.kv, s.tokens[:len(s.tokens)-1])
+			if !s.started {
+				s.cached = s.computed
+			}
+			running = append(running, s)
+		}
+		if len(running) == 0 {
+			continue
+		}
+		// Build the step: decodes first (they are latency-bound), then
+		// prefill chunks in admission order within the token budget.
+		budget := e.opts.MaxBatchTokens
+		if rate > 0 {
+			budget = min(budget, max(16, int(rate*e.opts.StepTarget.Seconds())))
+		}
+		batch, inBatch = batch[:0], inBatch[:0]
+		for pass := 0; pass < 2; pass++ {
+			for _, s := range running {
+				if budget <= 0 {
+					break
+				}
+				left := len(s.tokens) - s.computed
+				if (pass == 0) != (left == 1) {
+					continue
+				}
+				n := min(left, budget)
+				if err := e.cache.Allocate(&s.kv, s.computed+n); err != nil {
+					continue // out of blocks: waits for others to finish
+				}
+				ms := model.Seq{Tokens: s.tokens[s.computed : s.computed+n], Pos: s.computed, Blocks: s.kv.Blocks()}
+				if s.computed+n == len(s.tokens) {
+					ms.Logits = s.logits
+				}
+				batch = append(batch, ms)
+				inBatch = append(inBatch, s)
+				budget -= n
+			}
+		}
+		if len(batch) == 0 {
+			// No sequence could grow: preempt the youngest (it recomputes
+			// from its cached prefix later), or fail a lone sequence that
+			// is larger than the whole cache.
+			v := running[len(running)-1]
+			running = running[:len(running)-1]
+			e.cache.Free(&v.kv)
+			if len(running) > 0 {
+				v.computed = 0
+				waiting = append([]*seq{v}, waiting...)
+			} else {
+				v.pipe.Fail(fmt.Errorf("native: KV cache (%d tokens) too small for this sequence", e.info.KVCapacityTokens))
+			}
+			continue
+		}
+		t0 := time.Now()
+		err := e.m.Forward(&stepCtx{Context: base, seqs: inBatch}, e.pool, st, e.kv, batch)
+		if err != nil {
+			if base.Err() != nil {
+				continue // closing
+			}
+			if errors.Is(err, context.Canceled) {
+				continue // every sequence of the step was cancelled
+			}
+			for _, s := range inBatch {
+				e.cache.Free(&s.kv)
+				running = remove(running, s)
+				s.pipe.Fail(fmt.Errorf("native: forward: %w", err))
+			}
+			continue
+		}
+		n := 0
+		for _, b := range batch {
+			n += len(b.Tokens)
+		}
+		if dt := time.Since(t0).Seconds(); dt > 0 {
+			r := float64(n) / dt
+			if rate == 0 {
+				rate = r
+			} else {
+				rate = 0.7*rate + 0.3*r
+			}
+		}
+		for i, s := range inBatch {
+			s.computed += len(batch[i].Tokens)
+			e.cache.Commit(&s.kv, s.tokens[:s.computed])
+			if s.computed < len(s.tokens) {
+				continue
+			}
+			if reason, done := e.emit(s); done {
+				e.finish(s, reason)
+				running = remove(running, s)
+			}
+		}
+	}
+}
+
+func (e *Engine) nextSeed() uint64 {
+	e.seeds = e.seeds*6364136223846793005 + 1442695040888963407
+	return e.seeds
+}
+
+// emit samples the next token of s and sends it; it reports whether the
+// sequence is finished.
+func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
+	if s.generated < s.req.MinTokens {
+		for t := range s.eos {
+			s.logits[t] = float32(math.Inf(-1))
+		}
+		for t := range s.stop {
+			if int(t) < len(s.logits) && t >= 0 {
+				s.logits[t] = float32(math.Inf(-1))
+			}
+		}
+	}
+	tok := s.sampler.sample(s.logits)
+	s.tokens = append(s.tokens, tok)
+	s.generated++
+	d := engine.Delta{Tokens: []engine.Token{tok}}
+	if !s.started {
+		s.started = true
+		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
+	}
+	switch {
+	case s.eos[tok] || s.stop[tok]:
+		d.Finish = engine.FinishStop
+	case len(s.tokens) >= s.maxLen:
+		d.Finish = engine.FinishLength
+	}
+	if !s.pipe.Send(d) {
+		return engine.FinishCancelled, true
+	}
+	return d.Finish, d.Finish != engine.FinishNone
+}
+
+func (e *Engine) finish(s *seq, reason engine.FinishReason) {
+	e.cache.Free(&s.kv)
+	if reason == engine.FinishCancelled {
+		d := engine.Delta{Finish: engine.FinishCancelled}
+		if !s.started {
+			d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
+		}
+		s.pipe.Send(d)
+	}
+}
+
+func remove(list []*seq, s *seq) []*seq {
+	for i, v := range list {
+		if v == s {
+			return append(list[:i], list[i+1:]...)
+		}
+	}
+	return list
+}
+
+// CacheStats reports KV block usage (for metrics).
+func (e *Engine) CacheStats(ctx context.Context) (kvcache.Stats, error) {
+	var st kvcache.Stats
+	err := e.do(ctx, func() { st = e.cache.Stats() })
+	return st, err
+}

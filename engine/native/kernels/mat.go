@@ -1,0 +1,208 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// DType is the storage type of a weight matrix in memory. F16 files are
+// widened to F32 at load: the products are bandwidth-bound either way and
+// one fp32 path is simpler to keep exact.
+type DType uint8
+
+const (
+	F32 DType = iota
+	Q8_0
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "F32"
+	case Q8_0:
+		return "Q8_0"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// QK is the Q8_0 group size: 32 int8 values share one scale.
+const QK = 32
+
+// Mat is a row-major weight matrix: Rows outputs, Cols inputs.
+type Mat struct {
+	Type DType
+	Rows int
+	Cols int
+	F    []float32 // F32: Rows*Cols values
+	Q    []int8    // Q8_0: Rows*Cols quants
+	S    []float32 // Q8_0: Rows*Cols/QK scales
+}
+
+// Validate reports a Mat whose slices do not match its shape, so a corrupt
+// file is refused at load instead of faulting in a product.
+func (m *Mat) Validate() error {
+	if m.Rows <= 0 || m.Cols <= 0 {
+		return fmt.Errorf("bad shape %dx%d", m.Rows, m.Cols)
+	}
+	n := m.Rows * m.Cols
+	switch m.Type {
+	case F32:
+		if len(m.F) != n {
+			return fmt.Errorf("F32 %dx%d has %d values", m.Rows, m.Cols, len(m.F))
+		}
+	case Q8_0:
+		if m.Cols%QK != 0 {
+			return fmt.Errorf("Q8_0 needs columns divisible by %d, got %d", QK, m.Cols)
+		}
+		if len(m.Q) != n || len(m.S) != n/QK {
+			return fmt.Errorf("Q8_0 %dx%d has %d quants and %d scales", m.Rows, m.Cols, len(m.Q), len(m.S))
+		}
+	default:
+		return fmt.Errorf("unsupported type %v", m.Type)
+	}
+	return nil
+}
+
+// Bytes is the in-memory weight size.
+func (m *Mat) Bytes() int64 {
+	if m.Type == Q8_0 {
+		return int64(len(m.Q)) + 4*int64(len(m.S))
+	}
+	return 4 * int64(len(m.F))
+}
+
+// Row copies row r into dst as fp32 (the embedding lookup).
+func (m *Mat) Row(dst []float32, r int) {
+	switch m.Type {
+	case F32:
+		copy(dst, m.F[r*m.Cols:(r+1)*m.Cols])
+	case Q8_0:
+		q := m.Q[r*m.Cols : (r+1)*m.Cols]
+		s := m.S[r*m.Cols/QK : (r+1)*m.Cols/QK]
+		for i := range q {
+			dst[i] = float32(q[i]) * s[i/QK]
+		}
+	}
+}
+
+// QuantizeMat converts an F32 matrix to Q8_0 the way llama.cpp does
+// (scale = absmax/127, round half away from zero). Scales are rounded to
+// fp16 as they would be in a GGUF file, so quantizing in memory and loading
+// a written Q8_0 file give the same weights.
+func QuantizeMat(m *Mat) (*Mat, error) {
+	if m.Type != F32 {
+		return nil, fmt.Errorf("quantize: matrix is %v, not F32", m.Type)
+	}
+	if m.Cols%QK != 0 {
+		return nil, fmt.Errorf("quantize: %d columns not divisible by %d", m.Cols, QK)
+	}
+	q := &Mat{Type: Q8_0, Rows: m.Rows, Cols: m.Cols, Q: make([]int8, len(m.F)), S: make([]float32, len(m.F)/QK)}
+	for g := range q.S {
+		x := m.F[g*QK : (g+1)*QK]
+		var amax float32
+		for _, v := range x {
+			amax = max(amax, abs32(v))
+		}
+		d := F16ToF32(F32ToF16(amax / 127))
+		q.S[g] = d
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		for i, v := range x {
+			q.Q[g*QK+i] = int8(max(-127, min(127, roundAway(v*id))))
+		}
+	}
+	return q, nil
+}
+
+// QuantizeRows quantizes T activation rows of n values (n%QK == 0) into q and
+// per-group scales s, keeping fp32 scales: activations never hit a file.
+func QuantizeRows(x []float32, q []int8, s []float32) {
+	for g := range len(x) / QK {
+		v := x[g*QK : (g+1)*QK]
+		var amax float32
+		for _, f := range v {
+			amax = max(amax, abs32(f))
+		}
+		d := amax / 127
+		s[g] = d
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		qq := q[g*QK : (g+1)*QK]
+		for i, f := range v {
+			qq[i] = int8(roundAway(f * id))
+		}
+	}
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+func roundAway(v float32) float32 {
+	if v < 0 {
+		return -float32(math.Floor(float64(-v) + 0.5))
+	}
+	return float32(math.Floor(float64(v) + 0.5))
+}
+
+// F16ToF32 widens an IEEE half.
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h) & 0x3ff
+	switch {
+	case exp == 0:
+		if man == 0 {
+			return math.Float32frombits(sign)
+		}
+		// Subnormal: value = man * 2^-24.
+		f := float32(man) * (1.0 / (1 << 24))
+		if sign != 0 {
+			f = -f
+		}
+		return f
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0xff<<23 | man<<13)
+	}
+	return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+}
+
+// F32ToF16 rounds to the nearest half, ties to even.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		if e < -10 {
+			return sign
+		}
+		man |= 0x800000
+		shift := uint32(14 - e)
+		half := uint32(1) << (shift - 1)
+		r := man >> shift
+		rem := man & (1<<shift - 1)
+		if rem > half || (rem == half && r&1 == 1) {
+			r++
+		}
+		return sign | uint16(r)
+	}
+	r := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && r&1 == 1) {
+		r++ // may carry into the exponent, which is the right rounding
+	}
+	return sign | uint16(r)
+}

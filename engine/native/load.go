@@ -1,0 +1,114 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// Loaded is a model file read into memory together with its tokenizer.
+type Loaded struct {
+	Model     *model.Model
+	Tokenizer tokenizer.Tokenizer
+	// Path is the weights file that was read.
+	Path string
+}
+
+// LoadModel reads a model from a file or a directory. A directory is
+// searched for one *.gguf file, else one llama2.c *.bin checkpoint with
+// its tokenizer (tok*.bin or tokenizer.bin) beside it. A llama2.c file
+// given directly takes its tokenizer from the same directory.
+func LoadModel(path string) (*Loaded, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+	file := path
+	if st.IsDir() {
+		if file, err = pickModelFile(path); err != nil {
+			return nil, err
+		}
+	}
+	if strings.EqualFold(filepath.Ext(file), ".gguf") {
+		return loadGGUF(file)
+	}
+	m, err := model.LoadLlama2C(file)
+	if err != nil {
+		return nil, err
+	}
+	tp, err := findLlama2CTokenizer(filepath.Dir(file), file)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.LoadLlama2C(tp)
+	if err != nil {
+		return nil, fmt.Errorf("native: tokenizer %s: %w", tp, err)
+	}
+	return &Loaded{Model: m, Tokenizer: tok, Path: file}, nil
+}
+
+func pickModelFile(dir string) (string, error) {
+	ggufs, _ := filepath.Glob(filepath.Join(dir, "*.gguf"))
+	if len(ggufs) == 1 {
+		return ggufs[0], nil
+	}
+	if len(ggufs) > 1 {
+		return "", fmt.Errorf("native: %s holds several .gguf files %v; name one", dir, ggufs)
+	}
+	bins, _ := filepath.Glob(filepath.Join(dir, "*.bin"))
+	var ckpts []string
+	for _, b := range bins {
+		if !isTokenizerName(filepath.Base(b)) {
+			ckpts = append(ckpts, b)
+		}
+	}
+	sort.Strings(ckpts)
+	switch len(ckpts) {
+	case 0:
+		return "", fmt.Errorf("native: %s holds no .gguf or llama2.c .bin model", dir)
+	case 1:
+		return ckpts[0], nil
+	}
+	return "", fmt.Errorf("native: %s holds several checkpoints %v; name one", dir, ckpts)
+}
+
+func isTokenizerName(name string) bool {
+	return strings.HasPrefix(name, "tok") && strings.HasSuffix(name, ".bin")
+}
+
+func findLlama2CTokenizer(dir, model string) (string, error) {
+	bins, _ := filepath.Glob(filepath.Join(dir, "*.bin"))
+	var toks []string
+	for _, b := range bins {
+		if b != model && isTokenizerName(filepath.Base(b)) {
+			toks = append(toks, b)
+		}
+	}
+	sort.Strings(toks)
+	if len(toks) == 0 {
+		return "", errors.New("native: no llama2.c tokenizer (tok*.bin, tokenizer.bin) beside " + model)
+	}
+	return toks[0], nil
+}
+
+// Load reads a model (see LoadModel) and starts an engine on it.
+func Load(path string, opts Options) (*Engine, *Loaded, error) {
+	l, err := LoadModel(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.Model == "" {
+		opts.Model = strings.TrimSuffix(filepath.Base(l.Path), filepath.Ext(l.Path))
+	}
+	e, err := New(l.Model, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, l, nil
+}

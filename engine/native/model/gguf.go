@@ -1,0 +1,421 @@
+package model
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/tandemllm/tandem/engine/native/gguf"
+	"github.com/tandemllm/tandem/engine/native/kernels"
+)
+
+// maxGGUFContext caps the context length taken from GGUF metadata: the
+// RoPE tables are sized by it, and a file's claim (Qwen3 says 40,960) need
+// not be honoured in full by a CPU engine.
+const maxGGUFContext = 32768
+
+// LoadGGUF reads a GGUF model file.
+func LoadGGUF(path string) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("gguf %s: %w", path, err)
+	}
+	m.Source = path
+	return m, nil
+}
+
+// ParseGGUF is LoadGGUF over bytes in memory (fuzzing, tests).
+func ParseGGUF(b []byte) (*Model, error) {
+	f, err := gguf.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	return FromGGUF(f)
+}
+
+// FromGGUF maps a parsed GGUF file onto a Model: llama, qwen2 and qwen3
+// architectures; F32, F16 and Q8_0 tensors. Anything else is refused by
+// name.
+func FromGGUF(f *gguf.File) (*Model, error) {
+	arch, ok := f.String("general.architecture")
+	if !ok {
+		return nil, errors.New("general.architecture is missing")
+	}
+	c := Config{Arch: arch}
+	switch arch {
+	case "llama":
+		c.Rope = RopeInterleaved
+	case "qwen2":
+		c.Rope, c.QKVBias = RopeHalf, true
+	case "qwen3":
+		c.Rope, c.QKNorm = RopeHalf, true
+	default:
+		return nil, fmt.Errorf("unsupported architecture %q (supported: llama, qwen2, qwen3)", arch)
+	}
+	geti := func(key string, dst *int, required bool) error {
+		v, ok := f.Uint(arch + "." + key)
+		if !ok {
+			if required {
+				return fmt.Errorf("metadata %s.%s is missing", arch, key)
+			}
+			return nil
+		}
+		if v > maxDim {
+			return fmt.Errorf("metadata %s.%s = %d is out of range", arch, key, v)
+		}
+		*dst = int(v)
+		return nil
+	}
+	for _, k := range []struct {
+		key string
+		dst *int
+		req bool
+	}{
+		{"embedding_length", &c.Dim, true}, {"feed_forward_length", &c.Hidden, true},
+		{"block_count", &c.Layers, true}, {"attention.head_count", &c.Heads, true},
+		{"attention.head_count_kv", &c.KVHeads, false}, {"context_length", &c.SeqLen, true},
+		{"attention.key_length", &c.HeadDim, false},
+	} {
+		if err := geti(k.key, k.dst, k.req); err != nil {
+			return nil, err
+		}
+	}
+	if c.KVHeads == 0 {
+		c.KVHeads = c.Heads
+	}
+	if c.HeadDim == 0 && c.Heads > 0 {
+		c.HeadDim = c.Dim / c.Heads
+	}
+	if vl, ok := f.Uint(arch + ".attention.value_length"); ok && int(vl) != c.HeadDim {
+		return nil, fmt.Errorf("value_length %d differs from key_length %d: unsupported", vl, c.HeadDim)
+	}
+	c.SeqLen = min(c.SeqLen, maxGGUFContext)
+	c.RopeTheta = 10000
+	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
+		c.RopeTheta = v
+	}
+	c.NormEps = 1e-5
+	if v, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon"); ok {
+		c.NormEps = float32(v)
+	}
+	if s, ok := f.String(arch + ".rope.scaling.type"); ok && s != "none" {
+		return nil, fmt.Errorf("rope scaling type %q is not supported (Llama 3 scaling comes as rope_freqs.weight)", s)
+	}
+	// Vocabulary size comes from the embedding, as in llama.cpp.
+	et, _, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return nil, errors.New("tensor token_embd.weight is missing")
+	}
+	if len(et.Dims) != 2 || et.Dims[1] > maxDim {
+		return nil, fmt.Errorf("token_embd.weight has shape %v", et.Dims)
+	}
+	c.Vocab = int(et.Dims[1])
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: c, Layers: make([]Layer, c.Layers), BOS: -1}
+	var err error
+	mat := func(name string, rows, cols int) *kernels.Mat {
+		if err != nil {
+			return nil
+		}
+		var w *kernels.Mat
+		w, err = ggufMat(f, name, rows, cols)
+		return w
+	}
+	vec := func(name string, n int) []float32 {
+		if err != nil {
+			return nil
+		}
+		var w *kernels.Mat
+		w, err = ggufMat(f, name, 1, n)
+		if err != nil {
+			return nil
+		}
+		if w.Type != kernels.F32 {
+			err = fmt.Errorf("tensor %s must be F32 or F16", name)
+			return nil
+		}
+		return w.F
+	}
+	m.Embed = mat("token_embd.weight", c.Vocab, c.Dim)
+	if _, _, ok := f.Tensor("output.weight"); ok {
+		m.Output = mat("output.weight", c.Vocab, c.Dim)
+	} else {
+		m.Output, m.Config.Tied = m.Embed, true
+	}
+	m.FinalNorm = vec("output_norm.weight", c.Dim)
+	if _, _, ok := f.Tensor("rope_freqs.weight"); ok {
+		m.Config.RopeFreqFactors = vec("rope_freqs.weight", c.HeadDim/2)
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		p := fmt.Sprintf("blk.%d.", i)
+		l.AttnNorm = vec(p+"attn_norm.weight", c.Dim)
+		l.Wq = mat(p+"attn_q.weight", c.QDim(), c.Dim)
+		l.Wk = mat(p+"attn_k.weight", c.KVDim(), c.Dim)
+		l.Wv = mat(p+"attn_v.weight", c.KVDim(), c.Dim)
+		l.Wo = mat(p+"attn_output.weight", c.Dim, c.QDim())
+		l.FFNNorm = vec(p+"ffn_norm.weight", c.Dim)
+		l.W1 = mat(p+"ffn_gate.weight", c.Hidden, c.Dim)
+		l.W2 = mat(p+"ffn_down.weight", c.Dim, c.Hidden)
+		l.W3 = mat(p+"ffn_up.weight", c.Hidden, c.Dim)
+		if c.QKVBias {
+			l.Bq = vec(p+"attn_q.bias", c.QDim())
+			l.Bk = vec(p+"attn_k.bias", c.KVDim())
+			l.Bv = vec(p+"attn_v.bias", c.KVDim())
+		}
+		if c.QKNorm {
+			l.QNorm = vec(p+"attn_q_norm.weight", c.HeadDim)
+			l.KNorm = vec(p+"attn_k_norm.weight", c.HeadDim)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.Vocab, err = ggufVocab(f)
+	if err != nil {
+		return nil, err
+	}
+	if m.Vocab != nil {
+		m.BOS = m.Vocab.BOS
+		if m.Vocab.EOS >= 0 {
+			m.EOS = []int32{m.Vocab.EOS}
+		}
+		if len(m.Vocab.Tokens) > c.Vocab {
+			return nil, fmt.Errorf("tokenizer has %d tokens, the embedding only %d", len(m.Vocab.Tokens), c.Vocab)
+		}
+	}
+	if err := m.Init(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
+	t, data, ok := f.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("tensor %s is missing", name)
+	}
+	want := []uint64{uint64(cols), uint64(rows)}
+	if rows == 1 {
+		want = want[:1]
+	}
+	if len(t.Dims) != len(want) || t.Dims[0] != want[0] || (len(want) == 2 && t.Dims[1] != want[1]) {
+		return nil, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Dims, want)
+	}
+	n := rows * cols
+	w := &kernels.Mat{Rows: rows, Cols: cols}
+	le := binary.LittleEndian
+	switch t.Type {
+	case gguf.F32:
+		w.Type, w.F = kernels.F32, make([]float32, n)
+		for i := range w.F {
+			w.F[i] = math.Float32frombits(le.Uint32(data[4*i:]))
+		}
+	case gguf.F16:
+		w.Type, w.F = kernels.F32, make([]float32, n)
+		for i := range w.F {
+			w.F[i] = kernels.F16ToF32(le.Uint16(data[2*i:]))
+		}
+	case gguf.Q8_0:
+		if cols%kernels.QK != 0 {
+			return nil, fmt.Errorf("tensor %s: Q8_0 rows of %d are not whole blocks", name, cols)
+		}
+		w.Type, w.Q, w.S = kernels.Q8_0, make([]int8, n), make([]float32, n/kernels.QK)
+		for g := range w.S {
+			blk := data[34*g : 34*g+34]
+			w.S[g] = kernels.F16ToF32(le.Uint16(blk))
+			for i := range kernels.QK {
+				w.Q[g*kernels.QK+i] = int8(blk[2+i])
+			}
+		}
+	default:
+		return nil, fmt.Errorf("tensor %s has unsupported type %v (supported: F32, F16, Q8_0)", name, t.Type)
+	}
+	return w, nil
+}
+
+func ggufVocab(f *gguf.File) (*Vocab, error) {
+	kind, ok := f.String("tokenizer.ggml.model")
+	if !ok {
+		return nil, nil
+	}
+	v := &Vocab{Model: kind, BOS: -1, EOS: -1}
+	switch kind {
+	case "llama", "gpt2":
+	default:
+		return nil, fmt.Errorf("unsupported tokenizer model %q (supported: llama, gpt2)", kind)
+	}
+	v.Tokens, _ = f.KV["tokenizer.ggml.tokens"].([]string)
+	if len(v.Tokens) == 0 {
+		return nil, errors.New("tokenizer.ggml.tokens is missing")
+	}
+	if s, ok := f.KV["tokenizer.ggml.scores"].([]float32); ok {
+		v.Scores = s
+	}
+	if s, ok := f.KV["tokenizer.ggml.token_type"].([]int32); ok {
+		v.Types = s
+	}
+	v.Merges, _ = f.KV["tokenizer.ggml.merges"].([]string)
+	v.Pre, _ = f.String("tokenizer.ggml.pre")
+	if kind == "llama" && len(v.Scores) != len(v.Tokens) {
+		return nil, fmt.Errorf("tokenizer has %d tokens but %d scores", len(v.Tokens), len(v.Scores))
+	}
+	if v.Types != nil && len(v.Types) != len(v.Tokens) {
+		return nil, fmt.Errorf("tokenizer has %d tokens but %d token types", len(v.Tokens), len(v.Types))
+	}
+	for key, dst := range map[string]*int32{"tokenizer.ggml.bos_token_id": &v.BOS, "tokenizer.ggml.eos_token_id": &v.EOS} {
+		if id, ok := f.Uint(key); ok {
+			if id >= uint64(len(v.Tokens)) {
+				return nil, fmt.Errorf("%s = %d outside the vocabulary", key, id)
+			}
+			*dst = int32(id)
+		}
+	}
+	v.AddBOS = kind == "llama"
+	if b, ok := f.KV["tokenizer.ggml.add_bos_token"].(bool); ok {
+		v.AddBOS = b
+	}
+	return v, nil
+}
+
+// WriteGGUF writes m as GGUF with its matrices in typ (F32, F16 or Q8_0;
+// Q8_0 matrices of m are written as they are whatever typ says) and norms
+// in F32, under llama.cpp's tensor and metadata names.
+func WriteGGUF(out io.Writer, m *Model, typ gguf.Type) error {
+	c := &m.Config
+	var w gguf.Writer
+	a := c.Arch
+	w.Set("general.architecture", a)
+	w.Set("general.name", m.Source)
+	w.Set(a+".context_length", uint32(c.SeqLen))
+	w.Set(a+".embedding_length", uint32(c.Dim))
+	w.Set(a+".feed_forward_length", uint32(c.Hidden))
+	w.Set(a+".block_count", uint32(c.Layers))
+	w.Set(a+".attention.head_count", uint32(c.Heads))
+	w.Set(a+".attention.head_count_kv", uint32(c.KVHeads))
+	w.Set(a+".attention.key_length", uint32(c.HeadDim))
+	w.Set(a+".attention.value_length", uint32(c.HeadDim))
+	w.Set(a+".rope.freq_base", float32(c.RopeTheta))
+	w.Set(a+".attention.layer_norm_rms_epsilon", c.NormEps)
+	if v := m.Vocab; v != nil {
+		w.Set("tokenizer.ggml.model", v.Model)
+		if v.Pre != "" {
+			w.Set("tokenizer.ggml.pre", v.Pre)
+		}
+		w.Set("tokenizer.ggml.tokens", v.Tokens)
+		if v.Scores != nil {
+			w.Set("tokenizer.ggml.scores", v.Scores)
+		}
+		if v.Types != nil {
+			w.Set("tokenizer.ggml.token_type", v.Types)
+		}
+		if v.Merges != nil {
+			w.Set("tokenizer.ggml.merges", v.Merges)
+		}
+		if v.BOS >= 0 {
+			w.Set("tokenizer.ggml.bos_token_id", uint32(v.BOS))
+		}
+		if v.EOS >= 0 {
+			w.Set("tokenizer.ggml.eos_token_id", uint32(v.EOS))
+		}
+		w.Set("tokenizer.ggml.add_bos_token", v.AddBOS)
+	}
+	wantArch := map[string]bool{"llama": c.Rope == RopeInterleaved && !c.QKNorm && !c.QKVBias,
+		"qwen2": c.Rope == RopeHalf && c.QKVBias && !c.QKNorm, "qwen3": c.Rope == RopeHalf && c.QKNorm && !c.QKVBias}
+	if !wantArch[a] {
+		return fmt.Errorf("gguf: config switches do not match architecture %q", a)
+	}
+	vec := func(name string, v []float32) {
+		b := make([]byte, 4*len(v))
+		for i, f := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+		}
+		w.AddTensor(name, gguf.F32, []uint64{uint64(len(v))}, b)
+	}
+	var err error
+	mat := func(name string, x *kernels.Mat) {
+		b, t, e := encodeMat(x, typ)
+		if e != nil && err == nil {
+			err = fmt.Errorf("gguf: %s: %w", name, e)
+		}
+		w.AddTensor(name, t, []uint64{uint64(x.Cols), uint64(x.Rows)}, b)
+	}
+	mat("token_embd.weight", m.Embed)
+	vec("output_norm.weight", m.FinalNorm)
+	if !c.Tied {
+		mat("output.weight", m.Output)
+	}
+	if c.RopeFreqFactors != nil {
+		vec("rope_freqs.weight", c.RopeFreqFactors)
+	}
+	for i, l := range m.Layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		vec(p+"attn_norm.weight", l.AttnNorm)
+		mat(p+"attn_q.weight", l.Wq)
+		mat(p+"attn_k.weight", l.Wk)
+		mat(p+"attn_v.weight", l.Wv)
+		mat(p+"attn_output.weight", l.Wo)
+		vec(p+"ffn_norm.weight", l.FFNNorm)
+		mat(p+"ffn_gate.weight", l.W1)
+		mat(p+"ffn_down.weight", l.W2)
+		mat(p+"ffn_up.weight", l.W3)
+		if c.QKVBias {
+			vec(p+"attn_q.bias", l.Bq)
+			vec(p+"attn_k.bias", l.Bk)
+			vec(p+"attn_v.bias", l.Bv)
+		}
+		if c.QKNorm {
+			vec(p+"attn_q_norm.weight", l.QNorm)
+			vec(p+"attn_k_norm.weight", l.KNorm)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = w.WriteTo(out)
+	return err
+}
+
+func encodeMat(x *kernels.Mat, typ gguf.Type) ([]byte, gguf.Type, error) {
+	le := binary.LittleEndian
+	if x.Type == kernels.Q8_0 || typ == gguf.Q8_0 {
+		q := x
+		if x.Type != kernels.Q8_0 {
+			var err error
+			if q, err = kernels.QuantizeMat(x); err != nil {
+				return nil, 0, err
+			}
+		}
+		b := make([]byte, len(q.S)*34)
+		for g, s := range q.S {
+			le.PutUint16(b[34*g:], kernels.F32ToF16(s))
+			for i := range kernels.QK {
+				b[34*g+2+i] = byte(q.Q[g*kernels.QK+i])
+			}
+		}
+		return b, gguf.Q8_0, nil
+	}
+	switch typ {
+	case gguf.F16:
+		b := make([]byte, 2*len(x.F))
+		for i, f := range x.F {
+			le.PutUint16(b[2*i:], kernels.F32ToF16(f))
+		}
+		return b, gguf.F16, nil
+	case gguf.F32:
+		b := make([]byte, 4*len(x.F))
+		for i, f := range x.F {
+			le.PutUint32(b[4*i:], math.Float32bits(f))
+		}
+		return b, gguf.F32, nil
+	}
+	return nil, 0, fmt.Errorf("cannot write matrices as %v", typ)
+}

@@ -1,0 +1,195 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tandemllm/tandem/engine/native/kernels"
+)
+
+// Layer holds one decoder block's weights.
+type Layer struct {
+	AttnNorm   []float32
+	Wq, Wk, Wv *kernels.Mat
+	Wo         *kernels.Mat
+	Bq, Bk, Bv []float32 // QKVBias only
+	QNorm      []float32 // QKNorm only: [HeadDim]
+	KNorm      []float32
+	FFNNorm    []float32
+	W1, W2, W3 *kernels.Mat // gate, down, up
+}
+
+// Model is a loaded, validated decoder ready to run.
+type Model struct {
+	Config    Config
+	Embed     *kernels.Mat // Vocab x Dim
+	Layers    []Layer
+	FinalNorm []float32
+	Output    *kernels.Mat // Vocab x Dim; the same *Mat as Embed when tied
+	// Source names where the weights came from, for error messages.
+	Source string
+	// BOS is the beginning-of-sequence token (-1: none); EOS the tokens
+	// that end generation. llama2.c checkpoints use 1 and [2].
+	BOS int32
+	EOS []int32
+	// Vocab is the tokenizer carried in the model file (GGUF); nil for
+	// llama2.c checkpoints, whose tokenizer is a separate file.
+	Vocab *Vocab
+
+	cos, sin []float32 // [SeqLen][HeadDim/2]
+}
+
+// Vocab is the tokenizer data of a GGUF file, as llama.cpp names it
+// (tokenizer.ggml.*), for the tokenizer package to build an encoder from.
+type Vocab struct {
+	Model  string // "llama" (SentencePiece-style BPE) or "gpt2" (byte-level BPE)
+	Pre    string // pre-tokenizer name (gpt2 models)
+	Tokens []string
+	Scores []float32 // llama only
+	Types  []int32
+	Merges []string // gpt2 only
+	BOS    int32    // -1 when absent
+	EOS    int32    // -1 when absent
+	AddBOS bool
+}
+
+// Init validates the weights against the config and builds the RoPE
+// tables. Loaders call it last; a Model is unusable before.
+func (m *Model) Init() error {
+	c := &m.Config
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	check := func(name string, w *kernels.Mat, rows, cols int) error {
+		if w == nil {
+			return fmt.Errorf("tensor %s is missing", name)
+		}
+		if w.Rows != rows || w.Cols != cols {
+			return fmt.Errorf("tensor %s is %dx%d, want %dx%d", name, w.Rows, w.Cols, rows, cols)
+		}
+		if err := w.Validate(); err != nil {
+			return fmt.Errorf("tensor %s: %w", name, err)
+		}
+		return nil
+	}
+	vec := func(name string, v []float32, n int) error {
+		if len(v) != n {
+			return fmt.Errorf("tensor %s has %d values, want %d", name, len(v), n)
+		}
+		return nil
+	}
+	if err := check("token_embd", m.Embed, c.Vocab, c.Dim); err != nil {
+		return err
+	}
+	if err := check("output", m.Output, c.Vocab, c.Dim); err != nil {
+		return err
+	}
+	if err := vec("output_norm", m.FinalNorm, c.Dim); err != nil {
+		return err
+	}
+	if len(m.Layers) != c.Layers {
+		return fmt.Errorf("%d layers loaded, config says %d", len(m.Layers), c.Layers)
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		p := fmt.Sprintf("blk.%d.", i)
+		errs := []error{
+			vec(p+"attn_norm", l.AttnNorm, c.Dim),
+			check(p+"attn_q", l.Wq, c.QDim(), c.Dim),
+			check(p+"attn_k", l.Wk, c.KVDim(), c.Dim),
+			check(p+"attn_v", l.Wv, c.KVDim(), c.Dim),
+			check(p+"attn_output", l.Wo, c.Dim, c.QDim()),
+			vec(p+"ffn_norm", l.FFNNorm, c.Dim),
+			check(p+"ffn_gate", l.W1, c.Hidden, c.Dim),
+			check(p+"ffn_down", l.W2, c.Dim, c.Hidden),
+			check(p+"ffn_up", l.W3, c.Hidden, c.Dim),
+		}
+		if c.QKVBias {
+			errs = append(errs, vec(p+"attn_q.bias", l.Bq, c.QDim()), vec(p+"attn_k.bias", l.Bk, c.KVDim()), vec(p+"attn_v.bias", l.Bv, c.KVDim()))
+		}
+		if c.QKNorm {
+			errs = append(errs, vec(p+"attn_q_norm", l.QNorm, c.HeadDim), vec(p+"attn_k_norm", l.KNorm, c.HeadDim))
+		}
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+	}
+	m.buildRope()
+	return nil
+}
+
+// buildRope follows llama2.c's float32 arithmetic (powf, then pos*freq,
+// then cosf/sinf) so the reference model's greedy output is reproduced.
+func (m *Model) buildRope() {
+	c := &m.Config
+	half := c.HeadDim / 2
+	freq := make([]float32, half)
+	for j := range freq {
+		e := float32(2*j) / float32(c.HeadDim)
+		freq[j] = 1 / float32(math.Pow(c.RopeTheta, float64(e)))
+		if c.RopeFreqFactors != nil {
+			freq[j] /= c.RopeFreqFactors[j]
+		}
+	}
+	m.cos = make([]float32, c.SeqLen*half)
+	m.sin = make([]float32, c.SeqLen*half)
+	for p := range c.SeqLen {
+		for j, f := range freq {
+			v := float32(p) * f
+			m.cos[p*half+j] = float32(math.Cos(float64(v)))
+			m.sin[p*half+j] = float32(math.Sin(float64(v)))
+		}
+	}
+}
+
+// WeightBytes is the in-memory size of all weight matrices.
+func (m *Model) WeightBytes() int64 {
+	n := m.Embed.Bytes()
+	if m.Output != m.Embed {
+		n += m.Output.Bytes()
+	}
+	for _, l := range m.Layers {
+		for _, w := range []*kernels.Mat{l.Wq, l.Wk, l.Wv, l.Wo, l.W1, l.W2, l.W3} {
+			n += w.Bytes()
+		}
+	}
+	return n
+}
+
+// Quantize converts every matrix with a column count divisible by 32 to
+// Q8_0 in place (the embedding included; it is dequantized per row).
+// It refuses when some matrix cannot be quantized, so a "Q8_0 model" never
+// silently keeps fp32 layers.
+func (m *Model) Quantize() error {
+	q := func(w **kernels.Mat, name string) error {
+		if (*w).Type == kernels.Q8_0 {
+			return nil
+		}
+		n, err := kernels.QuantizeMat(*w)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		*w = n
+		return nil
+	}
+	tied := m.Output == m.Embed
+	if err := q(&m.Embed, "token_embd"); err != nil {
+		return err
+	}
+	if tied {
+		m.Output = m.Embed
+	} else if err := q(&m.Output, "output"); err != nil {
+		return err
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		for _, w := range []**kernels.Mat{&l.Wq, &l.Wk, &l.Wv, &l.Wo, &l.W1, &l.W2, &l.W3} {
+			if err := q(w, fmt.Sprintf("blk.%d", i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

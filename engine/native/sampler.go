@@ -1,0 +1,100 @@
+package native
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// sampler draws the next token of one sequence. Its random stream is
+// seeded per request, so a seeded request is reproducible whatever else the
+// engine runs next to it.
+type sampler struct {
+	p    engine.Sampling
+	rng  *rand.Rand
+	idx  []int32   // scratch: candidate ids
+	prob []float32 // scratch: candidate probabilities
+}
+
+func newSampler(p engine.Sampling, fallbackSeed uint64) *sampler {
+	seed := p.Seed
+	if !p.HasSeed {
+		seed = fallbackSeed
+	}
+	return &sampler{p: p, rng: rand.New(rand.NewPCG(seed, 0x7a6e646d))}
+}
+
+// sample picks a token from logits, which it may modify.
+func (s *sampler) sample(logits []float32) int32 {
+	if s.p.Temperature <= 0 || s.p.TopK == 1 {
+		return argmax(logits)
+	}
+	inv := 1 / s.p.Temperature
+	s.idx = s.idx[:0]
+	for i, v := range logits {
+		if !math.IsInf(float64(v), -1) {
+			s.idx = append(s.idx, int32(i))
+		}
+	}
+	if len(s.idx) == 0 {
+		return argmax(logits)
+	}
+	// Sorting the candidates once serves top-k, top-p and a stable
+	// (seed-reproducible) draw order; ties keep id order.
+	slices.SortStableFunc(s.idx, func(a, b int32) int {
+		switch {
+		case logits[a] > logits[b]:
+			return -1
+		case logits[a] < logits[b]:
+			return 1
+		}
+		return 0
+	})
+	if k := s.p.TopK; k > 0 && k < len(s.idx) {
+		s.idx = s.idx[:k]
+	}
+	s.prob = s.prob[:0]
+	m := logits[s.idx[0]]
+	var sum float64
+	for _, id := range s.idx {
+		e := math.Exp(float64((logits[id] - m) * inv))
+		s.prob = append(s.prob, float32(e))
+		sum += e
+	}
+	n := len(s.idx)
+	if p := s.p.TopP; p > 0 && p < 1 {
+		var cum float64
+		for i, q := range s.prob {
+			cum += float64(q) / sum
+			if cum >= float64(p) {
+				n = i + 1
+				break
+			}
+		}
+		sum = 0
+		for _, q := range s.prob[:n] {
+			sum += float64(q)
+		}
+	}
+	r := s.rng.Float64() * sum
+	var cum float64
+	for i, q := range s.prob[:n] {
+		cum += float64(q)
+		if r < cum {
+			return s.idx[i]
+		}
+	}
+	return s.idx[n-1]
+}
+
+func argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}

@@ -1,0 +1,536 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/zeebo/xxh3"
+)
+
+// StreamState is what a Subscriber knows about its event stream.
+type StreamState uint8
+
+const (
+	// StreamConnecting: dialing, or reconnecting after an error. Events may
+	// be missed meanwhile; sequence numbers will tell.
+	StreamConnecting StreamState = iota
+	// StreamSynced: connected and caught up through the replay socket with
+	// everything the publisher still buffers. Whether the subscription
+	// itself is effective is not known yet (ZMQ's slow joiner: a PUB drops
+	// messages until it has processed the SUB's subscription).
+	StreamSynced
+	// StreamLive: a live message arrived in sequence after connecting, so
+	// the subscription is effective and nothing was lost.
+	StreamLive
+	// StreamLoss: events were lost for good (replay unavailable, failed, or
+	// no longer buffered; or a corrupt payload). The consumer's view of the
+	// engine's cache is incomplete.
+	StreamLoss
+	// StreamReset: the publisher restarted (its sequence went back), so the
+	// engine's cache is new. The consumer must drop what it knew; what the
+	// new publisher still buffers follows as batches.
+	StreamReset
+)
+
+func (s StreamState) String() string {
+	switch s {
+	case StreamConnecting:
+		return "connecting"
+	case StreamSynced:
+		return "synced"
+	case StreamLive:
+		return "live"
+	case StreamLoss:
+		return "loss"
+	case StreamReset:
+		return "reset"
+	}
+	return "unknown"
+}
+
+// StreamStatus reports a transition.
+type StreamStatus struct {
+	State StreamState
+	// Seq is the sequence number the status concerns (the first live one,
+	// the first after a loss, …).
+	Seq uint64
+	// Lost counts batches lost for good (StreamLoss); 0 when unknown.
+	Lost uint64
+	// Err is the cause of StreamConnecting (after an error) or StreamLoss.
+	Err error
+}
+
+// Handler consumes one worker's stream. Calls come from the subscriber's
+// goroutine, one at a time, batches in sequence order.
+type Handler interface {
+	// HandleBatch receives the next batch. b and everything it references
+	// are valid only during the call (the decoder reuses its buffers).
+	HandleBatch(seq uint64, b *Batch)
+	// HandleState reports a stream transition.
+	HandleState(s StreamStatus)
+}
+
+// SubscriberConfig configures one worker's subscription.
+type SubscriberConfig struct {
+	// Worker names the stream in logs and metrics.
+	Worker string
+	// Endpoint is the worker's PUB socket, e.g. "tcp://10.0.0.7:5557".
+	Endpoint string
+	// ReplayEndpoint is the worker's ROUTER replay socket; "" disables gap
+	// recovery (every gap is then a loss).
+	ReplayEndpoint string
+	// Topic is the subscription prefix ("" receives everything).
+	Topic   string
+	Handler Handler
+	Logger  *slog.Logger
+	// Metrics are shared by the subscribers of a process; nil disables them.
+	Metrics *SubscriberMetrics
+	// DialTimeout bounds connecting a socket (default 2 s).
+	DialTimeout time.Duration
+	// ReplayTimeout bounds one replay exchange (default 2 s).
+	ReplayTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect delay, doubled after each
+	// failure (defaults 10 ms and 5 s, Dynamo's).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// SubscriberMetrics count what subscribers see, labelled by worker.
+type SubscriberMetrics struct {
+	messages   *prometheus.CounterVec
+	lost       *prometheus.CounterVec
+	replays    *prometheus.CounterVec
+	reconnects *prometheus.CounterVec
+}
+
+// NewSubscriberMetrics registers the subscriber metrics on reg (nil: not
+// registered, still counted).
+func NewSubscriberMetrics(reg prometheus.Registerer) (*SubscriberMetrics, error) {
+	m := &SubscriberMetrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_kvevents_messages_total",
+			Help: "KV event messages received, by worker and result (applied, duplicate, corrupt).",
+		}, []string{"worker", "result"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_kvevents_lost_batches_total",
+			Help: "KV event batches lost for good (not recoverable through replay).",
+		}, []string{"worker"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_kvevents_replays_total",
+			Help: "Replay exchanges with a worker's ROUTER socket, by result (ok, failed).",
+		}, []string{"worker", "result"}),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_kvevents_reconnects_total",
+			Help: "Times a worker's event subscription was (re)established.",
+		}, []string{"worker"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.messages, m.lost, m.replays, m.reconnects} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("kvevents: register subscriber metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Forget drops a departed worker's series.
+func (m *SubscriberMetrics) Forget(worker string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.CounterVec{m.messages, m.lost, m.replays, m.reconnects} {
+		v.DeletePartialMatch(prometheus.Labels{"worker": worker})
+	}
+}
+
+// Diagnostic codes of the subscriber's log lines.
+const (
+	CodeCorrupt      = "kv_event_corrupt"
+	CodeLoss         = "kv_event_loss"
+	CodeReplayFailed = "kv_event_replay_failed"
+	CodeReset        = "kv_event_stream_reset"
+)
+
+// Subscriber follows one worker's event stream: a ZMQ SUB socket with its
+// own reconnect loop, sequence tracking, and gap recovery through the
+// worker's replay socket. It delivers batches to its Handler in order and
+// reports every state change, so a consumer always knows whether its view
+// of the engine's cache is complete.
+type Subscriber struct {
+	cfg SubscriberConfig
+	log *slog.Logger
+
+	dec   Decoder
+	batch Batch
+
+	// has is set once a batch was consumed; last is its seq and lastDigest
+	// a hash of its payload, which lets a reconnect tell a publisher that
+	// restarted (same seq, other content) from one that did not.
+	has        bool
+	last       uint64
+	lastDigest uint64
+	// dupFloor: live messages in [dupFloor, last] are duplicates of what a
+	// replay already delivered; below it, a lower seq means a restart.
+	dupFloor uint64
+	live     bool // a live message arrived in order in this session
+	corrupts uint64
+}
+
+// NewSubscriber validates cfg; Run does the work.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	if cfg.Endpoint == "" {
+		return nil, fmt.Errorf("kvevents: subscriber for %q: no endpoint", cfg.Worker)
+	}
+	if cfg.Handler == nil {
+		return nil, fmt.Errorf("kvevents: subscriber for %q: no handler", cfg.Worker)
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.ReplayTimeout <= 0 {
+		cfg.ReplayTimeout = 2 * time.Second
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 10 * time.Millisecond
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Subscriber{cfg: cfg, log: log.With("component", "kvevents.subscriber", "worker", cfg.Worker)}, nil
+}
+
+// Run follows the stream until ctx ends. Connection errors are retried
+// with backoff, never returned: a worker that is briefly unreachable must
+// not need a supervisor.
+func (s *Subscriber) Run(ctx context.Context) {
+	backoff := s.cfg.MinBackoff
+	s.state(StreamStatus{State: StreamConnecting})
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := s.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > s.cfg.MaxBackoff {
+			backoff = s.cfg.MinBackoff // it was up for a while: retry fast
+		}
+		s.log.Warn("KV event subscription interrupted, reconnecting", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff)
+		s.state(StreamStatus{State: StreamConnecting, Err: err})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+func (s *Subscriber) state(st StreamStatus) { s.cfg.Handler.HandleState(st) }
+
+// session is one connection: dial, catch up, then consume live messages
+// until an error.
+func (s *Subscriber) session(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Automatic reconnection stays off: in zmq4 it redials from the
+	// connection reaper without locking, racing with Close (llm-d #480).
+	// This loop owns reconnection instead.
+	sub := zmq4.NewSub(sctx, zmq4.WithAutomaticReconnect(false), zmq4.WithDialerMaxRetries(0),
+		zmq4.WithDialerTimeout(s.cfg.DialTimeout))
+	defer sub.Close()
+	// Subscribe before dialing: zmq4 sends the subscription as soon as the
+	// connection exists, which shortens the slow-joiner window.
+	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
+		return fmt.Errorf("subscribe: %w", err)
+	}
+	if err := dialWithin(sctx, sub, s.cfg.Endpoint, s.cfg.DialTimeout); err != nil {
+		return fmt.Errorf("dial %s: %w", s.cfg.Endpoint, err)
+	}
+	if m := s.cfg.Metrics; m != nil {
+		m.reconnects.WithLabelValues(s.cfg.Worker).Inc()
+	}
+	s.live = false
+	s.catchUp(ctx)
+	s.state(StreamStatus{State: StreamSynced, Seq: s.last})
+	for {
+		msg, err := sub.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		s.onLive(ctx, msg.Frames)
+	}
+}
+
+// dialWithin bounds Dial, whose ZMTP handshake has no timeout of its own: a
+// peer that accepts TCP and then stays silent would hang it forever. On
+// timeout the socket is closed and the dialing goroutine finishes when the
+// peer or the kernel gives up.
+func dialWithin(ctx context.Context, sock zmq4.Socket, ep string, d time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- sock.Dial(ep) }()
+	t := time.NewTimer(d + time.Second)
+	defer t.Stop()
+	select {
+	case err := <-errc:
+		return err
+	case <-t.C:
+		sock.Close()
+		return errors.New("timed out")
+	case <-ctx.Done():
+		sock.Close()
+		return ctx.Err()
+	}
+}
+
+// expected is the next seq the stream should deliver.
+func (s *Subscriber) expected() uint64 {
+	if !s.has {
+		return 0
+	}
+	return s.last + 1
+}
+
+// catchUp replays what the publisher buffers from our position. After a
+// reconnect it asks from the last consumed seq, to compare that batch's
+// content: a match proves continuity, a mismatch (or nothing at all) means
+// the publisher restarted.
+func (s *Subscriber) catchUp(ctx context.Context) {
+	s.dupFloor = s.expected()
+	if s.cfg.ReplayEndpoint == "" {
+		return
+	}
+	from := s.expected()
+	if s.has {
+		from = s.last
+	}
+	entries, err := s.fetchReplay(ctx, from)
+	if err != nil {
+		s.log.Warn("KV event replay failed; continuing with live events", "diagnostic_code", CodeReplayFailed, "from", from, "err", err)
+		return
+	}
+	if s.has {
+		switch {
+		case len(entries) == 0 || entries[0].seq < s.last ||
+			(entries[0].seq == s.last && xxh3.Hash(entries[0].payload) != s.lastDigest):
+			s.reset()
+			if len(entries) == 0 || entries[0].seq != 0 {
+				// Fetch the new publisher's stream from its start.
+				if entries, err = s.fetchReplay(ctx, 0); err != nil {
+					s.log.Warn("KV event replay failed after a publisher reset", "diagnostic_code", CodeReplayFailed, "err", err)
+					return
+				}
+			}
+		case entries[0].seq == s.last:
+			entries = entries[1:] // verified; already consumed
+		}
+	}
+	s.applyReplayed(entries)
+	s.dupFloor = min(s.dupFloor, s.expected())
+}
+
+// reset forgets the stream position after a publisher restart.
+func (s *Subscriber) reset() {
+	s.log.Warn("KV event publisher restarted; dropping what was known of its cache", "diagnostic_code", CodeReset, "last_seq", s.last)
+	s.has, s.last, s.lastDigest, s.dupFloor = false, 0, 0, 0
+	s.state(StreamStatus{State: StreamReset})
+}
+
+// applyReplayed delivers replayed batches in order, reporting a loss where
+// the publisher's buffer no longer reaches back to what we need.
+func (s *Subscriber) applyReplayed(entries []replayEntry) {
+	for _, e := range entries {
+		want := s.expected()
+		switch {
+		case e.seq < want:
+			continue
+		case e.seq > want:
+			s.loss(want, e.seq, errors.New("no longer in the publisher's replay buffer"))
+		}
+		s.deliver(e.seq, e.payload)
+	}
+}
+
+func (s *Subscriber) loss(want, got uint64, err error) {
+	lost := got - want
+	s.log.Error("KV events lost; the worker's cache view is incomplete", "diagnostic_code", CodeLoss,
+		"expected_seq", want, "got_seq", got, "lost_batches", lost, "err", err)
+	if m := s.cfg.Metrics; m != nil {
+		m.lost.WithLabelValues(s.cfg.Worker).Add(float64(lost))
+	}
+	s.state(StreamStatus{State: StreamLoss, Seq: got, Lost: lost, Err: err})
+}
+
+// onLive handles one message from the SUB socket.
+func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) {
+	seq, payload, ok := s.parseLive(frames)
+	if !ok {
+		return
+	}
+	want := s.expected()
+	switch {
+	case seq == want:
+	case s.has && seq < want && seq >= s.dupFloor:
+		s.count("duplicate")
+		return
+	case s.has && seq < want:
+		// Lower than anything this session replayed: a new publisher.
+		s.reset()
+		if seq > 0 {
+			s.recoverGap(ctx, 0, seq)
+		}
+	default: // seq > want
+		s.recoverGap(ctx, want, seq)
+	}
+	if seq < s.expected() {
+		s.count("duplicate") // a replay already delivered it
+	} else {
+		s.deliver(seq, payload)
+	}
+	if !s.live {
+		s.live = true
+		s.state(StreamStatus{State: StreamLive, Seq: seq})
+	}
+}
+
+// recoverGap fills [want, got) through the replay socket; what it cannot
+// fill is reported as lost, and the stream continues from got.
+func (s *Subscriber) recoverGap(ctx context.Context, want, got uint64) {
+	if s.cfg.ReplayEndpoint == "" {
+		s.loss(want, got, errors.New("no replay endpoint"))
+		return
+	}
+	entries, err := s.fetchReplay(ctx, want)
+	if err != nil {
+		s.log.Warn("KV event replay failed", "diagnostic_code", CodeReplayFailed, "from", want, "err", err)
+		s.loss(want, got, err)
+		return
+	}
+	s.applyReplayed(entries)
+	if s.expected() < got {
+		s.loss(s.expected(), got, errors.New("replay ended before the gap was filled"))
+	}
+}
+
+// parseLive validates a live message: [topic, seq (8 bytes BE), payload].
+func (s *Subscriber) parseLive(frames [][]byte) (uint64, []byte, bool) {
+	if len(frames) != 3 {
+		s.corrupt(fmt.Errorf("%d frames, want 3", len(frames)))
+		return 0, nil, false
+	}
+	if len(frames[1]) != 8 {
+		s.corrupt(fmt.Errorf("sequence frame of %d bytes, want 8", len(frames[1])))
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint64(frames[1]), frames[2], true
+}
+
+// corrupt logs a message that cannot even be placed in the sequence. It is
+// skipped; if it carried events, the next message's seq reveals the gap.
+func (s *Subscriber) corrupt(err error) {
+	s.count("corrupt")
+	// Powers of two: a broken peer stays visible without flooding the log.
+	if s.corrupts++; s.corrupts&(s.corrupts-1) == 0 {
+		s.log.Error("corrupt KV event message skipped", "diagnostic_code", CodeCorrupt, "err", err, "corrupt_total", s.corrupts)
+	}
+}
+
+// deliver decodes and hands on the batch at seq, the next expected. A
+// payload that does not decode is consumed (replaying it would return the
+// same bytes) and reported as a loss of one batch.
+func (s *Subscriber) deliver(seq uint64, payload []byte) {
+	s.has, s.last, s.lastDigest = true, seq, xxh3.Hash(payload)
+	if err := s.dec.Decode(payload, &s.batch); err != nil {
+		s.corrupt(err)
+		s.state(StreamStatus{State: StreamLoss, Seq: seq, Lost: 1, Err: err})
+		return
+	}
+	s.count("applied")
+	s.cfg.Handler.HandleBatch(seq, &s.batch)
+}
+
+func (s *Subscriber) count(result string) {
+	if m := s.cfg.Metrics; m != nil {
+		m.messages.WithLabelValues(s.cfg.Worker, result).Inc()
+	}
+}
+
+type replayEntry struct {
+	seq     uint64
+	payload []byte
+}
+
+// fetchReplay asks the ROUTER socket for every buffered batch from start
+// and collects them until the end marker. Both reply layouts are accepted:
+// [topic, seq, payload] (current vLLM) and [seq, payload] (SGLang, older
+// vLLM), after the DEALER's empty delimiter frame.
+func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) (_ []replayEntry, err error) {
+	defer func() {
+		if m := s.cfg.Metrics; m != nil {
+			r := "ok"
+			if err != nil {
+				r = "failed"
+			}
+			m.replays.WithLabelValues(s.cfg.Worker, r).Inc()
+		}
+	}()
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	d := zmq4.NewDealer(rctx, zmq4.WithAutomaticReconnect(false), zmq4.WithDialerMaxRetries(0),
+		zmq4.WithDialerTimeout(s.cfg.DialTimeout), zmq4.WithTimeout(s.cfg.ReplayTimeout))
+	defer d.Close()
+	if err := dialWithin(rctx, d, s.cfg.ReplayEndpoint, s.cfg.DialTimeout); err != nil {
+		return nil, fmt.Errorf("dial replay %s: %w", s.cfg.ReplayEndpoint, err)
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint64(req[:], start)
+	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, req[:])); err != nil {
+		return nil, fmt.Errorf("send replay request: %w", err)
+	}
+	var out []replayEntry
+	for {
+		msg, err := d.Recv()
+		if err != nil {
+			return nil, fmt.Errorf("receive replay (after %d batches): %w", len(out), err)
+		}
+		seq, payload, err := parseReplay(msg.Frames)
+		if err != nil {
+			s.corrupt(fmt.Errorf("replay reply: %w", err))
+			continue
+		}
+		if seq == EndSeq {
+			return out, nil
+		}
+		if n := len(out); n > 0 && seq <= out[n-1].seq {
+			continue // out of order: keep the stream monotonic
+		}
+		// Recv hands over fresh frames, so keeping payload is safe.
+		out = append(out, replayEntry{seq, payload})
+	}
+}
+
+func parseReplay(frames [][]byte) (uint64, []byte, error) {
+	if len(frames) > 0 && len(frames[0]) == 0 {
+		frames = frames[1:] // the DEALER's delimiter
+	}
+	switch len(frames) {
+	case 3: // [topic, seq, payload]
+		frames = frames[1:]
+	case 2: // [seq, payload]
+	default:
+		return 0, nil, fmt.Errorf("%d frames", len(frames))
+	}
+	if len(frames[0]) != 8 {
+		return 0, nil, fmt.Errorf("sequence frame of %d bytes", len(frames[0]))
+	}
+	return binary.BigEndian.Uint64(frames[0]), frames[1], nil
+}

@@ -1,0 +1,501 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvindex"
+)
+
+// CostModel selects the KV policy's cost function.
+type CostModel string
+
+const (
+	// CostTandem is Dynamo's formula with Tandem's changes (the default):
+	// blocks pinned by the worker's in-flight requests count as cached even
+	// before their BlockStored arrives, and ties go to the smaller cached
+	// footprint, then rotate instead of drawing at random. See
+	// docs/benchmarks/router.md for the measured difference.
+	CostTandem CostModel = "tandem"
+	// CostDynamo is Dynamo's classic selector, kept as a baseline:
+	// logit = w·prefill_blocks + decode_blocks, argmin, ties broken by the
+	// smallest tree size, then at random (dynamo.md §2.5).
+	CostDynamo CostModel = "dynamo"
+)
+
+// ParseCostModel parses the --router-cost flag.
+func ParseCostModel(s string) (CostModel, error) {
+	switch CostModel(s) {
+	case "", CostTandem:
+		return CostTandem, nil
+	case CostDynamo:
+		return CostDynamo, nil
+	}
+	return "", fmt.Errorf("router: unknown cost model %q (want tandem or dynamo)", s)
+}
+
+// OnMissing says what kv mode does with a worker whose KV events are missing.
+type OnMissing string
+
+const (
+	// MissingFallback routes the worker by approximation (its own routing
+	// decisions) until events flow. The default.
+	MissingFallback OnMissing = "fallback"
+	// MissingFail stops routing to the worker until events flow; requests
+	// fail with ErrKVEventsMissing if no other worker is left.
+	MissingFail OnMissing = "fail"
+)
+
+// ParseOnMissing parses the --on-missing-kv-events flag.
+func ParseOnMissing(s string) (OnMissing, error) {
+	switch OnMissing(s) {
+	case "", MissingFallback:
+		return MissingFallback, nil
+	case MissingFail:
+		return MissingFail, nil
+	}
+	return "", fmt.Errorf("router: unknown --on-missing-kv-events %q (want fallback or fail)", s)
+}
+
+// ErrKVEventsMissing is returned by kv mode with --on-missing-kv-events=fail
+// when every candidate's events are missing.
+var ErrKVEventsMissing = errors.New("KV events missing from every candidate worker")
+
+// Diagnostic codes raised on the health board.
+const (
+	DiagKVEventsMissing    = "kv_events_missing"
+	DiagKVEventsRecovered  = "kv_events_recovered"
+	DiagKVBlockSize        = "kv_block_size_mismatch"
+	DiagKVEventsLost       = "kv_events_lost"
+	DiagKVEventsRebuilt    = "kv_events_rebuilt"
+	DiagPredictionDrift    = "kv_prediction_drift"
+	DiagPredictionRecovery = "kv_prediction_recovered"
+)
+
+// Defaults of KVConfig.
+const (
+	DefaultKVBlockSize      = 16
+	DefaultOverlapWeight    = 1.0
+	DefaultApproxTTL        = 120 * time.Second
+	DefaultApproxMaxBlocks  = 1 << 20
+	DefaultKVEventsTimeout  = 5 * time.Second
+	DefaultDriftWindow      = 32
+	DefaultDriftThreshold   = 0.5
+	defaultDriftRecoverRate = 0.8
+)
+
+// KVConfig configures the kv and kv-approx policies. Zero values take the
+// defaults above; each field is a flag of cmd/tandem.
+type KVConfig struct {
+	// BlockSize is the router's block size in tokens (--router-block-size).
+	// Every engine's block size must be a multiple of it; a worker whose is
+	// not is refused for event routing (diagnostic kv_block_size_mismatch)
+	// and tracked by approximation.
+	BlockSize int
+	// OverlapWeight is w in w·prefill_blocks + decode_blocks
+	// (--router-kv-overlap-weight). 0 ignores the cache entirely.
+	OverlapWeight float64
+	// Temperature > 0 samples workers from a softmax of the costs instead of
+	// taking the cheapest (--router-temperature).
+	Temperature float64
+	// Cost selects the cost function (--router-cost).
+	Cost CostModel
+	// IndexMaxBlocks bounds the event index's residences (worker, block)
+	// (--index-max-blocks); least recently used are pruned first.
+	IndexMaxBlocks int
+	// ApproxTTL is how long a routing decision is remembered by the
+	// approximate index (--router-ttl).
+	ApproxTTL time.Duration
+	// ApproxMaxBlocks bounds the approximate index.
+	ApproxMaxBlocks int
+	// KVEventsTimeout is how long a worker that computed full blocks may go
+	// without publishing BlockStored before kv_events_missing is raised
+	// (--kv-events-timeout).
+	KVEventsTimeout time.Duration
+	// OnMissing is what happens to such a worker (--on-missing-kv-events).
+	OnMissing OnMissing
+	// RebuildWindow is how long a worker whose events were lost is routed
+	// with its approximate records as well, while new events rebuild its
+	// index. 0 selects ApproxTTL, after which those records are gone anyway.
+	RebuildWindow time.Duration
+	// Topic is the KV event topic to subscribe to ("": all).
+	Topic string
+	// DriftWindow and DriftThreshold: kv_prediction_drift is raised for a
+	// worker when fewer than DriftThreshold of its last DriftWindow
+	// predictions were within one block of the engine's cached_tokens.
+	DriftWindow    int
+	DriftThreshold float64
+	// Seed seeds tie-breaking and softmax sampling; 0 draws a random seed.
+	Seed uint64
+
+	// Board receives diagnostics; nil creates a private one (tests).
+	Board *health.Board
+	// Logger; nil is slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// ReplayTimeout and DialTimeout tune the event subscribers (defaults
+	// in kvevents).
+	ReplayTimeout, DialTimeout time.Duration
+}
+
+func (c KVConfig) withDefaults() (KVConfig, error) {
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultKVBlockSize
+	}
+	if c.OverlapWeight == 0 {
+		c.OverlapWeight = DefaultOverlapWeight
+	}
+	if c.OverlapWeight < 0 {
+		c.OverlapWeight = 0 // an explicit "ignore the cache"
+	}
+	if c.Cost == "" {
+		c.Cost = CostTandem
+	}
+	if c.ApproxTTL == 0 {
+		c.ApproxTTL = DefaultApproxTTL
+	}
+	if c.ApproxMaxBlocks == 0 {
+		c.ApproxMaxBlocks = DefaultApproxMaxBlocks
+	}
+	if c.KVEventsTimeout == 0 {
+		c.KVEventsTimeout = DefaultKVEventsTimeout
+	}
+	if c.OnMissing == "" {
+		c.OnMissing = MissingFallback
+	}
+	if c.RebuildWindow == 0 {
+		c.RebuildWindow = c.ApproxTTL
+	}
+	if c.DriftWindow == 0 {
+		c.DriftWindow = DefaultDriftWindow
+	}
+	if c.DriftThreshold == 0 {
+		c.DriftThreshold = DefaultDriftThreshold
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Board == nil {
+		c.Board = health.NewBoard(c.Logger, nil)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	switch {
+	case c.BlockSize < 1:
+		return c, fmt.Errorf("router: block size %d must be positive", c.BlockSize)
+	case c.Temperature < 0:
+		return c, fmt.Errorf("router: temperature %v must not be negative", c.Temperature)
+	case c.ApproxTTL < 0 || c.KVEventsTimeout < 0 || c.RebuildWindow < 0:
+		return c, errors.New("router: durations must not be negative")
+	case c.Cost != CostTandem && c.Cost != CostDynamo:
+		return c, fmt.Errorf("router: unknown cost model %q", c.Cost)
+	case c.OnMissing != MissingFallback && c.OnMissing != MissingFail:
+		return c, fmt.Errorf("router: unknown on-missing mode %q", c.OnMissing)
+	}
+	return c, nil
+}
+
+// KV is the KV-aware policy: the kv mode (an index fed by the workers' KV
+// events, with approximation wherever events are not trustworthy) and the
+// kv-approx mode (the router's own decisions only). It implements Policy and
+// Observer; the lead wires workers in and out with AddWorker and
+// RemoveWorker.
+type KV struct {
+	cfg    KVConfig
+	name   string
+	events *kvindex.Index // nil in kv-approx
+	approx *kvindex.Index
+	active *activeTracker
+	met    *kvMetrics
+	subMet *kvevents.SubscriberMetrics
+	log    *slog.Logger
+	board  *health.Board
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.RWMutex
+	workers map[string]*kvWorker
+	slots   []*kvWorker // by slot; nil when free
+	free    []int
+	flights map[*Request]*flight
+	closed  bool
+
+	rngMu  sync.Mutex
+	rng    *rand.Rand
+	rotate uint64 // tie rotation of the tandem cost
+
+	pool      sync.Pool // *pickScratch
+	lastSweep time.Time // approx expiry, guarded by mu
+}
+
+// NewKV returns the kv policy. Subscriptions started by AddWorker live until
+// ctx ends or Close.
+func NewKV(ctx context.Context, cfg KVConfig) (*KV, error) { return newKV(ctx, cfg, true) }
+
+// NewKVApprox returns the kv-approx policy: no events, the router records
+// its own decisions for ApproxTTL.
+func NewKVApprox(ctx context.Context, cfg KVConfig) (*KV, error) { return newKV(ctx, cfg, false) }
+
+func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	k := &KV{
+		cfg:     cfg,
+		name:    "kv-approx",
+		log:     cfg.Logger.With("component", "router.kv"),
+		board:   cfg.Board,
+		workers: map[string]*kvWorker{},
+		flights: map[*Request]*flight{},
+		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+	}
+	k.approx, err = kvindex.New(kvindex.Config{Name: "approx", BlockSize: cfg.BlockSize, MaxBlocks: cfg.ApproxMaxBlocks,
+		TTL: cfg.ApproxTTL, Now: cfg.Now, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, fmt.Errorf("router: approximate index: %w", err)
+	}
+	if events {
+		k.name = "kv"
+		k.events, err = kvindex.New(kvindex.Config{Name: "events", BlockSize: cfg.BlockSize, MaxBlocks: cfg.IndexMaxBlocks,
+			Now: cfg.Now, Registerer: cfg.Registerer})
+		if err != nil {
+			return nil, fmt.Errorf("router: event index: %w", err)
+		}
+		if k.subMet, err = kvevents.NewSubscriberMetrics(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("router: %w", err)
+		}
+	}
+	k.active = newActiveTracker()
+	if k.met, err = newKVMetrics(cfg.Registerer, k.name); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	k.ctx, k.cancel = context.WithCancel(ctx)
+	return k, nil
+}
+
+// Name implements Policy.
+func (k *KV) Name() string { return k.name }
+
+// Config returns the effective configuration.
+func (k *KV) Config() KVConfig { return k.cfg }
+
+// Close stops every subscription and timer. The policy stays usable for
+// routing (by approximation) but follows no stream.
+func (k *KV) Close() {
+	k.mu.Lock()
+	k.closed = true
+	ws := make([]*kvWorker, 0, len(k.workers))
+	for _, w := range k.workers {
+		ws = append(ws, w)
+	}
+	k.mu.Unlock()
+	k.cancel()
+	for _, w := range ws {
+		w.stopTimer()
+	}
+	k.wg.Wait()
+}
+
+// AddWorker registers a worker. In kv mode, a non-empty endpoint starts a
+// ZMQ subscription to the worker's PUB socket (with gap recovery through
+// replayEndpoint, if given); an empty one means an in-process worker that
+// feeds its batches through Ingest. blockSize is the engine's block size (0:
+// the router's); one that is not a multiple of the router's is refused for
+// event routing with the kv_block_size_mismatch diagnostic (the error says
+// so) and the worker is routed by approximation. Until its stream is live,
+// a worker is routed with its approximate records too, so requests that
+// arrive before the subscription is up are never routed blind. Re-adding a
+// worker restarts its subscription.
+func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error {
+	if id == "" {
+		return errors.New("router: worker id is empty")
+	}
+	if blockSize == 0 {
+		blockSize = k.cfg.BlockSize
+	}
+	k.RemoveWorker(id)
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return errors.New("router: kv policy closed")
+	}
+	w := k.newWorkerLocked(id)
+	w.endpoint, w.replay, w.blockSize = endpoint, replayEndpoint, blockSize
+	k.mu.Unlock()
+	if k.events == nil {
+		return nil
+	}
+	if err := k.events.AddWorker(id, blockSize); err != nil {
+		w.refuse(fmt.Sprintf("engine block size %d is not a multiple of the router's %d; set --router-block-size to a divisor of it. Routing the worker by approximation", blockSize, k.cfg.BlockSize))
+		return fmt.Errorf("router: worker %s: %w", id, err)
+	}
+	if endpoint == "" {
+		// In process, nothing is lost in transit: the stream is complete
+		// from the first batch Ingest receives.
+		w.setStream(kvevents.StreamStatus{State: kvevents.StreamLive})
+		return nil
+	}
+	sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
+		Worker: id, Endpoint: endpoint, ReplayEndpoint: replayEndpoint, Topic: k.cfg.Topic,
+		Handler: w, Logger: k.cfg.Logger, Metrics: k.subMet,
+		ReplayTimeout: k.cfg.ReplayTimeout, DialTimeout: k.cfg.DialTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("router: worker %s: %w", id, err)
+	}
+	ctx, cancel := context.WithCancel(k.ctx)
+	done := make(chan struct{})
+	w.mu.Lock()
+	w.stopSub = func() { cancel(); <-done }
+	w.mu.Unlock()
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		defer close(done)
+		sub.Run(ctx)
+	}()
+	return nil
+}
+
+// RemoveWorker stops the worker's subscription and forgets it, its index
+// entries and its diagnostics. Requests still in flight on it finish
+// harmlessly.
+func (k *KV) RemoveWorker(id string) {
+	k.mu.Lock()
+	w, ok := k.workers[id]
+	if ok {
+		delete(k.workers, id)
+		k.slots[w.slot] = nil
+		// Before the slot can be reused, under the same lock.
+		k.active.dropWorker(w.slot)
+		k.free = append(k.free, w.slot)
+	}
+	k.mu.Unlock()
+	if !ok {
+		return
+	}
+	w.stopTimer()
+	w.mu.Lock()
+	stop := w.stopSub
+	w.stopSub = nil
+	w.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if k.events != nil {
+		k.events.RemoveWorker(id)
+	}
+	k.approx.RemoveWorker(id)
+	k.board.ClearSubject(id)
+	k.met.forget(id)
+	k.subMet.Forget(id)
+}
+
+// WorkerRemoved implements Observer: the router dropped the worker.
+func (k *KV) WorkerRemoved(id string) { k.RemoveWorker(id) }
+
+// Ingest is the in-process event path: an engine in this process hands its
+// batches over directly, in order, with their sequence numbers. A gap in
+// the numbers is a loss (there is no replay in process) and a lower number a
+// restart, exactly as on the wire. b is not retained.
+func (k *KV) Ingest(id string, seq uint64, b *kvevents.Batch) error {
+	k.mu.RLock()
+	w := k.workers[id]
+	k.mu.RUnlock()
+	if w == nil {
+		return fmt.Errorf("router: ingest for unknown worker %q", id)
+	}
+	w.ingestMu.Lock()
+	defer w.ingestMu.Unlock()
+	switch {
+	case w.ingestHas && seq < w.ingestNext:
+		w.HandleState(kvevents.StreamStatus{State: kvevents.StreamReset, Seq: seq})
+	case seq > w.ingestNext:
+		w.HandleState(kvevents.StreamStatus{State: kvevents.StreamLoss, Seq: seq, Lost: seq - w.ingestNext,
+			Err: errors.New("sequence gap on the in-process path")})
+	}
+	w.ingestHas, w.ingestNext = true, seq+1
+	w.HandleBatch(seq, b)
+	return nil
+}
+
+// workerFor returns the worker, creating an unregistered one (a worker the
+// router knows but nobody called AddWorker for: no stream, so it is
+// approximated, and kv_events_missing will say so once it serves).
+func (k *KV) workerFor(id string) *kvWorker {
+	k.mu.RLock()
+	w := k.workers[id]
+	k.mu.RUnlock()
+	if w != nil {
+		return w
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if w = k.workers[id]; w == nil {
+		w = k.newWorkerLocked(id)
+		if k.events != nil {
+			// Register with the event index so that in-process Ingest works
+			// and lookups are consistent; no stream will come.
+			_ = k.events.AddWorker(id, 0)
+		}
+	}
+	return w
+}
+
+func (k *KV) newWorkerLocked(id string) *kvWorker {
+	var slot int
+	if n := len(k.free); n > 0 {
+		slot, k.free = k.free[n-1], k.free[:n-1]
+	} else {
+		slot = len(k.slots)
+		k.slots = append(k.slots, nil)
+	}
+	w := newKVWorker(k, id, slot)
+	k.workers[id] = w
+	k.slots[slot] = w
+	_ = k.approx.AddWorker(id, 0)
+	return w
+}
+
+// Health returns each worker's event-stream state ("healthy", "missing",
+// …), for /health details and tests.
+func (k *KV) Health() map[string]string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	out := make(map[string]string, len(k.workers))
+	for id, w := range k.workers {
+		out[id] = w.healthState().String()
+	}
+	return out
+}
+
+// String describes the policy for logs.
+func (k *KV) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s(block=%d w=%g T=%g cost=%s", k.name, k.cfg.BlockSize, k.cfg.OverlapWeight, k.cfg.Temperature, k.cfg.Cost)
+	if k.events != nil {
+		fmt.Fprintf(&b, " events-timeout=%v on-missing=%s", k.cfg.KVEventsTimeout, k.cfg.OnMissing)
+	}
+	fmt.Fprintf(&b, " approx-ttl=%v)", k.cfg.ApproxTTL)
+	return b.String()
+}

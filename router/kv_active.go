@@ -1,0 +1,195 @@
+package router
+
+import "sync"
+
+// activeTracker is Dynamo's ActiveSequences (dynamo.md §2.4), kept by the
+// router from its own decisions: per worker, the unique blocks of requests
+// in flight (decode load), the uncached prompt tokens of those not past
+// their first token (prefill load), and which blocks are pinned: held by a
+// request whose prefill is done, so certainly in the engine's cache while it
+// runs.
+//
+// Blocks are indexed by hash, each with the workers holding it, so scoring a
+// request costs its blocks plus their in-flight residences, never a pass
+// over every worker's set: with a thousand workers that difference is the
+// router's latency budget.
+type activeTracker struct {
+	mu     sync.Mutex
+	blocks map[uint64][]activeRef
+	load   []activeLoad // by worker slot
+}
+
+type activeRef struct {
+	slot   int32
+	n      int32 // in-flight requests of the worker containing the block
+	pinned int32 // of which past their first token
+}
+
+type activeLoad struct {
+	// owner tells a reused slot's new worker from its previous one.
+	owner         *kvWorker
+	unique        int // distinct blocks in flight
+	requests      int
+	prefillTokens int // uncached prompt tokens of requests before their first token
+}
+
+func newActiveTracker() *activeTracker {
+	return &activeTracker{blocks: map[uint64][]activeRef{}}
+}
+
+// loadFor returns the worker's load. Callers hold the KV's read lock and
+// have checked the worker is still registered; removal drops a worker's
+// load under the write lock before its slot can be reused, so a slot with
+// another owner is simply claimed.
+func (a *activeTracker) loadFor(w *kvWorker) *activeLoad {
+	for len(a.load) <= w.slot {
+		a.load = append(a.load, activeLoad{})
+	}
+	l := &a.load[w.slot]
+	if l.owner != w {
+		*l = activeLoad{owner: w}
+	}
+	return l
+}
+
+// add records a routed request.
+func (a *activeTracker) add(w *kvWorker, hashes []uint64, prefillTokens int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.loadFor(w)
+	l.requests++
+	l.prefillTokens += prefillTokens
+	slot := int32(w.slot)
+	for _, h := range hashes {
+		refs := a.blocks[h]
+		i := refIndex(refs, slot)
+		if i < 0 {
+			a.blocks[h] = append(refs, activeRef{slot: slot, n: 1})
+			l.unique++
+			continue
+		}
+		refs[i].n++
+	}
+}
+
+func refIndex(refs []activeRef, slot int32) int {
+	for i := range refs {
+		if refs[i].slot == slot {
+			return i
+		}
+	}
+	return -1
+}
+
+// prefillDone records a request's first token: its prompt is computed and
+// its blocks are pinned in the engine's cache until it finishes.
+func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.loadFor(w).prefillTokens -= prefillTokens
+	slot := int32(w.slot)
+	for _, h := range hashes {
+		refs := a.blocks[h]
+		if i := refIndex(refs, slot); i >= 0 {
+			refs[i].pinned++
+		}
+	}
+}
+
+// free records a finished request.
+func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, prefillTokens int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.loadFor(w)
+	l.requests--
+	if !prefillDone {
+		l.prefillTokens -= prefillTokens
+	}
+	slot := int32(w.slot)
+	for _, h := range hashes {
+		refs := a.blocks[h]
+		i := refIndex(refs, slot)
+		if i < 0 {
+			continue
+		}
+		refs[i].n--
+		if prefillDone {
+			refs[i].pinned--
+		}
+		if refs[i].n > 0 {
+			continue
+		}
+		l.unique--
+		refs[i] = refs[len(refs)-1]
+		refs = refs[:len(refs)-1]
+		if len(refs) == 0 {
+			delete(a.blocks, h)
+		} else {
+			a.blocks[h] = refs
+		}
+	}
+}
+
+// dropWorker forgets a departed worker's in-flight blocks and frees its
+// slot for reuse.
+func (a *activeTracker) dropWorker(slot int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if slot >= len(a.load) || a.load[slot].owner == nil {
+		return
+	}
+	s := int32(slot)
+	for h, refs := range a.blocks {
+		if i := refIndex(refs, s); i >= 0 {
+			refs[i] = refs[len(refs)-1]
+			refs = refs[:len(refs)-1]
+			if len(refs) == 0 {
+				delete(a.blocks, h)
+			} else {
+				a.blocks[h] = refs
+			}
+		}
+	}
+	a.load[slot] = activeLoad{}
+}
+
+// score fills, for the request's block hashes, each worker's count of
+// blocks already in flight there (sc.activeMatch) and its leading run of
+// pinned blocks (sc.pinnedLead), and copies the candidates' loads.
+func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, h := range hashes {
+		for _, r := range a.blocks[h] {
+			s := r.slot
+			if int(s) >= len(sc.activeMatch) {
+				continue
+			}
+			sc.touch(s)
+			sc.activeMatch[s]++
+			if r.pinned > 0 && int(sc.pinnedLead[s]) == i {
+				sc.pinnedLead[s]++
+			}
+		}
+	}
+	for i := range sc.cands {
+		c := &sc.cands[i]
+		if c.w.slot < len(a.load) && a.load[c.w.slot].owner == c.w {
+			l := a.load[c.w.slot]
+			c.activeUnique, c.activeRequests, c.activePrefill = l.unique, l.requests, l.prefillTokens
+		}
+	}
+}
+
+// totals returns the whole tracker's counts, for tests.
+func (a *activeTracker) totals() (blocks, requests, prefill int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, l := range a.load {
+		if l.owner != nil {
+			requests += l.requests
+			prefill += l.prefillTokens
+		}
+	}
+	return len(a.blocks), requests, prefill
+}

@@ -1,0 +1,297 @@
+package router
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvevents"
+)
+
+// workerHealth is how far the router trusts a worker's event stream. Only
+// a healthy worker is routed by its events alone; every other state adds
+// the worker's approximate records (its own routing decisions), so no
+// worker is ever routed blind and none silently.
+type workerHealth int32
+
+const (
+	// healthConnecting: no stream yet (dialing, reconnecting, or a worker
+	// nobody registered a stream for).
+	healthConnecting workerHealth = iota
+	// healthSyncing: connected and caught up by replay; waiting for the first
+	// live message to prove the subscription effective (ZMQ slow joiner).
+	healthSyncing
+	// healthHealthy: live and complete.
+	healthHealthy
+	// healthMissing: the worker computed full blocks and published no
+	// BlockStored within --kv-events-timeout (kv_events_missing).
+	healthMissing
+	// healthRebuilding: events were lost; the index was cleared and is being
+	// rebuilt by new events (kv_events_lost) for RebuildWindow.
+	healthRebuilding
+	// healthRefused: the engine's block size does not fit the router's
+	// (kv_block_size_mismatch); approximation only.
+	healthRefused
+	// healthApprox: kv-approx mode.
+	healthApprox
+	numHealth
+)
+
+var healthNames = [numHealth]string{"connecting", "syncing", "healthy", "missing", "rebuilding", "refused", "approx"}
+
+func (h workerHealth) String() string {
+	if h >= 0 && h < numHealth {
+		return healthNames[h]
+	}
+	return "unknown"
+}
+
+// kvWorker is the policy's state for one worker. It is also the worker's
+// kvevents.Handler: the subscriber goroutine calls it in stream order.
+type kvWorker struct {
+	k    *KV
+	id   string
+	slot int
+
+	endpoint, replay string
+	blockSize        int
+
+	// Read by Pick without locks.
+	state        atomic.Int32 // workerHealth, rebuilding excluded
+	rebuildUntil atomic.Int64 // unix ns; rebuilding while now is before it
+
+	mu            sync.Mutex
+	stream        kvevents.StreamState
+	streamErr     error
+	refused       bool
+	missing       bool
+	lastStored    time.Time
+	pendingRouted time.Time // routing time of the request awaiting a BlockStored
+	missTimer     *time.Timer
+	rebuildTimer  *time.Timer
+	stopSub       func()
+	removed       bool
+	acc           accuracy
+
+	ingestMu   sync.Mutex
+	ingestHas  bool
+	ingestNext uint64
+}
+
+func newKVWorker(k *KV, id string, slot int) *kvWorker {
+	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting}
+	w.acc.init(k.cfg.DriftWindow)
+	if k.events == nil {
+		w.state.Store(int32(healthApprox))
+	}
+	k.met.setHealth(id, w.healthState())
+	return w
+}
+
+// healthState is the worker's current state, rebuilding included.
+func (w *kvWorker) healthState() workerHealth {
+	s := workerHealth(w.state.Load())
+	if (s == healthConnecting || s == healthSyncing || s == healthHealthy) &&
+		w.k.cfg.Now().UnixNano() < w.rebuildUntil.Load() {
+		return healthRebuilding
+	}
+	return s
+}
+
+// recompute derives the state from the facts, under w.mu, and publishes it.
+func (w *kvWorker) recomputeLocked() {
+	var s workerHealth
+	switch {
+	case w.k.events == nil:
+		s = healthApprox
+	case w.refused:
+		s = healthRefused
+	case w.missing:
+		s = healthMissing
+	case w.stream == kvevents.StreamLive:
+		s = healthHealthy
+	case w.stream == kvevents.StreamSynced:
+		s = healthSyncing
+	default:
+		s = healthConnecting
+	}
+	w.state.Store(int32(s))
+	if !w.removed {
+		w.k.met.setHealth(w.id, w.healthState())
+	}
+}
+
+func (w *kvWorker) refuse(msg string) {
+	w.mu.Lock()
+	w.refused = true
+	w.recomputeLocked()
+	w.mu.Unlock()
+	w.k.board.Raise(DiagKVBlockSize, w.id, health.Error, "worker "+w.id+": "+msg, "worker", w.id, "engine_block_size", w.blockSize, "router_block_size", w.k.cfg.BlockSize)
+}
+
+// setStream records a stream state without side effects (in-process
+// workers start live).
+func (w *kvWorker) setStream(st kvevents.StreamStatus) {
+	w.mu.Lock()
+	w.stream = st.State
+	w.recomputeLocked()
+	w.mu.Unlock()
+}
+
+// HandleBatch implements kvevents.Handler.
+func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
+	k := w.k
+	if k.events == nil {
+		return
+	}
+	st, err := k.events.Apply(w.id, b.Events)
+	if err != nil {
+		k.log.Debug("KV events for a worker the index does not know", "worker", w.id, "err", err)
+		return
+	}
+	k.met.blockEvents.WithLabelValues(w.id).Add(float64(st.Stored + st.Removed))
+	if st.BlockSizeMismatch > 0 {
+		k.board.Raise(DiagKVBlockSize, w.id, health.Error,
+			fmt.Sprintf("worker %s published blocks whose size is not a multiple of the router's %d; they are dropped", w.id, k.cfg.BlockSize),
+			"worker", w.id, "events", st.BlockSizeMismatch, "seq", seq)
+	}
+	if st.StoredEvents > 0 {
+		w.onStored()
+	}
+}
+
+// onStored is the proof that events flow.
+func (w *kvWorker) onStored() {
+	now := w.k.cfg.Now()
+	w.mu.Lock()
+	w.lastStored = now
+	w.pendingRouted = time.Time{}
+	if w.missTimer != nil {
+		w.missTimer.Stop()
+		w.missTimer = nil
+	}
+	recovered := w.missing
+	w.missing = false
+	if recovered {
+		w.recomputeLocked()
+	}
+	w.mu.Unlock()
+	if recovered {
+		w.k.board.Clear(DiagKVEventsMissing, w.id, DiagKVEventsRecovered, "KV events flow again; routing the worker by its events")
+	}
+}
+
+// HandleState implements kvevents.Handler.
+func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
+	k := w.k
+	switch st.State {
+	case kvevents.StreamLoss:
+		// The index can no longer be trusted for this worker: drop it and
+		// let new events rebuild it, routing with the approximate records
+		// meanwhile.
+		k.events.ClearWorker(w.id)
+		until := k.cfg.Now().Add(k.cfg.RebuildWindow)
+		w.rebuildUntil.Store(until.UnixNano())
+		w.mu.Lock()
+		if w.rebuildTimer != nil {
+			w.rebuildTimer.Stop()
+		}
+		w.rebuildTimer = time.AfterFunc(k.cfg.RebuildWindow, w.rebuilt)
+		w.recomputeLocked()
+		w.mu.Unlock()
+		k.board.Raise(DiagKVEventsLost, w.id, health.Warn,
+			fmt.Sprintf("KV events of worker %s were lost and could not be replayed; its index was cleared and is rebuilding, routing it by approximation until %s", w.id, until.Format(time.RFC3339)),
+			"worker", w.id, "lost_batches", st.Lost, "seq", st.Seq, "err", st.Err)
+		return
+	case kvevents.StreamReset:
+		// A restarted engine has an empty cache: forget what it held and
+		// where we sent requests before.
+		k.events.ClearWorker(w.id)
+		k.approx.ClearWorker(w.id)
+		k.log.Warn("KV event publisher restarted; cleared the worker's index", "worker", w.id)
+		return
+	}
+	w.mu.Lock()
+	prev := w.stream
+	w.stream, w.streamErr = st.State, st.Err
+	w.recomputeLocked()
+	w.mu.Unlock()
+	if st.State == kvevents.StreamLive && prev != kvevents.StreamLive {
+		k.log.Info("KV event stream live; routing the worker by its events", "worker", w.id, "seq", st.Seq)
+	}
+}
+
+func (w *kvWorker) rebuilt() {
+	w.mu.Lock()
+	removed := w.removed
+	w.recomputeLocked()
+	w.mu.Unlock()
+	if !removed {
+		w.k.board.Clear(DiagKVEventsLost, w.id, DiagKVEventsRebuilt, "worker's index rebuilt from new KV events; routing it by its events again")
+	}
+}
+
+// expectStored is called when the engine reported computing at least one
+// new full block for a request routed at routedAt: a BlockStored must
+// follow. If none has arrived since routedAt within the timeout, the
+// worker's events are missing.
+func (w *kvWorker) expectStored(routedAt time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.removed || w.missing || w.refused || !w.lastStored.Before(routedAt) || !w.pendingRouted.IsZero() {
+		return
+	}
+	w.pendingRouted = routedAt
+	w.missTimer = time.AfterFunc(w.k.cfg.KVEventsTimeout, w.checkMissing)
+}
+
+func (w *kvWorker) checkMissing() {
+	k := w.k
+	w.mu.Lock()
+	if w.removed || w.pendingRouted.IsZero() || !w.lastStored.Before(w.pendingRouted) {
+		w.pendingRouted = time.Time{}
+		w.mu.Unlock()
+		return
+	}
+	waited := k.cfg.Now().Sub(w.pendingRouted)
+	w.pendingRouted = time.Time{}
+	w.missing = true
+	w.missTimer = nil
+	w.recomputeLocked()
+	stream, serr := w.stream, w.streamErr
+	w.mu.Unlock()
+	action := "routing it by approximation until events flow"
+	if k.cfg.OnMissing == MissingFail {
+		action = "not routing to it until events flow (--on-missing-kv-events=fail)"
+	}
+	why := "connected, but no BlockStored arrived"
+	switch {
+	case w.endpoint == "" && stream == kvevents.StreamLive:
+		why = "in-process worker whose engine fed no BlockStored"
+	case stream != kvevents.StreamLive && stream != kvevents.StreamSynced:
+		why = "event subscription not connected"
+		if serr != nil {
+			why += ": " + serr.Error()
+		}
+	}
+	attrs := []any{"worker", w.id, "endpoint", w.endpoint, "stream", stream.String(), "waited_ms", waited.Milliseconds(),
+		"kv_events_timeout", k.cfg.KVEventsTimeout, "on_missing", string(k.cfg.OnMissing),
+		"suggested_action", "enable the engine's KV events (vLLM --kv-events-config, Tandem mocker --kv-events on) and check the endpoint, or use --router-mode kv-approx"}
+	k.board.Raise(DiagKVEventsMissing, w.id, health.Error,
+		fmt.Sprintf("worker %s computed new KV blocks but published no BlockStored within %v (%s); %s", w.id, k.cfg.KVEventsTimeout, why, action),
+		attrs...)
+}
+
+func (w *kvWorker) stopTimer() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.removed = true
+	if w.missTimer != nil {
+		w.missTimer.Stop()
+	}
+	if w.rebuildTimer != nil {
+		w.rebuildTimer.Stop()
+	}
+}

@@ -1,0 +1,378 @@
+package router
+
+import (
+	"math"
+	"time"
+
+	"github.com/tandemllm/tandem/kvindex"
+)
+
+// flight is one routed request, from Routed to Finished.
+type flight struct {
+	w             *kvWorker
+	hashes        []uint64
+	isl           int
+	prefillTokens int // isl minus the predicted cached tokens
+	predicted     int // blocks
+	routedAt      time.Time
+	firstDone     bool
+}
+
+// candScore is one candidate during a Pick.
+type candScore struct {
+	idx int // into the candidates
+	w   *kvWorker
+	st  workerHealth
+	// overlap is the prefix, in blocks, the worker is predicted to hold.
+	overlap        int
+	activeUnique   int
+	activeRequests int
+	activePrefill  int
+	logit          float64
+}
+
+// pickScratch is the per-decision memory, pooled so a decision allocates
+// nothing in steady state. Arrays indexed by worker slot are all zero
+// between decisions; touched lists the slots to reset.
+type pickScratch struct {
+	hasher      kvindex.Hasher
+	hashes      []uint64
+	ov          []kvindex.Overlap
+	evOv, apOv  []int32
+	activeMatch []int32
+	pinnedLead  []int32
+	touched     []int32
+	cands       []candScore
+	ties        []int
+	ws          []*kvWorker
+}
+
+func (k *KV) scratch(slots int) *pickScratch {
+	sc, _ := k.pool.Get().(*pickScratch)
+	if sc == nil {
+		sc = &pickScratch{}
+	}
+	grow := func(a []int32) []int32 {
+		if len(a) < slots {
+			a = append(a, make([]int32, slots-len(a))...)
+		}
+		return a
+	}
+	sc.evOv, sc.apOv = grow(sc.evOv), grow(sc.apOv)
+	sc.activeMatch, sc.pinnedLead = grow(sc.activeMatch), grow(sc.pinnedLead)
+	return sc
+}
+
+func (k *KV) release(sc *pickScratch) {
+	for _, s := range sc.touched {
+		sc.evOv[s], sc.apOv[s], sc.activeMatch[s], sc.pinnedLead[s] = 0, 0, 0, 0
+	}
+	sc.touched = sc.touched[:0]
+	clear(sc.ws)
+	sc.ws = sc.ws[:0]
+	k.pool.Put(sc)
+}
+
+// touch records that slot's scratch entries may be non-zero.
+func (sc *pickScratch) touch(s int32) {
+	if sc.evOv[s] == 0 && sc.apOv[s] == 0 && sc.activeMatch[s] == 0 && sc.pinnedLead[s] == 0 {
+		sc.touched = append(sc.touched, s)
+	}
+}
+
+// resolve maps candidates to workers, creating the unknown ones.
+func (k *KV) resolve(cands []Candidate, sc *pickScratch) {
+	missing := false
+	k.mu.RLock()
+	for _, c := range cands {
+		w := k.workers[c.ID]
+		missing = missing || w == nil
+		sc.ws = append(sc.ws, w)
+	}
+	k.mu.RUnlock()
+	if missing {
+		for i, c := range cands {
+			if sc.ws[i] == nil {
+				sc.ws[i] = k.workerFor(c.ID)
+			}
+		}
+	}
+}
+
+// Pick implements Policy. It hashes the prompt's full blocks, looks them up
+// in the index(es), adds the in-flight load the router itself placed, and
+// minimizes the cost (or samples from its softmax).
+func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
+	start := time.Now()
+	k.mu.RLock()
+	slots := len(k.slots)
+	k.mu.RUnlock()
+	// Room for the workers resolve may create; a worker added concurrently
+	// beyond it is skipped by the by-slot writes (it has no history yet).
+	sc := k.scratch(slots + len(cands))
+	defer k.release(sc)
+	k.resolve(cands, sc)
+	bs := k.cfg.BlockSize
+	sc.hashes = sc.hasher.Append(sc.hashes[:0], 0, false, req.Tokens, bs)
+	hashes := sc.hashes
+
+	k.maybeExpire()
+	if k.cfg.OverlapWeight > 0 && len(hashes) > 0 {
+		if k.events != nil {
+			sc.ov = k.events.Lookup(hashes, sc.ov[:0])
+			k.fill(sc, sc.ov, sc.evOv)
+		}
+		sc.ov = k.approx.Lookup(hashes, sc.ov[:0])
+		k.fill(sc, sc.ov, sc.apOv)
+	}
+	sc.cands = sc.cands[:0]
+	for i := range cands {
+		w := sc.ws[i]
+		st := w.healthState()
+		if st == healthMissing && k.cfg.OnMissing == MissingFail {
+			continue
+		}
+		sc.cands = append(sc.cands, candScore{idx: i, w: w, st: st})
+	}
+	if len(sc.cands) == 0 {
+		return Decision{}, ErrKVEventsMissing
+	}
+	k.active.score(hashes, sc)
+
+	isl := len(req.Tokens)
+	requestBlocks := (isl + bs - 1) / bs
+	for i := range sc.cands {
+		c := &sc.cands[i]
+		s := int32(c.w.slot)
+		ev, ap := int(sc.evOv[s]), int(sc.apOv[s])
+		switch {
+		case c.st == healthApprox:
+			c.overlap = ap
+		case c.st == healthHealthy:
+			c.overlap = ev
+		default:
+			c.overlap = max(ev, ap)
+		}
+		if k.cfg.Cost == CostTandem {
+			// Blocks of a request past its first token on this worker are in
+			// its cache for as long as the request runs, whether or not
+			// their BlockStored has arrived yet.
+			c.overlap = max(c.overlap, int(sc.pinnedLead[s]))
+		}
+		c.logit = dynamoLogit(k.cfg.OverlapWeight, bs, isl, c.overlap, c.activePrefill, c.activeUnique, requestBlocks-int(sc.activeMatch[s]))
+	}
+	best := k.choose(sc)
+	c := sc.cands[best]
+	predicted := min(c.overlap, max(isl-1, 0)/bs) // an engine recomputes the last prompt token
+	k.met.observePick(c.st, time.Since(start))
+	return Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs}, nil
+}
+
+// fill copies a lookup's answer into a by-slot array.
+func (k *KV) fill(sc *pickScratch, ov []kvindex.Overlap, dst []int32) {
+	if len(ov) == 0 {
+		return
+	}
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for _, o := range ov {
+		w := k.workers[o.Worker]
+		if w == nil || w.slot >= len(dst) {
+			continue
+		}
+		sc.touch(int32(w.slot))
+		dst[w.slot] = int32(o.Blocks)
+	}
+}
+
+// maybeExpire drops expired approximate records, at most every TTL/16.
+func (k *KV) maybeExpire() {
+	now := k.cfg.Now()
+	k.mu.RLock()
+	due := now.Sub(k.lastSweep) >= k.cfg.ApproxTTL/16
+	k.mu.RUnlock()
+	if !due {
+		return
+	}
+	k.mu.Lock()
+	k.lastSweep = now
+	k.mu.Unlock()
+	k.approx.Expire()
+}
+
+// dynamoLogit is Dynamo's classic cost (dynamo.md §2.5), lower is better:
+//
+//	prefill_blocks = (active_prefill_tokens + isl − overlap·block_size) / block_size   (f64, not rounded)
+//	decode_blocks  = active unique blocks + blocks of this request not already active
+//	logit          = w·prefill_blocks + decode_blocks
+func dynamoLogit(w float64, bs, isl, overlap, activePrefill, activeUnique, newBlocks int) float64 {
+	prefillTokens := activePrefill + max(isl-overlap*bs, 0)
+	return w*float64(prefillTokens)/float64(bs) + float64(activeUnique+newBlocks)
+}
+
+// choose returns the index in sc.cands of the chosen candidate.
+func (k *KV) choose(sc *pickScratch) int {
+	cs := sc.cands
+	if k.cfg.Temperature > 0 && len(cs) > 1 {
+		return k.softmax(cs)
+	}
+	minL := math.Inf(1)
+	for i := range cs {
+		minL = min(minL, cs[i].logit)
+	}
+	eps := 1e-9 * max(1, math.Abs(minL))
+	ties := sc.ties[:0]
+	for i := range cs {
+		if cs[i].logit-minL <= eps {
+			ties = append(ties, i)
+		}
+	}
+	sc.ties = ties
+	if len(ties) == 1 {
+		return ties[0]
+	}
+	if k.cfg.Cost == CostTandem {
+		// Equal cost: the less loaded, then the smaller cached footprint
+		// (which spreads new prefixes so each worker's working set stays
+		// small), then rotate deterministically.
+		ties = keepMin(ties, func(i int) float64 { return float64(cs[i].activeRequests) })
+		ties = keepMin(ties, func(i int) float64 { return float64(k.footprint(&cs[i])) })
+		if len(ties) == 1 {
+			return ties[0]
+		}
+		k.rngMu.Lock()
+		n := k.rotate
+		k.rotate++
+		k.rngMu.Unlock()
+		return ties[n%uint64(len(ties))]
+	}
+	// Dynamo: smallest tree size, then at random.
+	ties = keepMin(ties, func(i int) float64 { return float64(k.footprint(&cs[i])) })
+	if len(ties) == 1 {
+		return ties[0]
+	}
+	k.rngMu.Lock()
+	defer k.rngMu.Unlock()
+	return ties[k.rng.IntN(len(ties))]
+}
+
+// keepMin filters idx to the entries minimizing f.
+func keepMin(idx []int, f func(int) float64) []int {
+	best := math.Inf(1)
+	for _, i := range idx {
+		best = min(best, f(i))
+	}
+	out := idx[:0]
+	for _, i := range idx {
+		if f(i) == best {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// footprint is the worker's cached blocks (Dynamo's tree size) as the
+// sources of its overlap see them: a worker routed by approximation must
+// not look empty, or every new prefix would pile onto it.
+func (k *KV) footprint(c *candScore) int {
+	switch {
+	case k.events == nil:
+		return k.approx.WorkerBlocks(c.w.id)
+	case c.st == healthHealthy:
+		return k.events.WorkerBlocks(c.w.id)
+	}
+	return max(k.events.WorkerBlocks(c.w.id), k.approx.WorkerBlocks(c.w.id))
+}
+
+// softmax samples like Dynamo's softmax_sample: lower cost is likelier,
+// p_i ∝ exp(−(v_i − min)/((max − min)·T)), uniform when all are equal.
+func (k *KV) softmax(cs []candScore) int {
+	minL, maxL := math.Inf(1), math.Inf(-1)
+	for i := range cs {
+		minL, maxL = min(minL, cs[i].logit), max(maxL, cs[i].logit)
+	}
+	k.rngMu.Lock()
+	u := k.rng.Float64()
+	k.rngMu.Unlock()
+	if maxL == minL {
+		return int(u * float64(len(cs)))
+	}
+	scale := 1 / ((maxL - minL) * k.cfg.Temperature)
+	total := 0.0
+	for i := range cs {
+		total += math.Exp(-(cs[i].logit - minL) * scale)
+	}
+	u *= total
+	for i := range cs {
+		if u -= math.Exp(-(cs[i].logit - minL) * scale); u <= 0 {
+			return i
+		}
+	}
+	return len(cs) - 1
+}
+
+// Routed implements Observer: the decision becomes in-flight load and an
+// approximate record.
+func (k *KV) Routed(req *Request, d Decision) {
+	w := k.workerFor(d.WorkerID)
+	var h kvindex.Hasher
+	hashes := h.Append(nil, 0, false, req.Tokens, k.cfg.BlockSize)
+	isl := len(req.Tokens)
+	f := &flight{w: w, hashes: hashes, isl: isl, predicted: d.PredictedCachedTokens / k.cfg.BlockSize,
+		prefillTokens: max(isl-d.PredictedCachedTokens, 0), routedAt: k.cfg.Now()}
+	if len(hashes) > 0 {
+		_ = k.approx.Store(w.id, hashes)
+	}
+	k.mu.Lock()
+	k.flights[req] = f
+	k.mu.Unlock()
+	k.mu.RLock()
+	if k.slots[w.slot] == w {
+		k.active.add(w, hashes, f.prefillTokens)
+	}
+	k.mu.RUnlock()
+}
+
+// FirstToken implements Observer: prefill is done, so the request's
+// blocks are pinned; the engine's cached_tokens grades the prediction, and
+// tells whether a BlockStored must follow.
+func (k *KV) FirstToken(req *Request, workerID string, cachedTokens int) {
+	k.mu.Lock()
+	f := k.flights[req]
+	if f != nil {
+		f.firstDone = true
+	}
+	k.mu.Unlock()
+	if f == nil {
+		return
+	}
+	k.mu.RLock()
+	if k.slots[f.w.slot] == f.w {
+		k.active.prefillDone(f.w, f.hashes, f.prefillTokens)
+	}
+	k.mu.RUnlock()
+	bs := k.cfg.BlockSize
+	actual := cachedTokens / bs
+	k.accuracy(f, actual, cachedTokens)
+	if k.events != nil && len(f.hashes) > actual {
+		// The engine computed at least one new full block: it must have
+		// stored it, and a worker with events on publishes that.
+		f.w.expectStored(f.routedAt)
+	}
+}
+
+// Finished implements Observer.
+func (k *KV) Finished(req *Request, workerID string) {
+	k.mu.Lock()
+	f := k.flights[req]
+	delete(k.flights, req)
+	k.mu.Unlock()
+	if f == nil {
+		return
+	}
+	k.mu.RLock()
+	if k.slots[f.w.slot] == f.w {
+		k.active.free(f.w, f.hashes, f.firstDone, f.prefillTokens)
+	}
+	k.mu.RUnlock()
+}

@@ -1,0 +1,222 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/router"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// Config configures a one-process system.
+type Config struct {
+	HTTPAddr     string
+	Workers      int
+	RouterMode   string
+	RequestPlane string // "inproc" (default) or "grpc"
+	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
+	WorkerIDs []string
+	DrainTimeout time.Duration
+	Frontend     frontend.Config
+}
+
+// DefaultConfig returns the defaults of `tandem serve`.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
+		DrainTimeout: 30 * time.Second, Frontend: frontend.DefaultConfig(),
+	}
+}
+
+// EngineFactory builds the engine of worker i (0-based).
+type EngineFactory func(i int) (engine.Engine, error)
+
+// WorkerInfo describes a started worker.
+type WorkerInfo struct {
+	ID   string
+	Addr string // request-plane address, empty in-process
+	Info engine.Info
+}
+
+// System is a running one-process Tandem.
+type System struct {
+	cfg      Config
+	log      *slog.Logger
+	Registry *prometheus.Registry
+	Board    *health.Board
+	Router   *router.Router
+	Frontend *frontend.Server
+	Workers  []WorkerInfo
+
+	http    *http.Server
+	lis     net.Listener
+	served  chan error
+	engines []engine.Engine
+	grpcs   []*grpc.Server
+	clients []*requestplane.Client
+}
+
+// NewPolicy returns the routing policy named mode.
+func NewPolicy(mode string) (router.Policy, error) {
+	switch mode {
+	case "round-robin", "":
+		return &router.RoundRobin{}, nil
+	case "random":
+		return router.Random{}, nil
+	case "least-loaded":
+		return router.LeastLoaded{}, nil
+	}
+	return nil, fmt.Errorf("unknown router mode %q (want round-robin, random or least-loaded)", mode)
+}
+
+// Start builds and starts the system. On error everything already started
+// is stopped.
+func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slog.Logger) (_ *System, err error) {
+	if cfg.Workers < 1 {
+		return nil, fmt.Errorf("serve: need at least one worker, got %d", cfg.Workers)
+	}
+	policy, err := NewPolicy(cfg.RouterMode)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &System{cfg: cfg, log: log, Registry: reg, served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			s.stopWorkers(context.Background())
+		}
+	}()
+	s.Board = health.NewBoard(log, reg)
+	s.Router = router.New(policy, reg)
+	s.Frontend = frontend.New(cfg.Frontend, s.Router, s.Board, reg, log)
+
+	for i := 0; i < cfg.Workers; i++ {
+		eng, err := newEngine(i)
+		if err != nil {
+			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
+		}
+		s.engines = append(s.engines, eng)
+		if c, ok := eng.(interface{ Collector() prometheus.Collector }); ok {
+			if err := reg.Register(unchecked{c.Collector()}); err != nil {
+				return nil, fmt.Errorf("serve: worker %d metrics: %w", i, err)
+			}
+		}
+		info := eng.Info()
+		if i == 0 {
+			// A tokenizer directory may not state the context length
+			// (llama2.c has none); the engine knows it.
+			if model.ContextLength == 0 || (info.ContextLength > 0 && info.ContextLength < model.ContextLength) {
+				m := *model
+				m.ContextLength = info.ContextLength
+				model = &m
+			}
+			s.Frontend.AddModel(model)
+		}
+		info.Model = model.Name
+		w := WorkerInfo{ID: fmt.Sprintf("worker-%d", i), Info: info}
+		if i < len(cfg.WorkerIDs) {
+			w.ID = cfg.WorkerIDs[i]
+		}
+		gen := engine.Generator(eng)
+		if cfg.RequestPlane == "grpc" {
+			if gen, w.Addr, err = s.serveGRPC(eng); err != nil {
+				return nil, err
+			}
+		} else if cfg.RequestPlane != "inproc" && cfg.RequestPlane != "" {
+			return nil, fmt.Errorf("serve: unknown request plane %q (want inproc or grpc)", cfg.RequestPlane)
+		}
+		s.Workers = append(s.Workers, w)
+		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info})
+	}
+
+	s.lis, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
+	}
+	s.http = &http.Server{Handler: s.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { s.served <- s.http.Serve(s.lis) }()
+	return s, nil
+}
+
+func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
+	}
+	srv := requestplane.NewServer(eng)
+	s.grpcs = append(s.grpcs, srv)
+	go func() { _ = srv.Serve(lis) }()
+	c, err := requestplane.Dial(lis.Addr().String())
+	if err != nil {
+		return nil, "", err
+	}
+	s.clients = append(s.clients, c)
+	return c, lis.Addr().String(), nil
+}
+
+// Engine returns the engine of worker i.
+func (s *System) Engine(i int) engine.Engine { return s.engines[i] }
+
+// URL is the frontend's base URL.
+func (s *System) URL() string { return "http://" + s.lis.Addr().String() }
+
+// Addr is the frontend's listening address.
+func (s *System) Addr() net.Addr { return s.lis.Addr() }
+
+// Done yields the HTTP server's exit error once it stops serving.
+func (s *System) Done() <-chan error { return s.served }
+
+// Shutdown drains: /health turns 503, the listener stops accepting, and
+// in-flight requests get until ctx ends to finish. Then workers stop.
+func (s *System) Shutdown(ctx context.Context) error {
+	s.Frontend.SetDraining()
+	err := s.http.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", "drain_timeout")
+		_ = s.http.Close()
+	}
+	s.stopWorkers(ctx)
+	return err
+}
+
+func (s *System) stopWorkers(ctx context.Context) {
+	for _, c := range s.clients {
+		_ = c.Close()
+	}
+	for _, g := range s.grpcs {
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			g.Stop()
+		}
+	}
+	for _, e := range s.engines {
+		if err := e.Close(); err != nil {
+			s.log.Warn("closing engine", "err", err)
+		}
+	}
+}
+
+// unchecked registers an engine's collector without its descriptors: every
+// worker of a process exports the same vllm: metric families, told apart by
+// their engine label, which a checked registration would refuse as
+// duplicates.
+type unchecked struct{ prometheus.Collector }
+
+func (unchecked) Describe(chan<- *prometheus.Desc) {}

@@ -1,0 +1,105 @@
+package serve
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+func startTest(t *testing.T, cfg Config, factory func(*tokenizer.Model) EngineFactory) *System {
+	t.Helper()
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTPAddr = "127.0.0.1:0"
+	sys, err := Start(cfg, model, factory(model), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sys.Shutdown(context.Background()) })
+	return sys
+}
+
+// TestWholeSystemWithSDK runs chat and completions through every request
+// plane with the official client, and checks requests spread over workers.
+func TestWholeSystemWithSDK(t *testing.T) {
+	for _, plane := range []string{"inproc", "grpc"} {
+		t.Run(plane, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.RequestPlane = plane
+			sys := startTest(t, cfg, defaultTestEngines)
+			c := openai.NewClient(option.WithBaseURL(sys.URL()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+			seen := map[string]bool{}
+			for i := 0; i < 4; i++ {
+				var resp *http.Response
+				out, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+					Model: tokenizer.DefaultModelName, MaxTokens: openai.Int(8),
+					Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be brief"), openai.UserMessage("hello")},
+				}, option.WithResponseInto(&resp))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out.Choices[0].Message.Content == "" || out.Usage.CompletionTokens == 0 {
+					t.Fatalf("empty completion %+v", out)
+				}
+				seen[resp.Header.Get("X-Tandem-Worker")] = true
+			}
+			if len(seen) != 2 {
+				t.Fatalf("round-robin over 2 workers hit %v", seen)
+			}
+			comp, err := c.Completions.New(context.Background(), openai.CompletionNewParams{
+				Model: openai.CompletionNewParamsModel(tokenizer.DefaultModelName), MaxTokens: openai.Int(4),
+				Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+			})
+			if err != nil || comp.Usage.CompletionTokens == 0 {
+				t.Fatalf("completion %+v %v", comp, err)
+			}
+		})
+	}
+}
+
+// TestDrainLetsInFlightFinish: Shutdown stops new work but a stream already
+// running completes normally.
+func TestDrainLetsInFlightFinish(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Workers = 1
+	sys := startTest(t, cfg, slowTestEngines)
+	resp, err := http.Post(sys.URL()+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"tandem-mock","prompt":"hi","max_tokens":30,"ignore_eos":true,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64)
+	if _, err := resp.Body.Read(buf); err != nil { // the stream is under way
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- sys.Shutdown(ctx)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := http.Get(sys.URL() + "/health"); err == nil {
+		t.Fatal("a new connection was accepted while draining")
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("in-flight stream cut: %v %q", err, rest)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
