@@ -83,19 +83,23 @@ func (r *Report) cdfChart(id, title, xlabel string, get func(*Record) []float64)
 func (r *Report) itlChart(id string) string {
 	const title = "Inter-token latency distribution"
 	vals := r.okValues(func(rec *Record) []float64 { return rec.ITLMs })
-	lo, hi := math.Inf(1), math.Inf(-1)
+	lo, hi, minPos := math.Inf(1), math.Inf(-1), math.Inf(1)
 	for _, vs := range vals {
 		for _, v := range vs {
 			lo, hi = math.Min(lo, v), math.Max(hi, v)
+			if v > 0 {
+				minPos = math.Min(minPos, v)
+			}
 		}
 	}
 	if math.IsInf(lo, 1) {
 		return emptyChart(id, title, "no inter-token gaps (non-streamed or single-token outputs)")
 	}
 	const bins = 40
-	logBins := wideRange(vals) && lo > 0
+	// Zero gaps (two chunks in one read) land in the first log bin.
+	logBins := wideRange(vals) && !math.IsInf(minPos, 1)
 	if logBins {
-		lo = math.Max(lo, hi/1e5)
+		lo = math.Max(minPos, hi/1e5)
 	}
 	edge := func(k int) float64 {
 		if logBins {
@@ -131,28 +135,47 @@ func (r *Report) itlChart(id string) string {
 		s.X, s.Y = append(s.X, edge(bins)), append(s.Y, 0)
 		ss = append(ss, s)
 	}
-	return lineChart(id, title, axis{Label: "gap between content chunks (ms)", Log: logBins}, axis{Label: "% of gaps"}, ss)
+	top := 0.0
+	for _, s := range ss {
+		for _, y := range s.Y {
+			top = math.Max(top, y)
+		}
+	}
+	// Percentages: never let the axis's rounding run past 100.
+	ya := axis{Label: "% of gaps", Min: 0, Max: math.Min(100, top*1.1)}
+	return lineChart(id, title, axis{Label: "gap between content chunks (ms)", Log: logBins}, ya, ss)
 }
 
 // throughputChart plots completions (or output tokens) per second over
-// time, in buckets sized to give about 50 points. A label run several
-// times (modes × runs) is averaged over its runs.
+// time. Buckets are sized for about 50 points, but wide enough to average
+// five completions each: a slow sequential run (prefix-reuse) in narrow
+// buckets is a comb of 0s and 1s. A label run several times (modes ×
+// runs) is averaged over its runs.
 func (r *Report) throughputChart(id, title, ylabel string, weight func(*Record) float64) string {
 	span := 0.0
-	runs := map[string]int{}
+	runs, done := map[string]int{}, map[string]int{}
 	for _, res := range r.Runs {
 		for _, l := range res.Labels {
 			runs[l]++
 		}
 		for i := range res.Records {
-			span = math.Max(span, res.Records[i].EndMs()/1000)
+			rec := &res.Records[i]
+			span = math.Max(span, rec.EndMs()/1000)
+			if rec.OK() {
+				done[rec.Label]++
+			}
 		}
 	}
 	if span <= 0 {
 		return emptyChart(id, title, "no completed requests")
 	}
-	w := math.Max(niceStep(span, 50), 0.001)
-	n := int(math.Ceil(span/w)) + 1
+	minW := 0.0
+	for l, n := range done {
+		minW = math.Max(minW, 5/(float64(n)/float64(max(runs[l], 1))/span))
+	}
+	w := niceStep(math.Max(span/50, minW), 1)
+	n := int(math.Ceil(span / w))
+	width := func(k int) float64 { return math.Min(w, span-float64(k)*w) } // the last bucket ends at span
 	sums := map[string][]float64{}
 	for _, res := range r.Runs {
 		for i := range res.Records {
@@ -174,8 +197,10 @@ func (r *Report) throughputChart(id, title, ylabel string, weight func(*Record) 
 		}
 		s := chartSeries{Name: l}
 		for k, v := range b {
-			s.X = append(s.X, (float64(k)+0.5)*w)
-			s.Y = append(s.Y, v/w/float64(max(runs[l], 1)))
+			if wd := width(k); wd > w/20 {
+				s.X = append(s.X, float64(k)*w+wd/2)
+				s.Y = append(s.Y, v/wd/float64(max(runs[l], 1)))
+			}
 		}
 		ss = append(ss, s)
 	}

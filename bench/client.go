@@ -207,8 +207,8 @@ func errorMessage(body []byte) string {
 	return s
 }
 
-// do sends req to ep and measures it. due is the scheduled send time (zero:
-// now); origin is the run's start. It returns the record and what the
+// do sends req to ep at due (zero: now) and measures it; origin is the
+// run's start. It returns the record and what the
 // session needs to continue. A cancelled ctx yields cancelled=true: the
 // user stopped the run, and the request says nothing about the target.
 func (c *client) do(ctx context.Context, ep *endpoint, req *Request, due, origin time.Time) (rec Record, reply Reply, cancelled bool) {
@@ -236,6 +236,14 @@ func (c *client) do(ctx context.Context, ep *endpoint, req *Request, due, origin
 	}
 	if ep.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+ep.APIKey)
+	}
+	// The open loop hands requests over a little before they are due, so
+	// that building a long prompt is not charged to the server: wait for
+	// the moment itself here.
+	if !due.IsZero() {
+		if d := time.Until(due); d > 0 && !sleep(ctx, d) {
+			return rec, Reply{Err: ctx.Err()}, true
+		}
 	}
 	sent := time.Now()
 	if due.IsZero() || due.After(sent) {
@@ -324,7 +332,7 @@ func applyUsage(rec *Record, u *wireUsage) {
 // requests per second the decode would be the tool's largest cost, and a
 // load generator that saturates its own CPU measures itself.
 func (c *client) readStream(body io.Reader, rec *Record, due time.Time, text *strings.Builder) error {
-	br := bufio.NewReaderSize(body, 32<<10)
+	br := bufio.NewReaderSize(body, 4<<10) // longer lines take the ErrBufferFull path
 	var last time.Time
 	chunks := 0
 	done := false

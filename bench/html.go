@@ -38,8 +38,6 @@ figcaption { font-size: 12px; color: #555; padding: 4px 6px; }
 <h1>{{.Title}}</h1>
 <p class="meta">Generated {{.Created}}{{if .Command}} by <code>{{.Command}}</code>{{end}}</p>
 {{if .Interrupted}}<p class="note"><b>Interrupted:</b> the figures cover the requests that finished.</p>{{end}}
-{{if .Settings}}<h2>Settings</h2>
-<table>{{range .Settings}}<tr><td>{{.Name}}</td><td style="text-align:left">{{.Value}}</td></tr>{{end}}</table>{{end}}
 
 <h2>Summary</h2>
 <table id="summary">
@@ -50,10 +48,10 @@ figcaption { font-size: 12px; color: #555; padding: 4px 6px; }
 
 {{if .Overhead}}<h2>Frontend overhead</h2>
 <table id="overhead">
-<tr><th>concurrency</th><th>direct TTFT p50</th><th>frontend TTFT p50</th><th>added p50</th><th>added p90</th><th>added p99</th><th>added mean</th><th>added E2E p50</th><th>out tok/s direct</th><th>out tok/s frontend</th></tr>
+<tr><th>concurrency</th><th>direct TTFT p50</th><th>frontend TTFT p50</th><th>added p50</th><th>added p90</th><th>added p99</th><th>added mean</th><th>added E2E p50</th><th>out tok/s direct*</th><th>out tok/s frontend*</th></tr>
 {{range .Overhead}}<tr><td>{{.Concurrency}}</td><td>{{f2 .DirectTTFTP50}}</td><td>{{f2 .FrontendTTFTP50}}</td><td>{{f2 .AddedTTFTP50}}</td><td>{{f2 .AddedTTFTP90}}</td><td>{{f2 .AddedTTFTP99}}</td><td>{{f2 .AddedTTFTMean}}</td><td>{{f2 .AddedE2EP50}}</td><td>{{f1 .DirectOutTokS}}</td><td>{{f1 .FrontendOutTokS}}</td></tr>
 {{end}}</table>
-<p class="note">The same requests (salted per target so neither serves the other from cache) went straight to the worker and through the frontend, interleaved; "added" is frontend minus direct.</p>{{end}}
+<p class="note">The same requests (salted per target so neither serves the other from cache) went straight to the worker and through the frontend, interleaved; "added" is frontend minus direct. * Throughput each would sustain with all slots its own: concurrency / mean E2E × mean output tokens (Little's law), as interleaving gives each target half of the run.</p>{{end}}
 
 {{if .HitLines}}<h2>Prefix-reuse hits</h2>
 <table id="hits">
@@ -72,6 +70,10 @@ figcaption { font-size: 12px; color: #555; padding: 4px 6px; }
 <table id="errors"><tr><th>target</th><th>kind</th><th>count</th><th>first message</th></tr>
 {{range .Errors}}<tr><td>{{.Label}}</td><td>{{.Kind}}</td><td>{{.Count}}</td><td class="err">{{.Message}}</td></tr>
 {{end}}</table>{{end}}
+
+{{if .Settings}}<h2>Settings</h2>
+<details><summary class="note">every flag of the run ({{len .Settings}})</summary>
+<table id="settings">{{range .Settings}}<tr><td>{{.Name}}</td><td style="text-align:left">{{.Value}}</td></tr>{{end}}</table></details>{{end}}
 
 <h2>Files</h2>
 <p class="note"><code>records.jsonl</code> and <code>records.csv</code> hold one line per request (every inter-token gap included); <code>summary.json</code> holds the tables above.</p>
@@ -166,10 +168,18 @@ func (r *Report) errorLines() []errorLine {
 		}
 		out[i].Count++
 	}
+	runErrs := map[string]int{}
 	for _, res := range r.Runs {
-		if res.Error != "" {
-			out = append(out, errorLine{Label: strings.Join(res.Labels, ","), Kind: "run", Message: res.Error, Count: 1})
+		if res.Error == "" {
+			continue
 		}
+		k := strings.Join(res.Labels, ",") + "\x00" + res.Error
+		if i, ok := runErrs[k]; ok {
+			out[i].Count++ // the same failure in another run
+			continue
+		}
+		runErrs[k] = len(out)
+		out = append(out, errorLine{Label: strings.Join(res.Labels, ","), Kind: "run failed", Message: res.Error, Count: 1})
 	}
 	return out
 }

@@ -184,7 +184,7 @@ func markHits(recs []Record, c HitCriteria) []HitRow {
 	out := make([]HitRow, 0, len(order))
 	for _, k := range order {
 		row := rows[k]
-		row.FirstTTFTMs, row.HitTTFTMs, row.MissTTFTMs = median(firsts[k]), median(hitT[k]), median(missT[k])
+		row.FirstTTFTMs, row.HitTTFTMs, row.MissTTFTMs = round3(median(firsts[k])), round3(median(hitT[k])), round3(median(missT[k]))
 		out = append(out, *row)
 	}
 	return out

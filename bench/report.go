@@ -25,17 +25,19 @@ type Setting struct {
 // OverheadRow is the frontend-overhead result at one concurrency: what
 // going through the frontend adds to going straight to the worker.
 type OverheadRow struct {
-	Run              int     `json:"run"`
-	Concurrency      int     `json:"concurrency"`
-	Direct           string  `json:"direct"`
-	Frontend         string  `json:"frontend"`
-	DirectTTFTP50    float64 `json:"direct_ttft_p50_ms"`
-	FrontendTTFTP50  float64 `json:"frontend_ttft_p50_ms"`
-	AddedTTFTP50     float64 `json:"added_ttft_p50_ms"`
-	AddedTTFTP90     float64 `json:"added_ttft_p90_ms"`
-	AddedTTFTP99     float64 `json:"added_ttft_p99_ms"`
-	AddedTTFTMean    float64 `json:"added_ttft_mean_ms"`
-	AddedE2EP50      float64 `json:"added_e2e_p50_ms"`
+	Run             int     `json:"run"`
+	Concurrency     int     `json:"concurrency"`
+	Direct          string  `json:"direct"`
+	Frontend        string  `json:"frontend"`
+	DirectTTFTP50   float64 `json:"direct_ttft_p50_ms"`
+	FrontendTTFTP50 float64 `json:"frontend_ttft_p50_ms"`
+	AddedTTFTP50    float64 `json:"added_ttft_p50_ms"`
+	AddedTTFTP90    float64 `json:"added_ttft_p90_ms"`
+	AddedTTFTP99    float64 `json:"added_ttft_p99_ms"`
+	AddedTTFTMean   float64 `json:"added_ttft_mean_ms"`
+	AddedE2EP50     float64 `json:"added_e2e_p50_ms"`
+	// Output tokens/s each would sustain alone at this concurrency,
+	// from Little's law (see littleTokS).
 	DirectOutTokS    float64 `json:"direct_out_tok_per_s"`
 	FrontendOutTokS  float64 `json:"frontend_out_tok_per_s"`
 	ThroughputRatio  float64 `json:"throughput_ratio"`
@@ -100,6 +102,18 @@ func NewReport(scenario string, runs []*Result, crit HitCriteria) *Report {
 	return r
 }
 
+// littleTokS estimates the output tokens/s a target would sustain with
+// all c slots its own (Little's law: c / mean E2E requests per second).
+// Interleaving halves each target's share of the run, so its measured
+// throughput says nothing on its own; its latency under the shared load
+// does.
+func littleTokS(s *Summary, c int) float64 {
+	if s.OK == 0 || s.E2E.Mean <= 0 {
+		return 0
+	}
+	return round3(float64(max(c, 1)) * float64(s.OutputTokens) / float64(s.OK) / (s.E2E.Mean / 1000))
+}
+
 func overheadRows(runs []*Result) []OverheadRow {
 	var out []OverheadRow
 	for _, res := range runs {
@@ -115,10 +129,10 @@ func overheadRows(runs []*Result) []OverheadRow {
 			DirectTTFTP50: d.TTFT.P50, FrontendTTFTP50: f.TTFT.P50,
 			AddedTTFTP50: round3(f.TTFT.P50 - d.TTFT.P50), AddedTTFTP90: round3(f.TTFT.P90 - d.TTFT.P90),
 			AddedTTFTP99: round3(f.TTFT.P99 - d.TTFT.P99), AddedTTFTMean: round3(f.TTFT.Mean - d.TTFT.Mean),
-			AddedE2EP50: round3(f.E2E.P50 - d.E2E.P50), DirectOutTokS: d.OutTokPerS, FrontendOutTokS: f.OutTokPerS,
+			AddedE2EP50: round3(f.E2E.P50 - d.E2E.P50), DirectOutTokS: littleTokS(&d, res.Concurrency), FrontendOutTokS: littleTokS(&f, res.Concurrency),
 			DirectRequests: d.Requests, FrontendRequests: f.Requests}
-		if d.OutTokPerS > 0 {
-			row.ThroughputRatio = round3(f.OutTokPerS / d.OutTokPerS)
+		if row.DirectOutTokS > 0 {
+			row.ThroughputRatio = round3(row.FrontendOutTokS / row.DirectOutTokS)
 		}
 		out = append(out, row)
 	}
@@ -315,7 +329,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if len(r.Overhead) > 0 {
 		fmt.Fprintln(bw, "\nfrontend overhead (frontend minus direct, same requests, interleaved)")
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "concurrency\tdirect TTFT p50\tfrontend TTFT p50\tadded p50\tadded p90\tadded p99\tadded mean\tadded E2E p50\tout tok/s direct\tfrontend\t")
+		fmt.Fprintln(tw, "concurrency\tdirect TTFT p50\tfrontend TTFT p50\tadded p50\tadded p90\tadded p99\tadded mean\tadded E2E p50\tout tok/s direct*\tfrontend*\t")
 		for _, o := range r.Overhead {
 			fmt.Fprintf(tw, "%d\t%s ms\t%s ms\t%s ms\t%s ms\t%s ms\t%s ms\t%s ms\t%s\t%s\t\n", o.Concurrency, f2(o.DirectTTFTP50), f2(o.FrontendTTFTP50),
 				f2(o.AddedTTFTP50), f2(o.AddedTTFTP90), f2(o.AddedTTFTP99), f2(o.AddedTTFTMean), f2(o.AddedE2EP50), f1(o.DirectOutTokS), f1(o.FrontendOutTokS))
@@ -323,6 +337,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("writing overhead: %w", err)
 		}
+		fmt.Fprintln(bw, "* concurrency / mean E2E × mean output: what each sustains with every slot its own (Little's law)")
 	}
 	if len(r.Hits) > 0 {
 		r.writeHits(bw)
@@ -408,20 +423,16 @@ func (r *Report) writeHits(w io.Writer) {
 	fmt.Fprintf(w, "\nprefix-reuse hits per run (%s)\n", r.criteriaText())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "mode/target\tTTFT hits\tcached_tokens hits\tfirst TTFT p50\thit TTFT p50\tmiss TTFT p50\tworkers per prefix (sum)\t")
-	var failed []hitLine
 	for _, l := range r.hitLines() {
 		if l.Error != "" && !strings.Contains(l.TTFT, "/") {
-			// Long messages would stretch the columns: listed below.
+			// Long messages would stretch the columns: the errors
+			// section lists them.
 			fmt.Fprintf(tw, "%s\terror\terror\t\t\t\t\t\n", l.Label)
-			failed = append(failed, l)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.Label, l.TTFT, l.Cached, msOrDash(l.First), msOrDash(l.Hit), msOrDash(l.Miss), l.Spread)
 	}
 	_ = tw.Flush()
-	for _, l := range failed {
-		fmt.Fprintf(w, "  %s: %s\n", l.Label, l.Error)
-	}
 }
 
 func (r *Report) writeErrors(w io.Writer) {
@@ -438,14 +449,25 @@ func (r *Report) writeErrors(w io.Writer) {
 		shown[rec.Label]++
 		fmt.Fprintf(w, "  %s: [%s] %s\n", rec.Label, rec.ErrorKind, rec.Error)
 	}
+	// A failed run repeats its error every run: say it once, with the runs.
+	type runErr struct{ label, msg string }
+	var order []runErr
+	runs := map[runErr][]string{}
 	for _, res := range r.Runs {
 		if res.Error != "" {
-			if first {
-				fmt.Fprintln(w, "\nfirst errors")
-				first = false
+			k := runErr{strings.Join(res.Labels, ","), res.Error}
+			if runs[k] == nil {
+				order = append(order, k)
 			}
-			fmt.Fprintf(w, "  %s run %d: %s\n", strings.Join(res.Labels, ","), res.Run, res.Error)
+			runs[k] = append(runs[k], strconv.Itoa(res.Run))
 		}
+	}
+	for _, k := range order {
+		if first {
+			fmt.Fprintln(w, "\nfirst errors")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s (run %s): %s\n", k.label, strings.Join(runs[k], ", "), k.msg)
 	}
 }
 

@@ -15,7 +15,9 @@ import (
 )
 
 // chartIDs are the figures every report carries.
-var chartIDs = []string{"chart-ttft-cdf", "chart-itl", "chart-e2e-cdf", "chart-throughput", "chart-tokens", "chart-workers", "chart-hits"}
+func chartIDs() []string {
+	return []string{"chart-ttft-cdf", "chart-itl", "chart-e2e-cdf", "chart-throughput", "chart-tokens", "chart-workers", "chart-hits"}
+}
 
 // sampleReport runs a small prefix-reuse experiment over fake servers (two
 // modes that work and one that fails) and returns its report.
@@ -108,7 +110,7 @@ func TestReportFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := string(h)
-	for _, id := range chartIDs {
+	for _, id := range chartIDs() {
 		if !strings.Contains(page, `<svg xmlns="http://www.w3.org/2000/svg" id="`+id+`"`) {
 			t.Errorf("chart %s missing", id)
 		}
@@ -127,7 +129,7 @@ func TestEmptyReportStillRenders(t *testing.T) {
 	if err := rep.WriteHTML(&sb); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range chartIDs {
+	for _, id := range chartIDs() {
 		if !strings.Contains(sb.String(), `id="`+id+`"`) {
 			t.Errorf("chart %s missing from an empty report", id)
 		}
@@ -162,7 +164,7 @@ func TestReportRendersInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-		"--disable-component-update", "--disable-sync", "--user-data-dir=" + filepath.Join(dir, "profile"), "--dump-dom",
+		"--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--user-data-dir=" + filepath.Join(dir, "profile"), "--dump-dom",
 		"file://" + filepath.Join(dir, FileHTML)}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr strings.Builder
@@ -172,7 +174,7 @@ func TestReportRendersInChromium(t *testing.T) {
 		t.Fatalf("chromium: %v\n%s", err, stderr.String())
 	}
 	dom := string(out)
-	for _, id := range chartIDs {
+	for _, id := range chartIDs() {
 		re := regexp.MustCompile(`(?s)<svg[^>]*id="` + id + `".*?</svg>`)
 		svg := re.FindString(dom)
 		if svg == "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,13 @@ func (o *Options) isOpenLoop(wl Workload) bool {
 }
 
 func (o *Options) validate(wl Workload) error {
+	// A workload with a bad configuration (zero prefixes, an empty trace)
+	// would fail inside a session; say so before any request is sent.
+	if v, ok := wl.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("%s workload: %w", wl.Name(), err)
+		}
+	}
 	if len(o.Targets) == 0 {
 		return errors.New("no target: give at least one --url")
 	}
@@ -188,6 +196,8 @@ func Run(ctx context.Context, wl Workload, o Options) (*Result, error) {
 	res.Elapsed = time.Since(r.origin)
 	r.prog.end()
 	res.Start, res.Records, res.Interrupted = r.origin, r.records, ctx.Err() != nil
+	// Completion order is an accident of timing; issue order is the run.
+	slices.SortFunc(res.Records, func(a, b Record) int { return a.Seq - b.Seq })
 	for i := range res.Records {
 		res.Records[i].Run, res.Records[i].Scenario = o.Run, wl.Name()
 		if !o.isOpenLoop(wl) {
@@ -262,6 +272,10 @@ func (r *runner) closedLoop(ctx context.Context, limit int) {
 	wg.Wait()
 }
 
+// prepareLead is how early the open loop starts a session: enough to build
+// a trace's 100k-token prompt before it is due.
+const prepareLead = 10 * time.Millisecond
+
 func (r *runner) openLoop(ctx context.Context, limit int) {
 	sched, _ := r.wl.(Scheduled)
 	rnd := newRNG(r.o.Seed, 77)
@@ -280,7 +294,7 @@ func (r *runner) openLoop(ctx context.Context, limit int) {
 			return
 		}
 		due := r.origin.Add(at)
-		if d := time.Until(due); d > 0 {
+		if d := time.Until(due) - prepareLead; d > 0 {
 			timer.Reset(d)
 			select {
 			case <-timer.C:
@@ -292,6 +306,7 @@ func (r *runner) openLoop(ctx context.Context, limit int) {
 		}
 		// Sessions never wait for each other: an arrival that finds the
 		// tool behind is sent at once, its latency still counted from due.
+		// One that is early builds its request and waits for due itself.
 		wg.Go(func() { r.trial(ctx, i, due) })
 	}
 }

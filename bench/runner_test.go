@@ -412,7 +412,7 @@ func TestRunModesHitTable(t *testing.T) {
 	if err := rep.WriteText(&sb); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"8/8 8/8", "0/8 0/8", "kv-approx: starting a server in mode kv-approx: unknown router mode"} {
+	for _, want := range []string{"8/8 8/8", "0/8 0/8", "kv-approx (run 1, 2): starting a server in mode kv-approx: unknown router mode"} {
 		if want == "0/8 0/8" && got["nocache"][0].TTFTHits+got["nocache"][1].TTFTHits > 0 {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -251,5 +252,48 @@ func TestHasContent(t *testing.T) {
 		if got := hasContent([]byte(tc.in)); got != tc.want {
 			t.Errorf("hasContent(%s) = %v", tc.in, got)
 		}
+	}
+}
+
+func TestReadStream(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	for _, tc := range []struct {
+		name       string
+		body       string
+		chunks     int
+		text       string
+		kind       string
+		out, cache int
+	}{
+		{"usage and done", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n" +
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n",
+			2, "ab", "", 2, 3},
+		{"crlf, comments, events, no usage", ": keep-alive\r\nevent: message\r\ndata:{\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: [DONE]\r\n\r\n", 1, "a", "", 1, -1},
+		{"a line longer than the buffer", "data: {\"choices\":[{\"delta\":{\"content\":\"" + long + "\"}}]}\n\ndata: [DONE]\n\n", 1, long, "", 1, -1},
+		{"cut before done", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", 1, "a", ErrStream, 0, -1},
+		{"error event", "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"error\":{\"message\":\"boom\"}}\n\ndata: [DONE]\n\n", 1, "a", ErrServer, 0, -1},
+		{"garbage", "data: {not json \"usage\":{\n\n", 0, "", ErrDecode, 0, -1},
+		{"usage null on every chunk", "data: {\"choices\":[{\"text\":\"a\"}],\"usage\":null}\n\ndata: [DONE]\n\n", 1, "a", "", 1, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, needText := range []bool{false, true} {
+				c := &client{needText: needText}
+				rec := Record{CachedTokens: -1, TTFTMs: -1}
+				var sb strings.Builder
+				err := c.readStream(strings.NewReader(tc.body), &rec, time.Now(), &sb)
+				if (err != nil) != (tc.kind != "") || rec.ErrorKind != tc.kind {
+					t.Fatalf("needText=%v: err %v kind %q, want kind %q", needText, err, rec.ErrorKind, tc.kind)
+				}
+				if tc.kind != "" {
+					continue
+				}
+				if len(rec.ITLMs) != tc.chunks-1 || (tc.chunks > 0) != (rec.TTFTMs >= 0) || rec.OutputTokens != tc.out || rec.CachedTokens != tc.cache {
+					t.Fatalf("needText=%v: record %+v", needText, rec)
+				}
+				if needText && sb.String() != tc.text {
+					t.Fatalf("text %q, want %q", sb.String(), tc.text)
+				}
+			}
+		})
 	}
 }

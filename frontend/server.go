@@ -415,7 +415,13 @@ type workerHealth struct {
 	ID     string `json:"id"`
 	Model  string `json:"model"`
 	Engine string `json:"engine"`
+	// KVEvents is the worker's KV event stream state under the kv policies.
+	KVEvents string `json:"kv_events,omitempty"`
 }
+
+// workerStates is implemented by policies that track per-worker state
+// worth showing on /health (the kv policies' event stream state).
+type workerStates interface{ Health() map[string]string }
 
 // handleHealth is ready (200) when every model has a live worker and the
 // server is not draining. Degraded diagnostics keep it 200 (the system still
@@ -423,9 +429,13 @@ type workerHealth struct {
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	rep := healthReport{Status: "ok", Diagnostics: s.board.Active()}
 	count := map[string]int{}
+	var states map[string]string
+	if ws, ok := s.router.Policy().(workerStates); ok {
+		states = ws.Health()
+	}
 	for _, wk := range s.router.Workers() {
 		count[wk.Model]++
-		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind})
+		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID]})
 	}
 	code := http.StatusOK
 	s.mu.RLock()

@@ -259,6 +259,12 @@ func positionalField(t EventType, i int) fieldID {
 // well-formed; optional scalars of an unexpected type are skipped, because
 // engines add and repurpose trailing fields across versions.
 func (d *Decoder) field(r *reader, e *Event, f fieldID) error {
+	if f >= fParent && r.i < len(r.b) && r.b[r.i] == 0xc0 {
+		// None, the most common value of most fields: no call needed.
+		r.i++
+		setNone(e, f)
+		return nil
+	}
 	var err error
 	switch f {
 	case fType:
@@ -442,6 +448,35 @@ func (d *Decoder) extraKeys(r *reader) ([][]byte, error) {
 		d.extra = append(d.extra, d.raw[s:len(d.raw):len(d.raw)])
 	}
 	return d.extra[start:len(d.extra):len(d.extra)], nil
+}
+
+// setNone resets field f to its None value (fields can repeat in a map;
+// the last occurrence wins).
+func setNone(e *Event, f fieldID) {
+	switch f {
+	case fParent:
+		e.ParentBlockHash, e.HasParent = Hash{}, false
+	case fTokenIDs:
+		e.TokenIDs = nil
+	case fBlockSize:
+		e.BlockSize = 0
+	case fLoRAID:
+		e.LoRAID = OptInt{}
+	case fMedium:
+		e.Medium = ""
+	case fLoRAName:
+		e.LoRAName = ""
+	case fExtraKeys:
+		e.ExtraKeys = nil
+	case fGroupIdx:
+		e.GroupIdx = OptInt{}
+	case fSpecKind:
+		e.KVCacheSpecKind = ""
+	case fSliding:
+		e.KVCacheSpecSlidingWindow = OptInt{}
+	case fLocality:
+		e.Locality = ""
+	}
 }
 
 // reader is a bounds-checked msgpack cursor. Every method either advances

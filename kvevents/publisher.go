@@ -170,7 +170,7 @@ func endpointOf(s zmq4.Socket, configured string) string {
 
 // PublisherStats counts the publisher's work.
 type PublisherStats struct {
-	Published uint64 // batches sent (the next sequence number)
+	Published uint64 // batches given sequence numbers and sent (the next sequence number)
 	Dropped   uint64 // batches dropped because the queue was full
 	SendErrs  uint64 // batches the socket refused
 }
@@ -281,13 +281,8 @@ func (p *Publisher) sendLoop() {
 
 func (p *Publisher) send(payload []byte) {
 	seq := p.nextSeq.Load()
-	var sb [8]byte
-	binary.BigEndian.PutUint64(sb[:], seq)
-	if err := p.pub.SendMulti(zmq4.NewMsgFrom(p.topic, sb[:], payload)); err != nil {
-		if n := p.sendErr.Add(1); n&(n-1) == 0 {
-			p.log.Warn("KV event send failed", "seq", seq, "err", err, "errors_total", n)
-		}
-	}
+	// Count and buffer the batch before it hits the wire, so a subscriber
+	// that received seq n sees Stats().Published > n and can replay n.
 	p.ringMu.Lock()
 	if len(p.ring) < p.cfg.BufferSteps {
 		p.ring = append(p.ring, ringEntry{seq, payload})
@@ -297,6 +292,12 @@ func (p *Publisher) send(payload []byte) {
 	}
 	p.ringMu.Unlock()
 	p.nextSeq.Store(seq + 1)
+	seqFrame := binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+	if err := p.pub.SendMulti(zmq4.NewMsgFrom(p.topic, seqFrame, payload)); err != nil {
+		if n := p.sendErr.Add(1); n&(n-1) == 0 {
+			p.log.Warn("KV event send failed", "seq", seq, "err", err, "errors_total", n)
+		}
+	}
 }
 
 // replaySince returns buffered batches with seq >= start, oldest first.

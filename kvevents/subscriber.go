@@ -215,6 +215,7 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 func (s *Subscriber) Run(ctx context.Context) {
 	backoff := s.cfg.MinBackoff
 	s.state(StreamStatus{State: StreamConnecting})
+	failures := 0
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := s.session(ctx)
@@ -222,9 +223,16 @@ func (s *Subscriber) Run(ctx context.Context) {
 			return
 		}
 		if time.Since(start) > s.cfg.MaxBackoff {
-			backoff = s.cfg.MinBackoff // it was up for a while: retry fast
+			backoff, failures = s.cfg.MinBackoff, 0 // it was up for a while: retry fast
 		}
-		s.log.Warn("KV event subscription interrupted, reconnecting", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff)
+		// One WARN per outage; the retries of an unreachable worker go to
+		// DEBUG (the router's kv_events_missing says it louder if it serves).
+		level := slog.LevelDebug
+		if failures == 0 {
+			level = slog.LevelWarn
+		}
+		failures++
+		s.log.Log(ctx, level, "KV event subscription down, reconnecting", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff, "attempt", failures)
 		s.state(StreamStatus{State: StreamConnecting, Err: err})
 		select {
 		case <-ctx.Done():

@@ -354,8 +354,8 @@ func TestSubscriberRecovery(t *testing.T) {
 			}
 		}},
 		{"corrupt frames are skipped", false, func(t *testing.T, f *fakePublisher, rec *recorder, next uint64) {
-			f.send(zmq4.NewMsgFrom([]byte("t"), []byte{1, 2, 3}, []byte("x")))       // short seq
-			f.send(zmq4.NewMsgFrom([]byte("t"), be8(next)))                          // 2 frames
+			f.send(zmq4.NewMsgFrom([]byte("t"), []byte{1, 2, 3}, []byte("x")))        // short seq
+			f.send(zmq4.NewMsgFrom([]byte("t"), be8(next)))                           // 2 frames
 			f.send(zmq4.NewMsgFrom([]byte("t"), be8(next), []byte{0xc1, 0xff, 0x00})) // undecodable
 			f.publish(next+1, payloadTS(float64(next+1)))
 			rec.waitFor(t, "after corruption", func(seqs []uint64, _ []StreamStatus) bool {

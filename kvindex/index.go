@@ -57,6 +57,9 @@ type Config struct {
 // Overlap is one worker's answer to a lookup.
 type Overlap struct {
 	Worker string
+	// Tag is the caller's number for the worker (SetTag), -1 if none: it
+	// spares a caller with its own worker table a string lookup per answer.
+	Tag int32
 	// Blocks is how many leading blocks of the request the worker holds.
 	Blocks int
 }
@@ -88,7 +91,8 @@ type worker struct {
 	engine table[uint32]
 	blocks int
 	// fp is the worker's term in a hashEntry's set fingerprint.
-	fp uint16
+	fp  uint16
+	tag int32
 }
 
 // hashEntry heads the chain of one hash's residences. n and fp summarize
@@ -103,6 +107,9 @@ type hashEntry struct {
 }
 
 const nSaturated = ^uint16(0)
+
+// bigChain is the residence count from which a hash keeps a worker array.
+const bigChain = 8
 
 // workerFP mixes a slot into 16 bits (a multiplicative hash's top bits).
 func workerFP(slot uint32) uint16 { return uint16((uint64(slot) + 1) * 0x9E3779B97F4A7C15 >> 48) }
@@ -125,15 +132,23 @@ type Index struct {
 	now      func() time.Time
 	epoch    time.Time
 
-	mu      sync.RWMutex
-	nodes   slab
-	heads   table[hashEntry]
-	oldest  uint32    // a lower bound of the oldest stamp, so Expire is O(1) when nothing is due
-	workers []*worker // by slot; nil for a free slot
-	byID    map[string]uint32
-	free    []uint32
-	hasher  Hasher   // used under the write lock
-	group   []uint64 // scratch for one engine block's hashes
+	mu    sync.RWMutex
+	nodes slab
+	heads table[hashEntry]
+	// Hashes with at least bigChain residences also keep their workers in
+	// a compact array, so a lookup reads one sequential array instead of
+	// chasing a chain spread over the slab: a system prompt held by a
+	// thousand workers is a thousand cache misses otherwise.
+	big        table[uint32] // hash → index in groups
+	groups     [][]uint32
+	freeGroups []uint32
+	oldest     uint32    // a lower bound of the oldest stamp, so Expire is O(1) when nothing is due
+	workers    []*worker // by slot; nil for a free slot
+	byID       map[string]uint32
+	free       []uint32
+	hasher     Hasher   // used under the write lock
+	group      []uint64 // scratch for one event's hashes
+	sink       uint64   // keeps the warming loads alive
 
 	scratch sync.Pool
 	st      counters
@@ -216,9 +231,21 @@ func (ix *Index) AddWorker(id string, engineBlockSize int) error {
 		slot = uint32(len(ix.workers))
 		ix.workers = append(ix.workers, nil)
 	}
-	ix.workers[slot] = &worker{id: id, slot: slot, engineBS: engineBlockSize, fp: workerFP(slot)}
+	ix.workers[slot] = &worker{id: id, slot: slot, engineBS: engineBlockSize, fp: workerFP(slot), tag: -1}
 	ix.byID[id] = slot
 	return nil
+}
+
+// SetTag attaches the caller's number for the worker, returned in every
+// Overlap; it reports whether the worker exists.
+func (ix *Index) SetTag(id string, tag int32) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	slot, ok := ix.byID[id]
+	if ok {
+		ix.workers[slot].tag = tag
+	}
+	return ok
 }
 
 // RemoveWorker drops the worker and everything it holds.
@@ -330,31 +357,39 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 		p.stamp = now
 	}
 	k := ebs / ix.bs
-	for j := range nb {
-		toks := ev.TokenIDs[j*ebs : (j+1)*ebs]
-		g := ix.group[:0]
-		for r := range k {
-			l := ix.hasher.local(toks[r*ix.bs : (r+1)*ix.bs])
-			if hasParent {
-				parent = ChainHash(parent, l)
-			} else {
-				parent, hasParent = l, true
-			}
-			g = append(g, parent)
+	// Hash everything first (pure computation), then warm the table slots
+	// all inserts will touch, then insert: see warm.
+	hs := ix.group[:0]
+	for r := range nb * k {
+		l := ix.hasher.local(ev.TokenIDs[r*ix.bs : (r+1)*ix.bs])
+		if hasParent {
+			parent = ChainHash(parent, l)
+		} else {
+			parent, hasParent = l, true
 		}
-		ix.group = g
+		hs = append(hs, parent)
+	}
+	ix.group = hs
+	var sink uint64
+	for j, h := range ev.BlockHashes {
+		sink += w.engine.peek(h.V) + ix.heads.peek(hs[j*k])
+	}
+	ix.sink += sink
+	for j := range nb {
+		g := hs[j*k : (j+1)*k]
+		last := g[k-1]
 		eh := ev.BlockHashes[j].V
-		if last, dup := w.engine.get(eh); dup {
-			if ix.nodes.at(last).hash == parent {
+		if prev, dup := w.engine.get(eh); dup {
+			if ix.nodes.at(prev).hash == last {
 				// Re-announced (vLLM publishes a block once per copy): it is
 				// fresh again.
-				ix.refresh(last, now)
+				ix.refresh(prev, now)
 				st.Stored += k
 				continue
 			}
 			// Same engine hash, other content: the engine's hashing changed
 			// under us (a restart with another seed). The new content wins.
-			ix.removeGroup(w, last)
+			ix.removeGroup(w, prev)
 		}
 		up := nilNode
 		for _, h := range g {
@@ -371,6 +406,7 @@ func (ix *Index) applyRemoved(w *worker, ev *kvevents.Event, st *ApplyStats) {
 		st.Ignored++
 		return
 	}
+	ix.warmRemoval(w, ev.BlockHashes)
 	for _, h := range ev.BlockHashes {
 		last, ok := w.engine.get(h.V)
 		if !ok {
@@ -380,6 +416,33 @@ func (ix *Index) applyRemoved(w *worker, ev *kvevents.Event, st *ApplyStats) {
 		w.engine.del(h.V)
 		st.Removed += ix.removeGroup(w, last)
 	}
+}
+
+// warmRemoval walks a removal's dependency chain (engine slot → node →
+// chain entry) for all its blocks level by level, before the removal does
+// it block by block. Each level's loads are independent of each other, so
+// the CPU overlaps their cache misses instead of paying them one after the
+// other: at a million residences the index is memory-latency bound, and an
+// engine evicts blocks in batches.
+func (ix *Index) warmRemoval(w *worker, hashes []kvevents.Hash) {
+	if len(hashes) < 2 {
+		return
+	}
+	var sink uint64
+	for _, h := range hashes {
+		sink += w.engine.peek(h.V)
+	}
+	for _, h := range hashes {
+		if i, ok := w.engine.get(h.V); ok {
+			sink += uint64(ix.nodes.at(i).worker)
+		}
+	}
+	for _, h := range hashes {
+		if i, ok := w.engine.get(h.V); ok {
+			sink += ix.heads.peek(ix.nodes.at(i).hash)
+		}
+	}
+	ix.sink += sink
 }
 
 // Store records hashes (already chained, as from Hasher.Append) as held by
@@ -475,19 +538,33 @@ func (ix *Index) Lookup(hashes []uint64, dst []Overlap) []Overlap {
 	// not at walk g+1 holds exactly walkDepth[g+1] leading blocks: between
 	// walks the set did not change.
 	walkDepth := append(sc.walkDepth[:0], 0, 0)
+	first := sc.first[:0]
 	g := int32(1)
-	alive := 0
-	for i := e0.head; i != nilNode; {
-		n := ix.nodes.at(i)
-		if d[n.worker] == 0 {
-			d[n.worker] = g
-			alive++
-		}
-		if touch {
-			n.touch(now)
-		}
-		i = n.sibling
+	if touch {
+		// Only chain heads are stamped: pruning spares a node whose chain
+		// head is recent, and stamping every residence of a block every
+		// worker holds would be the O(workers) write this walk avoids.
+		ix.nodes.at(e0.head).touch(now)
 	}
+	if e0.n >= bigChain {
+		gi, _ := ix.big.get(hashes[0])
+		for _, w := range ix.groups[gi] {
+			if d[w] == 0 {
+				d[w] = g
+				first = append(first, w)
+			}
+		}
+	} else {
+		for i := e0.head; i != nilNode; {
+			n := ix.nodes.at(i)
+			if d[n.worker] == 0 {
+				d[n.worker] = g
+				first = append(first, n.worker)
+			}
+			i = n.sibling
+		}
+	}
+	alive := len(first)
 	prev := e0
 	end := len(hashes)
 	for depth := 1; depth < len(hashes); depth++ {
@@ -506,16 +583,23 @@ func (ix *Index) Lookup(hashes []uint64, dst []Overlap) []Overlap {
 		walkDepth = append(walkDepth, int32(depth))
 		next := g + 1
 		alive = 0
-		for i := e.head; i != nilNode; {
-			n := ix.nodes.at(i)
-			if d[n.worker] == g {
-				d[n.worker] = next
-				alive++
-				if touch {
-					n.touch(now)
+		if e.n >= bigChain {
+			gi, _ := ix.big.get(hashes[depth])
+			for _, w := range ix.groups[gi] {
+				if d[w] == g {
+					d[w] = next
+					alive++
 				}
 			}
-			i = n.sibling
+		} else {
+			for i := e.head; i != nilNode; {
+				n := ix.nodes.at(i)
+				if d[n.worker] == g {
+					d[n.worker] = next
+					alive++
+				}
+				i = n.sibling
+			}
 		}
 		g = next
 		if alive == 0 {
@@ -523,21 +607,19 @@ func (ix *Index) Lookup(hashes []uint64, dst []Overlap) []Overlap {
 			break
 		}
 	}
-	// Every worker with a run is on the first chain; walking it again both
-	// collects the answer and restores the scratch to zeros.
-	for i := e0.head; i != nilNode; {
-		n := ix.nodes.at(i)
-		if v := d[n.worker]; v > 0 {
-			blocks := end
-			if v < g {
-				blocks = int(walkDepth[v+1])
-			}
-			dst = append(dst, Overlap{Worker: ix.workers[n.worker].id, Blocks: blocks})
-			d[n.worker] = 0
+	// Every worker with a run was on the first chain; collecting the answer
+	// also restores the scratch to zeros.
+	for _, w := range first {
+		v := d[w]
+		blocks := end
+		if v < g {
+			blocks = int(walkDepth[v+1])
 		}
-		i = n.sibling
+		wk := ix.workers[w]
+		dst = append(dst, Overlap{Worker: wk.id, Tag: wk.tag, Blocks: blocks})
+		d[w] = 0
 	}
-	sc.walkDepth = walkDepth
+	sc.walkDepth, sc.first = walkDepth, first
 	ix.scratch.Put(sc)
 	return dst
 }
@@ -545,6 +627,7 @@ func (ix *Index) Lookup(hashes []uint64, dst []Overlap) []Overlap {
 type scratch struct {
 	gen       []int32 // by worker slot; all zero between lookups
 	walkDepth []int32
+	first     []uint32 // workers on the first chain
 }
 
 // getScratch must be called under the read lock, so the worker count is
@@ -622,6 +705,13 @@ func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
 		}
 		e.fp += w.fp
 		ix.heads.put(hash, e)
+		switch {
+		case e.n == bigChain:
+			ix.big.put(hash, ix.newGroup(e.head))
+		case e.n > bigChain:
+			g, _ := ix.big.get(hash)
+			ix.groups[g] = append(ix.groups[g], w.slot)
+		}
 	} else {
 		ix.heads.put(hash, hashEntry{head: i, n: 1, fp: w.fp})
 	}
@@ -654,6 +744,9 @@ func (ix *Index) removeNode(i uint32) {
 	h := n.hash
 	w := ix.workers[n.worker]
 	e, _ := ix.heads.get(h)
+	if e.n >= bigChain {
+		ix.dropFromGroup(h, w.slot, e.n == bigChain)
+	}
 	if e.head == i {
 		if n.sibling == nilNode {
 			ix.heads.del(h)
@@ -682,6 +775,45 @@ func (ix *Index) removeNode(i uint32) {
 	}
 	w.blocks--
 	ix.nodes.release(i)
+}
+
+func (ix *Index) newGroup(head uint32) uint32 {
+	var g uint32
+	if n := len(ix.freeGroups); n > 0 {
+		g, ix.freeGroups = ix.freeGroups[n-1], ix.freeGroups[:n-1]
+	} else {
+		g = uint32(len(ix.groups))
+		ix.groups = append(ix.groups, nil)
+	}
+	ws := make([]uint32, 0, 2*bigChain)
+	for i := head; i != nilNode; i = ix.nodes.at(i).sibling {
+		ws = append(ws, ix.nodes.at(i).worker)
+	}
+	ix.groups[g] = ws
+	return g
+}
+
+// dropFromGroup removes one residence of slot from hash's worker array,
+// and the array itself when the hash falls below bigChain.
+func (ix *Index) dropFromGroup(hash uint64, slot uint32, last bool) {
+	g, ok := ix.big.get(hash)
+	if !ok {
+		return
+	}
+	if last {
+		ix.groups[g] = nil
+		ix.freeGroups = append(ix.freeGroups, g)
+		ix.big.del(hash)
+		return
+	}
+	ws := ix.groups[g]
+	for j, v := range ws {
+		if v == slot {
+			ws[j] = ws[len(ws)-1]
+			ix.groups[g] = ws[:len(ws)-1]
+			return
+		}
+	}
 }
 
 func (ix *Index) chainLen(head uint32) uint16 {

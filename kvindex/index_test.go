@@ -226,6 +226,51 @@ func TestPruneKeepsRecentlyUsed(t *testing.T) {
 	}
 }
 
+// A prompt held by every worker is looked up through its chain heads only;
+// pruning must still treat all its residences as recently used.
+func TestPruneSparesSharedPrefix(t *testing.T) {
+	now := time.Unix(1000, 0)
+	const nw = 2 * bigChain
+	// 64 shared residences + 9 old + 1 new = 74 > 73: prune to 65, which
+	// exactly the 9 old ones (the least recently used) make up.
+	ix := mustNew(t, Config{MaxBlocks: 73, PruneTarget: 0.9, Now: func() time.Time { return now }})
+	shared := seqTokens(1, 4)
+	for w := range nw {
+		id := fmt.Sprint("w", w)
+		if err := ix.AddWorker(id, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ix.Apply(id, []kvevents.Event{stored(shared, 0, 4, engineHash(w), bs)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(time.Second)
+	if _, err := ix.Apply("w0", []kvevents.Event{stored(seqTokens(2, 9), 0, 9, engineHash(100), bs)}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	if got := len(lookupMap(ix, BlockHashes(shared, bs))); got != nw {
+		t.Fatalf("%d holders before pruning", got)
+	}
+	now = now.Add(time.Second)
+	// Overflow: the old unrelated prompt goes, the shared one stays whole.
+	if _, err := ix.Apply("w1", []kvevents.Event{stored(seqTokens(3, 1), 0, 1, engineHash(101), bs)}); err != nil {
+		t.Fatal(err)
+	}
+	got := lookupMap(ix, BlockHashes(shared, bs))
+	for w := range nw {
+		if got[fmt.Sprint("w", w)] != 4 {
+			t.Fatalf("shared prompt pruned: %v", got)
+		}
+	}
+	if n := lookupMap(ix, BlockHashes(seqTokens(2, 9), bs))["w0"]; n != 0 {
+		t.Fatalf("old prompt kept %d blocks", n)
+	}
+	if err := ix.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTTLExpiry(t *testing.T) {
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
@@ -294,11 +339,12 @@ func TestRemoveWorkerReusesSlot(t *testing.T) {
 // worker) with random traffic, including pruning-free removals, clears and
 // multi-block engine blocks, and compares every lookup.
 func TestAgainstModel(t *testing.T) {
-	for _, engineBS := range []int{bs, 2 * bs} {
-		t.Run(fmt.Sprintf("engine block %d", engineBS), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(1, uint64(engineBS)))
+	for _, tc := range []struct{ engineBS, nw int }{{bs, 5}, {2 * bs, 5}, {bs, 3 * bigChain}} {
+		engineBS, nw := tc.engineBS, tc.nw
+		t.Run(fmt.Sprintf("engine block %d, %d workers", engineBS, nw), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(engineBS*nw)))
 			ix := mustNew(t, Config{})
-			const nw, np, nb = 5, 12, 8 // workers, prompts, engine blocks per prompt
+			const np, nb = 12, 8 // prompts, engine blocks per prompt
 			k := engineBS / bs
 			type held map[uint64]bool // engine hashes held
 			model := make([]held, nw)
@@ -322,7 +368,7 @@ func TestAgainstModel(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for step := range 3000 {
+			for step := range 300 * nw {
 				w := rng.IntN(nw)
 				id := fmt.Sprint("w", w)
 				p := rng.IntN(np)
@@ -462,6 +508,22 @@ func (ix *Index) check() error {
 		}
 		if (n != e.n || fp != e.fp) && err == nil {
 			err = fmt.Errorf("entry %x: n=%d fp=%d, chain has n=%d fp=%d", h, e.n, e.fp, n, fp)
+		}
+		g, big := ix.big.get(h)
+		if big != (n >= bigChain) && err == nil {
+			err = fmt.Errorf("entry %x with %d residences: worker array %v", h, n, big)
+		}
+		if big && err == nil {
+			var chain, arr []uint32
+			for i := e.head; i != nilNode; i = ix.nodes.at(i).sibling {
+				chain = append(chain, ix.nodes.at(i).worker)
+			}
+			arr = append(arr, ix.groups[g]...)
+			slices.Sort(chain)
+			slices.Sort(arr)
+			if !slices.Equal(chain, arr) {
+				err = fmt.Errorf("entry %x: chain workers %v, array %v", h, chain, arr)
+			}
 		}
 	})
 	if err != nil {

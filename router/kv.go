@@ -22,10 +22,13 @@ type CostModel string
 
 const (
 	// CostTandem is Dynamo's formula with Tandem's changes (the default):
-	// blocks pinned by the worker's in-flight requests count as cached even
-	// before their BlockStored arrives, and ties go to the smaller cached
-	// footprint, then rotate instead of drawing at random. See
-	// docs/benchmarks/router.md for the measured difference.
+	// a cached prefix counts as resident in the decode term too (it needs no
+	// new KV memory), so load no longer outweighs a full prefix hit as soon
+	// as clients are concurrent; blocks pinned by the worker's in-flight
+	// requests count as cached before their BlockStored arrives; ties go to
+	// fewer active requests, the smaller cached footprint, then rotate. On
+	// the seed workload with 4 clients: 57 vs 49 hits of 60, TTFT −13%
+	// (docs/benchmarks/router.md §2).
 	CostTandem CostModel = "tandem"
 	// CostDynamo is Dynamo's classic selector, kept as a baseline:
 	// logit = w·prefill_blocks + decode_blocks, argmin, ties broken by the
@@ -245,6 +248,11 @@ type KV struct {
 
 	pool      sync.Pool // *pickScratch
 	lastSweep time.Time // approx expiry, guarded by mu
+	// The last candidate list resolved, guarded by mu; invalidated
+	// whenever a worker is added or removed.
+	lastIDs []string
+	lastWs  []*kvWorker
+	gen     uint64 // bumped when a worker comes or goes
 }
 
 // NewKV returns the kv policy. Subscriptions started by AddWorker live until
@@ -345,7 +353,9 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	if k.events == nil {
 		return nil
 	}
-	if err := k.events.AddWorker(id, blockSize); err != nil {
+	err := k.events.AddWorker(id, blockSize)
+	k.events.SetTag(id, int32(w.slot))
+	if err != nil {
 		w.refuse(fmt.Sprintf("engine block size %d is not a multiple of the router's %d; set --router-block-size to a divisor of it. Routing the worker by approximation", blockSize, k.cfg.BlockSize))
 		return fmt.Errorf("router: worker %s: %w", id, err)
 	}
@@ -388,6 +398,8 @@ func (k *KV) RemoveWorker(id string) {
 		k.slots[w.slot] = nil
 		// Before the slot can be reused, under the same lock.
 		k.active.dropWorker(w.slot)
+		k.lastIDs, k.lastWs = nil, nil
+		k.gen++
 		k.free = append(k.free, w.slot)
 	}
 	k.mu.Unlock()
@@ -457,6 +469,7 @@ func (k *KV) workerFor(id string) *kvWorker {
 			// Register with the event index so that in-process Ingest works
 			// and lookups are consistent; no stream will come.
 			_ = k.events.AddWorker(id, 0)
+			k.events.SetTag(id, int32(w.slot))
 		}
 	}
 	return w
@@ -471,9 +484,12 @@ func (k *KV) newWorkerLocked(id string) *kvWorker {
 		k.slots = append(k.slots, nil)
 	}
 	w := newKVWorker(k, id, slot)
+	k.lastIDs, k.lastWs = nil, nil
+	k.gen++
 	k.workers[id] = w
 	k.slots[slot] = w
 	_ = k.approx.AddWorker(id, 0)
+	k.approx.SetTag(id, int32(slot))
 	return w
 }
 

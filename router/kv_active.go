@@ -15,9 +15,20 @@ import "sync"
 // router's latency budget.
 type activeTracker struct {
 	mu     sync.Mutex
-	blocks map[uint64][]activeRef
+	blocks map[uint64]*activeEntry
 	load   []activeLoad // by worker slot
 }
+
+// activeEntry is one block in flight. fp and pfp fingerprint the set of
+// workers holding it and the subset holding it pinned, so that score can
+// treat a run of blocks with the same sets (a shared system prompt in
+// flight on every worker) as one step instead of one per block.
+type activeEntry struct {
+	refs    []activeRef
+	fp, pfp uint64
+}
+
+func slotFP(s int32) uint64 { return (uint64(s) + 1) * 0x9E3779B97F4A7C15 }
 
 type activeRef struct {
 	slot   int32
@@ -34,7 +45,7 @@ type activeLoad struct {
 }
 
 func newActiveTracker() *activeTracker {
-	return &activeTracker{blocks: map[uint64][]activeRef{}}
+	return &activeTracker{blocks: map[uint64]*activeEntry{}}
 }
 
 // loadFor returns the worker's load. Callers hold the KV's read lock and
@@ -61,14 +72,19 @@ func (a *activeTracker) add(w *kvWorker, hashes []uint64, prefillTokens int) {
 	l.prefillTokens += prefillTokens
 	slot := int32(w.slot)
 	for _, h := range hashes {
-		refs := a.blocks[h]
-		i := refIndex(refs, slot)
+		e := a.blocks[h]
+		if e == nil {
+			e = &activeEntry{}
+			a.blocks[h] = e
+		}
+		i := refIndex(e.refs, slot)
 		if i < 0 {
-			a.blocks[h] = append(refs, activeRef{slot: slot, n: 1})
+			e.refs = append(e.refs, activeRef{slot: slot, n: 1})
+			e.fp += slotFP(slot)
 			l.unique++
 			continue
 		}
-		refs[i].n++
+		e.refs[i].n++
 	}
 }
 
@@ -89,9 +105,15 @@ func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens 
 	a.loadFor(w).prefillTokens -= prefillTokens
 	slot := int32(w.slot)
 	for _, h := range hashes {
-		refs := a.blocks[h]
-		if i := refIndex(refs, slot); i >= 0 {
-			refs[i].pinned++
+		e := a.blocks[h]
+		if e == nil {
+			continue
+		}
+		if i := refIndex(e.refs, slot); i >= 0 {
+			if e.refs[i].pinned == 0 {
+				e.pfp += slotFP(slot)
+			}
+			e.refs[i].pinned++
 		}
 	}
 }
@@ -107,27 +129,39 @@ func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, pre
 	}
 	slot := int32(w.slot)
 	for _, h := range hashes {
-		refs := a.blocks[h]
-		i := refIndex(refs, slot)
+		e := a.blocks[h]
+		if e == nil {
+			continue
+		}
+		i := refIndex(e.refs, slot)
 		if i < 0 {
 			continue
 		}
-		refs[i].n--
+		r := &e.refs[i]
+		r.n--
 		if prefillDone {
-			refs[i].pinned--
+			if r.pinned--; r.pinned == 0 {
+				e.pfp -= slotFP(slot)
+			}
 		}
-		if refs[i].n > 0 {
+		if r.n > 0 {
 			continue
 		}
 		l.unique--
-		refs[i] = refs[len(refs)-1]
-		refs = refs[:len(refs)-1]
-		if len(refs) == 0 {
+		e.fp -= slotFP(slot)
+		if r.pinned > 0 { // cannot happen with balanced calls; keep fp exact anyway
+			e.pfp -= slotFP(slot)
+		}
+		e.removeAt(i)
+		if len(e.refs) == 0 {
 			delete(a.blocks, h)
-		} else {
-			a.blocks[h] = refs
 		}
 	}
+}
+
+func (e *activeEntry) removeAt(i int) {
+	e.refs[i] = e.refs[len(e.refs)-1]
+	e.refs = e.refs[:len(e.refs)-1]
 }
 
 // dropWorker forgets a departed worker's in-flight blocks and frees its
@@ -139,14 +173,15 @@ func (a *activeTracker) dropWorker(slot int) {
 		return
 	}
 	s := int32(slot)
-	for h, refs := range a.blocks {
-		if i := refIndex(refs, s); i >= 0 {
-			refs[i] = refs[len(refs)-1]
-			refs = refs[:len(refs)-1]
-			if len(refs) == 0 {
+	for h, e := range a.blocks {
+		if i := refIndex(e.refs, s); i >= 0 {
+			e.fp -= slotFP(s)
+			if e.refs[i].pinned > 0 {
+				e.pfp -= slotFP(s)
+			}
+			e.removeAt(i)
+			if len(e.refs) == 0 {
 				delete(a.blocks, h)
-			} else {
-				a.blocks[h] = refs
 			}
 		}
 	}
@@ -156,22 +191,41 @@ func (a *activeTracker) dropWorker(slot int) {
 // score fills, for the request's block hashes, each worker's count of
 // blocks already in flight there (sc.activeMatch) and its leading run of
 // pinned blocks (sc.pinnedLead), and copies the candidates' loads.
+//
+// Consecutive blocks held by the same workers (same fingerprints) form a
+// run that is credited once, at its end: the cost is the request's blocks
+// plus the residences of one block per run.
 func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i, h := range hashes {
-		for _, r := range a.blocks[h] {
+	var run *activeEntry
+	runStart := 0
+	flush := func(end int) {
+		if run == nil {
+			return
+		}
+		n := int32(end - runStart)
+		for _, r := range run.refs {
 			s := r.slot
 			if int(s) >= len(sc.activeMatch) {
 				continue
 			}
 			sc.touch(s)
-			sc.activeMatch[s]++
-			if r.pinned > 0 && int(sc.pinnedLead[s]) == i {
-				sc.pinnedLead[s]++
+			sc.activeMatch[s] += n
+			if r.pinned > 0 && int(sc.pinnedLead[s]) == runStart {
+				sc.pinnedLead[s] += n
 			}
 		}
 	}
+	for i, h := range hashes {
+		e := a.blocks[h]
+		if e != nil && run != nil && e.fp == run.fp && e.pfp == run.pfp && len(e.refs) == len(run.refs) {
+			continue
+		}
+		flush(i)
+		run, runStart = e, i
+	}
+	flush(len(hashes))
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		if c.w.slot < len(a.load) && a.load[c.w.slot].owner == c.w {

@@ -91,10 +91,13 @@ func newKVWorker(k *KV, id string, slot int) *kvWorker {
 }
 
 // healthState is the worker's current state, rebuilding included.
-func (w *kvWorker) healthState() workerHealth {
+func (w *kvWorker) healthState() workerHealth { return w.healthAt(w.k.cfg.Now().UnixNano()) }
+
+// healthAt is healthState at a given time (unix ns), so a decision reads
+// the clock once, not once per candidate.
+func (w *kvWorker) healthAt(now int64) workerHealth {
 	s := workerHealth(w.state.Load())
-	if (s == healthConnecting || s == healthSyncing || s == healthHealthy) &&
-		w.k.cfg.Now().UnixNano() < w.rebuildUntil.Load() {
+	if (s == healthConnecting || s == healthSyncing || s == healthHealthy) && now < w.rebuildUntil.Load() {
 		return healthRebuilding
 	}
 	return s
@@ -244,7 +247,9 @@ func (w *kvWorker) expectStored(routedAt time.Time) {
 		return
 	}
 	w.pendingRouted = routedAt
-	w.missTimer = time.AfterFunc(w.k.cfg.KVEventsTimeout, w.checkMissing)
+	// The deadline runs from when the request reached the worker, so the
+	// diagnostic lands one timeout after the first unexplained request.
+	w.missTimer = time.AfterFunc(w.k.cfg.KVEventsTimeout-w.k.cfg.Now().Sub(routedAt), w.checkMissing)
 }
 
 func (w *kvWorker) checkMissing() {

@@ -80,23 +80,47 @@ func (sc *pickScratch) touch(s int32) {
 	}
 }
 
-// resolve maps candidates to workers, creating the unknown ones.
+// resolve maps candidates to workers, creating the unknown ones. The
+// router passes the same candidate list, in the same order, request after
+// request, so the last resolution is kept and revalidated by comparing ids
+// (cheap: equal strings usually share their pointer) instead of a map
+// lookup per worker.
 func (k *KV) resolve(cands []Candidate, sc *pickScratch) {
-	missing := false
 	k.mu.RLock()
+	if len(k.lastIDs) == len(cands) {
+		same := true
+		for i := range cands {
+			if cands[i].ID != k.lastIDs[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			sc.ws = append(sc.ws, k.lastWs...)
+			k.mu.RUnlock()
+			return
+		}
+	}
+	missing := false
 	for _, c := range cands {
 		w := k.workers[c.ID]
 		missing = missing || w == nil
 		sc.ws = append(sc.ws, w)
 	}
+	gen := k.gen
 	k.mu.RUnlock()
 	if missing {
-		for i, c := range cands {
-			if sc.ws[i] == nil {
-				sc.ws[i] = k.workerFor(c.ID)
-			}
-		}
+		return // created below; the next decision caches
 	}
+	k.mu.Lock()
+	if k.gen == gen { // no worker came or went meanwhile
+		k.lastIDs = k.lastIDs[:0]
+		for _, c := range cands {
+			k.lastIDs = append(k.lastIDs, c.ID)
+		}
+		k.lastWs = append(k.lastWs[:0], sc.ws...)
+	}
+	k.mu.Unlock()
 }
 
 // Pick implements Policy. It hashes the prompt's full blocks, looks them up
@@ -112,11 +136,17 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	sc := k.scratch(slots + len(cands))
 	defer k.release(sc)
 	k.resolve(cands, sc)
+	for i, c := range cands {
+		if sc.ws[i] == nil {
+			sc.ws[i] = k.workerFor(c.ID)
+		}
+	}
 	bs := k.cfg.BlockSize
 	sc.hashes = sc.hasher.Append(sc.hashes[:0], 0, false, req.Tokens, bs)
 	hashes := sc.hashes
 
-	k.maybeExpire()
+	now := k.cfg.Now()
+	k.maybeExpire(now)
 	if k.cfg.OverlapWeight > 0 && len(hashes) > 0 {
 		if k.events != nil {
 			sc.ov = k.events.Lookup(hashes, sc.ov[:0])
@@ -126,9 +156,10 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 		k.fill(sc, sc.ov, sc.apOv)
 	}
 	sc.cands = sc.cands[:0]
+	nowNs := now.UnixNano()
 	for i := range cands {
 		w := sc.ws[i]
-		st := w.healthState()
+		st := w.healthAt(nowNs)
 		if st == healthMissing && k.cfg.OnMissing == MissingFail {
 			continue
 		}
@@ -159,7 +190,16 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 			// their BlockStored has arrived yet.
 			c.overlap = max(c.overlap, int(sc.pinnedLead[s]))
 		}
-		c.logit = dynamoLogit(k.cfg.OverlapWeight, bs, isl, c.overlap, c.activePrefill, c.activeUnique, requestBlocks-int(sc.activeMatch[s]))
+		resident := int(sc.activeMatch[s])
+		if k.cfg.Cost == CostTandem {
+			// A cached prefix needs no new KV memory either: the engine
+			// reactivates those blocks. Dynamo counts only in-flight blocks
+			// as already there, so a worker holding the prefix but one
+			// request busier loses it to an idle worker that must
+			// recompute it and evict something else to make room.
+			resident = max(resident, c.overlap)
+		}
+		c.logit = dynamoLogit(k.cfg.OverlapWeight, bs, isl, c.overlap, c.activePrefill, c.activeUnique, requestBlocks-resident)
 	}
 	best := k.choose(sc)
 	c := sc.cands[best]
@@ -176,8 +216,13 @@ func (k *KV) fill(sc *pickScratch, ov []kvindex.Overlap, dst []int32) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	for _, o := range ov {
-		w := k.workers[o.Worker]
-		if w == nil || w.slot >= len(dst) {
+		var w *kvWorker
+		if t := int(o.Tag); t >= 0 && t < len(k.slots) && k.slots[t] != nil && k.slots[t].id == o.Worker {
+			w = k.slots[t]
+		} else if w = k.workers[o.Worker]; w == nil {
+			continue
+		}
+		if w.slot >= len(dst) {
 			continue
 		}
 		sc.touch(int32(w.slot))
@@ -186,8 +231,7 @@ func (k *KV) fill(sc *pickScratch, ov []kvindex.Overlap, dst []int32) {
 }
 
 // maybeExpire drops expired approximate records, at most every TTL/16.
-func (k *KV) maybeExpire() {
-	now := k.cfg.Now()
+func (k *KV) maybeExpire(now time.Time) {
 	k.mu.RLock()
 	due := now.Sub(k.lastSweep) >= k.cfg.ApproxTTL/16
 	k.mu.RUnlock()
@@ -324,9 +368,15 @@ func (k *KV) Routed(req *Request, d Decision) {
 		_ = k.approx.Store(w.id, hashes)
 	}
 	k.mu.Lock()
+	old := k.flights[req]
 	k.flights[req] = f
 	k.mu.Unlock()
 	k.mu.RLock()
+	if old != nil && k.slots[old.w.slot] == old.w {
+		// Re-routed (a retry) before the first route finished: that one
+		// is over as far as load goes.
+		k.active.free(old.w, old.hashes, old.firstDone, old.prefillTokens)
+	}
 	if k.slots[w.slot] == w {
 		k.active.add(w, hashes, f.prefillTokens)
 	}

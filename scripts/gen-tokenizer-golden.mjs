@@ -94,6 +94,21 @@ const encode = texts.map((text) => {
   };
 });
 
+// A deterministic random mix of the classes the split regex and NFC care
+// about, for breadth beyond the hand-picked strings (ids only).
+const alphabet = ["a", "b", "Z", "Q", "é", "É", "ǅ", "ʰ", "中", "ア", "ß", "\u0301", "\u0323", "1", "7", "٣", "½", "Ⅻ",
+  " ", " ", "  ", "\t", "\n", "\r", "\r\n", "\u00a0", "\u3000", "\u2028", "'", "'s", "'LL", "'re", "’", ".", ",", "!",
+  "/", "\\", "-", "_", "(", "<", ">", "|", "🎉", "👍🏽", "\u200d", "<|im_end|>", "<think>", "hello", " world", "The", "ing",
+  "1234", "  \n", "e\u0301", "\u212B", "ﬁ", "Ⓐ", "①", "\u1E9B\u0323"];
+let seed = 12345;
+const rnd = (n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+const random = [];
+for (let i = 0; i < 200; i++) {
+  let text = "";
+  for (let j = 1 + rnd(40); j > 0; j--) text += alphabet[rnd(alphabet.length)];
+  random.push({ text, ids: tok.encode(text, { add_special_tokens: false }) });
+}
+
 const weatherTool = {
   type: "function",
   function: {
@@ -224,5 +239,6 @@ const chatOut = chats.map((c) => {
 mkdirSync(out, { recursive: true });
 const header = { generator: "scripts/gen-tokenizer-golden.mjs", tokenizer: QWEN3_PKG, jinja: JINJA_PKG };
 writeFileSync(path.join(out, "qwen3-encode.json"), JSON.stringify({ ...header, cases: encode }, null, 1) + "\n");
+writeFileSync(path.join(out, "qwen3-encode-random.json"), JSON.stringify({ ...header, cases: random }) + "\n");
 writeFileSync(path.join(out, "qwen3-chat.json"), JSON.stringify({ ...header, cases: chatOut }, null, 1) + "\n");
-console.error(`wrote ${encode.length} encodings and ${chatOut.length} chat renderings to ${out}`);
+console.error(`wrote ${encode.length}+${random.length} encodings and ${chatOut.length} chat renderings to ${out}`);

@@ -28,9 +28,11 @@ type Config struct {
 	RouterMode   string
 	RequestPlane string // "inproc" (default) or "grpc"
 	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
-	WorkerIDs []string
+	WorkerIDs    []string
 	DrainTimeout time.Duration
 	Frontend     frontend.Config
+	// KV configures the kv and kv-approx router modes.
+	KV router.KVConfig
 }
 
 // DefaultConfig returns the defaults of `tandem serve`.
@@ -65,12 +67,17 @@ type System struct {
 	lis     net.Listener
 	served  chan error
 	engines []engine.Engine
+	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
 	grpcs   []*grpc.Server
 	clients []*requestplane.Client
 }
 
-// NewPolicy returns the routing policy named mode.
-func NewPolicy(mode string) (router.Policy, error) {
+// RouterModes lists the values of --router-mode.
+const RouterModes = "round-robin, random, least-loaded, kv, kv-approx"
+
+// NewPolicy returns the routing policy named mode. The kv modes get their
+// diagnostics board, logger and metrics registry from kv.
+func NewPolicy(ctx context.Context, mode string, kv router.KVConfig) (router.Policy, error) {
 	switch mode {
 	case "round-robin", "":
 		return &router.RoundRobin{}, nil
@@ -78,8 +85,18 @@ func NewPolicy(mode string) (router.Policy, error) {
 		return router.Random{}, nil
 	case "least-loaded":
 		return router.LeastLoaded{}, nil
+	case "kv":
+		return router.NewKV(ctx, kv)
+	case "kv-approx":
+		return router.NewKVApprox(ctx, kv)
 	}
-	return nil, fmt.Errorf("unknown router mode %q (want round-robin, random or least-loaded)", mode)
+	return nil, fmt.Errorf("unknown router mode %q (want %s)", mode, RouterModes)
+}
+
+// eventSource is implemented by engines that publish KV events over ZMQ.
+type eventSource interface {
+	KVEventsEndpoint() string
+	KVEventsReplayEndpoint() string
 }
 
 // Start builds and starts the system. On error everything already started
@@ -87,10 +104,6 @@ func NewPolicy(mode string) (router.Policy, error) {
 func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slog.Logger) (_ *System, err error) {
 	if cfg.Workers < 1 {
 		return nil, fmt.Errorf("serve: need at least one worker, got %d", cfg.Workers)
-	}
-	policy, err := NewPolicy(cfg.RouterMode)
-	if err != nil {
-		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -101,6 +114,13 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		}
 	}()
 	s.Board = health.NewBoard(log, reg)
+	kvcfg := cfg.KV
+	kvcfg.Board, kvcfg.Logger, kvcfg.Registerer = s.Board, log, reg
+	policy, err := NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
+	if err != nil {
+		return nil, err
+	}
+	s.kv, _ = policy.(*router.KV)
 	s.Router = router.New(policy, reg)
 	s.Frontend = frontend.New(cfg.Frontend, s.Router, s.Board, reg, log)
 
@@ -140,6 +160,17 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, fmt.Errorf("serve: unknown request plane %q (want inproc or grpc)", cfg.RequestPlane)
 		}
 		s.Workers = append(s.Workers, w)
+		if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
+			// Subscribe before the router may pick the worker: until its
+			// stream is connected the policy tracks it by approximation, so
+			// even the first requests are routed on what it holds. A worker
+			// without an endpoint is never subscribed: the policy routes it
+			// by approximation, and raises kv_events_missing once it serves
+			// full blocks, in kv mode.
+			if err := s.kv.AddWorker(w.ID, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
+				return nil, fmt.Errorf("serve: worker %s: %w", w.ID, err)
+			}
+		}
 		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info})
 	}
 
@@ -194,6 +225,9 @@ func (s *System) Shutdown(ctx context.Context) error {
 }
 
 func (s *System) stopWorkers(ctx context.Context) {
+	if s.kv != nil {
+		s.kv.Close()
+	}
 	for _, c := range s.clients {
 		_ = c.Close()
 	}

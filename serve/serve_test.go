@@ -12,6 +12,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/tandemllm/tandem/engine/mocker"
+
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -103,3 +105,38 @@ func TestDrainLetsInFlightFinish(t *testing.T) {
 	}
 }
 
+// TestDisconnectStopsMocker: a client that goes away mid-stream frees its
+// sequence on the real engine, over both request planes, within 100 ms.
+func TestDisconnectStopsMocker(t *testing.T) {
+	for _, plane := range []string{"inproc", "grpc"} {
+		t.Run(plane, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Workers, cfg.RequestPlane = 1, plane
+			sys := startTest(t, cfg, slowTestEngines)
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", sys.URL()+"/v1/completions",
+				strings.NewReader(`{"model":"tandem-mock","prompt":"hi","max_tokens":5000,"ignore_eos":true,"stream":true}`))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 256)
+			if _, err := resp.Body.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+			m := sys.Engine(0).(*mocker.Engine)
+			if m.Load().Running != 1 {
+				t.Fatalf("mocker not running the sequence: %+v", m.Load())
+			}
+			cancel()
+			resp.Body.Close()
+			deadline := time.Now().Add(100 * time.Millisecond)
+			for m.Load().Running != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("sequence still running 100 ms after disconnect: %+v", m.Load())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+}

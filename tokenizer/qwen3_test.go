@@ -82,6 +82,17 @@ func TestQwen3Encode(t *testing.T) {
 	}
 }
 
+// TestQwen3EncodeRandom covers breadth: 200 random mixes of scripts,
+// marks, digits, whitespace kinds and special tokens.
+func TestQwen3EncodeRandom(t *testing.T) {
+	tok := testQwen3(t).Tokenizer
+	for _, c := range readFixture[qwenEncodeCase](t, "qwen3-encode-random.json") {
+		if got := tok.Encode(c.Text); !slices.Equal(got, c.IDs) {
+			t.Errorf("Encode(%q)\n got %v\nwant %v", c.Text, got, c.IDs)
+		}
+	}
+}
+
 func TestQwen3ChatTemplate(t *testing.T) {
 	m := testQwen3(t)
 	for _, c := range readFixture[qwenChatCase](t, "qwen3-chat.json") {

@@ -25,8 +25,8 @@ type Tokenizer interface {
 	Decode(ids []engine.Token) string
 	// AppendTokenBytes appends the raw bytes token id stands for (for
 	// byte-level BPE the un-mapped bytes; for SentencePiece '▁'→' ' and
-	// <0xXX> → the byte). Used by the incremental detokenizer. Unknown ids
-	// and SentencePiece control tokens append nothing.
+	// <0xXX> → the byte). Used by the incremental detokenizer. Ids outside
+	// the vocabulary and SentencePiece control tokens append nothing.
 	AppendTokenBytes(dst []byte, id engine.Token) []byte
 	// VocabSize is one more than the largest id the tokenizer can produce or
 	// render; ids below it that name no token (holes) decode to nothing.

@@ -17,6 +17,7 @@ import (
 func newServeCmd() *cobra.Command {
 	cfg := serve.DefaultConfig()
 	var eng engineFlags
+	var rf routerFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -28,6 +29,10 @@ func newServeCmd() *cobra.Command {
 			}
 			model, factory, err := eng.build(log)
 			if err != nil {
+				return err
+			}
+			cfg.RouterMode = rf.mode
+			if cfg.KV, err = rf.config(); err != nil {
 				return err
 			}
 			sys, err := serve.Start(cfg, model, factory, log)
@@ -56,12 +61,12 @@ func newServeCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of in-process workers")
-	f.StringVar(&cfg.RouterMode, "router-mode", cfg.RouterMode, "routing policy: round-robin, random, least-loaded")
 	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
 	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
 	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
 	eng.register(cmd)
+	rf.register(cmd, cfg.RouterMode)
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,20 +65,27 @@ type Scenario struct {
 
 // Result is what a run measured.
 type Result struct {
-	Scenario    Scenario
-	Requests    int
-	Rerequests  int
-	Hits        int // re-requests whose whole prefix the engine had cached
-	PerRound    []int
-	PerWorker   map[string]int
-	HitTTFT     time.Duration // mean engine-side TTFT of hits, scaled back by Speedup
-	MissTTFT    time.Duration
-	Predictions int // requests whose predicted cached blocks matched the engine's within one block
+	Scenario   Scenario
+	Requests   int
+	Rerequests int
+	Hits       int // re-requests whose whole prefix the engine had cached
+	PerRound   []int
+	PerWorker  map[string]int
+	// TTFTs are wall-clock times multiplied by Speedup (simulated model
+	// time; Go overheads are magnified by the same factor). TTFT is over
+	// all requests, Hit/Miss over re-requests.
+	HitTTFT, MissTTFT time.Duration
+	TTFTMean, TTFTP90 time.Duration
+	Predictions       int // requests whose predicted cached blocks matched the engine's within one block
 	// DiagLatency is, for events-off runs, the time from the first request
 	// routed to an events-off worker to kv_events_missing for it.
 	DiagLatency time.Duration
 	Diagnostics []health.Diagnostic
 	Health      map[string]string
+	// StartHealth is each worker's KV state when the first request was
+	// routed: "connecting" or "syncing" shows the first decisions raced the
+	// subscriptions, as in the report's first cross-server run.
+	StartHealth map[string]string
 	Elapsed     time.Duration
 }
 
@@ -183,10 +191,14 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 
 	reqs := workload(sc.Seed, sc.Prefixes)
+	if kv != nil {
+		res.StartHealth = kv.Health()
+	}
 	start := time.Now()
 	var (
 		mu               sync.Mutex
 		hitT, missT      time.Duration
+		ttfts            []time.Duration
 		nHit, nMiss      int
 		firstOff         time.Time
 		runErr           error
@@ -254,6 +266,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		defer mu.Unlock()
 		res.Requests++
 		res.PerWorker[rt.Worker.ID]++
+		ttfts = append(ttfts, ttft)
 		if pred := rt.Decision.PredictedCachedTokens / BlockSize; abs(pred-d.CachedTokens/BlockSize) <= 1 {
 			res.Predictions++
 		}
@@ -321,6 +334,14 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		case <-diagCh:
 		case <-time.After(10 * time.Second):
 		}
+	}
+	if len(ttfts) > 0 {
+		slices.Sort(ttfts)
+		var sum time.Duration
+		for _, v := range ttfts {
+			sum += v
+		}
+		res.TTFTMean, res.TTFTP90 = sum/time.Duration(len(ttfts)), ttfts[len(ttfts)*9/10]
 	}
 	if nHit > 0 {
 		res.HitTTFT = hitT / time.Duration(nHit)

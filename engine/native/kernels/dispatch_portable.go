@@ -14,3 +14,18 @@ func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, 
 }
 
 func dotF32(a, b []float32) float32 { return dotF32Portable(a, b) }
+
+func axpyF32(a float32, x, y []float32) { axpyPortable(a, x, y) }
+
+func dotStrided(out, q, m []float32, stride int) { dotStridedPortable(out, q, m, stride) }
+
+func axpyStrided(a, m []float32, stride int, y []float32) { axpyStridedPortable(a, m, stride, y) }
+
+func quantizeRows(x []float32, q []int8, s []float32) { quantizeRowsPortable(x, q, s) }
+
+// kernelLevels and setKernelLevel let the tests run every compiled level.
+func kernelLevels() []string { return []string{"portable"} }
+
+func setKernelLevel(string) (restore func()) { return func() {} }
+
+func divF32(x []float32, d float32) { divPortable(x, d) }

@@ -2,39 +2,143 @@
 
 package kernels
 
-import "simd/archsimd"
+import (
+	"os"
+	"simd/archsimd"
+)
 
-// useAVX2 is fixed at start-up: every product in a process must take the
-// same path, or batched and single-token results would stop agreeing.
-var useAVX2 = archsimd.X86.AVX2() && archsimd.X86.FMA()
+// Kernel levels of the simd build, best first.
+const (
+	levelPortable = iota
+	levelAVX2
+	levelAVX512
+)
 
-// Impl names the kernel set in use, for benchmark reports.
-func Impl() string {
-	if useAVX2 {
-		return "archsimd-avx2"
+var levelNames = [...]string{"portable (simd build, no AVX2/FMA)", "archsimd-avx2", "archsimd-avx512"}
+
+// level is fixed at start-up from the CPU's features: every product in a
+// process must take the same path, or batched and single-token results
+// would stop agreeing. TANDEM_NATIVE_KERNELS=avx2 (or portable) selects a
+// lower level, to measure or test it on a machine that has a higher one.
+var level = pickLevel(os.Getenv("TANDEM_NATIVE_KERNELS"))
+
+func supported() int {
+	switch {
+	case archsimd.X86.AVX512() && archsimd.X86.FMA():
+		return levelAVX512
+	case archsimd.X86.AVX2() && archsimd.X86.FMA():
+		return levelAVX2
 	}
-	return "portable (simd build, no AVX2/FMA)"
+	return levelPortable
 }
 
-func matF32(out, w, x []float32, lo, hi, rows, cols, T int) {
-	if useAVX2 {
-		matF32AVX2(out, w, x, lo, hi, rows, cols, T)
-		return
+func pickLevel(want string) int {
+	l := supported()
+	switch want {
+	case "avx2":
+		return min(l, levelAVX2)
+	case "portable":
+		return levelPortable
 	}
-	matF32Portable(out, w, x, lo, hi, rows, cols, T)
+	return l
+}
+
+// Impl names the kernel set in use, for benchmark reports.
+func Impl() string { return levelNames[level] }
+
+func matF32(out, w, x []float32, lo, hi, rows, cols, T int) {
+	switch level {
+	case levelAVX512:
+		matF32AVX512(out, w, x, lo, hi, rows, cols, T)
+	case levelAVX2:
+		matF32AVX2(out, w, x, lo, hi, rows, cols, T)
+	default:
+		matF32Portable(out, w, x, lo, hi, rows, cols, T)
+	}
 }
 
 func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
-	if useAVX2 {
+	switch level {
+	case levelAVX512:
+		matQ8AVX512(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
+	case levelAVX2:
 		matQ8AVX2(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
-		return
+	default:
+		matQ8Portable(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 	}
-	matQ8Portable(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 }
 
 func dotF32(a, b []float32) float32 {
-	if useAVX2 {
+	switch level {
+	case levelAVX512:
+		return dotF32AVX512(a, b)
+	case levelAVX2:
 		return dotF32AVX2(a, b)
 	}
 	return dotF32Portable(a, b)
+}
+
+func axpyF32(a float32, x, y []float32) {
+	switch level {
+	case levelAVX512:
+		axpyAVX512(a, x, y)
+	case levelAVX2:
+		axpyAVX2(a, x, y)
+	default:
+		axpyPortable(a, x, y)
+	}
+}
+
+func dotStrided(out, q, m []float32, stride int) {
+	switch level {
+	case levelAVX512:
+		dotStridedAVX512(out, q, m, stride)
+	case levelAVX2:
+		dotStridedAVX2(out, q, m, stride)
+	default:
+		dotStridedPortable(out, q, m, stride)
+	}
+}
+
+func axpyStrided(a, m []float32, stride int, y []float32) {
+	switch level {
+	case levelAVX512:
+		axpyStridedAVX512(a, m, stride, y)
+	case levelAVX2:
+		axpyStridedAVX2(a, m, stride, y)
+	default:
+		axpyStridedPortable(a, m, stride, y)
+	}
+}
+
+func quantizeRows(x []float32, q []int8, s []float32) {
+	if level == levelAVX512 {
+		quantizeRowsAVX512(x, q, s)
+		return
+	}
+	quantizeRowsPortable(x, q, s)
+}
+
+// kernelLevels and setKernelLevel let the tests run every level this CPU
+// supports; nothing else may change the level after start-up.
+func kernelLevels() []string {
+	var out []string
+	for l := supported(); l >= levelPortable; l-- {
+		out = append(out, [...]string{"portable", "avx2", "avx512"}[l])
+	}
+	return out
+}
+
+func setKernelLevel(name string) (restore func()) {
+	old := level
+	level = pickLevel(name)
+	return func() { level = old }
+}
+
+func divF32(x []float32, d float32) {
+	if level == levelAVX512 {
+		divAVX512(x, d)
+		return
+	}
+	divPortable(x, d)
 }

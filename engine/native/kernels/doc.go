@@ -11,8 +11,32 @@
 // checked token for token.
 //
 // Two builds exist. With GOEXPERIMENT=simd on amd64 the products use
-// simd/archsimd (AVX2+FMA, checked at run time, with a fallback to the
-// portable loops on older CPUs); every other build uses portable Go. The two
-// builds reduce in different orders and agree within the tolerance stated in
-// the tests, not bitwise.
+// simd/archsimd at the best level the CPU has, picked once at start-up:
+// AVX-512 (16-lane kernels), else AVX2+FMA (8-lane), else the portable
+// loops; TANDEM_NATIVE_KERNELS=avx2 or =portable picks a lower level, to
+// measure or test it. Every other build uses portable Go. Levels reduce in
+// different orders and agree within the tolerance stated in the tests, not
+// bitwise; within one process every product uses one level.
+//
+// Rules the SIMD kernels follow, learned the hard way:
+//
+//   - Go's register allocator uses 16 vector registers, so the widest tiles
+//     are 4 weight rows × 2 tokens (fp32) and 4 × 1 (Q8_0); wider ones spill.
+//   - Scalar float code compiles to legacy SSE, and Go zeroes composite
+//     locals with legacy-SSE MOVUPS. On Intel both are very slow while the
+//     upper halves of the vector registers are dirty (a 3× slowdown of a
+//     whole Q8_0 decode was traced to one zeroed array in a tile loop). So
+//     the kernels declare their locals before any vector code, keep results
+//     in vector stores, and clear the upper state (ClearAVXUpperBits) before
+//     any scalar code and before returning.
+//   - Inner loops address memory through unsafe pointers after checking the
+//     slice bounds once per call; every pointer formed stays inside its
+//     allocation, which go test -race (checkptr) verifies. archsimd's
+//     SlicePart helpers are not used: they convert short tails to full
+//     array pointers, which checkptr rejects.
+//
+// Large weight arrays are allocated with NewF32/NewI8, which advise Linux
+// to back them with transparent huge pages: decode streams every weight
+// once per token and is bound by memory bandwidth, where 4 KiB pages cost
+// measurably.
 package kernels

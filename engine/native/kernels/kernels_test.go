@@ -24,12 +24,23 @@ const (
 	relTolQ8  = 1e-5 // of sum |w*x| over dequantized values (int sums are exact)
 )
 
+// TestMatMulMatchesPortable runs every kernel level this CPU supports.
 func TestMatMulMatchesPortable(t *testing.T) {
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			testMatMulMatchesPortable(t)
+		})
+	}
+}
+
+func testMatMulMatchesPortable(t *testing.T) {
 	pool := NewPool(2)
 	defer pool.Close()
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, sh := range []struct{ rows, cols, T int }{
 		{1, 8, 1}, {5, 3, 2}, {17, 64, 1}, {33, 172, 3}, {64, 96, 7}, {130, 288, 9}, {40, 64, 70},
+		{7, 2048, 3}, {36, 1376, 5}, {23, 17, 4},
 	} {
 		w := &Mat{Type: F32, Rows: sh.rows, Cols: sh.cols, F: randVec(r, sh.rows*sh.cols)}
 		x := randVec(r, sh.T*sh.cols)
@@ -80,6 +91,117 @@ func TestMatMulMatchesPortable(t *testing.T) {
 				t.Fatalf("%v Q8: token %d alone differs from the batch", sh, tt)
 			}
 		}
+	}
+}
+
+// TestFusedEqualsSingle checks that the fused products (Q, K and V in one
+// pass; the gate and up projections with SwiGLU) give bitwise what the
+// separate products give.
+func TestFusedEqualsSingle(t *testing.T) {
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			pool := NewPool(3)
+			defer pool.Close()
+			r := rand.New(rand.NewPCG(5, 6))
+			const cols, T = 96, 5
+			x := randVec(r, T*cols)
+			for _, quant := range []bool{false, true} {
+				mk := func(rows int) *Mat {
+					m := &Mat{Type: F32, Rows: rows, Cols: cols, F: randVec(r, rows*cols)}
+					if quant {
+						m, _ = QuantizeMat(m)
+					}
+					return m
+				}
+				wq, wk, wv := mk(64), mk(32), mk(48)
+				outs := [3][]float32{make([]float32, T*64), make([]float32, T*32), make([]float32, T*48)}
+				pool.MatMulMulti([]Prod{{outs[0], wq}, {outs[1], wk}, {outs[2], wv}}, x, T, &Scratch{})
+				for i, w := range []*Mat{wq, wk, wv} {
+					want := make([]float32, T*w.Rows)
+					pool.MatMul(want, w, x, T, &Scratch{})
+					if !slices.Equal(outs[i], want) {
+						t.Fatalf("quant=%v: fused product %d differs", quant, i)
+					}
+				}
+				w1, w3 := mk(80), mk(80)
+				g, u := make([]float32, T*80), make([]float32, T*80)
+				pool.MatMulSwiGLU(g, u, w1, w3, x, T, &Scratch{})
+				g2, u2 := make([]float32, T*80), make([]float32, T*80)
+				pool.MatMul(g2, w1, x, T, &Scratch{})
+				pool.MatMul(u2, w3, x, T, &Scratch{})
+				for tt := range T {
+					SwiGLU(g2[tt*80:(tt+1)*80], u2[tt*80:(tt+1)*80])
+				}
+				if !slices.Equal(g, g2) || !slices.Equal(u, u2) {
+					t.Fatalf("quant=%v: fused SwiGLU differs", quant)
+				}
+			}
+		})
+	}
+}
+
+// TestStridedEqualsSingle checks the attention helpers against Dot and
+// Axpy, bit for bit, at every level and for head sizes with and without a
+// scalar tail.
+func TestStridedEqualsSingle(t *testing.T) {
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			r := rand.New(rand.NewPCG(7, 8))
+			for _, hd := range []int{4, 8, 16, 20, 48, 64, 72} {
+				for _, n := range []int{1, 3, 4, 7, 16} {
+					stride := hd*2 + 3
+					m := randVec(r, (n-1)*stride+hd)
+					q, a := randVec(r, hd), randVec(r, n)
+					got := make([]float32, n)
+					DotStrided(got, q, m, stride)
+					y, want := randVec(r, hd), make([]float32, hd)
+					copy(want, y)
+					AxpyStrided(a, m, stride, y)
+					for i := range n {
+						if d := Dot(q, m[i*stride:]); d != got[i] {
+							t.Fatalf("hd %d n %d: DotStrided[%d] = %g, Dot %g", hd, n, i, got[i], d)
+						}
+						Axpy(a[i], m[i*stride:i*stride+hd], want)
+					}
+					if !slices.Equal(y, want) {
+						t.Fatalf("hd %d n %d: AxpyStrided differs from Axpy", hd, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestQuantizeRowsMatchesPortable: the vector quantizer must give the
+// portable bytes exactly, halfway cases included.
+func TestQuantizeRowsMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	x := randVec(r, 64*QK)
+	for g := range 16 {
+		// Groups whose values land on and next to .5 after scaling.
+		for i := range QK {
+			x[g*QK+i] = (float32(i%8) + 0.5) / 127 * float32(1+g%3)
+			if i%2 == 1 {
+				x[g*QK+i] = -x[g*QK+i]
+			}
+		}
+		x[g*QK] = float32(1 + g%3)
+	}
+	clear(x[20*QK : 21*QK]) // an all-zero group
+	x[22*QK+5] = 1e-30
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			q, s := make([]int8, len(x)), make([]float32, len(x)/QK)
+			QuantizeRows(x, q, s)
+			wq, ws := make([]int8, len(x)), make([]float32, len(x)/QK)
+			quantizeRowsPortable(x, wq, ws)
+			if !slices.Equal(q, wq) || !slices.Equal(s, ws) {
+				t.Fatal("QuantizeRows differs from the portable quantizer")
+			}
+		})
 	}
 }
 
@@ -151,5 +273,32 @@ func BenchmarkMatVec(b *testing.B) {
 			}
 			p.Close()
 		}
+	}
+}
+
+// BenchmarkMatMulBatch is the prefill shape: 64 activation rows against a
+// weight matrix that stays in cache, so it measures the arithmetic.
+func BenchmarkMatMulBatch(b *testing.B) {
+	const T = 64
+	for _, sh := range []struct {
+		name       string
+		rows, cols int
+	}{{"768x768", 768, 768}, {"2048x768", 2048, 768}} {
+		r := rand.New(rand.NewPCG(1, 2))
+		w := &Mat{Type: F32, Rows: sh.rows, Cols: sh.cols, F: randVec(r, sh.rows*sh.cols)}
+		q, _ := QuantizeMat(w)
+		x := randVec(r, T*sh.cols)
+		out := make([]float32, T*sh.rows)
+		p := NewPool(1)
+		for _, m := range []*Mat{w, q} {
+			b.Run(sh.name+"/"+m.Type.String(), func(b *testing.B) {
+				sc := &Scratch{}
+				for b.Loop() {
+					p.MatMul(out, m, x, T, sc)
+				}
+				b.ReportMetric(float64(b.N)*2*T*float64(sh.rows*sh.cols)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+		p.Close()
 	}
 }

@@ -63,6 +63,15 @@ func (m *Mat) Validate() error {
 	return nil
 }
 
+// ScalePad is the spare capacity NewScales leaves after a Q8_0 scale
+// slice, so the vector kernels can load 16 scales at a time up to the
+// last group without a partial (masked or copied) load.
+const ScalePad = 16
+
+// NewScales allocates n Q8_0 scales with ScalePad spare capacity. Mats
+// whose S lacks the padding still work, on a slower path.
+func NewScales(n int) []float32 { return make([]float32, n, n+ScalePad) }
+
 // Bytes is the in-memory weight size.
 func (m *Mat) Bytes() int64 {
 	if m.Type == Q8_0 {
@@ -96,7 +105,7 @@ func QuantizeMat(m *Mat) (*Mat, error) {
 	if m.Cols%QK != 0 {
 		return nil, fmt.Errorf("quantize: %d columns not divisible by %d", m.Cols, QK)
 	}
-	q := &Mat{Type: Q8_0, Rows: m.Rows, Cols: m.Cols, Q: make([]int8, len(m.F)), S: make([]float32, len(m.F)/QK)}
+	q := &Mat{Type: Q8_0, Rows: m.Rows, Cols: m.Cols, Q: NewI8(len(m.F)), S: NewScales(len(m.F) / QK)}
 	for g := range q.S {
 		x := m.F[g*QK : (g+1)*QK]
 		var amax float32
@@ -118,7 +127,10 @@ func QuantizeMat(m *Mat) (*Mat, error) {
 
 // QuantizeRows quantizes T activation rows of n values (n%QK == 0) into q and
 // per-group scales s, keeping fp32 scales: activations never hit a file.
-func QuantizeRows(x []float32, q []int8, s []float32) {
+// Every kernel level gives the same bytes.
+func QuantizeRows(x []float32, q []int8, s []float32) { quantizeRows(x, q, s) }
+
+func quantizeRowsPortable(x []float32, q []int8, s []float32) {
 	for g := range len(x) / QK {
 		v := x[g*QK : (g+1)*QK]
 		var amax float32

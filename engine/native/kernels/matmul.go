@@ -7,28 +7,134 @@ type Scratch struct {
 	s []float32
 }
 
-// rowGrain keeps each thread's row range a multiple of the widest row tile.
+// rowGrain keeps each range of rows a multiple of the widest row tile (and
+// of a 64-byte line of fp32 outputs).
 const rowGrain = 16
+
+// Prod is one product of a fused MatMulMulti: Out[t*W.Rows+r] = W row r ·
+// x_t.
+type Prod struct {
+	Out []float32
+	W   *Mat
+}
+
+// maxProds bounds how many products one fused call carries (Q, K and V).
+const maxProds = 3
+
+// matJob is the pool's product job: up to maxProds matrices sharing one
+// input, their rows concatenated into one range, and an optional SwiGLU
+// applied by the thread that computed both of its operands.
+type matJob struct {
+	prods  [maxProds]Prod
+	n      int
+	x      []float32
+	xq     []int8
+	xs     []float32
+	T      int
+	swiglu bool // prods[0] is the gate, prods[1] the up projection
+}
+
+// Run computes the outputs of rows [lo,hi) of the concatenated products.
+func (j *matJob) Run(_, lo, hi int) {
+	if j.swiglu {
+		g, u := j.prods[0], j.prods[1]
+		j.one(g, lo, hi)
+		j.one(u, lo, hi)
+		rows := g.W.Rows
+		for t := range j.T {
+			SwiGLU(g.Out[t*rows+lo:t*rows+hi], u.Out[t*rows+lo:t*rows+hi])
+		}
+		return
+	}
+	base := 0
+	for _, pr := range j.prods[:j.n] {
+		rows := pr.W.Rows
+		if a, b := max(lo, base), min(hi, base+rows); a < b {
+			j.one(pr, a-base, b-base)
+		}
+		base += rows
+	}
+}
+
+func (j *matJob) one(pr Prod, lo, hi int) {
+	w := pr.W
+	switch w.Type {
+	case F32:
+		matF32(pr.Out, w.F, j.x, lo, hi, w.Rows, w.Cols, j.T)
+	case Q8_0:
+		matQ8(pr.Out, w.Q, w.S, j.xq, j.xs, lo, hi, w.Rows, w.Cols, j.T)
+	}
+}
+
+// prepare checks shapes and quantizes x once when a product needs it.
+func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
+	cols := j.prods[0].W.Cols
+	j.x, j.T = x[:T*cols], T
+	j.xq, j.xs = nil, nil
+	for _, pr := range j.prods[:j.n] {
+		if pr.W.Cols != cols {
+			panic("kernels: fused products need one input width")
+		}
+		_ = pr.Out[:T*pr.W.Rows]
+		if pr.W.Type == Q8_0 && j.xq == nil {
+			n := T * cols
+			if cap(sc.q) < n {
+				sc.q = make([]int8, n)
+				sc.s = NewScales(n / QK)
+			}
+			j.xq, j.xs = sc.q[:n], sc.s[:n/QK]
+			QuantizeRows(j.x, j.xq, j.xs)
+		}
+	}
+}
 
 // MatMul computes out[t*w.Rows+r] = dot(w row r, x[t*w.Cols:(t+1)*w.Cols])
 // for T activation rows. Each output is reduced in the same order whatever
 // T is, so batched and single-token passes agree bitwise.
 func (p *Pool) MatMul(out []float32, w *Mat, x []float32, T int, sc *Scratch) {
-	rows, cols := w.Rows, w.Cols
-	out, x = out[:T*rows], x[:T*cols]
-	switch w.Type {
-	case F32:
-		p.Run(rows, rowGrain, func(lo, hi int) { matF32(out, w.F, x, lo, hi, rows, cols, T) })
-	case Q8_0:
-		n := T * cols
-		if cap(sc.q) < n {
-			sc.q = make([]int8, n)
-			sc.s = make([]float32, n/QK)
-		}
-		q, s := sc.q[:n], sc.s[:n/QK]
-		QuantizeRows(x, q, s)
-		p.Run(rows, rowGrain, func(lo, hi int) { matQ8(out, w.Q, w.S, q, s, lo, hi, rows, cols, T) })
+	p.matMu.Lock()
+	defer p.matMu.Unlock()
+	j := &p.mat
+	*j = matJob{n: 1}
+	j.prods[0] = Prod{out, w}
+	j.prepare(x, T, sc)
+	p.RunJob(w.Rows, rowGrain, j)
+}
+
+// MatMulMulti runs up to three products that share the input x (the Q, K
+// and V projections) as one parallel pass, quantizing x once. Every output
+// is bitwise what MatMul alone would give.
+func (p *Pool) MatMulMulti(prods []Prod, x []float32, T int, sc *Scratch) {
+	if len(prods) == 0 || len(prods) > maxProds {
+		panic("kernels: MatMulMulti takes 1 to 3 products")
 	}
+	p.matMu.Lock()
+	defer p.matMu.Unlock()
+	j := &p.mat
+	*j = matJob{n: len(prods)}
+	copy(j.prods[:], prods)
+	j.prepare(x, T, sc)
+	rows := 0
+	for _, pr := range prods {
+		rows += pr.W.Rows
+	}
+	p.RunJob(rows, rowGrain, j)
+}
+
+// MatMulSwiGLU sets g = silu(w1·x) * (w3·x) for T rows (u receives w3·x)
+// as one parallel pass: each thread applies SwiGLU to the rows it just
+// computed. The results are bitwise those of two MatMuls and SwiGLU.
+func (p *Pool) MatMulSwiGLU(g, u []float32, w1, w3 *Mat, x []float32, T int, sc *Scratch) {
+	if w1.Rows != w3.Rows {
+		panic("kernels: gate and up projections differ in shape")
+	}
+	p.matMu.Lock()
+	defer p.matMu.Unlock()
+	j := &p.mat
+	*j = matJob{n: 2, swiglu: true}
+	j.prods[0], j.prods[1] = Prod{g, w1}, Prod{u, w3}
+	j.prepare(x, T, sc)
+	p.RunJob(w1.Rows, rowGrain, j)
 }
 
 // Dot is the fp32 dot product used outside the matrix products (attention
@@ -36,7 +142,43 @@ func (p *Pool) MatMul(out []float32, w *Mat, x []float32, T int, sc *Scratch) {
 func Dot(a, b []float32) float32 { return dotF32(a, b[:len(a)]) }
 
 // Axpy adds a*x to y.
-func Axpy(a float32, x, y []float32) {
+func Axpy(a float32, x, y []float32) { axpyF32(a, x, y[:len(x)]) }
+
+// DotStrided sets out[i] = Dot(q, m[i*stride:i*stride+len(q)]) for every i:
+// the scores of a query against the keys of one KV block. Each result is
+// bitwise what Dot gives.
+func DotStrided(out, q, m []float32, stride int) {
+	if len(out) == 0 {
+		return
+	}
+	_ = m[(len(out)-1)*stride+len(q)-1]
+	dotStrided(out, q, m, stride)
+}
+
+// AxpyStrided adds a[i]*m[i*stride:i*stride+len(y)] to y for every i in
+// order: the value rows of one KV block weighted by their attention. The
+// result is bitwise that of the same Axpy calls in sequence.
+func AxpyStrided(a, m []float32, stride int, y []float32) {
+	if len(a) == 0 {
+		return
+	}
+	_ = m[(len(a)-1)*stride+len(y)-1]
+	axpyStrided(a, m, stride, y)
+}
+
+func dotStridedPortable(out, q, m []float32, stride int) {
+	for i := range out {
+		out[i] = dotF32Portable(q, m[i*stride:i*stride+len(q)])
+	}
+}
+
+func axpyStridedPortable(a, m []float32, stride int, y []float32) {
+	for i, ai := range a {
+		axpyPortable(ai, m[i*stride:i*stride+len(y)], y)
+	}
+}
+
+func axpyPortable(a float32, x, y []float32) {
 	y = y[:len(x)]
 	for i, v := range x {
 		y[i] += a * v

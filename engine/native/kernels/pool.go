@@ -25,7 +25,7 @@ type Pool struct {
 
 	// The job of the Run in flight, read by the workers after they see
 	// their seq move.
-	job     runner
+	job     Job
 	total   int // range [0,total)
 	grain   int
 	chunks  int
@@ -33,19 +33,22 @@ type Pool struct {
 	pending atomic.Int32 // workers still inside the job
 
 	// mat is the product job reused by MatMul and friends, so that a
-	// product allocates nothing.
-	mat matJob
+	// product allocates nothing; matMu guards it for the whole product.
+	matMu sync.Mutex
+	mat   matJob
 }
 
-// runner is a job split over index ranges; w is the thread's index in
-// [0,Threads), so a job can keep per-thread scratch.
-type runner interface {
-	run(w, lo, hi int)
+// Job is work split over index ranges for RunJob; w is the index in
+// [0,Threads) of the thread running the range, so a job can keep
+// per-thread scratch. A Job held in a long-lived struct is dispatched
+// without allocating, unlike a closure.
+type Job interface {
+	Run(w, lo, hi int)
 }
 
-type funcRunner func(lo, hi int)
+type funcJob func(lo, hi int)
 
-func (f funcRunner) run(_, lo, hi int) { f(lo, hi) }
+func (f funcJob) Run(_, lo, hi int) { f(lo, hi) }
 
 type worker struct {
 	id    int
@@ -109,10 +112,11 @@ func (p *Pool) publish(w *worker) {
 // grain (except the last), spread over the pool's threads. It returns when
 // all ranges are done. Concurrent Runs are serialised.
 func (p *Pool) Run(n, grain int, fn func(lo, hi int)) {
-	p.run(n, grain, funcRunner(fn))
+	p.RunJob(n, grain, funcJob(fn))
 }
 
-func (p *Pool) run(n, grain int, job runner) {
+// RunJob is Run for a Job.
+func (p *Pool) RunJob(n, grain int, job Job) {
 	if n <= 0 {
 		return
 	}
@@ -122,13 +126,13 @@ func (p *Pool) run(n, grain int, job runner) {
 	grains := (n + grain - 1) / grain
 	threads := min(p.n, grains)
 	if threads <= 1 {
-		job.run(0, 0, n)
+		job.Run(0, 0, n)
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		job.run(0, 0, n)
+		job.Run(0, 0, n)
 		return
 	}
 	p.job, p.total, p.grain = job, n, grain
@@ -157,7 +161,7 @@ func (p *Pool) work(w int) {
 		}
 		lo := min(p.total, grains*c/p.chunks*p.grain)
 		hi := min(p.total, grains*(c+1)/p.chunks*p.grain)
-		p.job.run(w, lo, hi)
+		p.job.Run(w, lo, hi)
 	}
 }
 

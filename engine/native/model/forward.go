@@ -54,6 +54,7 @@ type State struct {
 	tokSeq                               []int32
 	tokPos                               []int32
 	sc                                   kernels.Scratch
+	attn                                 attnJob
 }
 
 func grow(b []float32, n int) []float32 {
@@ -125,9 +126,7 @@ func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *
 		for t := range T {
 			kernels.RMSNorm(xb[t*dim:(t+1)*dim], x[t*dim:(t+1)*dim], l.AttnNorm, c.NormEps)
 		}
-		pool.MatMul(q, l.Wq, xb, T, &st.sc)
-		pool.MatMul(k, l.Wk, xb, T, &st.sc)
-		pool.MatMul(v, l.Wv, xb, T, &st.sc)
+		pool.MatMulMulti([]kernels.Prod{{Out: q, W: l.Wq}, {Out: k, W: l.Wk}, {Out: v, W: l.Wv}}, xb, T, &st.sc)
 		for t := range T {
 			if c.QKVBias {
 				addTo(q[t*qd:(t+1)*qd], l.Bq)
@@ -160,11 +159,7 @@ func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *
 		for t := range T {
 			kernels.RMSNorm(xb[t*dim:(t+1)*dim], x[t*dim:(t+1)*dim], l.FFNNorm, c.NormEps)
 		}
-		pool.MatMul(st.hb, l.W1, xb, T, &st.sc)
-		pool.MatMul(st.hb2, l.W3, xb, T, &st.sc)
-		for t := range T {
-			kernels.SwiGLU(st.hb[t*c.Hidden:(t+1)*c.Hidden], st.hb2[t*c.Hidden:(t+1)*c.Hidden])
-		}
+		pool.MatMulSwiGLU(st.hb, st.hb2, l.W1, l.W3, xb, T, &st.sc)
 		pool.MatMul(xb, l.W2, st.hb, T, &st.sc)
 		addTo(x, xb)
 		if err := ctx.Err(); err != nil {
@@ -227,32 +222,64 @@ func (m *Model) rope(h []float32, pos int) {
 // a token at position p cover positions [0,p] of its own sequence, read
 // through its block table, in position order.
 func (m *Model) attention(pool *kernels.Pool, st *State, kv *KVStore, seqs []Seq, li, T, maxPos int) {
-	c := &m.Config
+	j := &st.attn
+	j.m, j.st, j.kv, j.seqs, j.li = m, st, kv, seqs, li
+	for len(j.scores) < pool.Threads() {
+		j.scores = append(j.scores, nil)
+	}
+	for w := range pool.Threads() {
+		if cap(j.scores[w]) < maxPos {
+			j.scores[w] = make([]float32, maxPos, max(maxPos, m.Config.SeqLen))
+		}
+	}
+	pool.RunJob(T*m.Config.Heads, 1, j)
+	j.m, j.st, j.kv, j.seqs = nil, nil, nil, nil
+}
+
+// attnJob is the attention of one layer as a pool job; it lives in State so
+// dispatching it allocates nothing, and keeps one score buffer per thread.
+type attnJob struct {
+	m      *Model
+	st     *State
+	kv     *KVStore
+	seqs   []Seq
+	li     int
+	scores [][]float32
+}
+
+func (j *attnJob) Run(w, lo, hi int) {
+	c := &j.m.Config
+	st, kv := j.st, j.kv
 	qd, kvd, hd := c.QDim(), c.KVDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
 	scale := float32(math.Sqrt(float64(hd)))
-	K, V := kv.K[li], kv.V[li]
+	K, V := kv.K[j.li], kv.V[j.li]
 	bs := kv.BlockSize
-	pool.Run(T*c.Heads, 1, func(lo, hi int) {
-		scores := make([]float32, maxPos)
-		for u := lo; u < hi; u++ {
-			t, h := u/c.Heads, u%c.Heads
-			s := &seqs[st.tokSeq[t]]
-			p := int(st.tokPos[t])
-			qh := st.q[t*qd+h*hd : t*qd+(h+1)*hd]
-			ko := (h / group) * hd
-			sc := scores[:p+1]
-			for i := range sc {
-				off := (int(s.Blocks[i/bs])*bs+i%bs)*kvd + ko
-				sc[i] = kernels.Dot(qh, K[off:off+hd]) / scale
-			}
-			kernels.Softmax(sc)
-			out := st.att[t*qd+h*hd : t*qd+(h+1)*hd]
-			clear(out)
-			for i, a := range sc {
-				off := (int(s.Blocks[i/bs])*bs+i%bs)*kvd + ko
-				kernels.Axpy(a, V[off:off+hd], out)
-			}
+	scores := j.scores[w]
+	for u := lo; u < hi; u++ {
+		t, h := u/c.Heads, u%c.Heads
+		s := &j.seqs[st.tokSeq[t]]
+		p := int(st.tokPos[t])
+		qh := st.q[t*qd+h*hd : t*qd+(h+1)*hd]
+		ko := (h / group) * hd
+		sc := scores[:p+1]
+		// Keys and values are read a block at a time: within a block
+		// the positions are kvd apart.
+		for b0 := 0; b0 <= p; b0 += bs {
+			b1 := min(p+1, b0+bs)
+			off := int(s.Blocks[b0/bs])*bs*kvd + ko
+			kernels.DotStrided(sc[b0:b1], qh, K[off:], kvd)
 		}
-	})
+		for i := range sc {
+			sc[i] /= scale
+		}
+		kernels.Softmax(sc)
+		out := st.att[t*qd+h*hd : t*qd+(h+1)*hd]
+		clear(out)
+		for b0 := 0; b0 <= p; b0 += bs {
+			b1 := min(p+1, b0+bs)
+			off := int(s.Blocks[b0/bs])*bs*kvd + ko
+			kernels.AxpyStrided(sc[b0:b1], V[off:], kvd, out)
+		}
+	}
 }

@@ -222,3 +222,33 @@ func TestLlama2CErrors(t *testing.T) {
 		t.Fatalf("missing file error %v does not name the file", err)
 	}
 }
+
+// TestDecodeDoesNotAllocate: a steady-state decode step (after the first,
+// which sizes the buffers) allocates nothing, whatever the thread count.
+func TestDecodeDoesNotAllocate(t *testing.T) {
+	ms := testModels(t)
+	for _, name := range []string{"llama", "llama-q8"} {
+		m := ms[name]
+		for _, threads := range []int{1, 2} {
+			pool := kernels.NewPool(threads)
+			kv, err := NewKVStore(&m.Config, 16, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := &State{}
+			seqs := []Seq{{Tokens: []int32{3}, Blocks: []int32{0, 1, 2, 3}, Logits: make([]float32, m.Config.Vocab)}}
+			ctx := context.Background()
+			step := func() {
+				if err := m.Forward(ctx, pool, st, kv, seqs); err != nil {
+					t.Fatal(err)
+				}
+				seqs[0].Pos++
+			}
+			step()
+			if n := testing.AllocsPerRun(20, step); n != 0 {
+				t.Errorf("%s, %d threads: %v allocations per decode step", name, threads, n)
+			}
+			pool.Close()
+		}
+	}
+}

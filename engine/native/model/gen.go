@@ -83,7 +83,7 @@ func Generate(c Config, seed uint64) (*Model, error) {
 	}
 	r := NewRand(seed)
 	mat := func(rows, cols int) *kernels.Mat {
-		m := &kernels.Mat{Type: kernels.F32, Rows: rows, Cols: cols, F: make([]float32, rows*cols)}
+		m := &kernels.Mat{Type: kernels.F32, Rows: rows, Cols: cols, F: kernels.NewF32(rows * cols)}
 		r.Fill(m.F, float32(math.Sqrt(3/float64(cols))))
 		return m
 	}

@@ -215,12 +215,12 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 	le := binary.LittleEndian
 	switch t.Type {
 	case gguf.F32:
-		w.Type, w.F = kernels.F32, make([]float32, n)
+		w.Type, w.F = kernels.F32, kernels.NewF32(n)
 		for i := range w.F {
 			w.F[i] = math.Float32frombits(le.Uint32(data[4*i:]))
 		}
 	case gguf.F16:
-		w.Type, w.F = kernels.F32, make([]float32, n)
+		w.Type, w.F = kernels.F32, kernels.NewF32(n)
 		for i := range w.F {
 			w.F[i] = kernels.F16ToF32(le.Uint16(data[2*i:]))
 		}
@@ -228,7 +228,7 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 		if cols%kernels.QK != 0 {
 			return nil, fmt.Errorf("tensor %s: Q8_0 rows of %d are not whole blocks", name, cols)
 		}
-		w.Type, w.Q, w.S = kernels.Q8_0, make([]int8, n), make([]float32, n/kernels.QK)
+		w.Type, w.Q, w.S = kernels.Q8_0, kernels.NewI8(n), kernels.NewScales(n/kernels.QK)
 		for g := range w.S {
 			blk := data[34*g : 34*g+34]
 			w.S[g] = kernels.F16ToF32(le.Uint16(blk))

@@ -156,7 +156,7 @@ type f32Reader struct {
 }
 
 func (f *f32Reader) read(n int) []float32 {
-	out := make([]float32, n)
+	out := kernels.NewF32(n)
 	if f.err != nil {
 		return out
 	}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tandemllm/tandem/router"
+	"github.com/tandemllm/tandem/serve"
+)
+
+// routerFlags are the routing flags shared by every command that routes
+// (serve, frontend).
+type routerFlags struct {
+	mode      string
+	cost      string
+	onMissing string
+	kv        router.KVConfig
+}
+
+func (r *routerFlags) register(cmd *cobra.Command, defaultMode string) {
+	f := cmd.Flags()
+	f.StringVar(&r.mode, "router-mode", defaultMode, "routing policy: "+serve.RouterModes)
+	f.StringVar(&r.cost, "router-cost", string(router.CostTandem), "kv cost function: tandem (default) or dynamo (Dynamo's, as a baseline)")
+	f.Float64Var(&r.kv.OverlapWeight, "router-kv-overlap-weight", router.DefaultOverlapWeight, "kv: weight of prefill blocks against decode blocks in the cost")
+	f.Float64Var(&r.kv.Temperature, "router-temperature", 0, "kv: softmax sampling temperature over costs (0: cheapest wins)")
+	f.IntVar(&r.kv.BlockSize, "router-block-size", router.DefaultKVBlockSize, "kv: the router's block size in tokens; engine block sizes must be multiples")
+	f.IntVar(&r.kv.IndexMaxBlocks, "index-max-blocks", 0, "kv: bound on indexed (worker, block) residences, least recently used pruned first (0: default)")
+	f.DurationVar(&r.kv.ApproxTTL, "router-ttl", router.DefaultApproxTTL, "kv-approx: how long a routing decision is remembered")
+	f.DurationVar(&r.kv.KVEventsTimeout, "kv-events-timeout", router.DefaultKVEventsTimeout, "kv: a worker that computed full blocks and sent no BlockStored for this long raises kv_events_missing")
+	f.StringVar(&r.onMissing, "on-missing-kv-events", string(router.MissingFallback), "kv: for a worker without events: fallback (route it by approximation) or fail (stop routing to it)")
+}
+
+// config returns the parsed KV configuration.
+func (r *routerFlags) config() (router.KVConfig, error) {
+	cfg := r.kv
+	var err error
+	if cfg.Cost, err = router.ParseCostModel(r.cost); err != nil {
+		return cfg, fmt.Errorf("--router-cost: %w", err)
+	}
+	if cfg.OnMissing, err = router.ParseOnMissing(r.onMissing); err != nil {
+		return cfg, fmt.Errorf("--on-missing-kv-events: %w", err)
+	}
+	return cfg, nil
+}

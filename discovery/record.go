@@ -1,0 +1,175 @@
+package discovery
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Role is what a worker does in a (possibly disaggregated) deployment.
+type Role string
+
+const (
+	// RoleAggregated workers prefill and decode their own requests.
+	RoleAggregated Role = "aggregated"
+	// RolePrefill workers compute prompts' KV for decode workers.
+	RolePrefill Role = "prefill"
+	// RoleDecode workers decode, taking prompt KV from prefill workers.
+	RoleDecode Role = "decode"
+)
+
+// ParseRole parses the --role flag ("" is aggregated).
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case "", RoleAggregated:
+		return RoleAggregated, nil
+	case RolePrefill, RoleDecode:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("discovery: unknown role %q (want aggregated, prefill or decode)", s)
+}
+
+// KVEvents says where a worker's KV cache events can be followed.
+type KVEvents struct {
+	// Endpoint is the worker's ZMQ PUB socket ("" when it publishes none).
+	Endpoint string `json:"endpoint,omitempty"`
+	// ReplayEndpoint is its ZMQ ROUTER replay socket ("" if none).
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+	// Format is the encoding of events inside a batch: "map" or "array".
+	Format string `json:"format,omitempty"`
+	// Topic is the ZMQ topic the worker publishes under.
+	Topic string `json:"topic,omitempty"`
+	// Subject is the NATS subject the worker relays its batches to (""
+	// when it relays none): the model's subject, shared by its workers.
+	Subject string `json:"subject,omitempty"`
+}
+
+// KVLayout describes the bytes of a worker's KV cache. Two workers may hand
+// KV to each other only if their layouts are equal, which Fingerprint
+// condenses into one comparable string. Fields an engine cannot know (the
+// mocker simulates no layers) are zero and still compared.
+type KVLayout struct {
+	Model     string `json:"model"`
+	DType     string `json:"dtype,omitempty"`
+	BlockSize int    `json:"block_size"`
+	Layers    int    `json:"layers,omitempty"`
+	KVHeads   int    `json:"kv_heads,omitempty"`
+	HeadSize  int    `json:"head_size,omitempty"`
+	// TokenizerHash is the worker tokenizer's Fingerprint: token ids mean
+	// the same thing on both sides only if it matches.
+	TokenizerHash string `json:"tokenizer_hash,omitempty"`
+	// Weights identifies the checkpoint where the engine can tell (the
+	// native engine's weight fingerprint); KV from other weights is garbage
+	// even when every shape matches.
+	Weights string `json:"weights,omitempty"`
+}
+
+// Fingerprint is a short stable digest of every field, for logs and for a
+// quick equality test across processes and versions.
+func (l KVLayout) Fingerprint() string {
+	h := sha256.New()
+	// A fixed, versioned text form: JSON field order or omitempty changes
+	// must never change a fingerprint.
+	fmt.Fprintf(h, "kvlayout/1|%s|%s|%d|%d|%d|%d|%s|%s",
+		l.Model, l.DType, l.BlockSize, l.Layers, l.KVHeads, l.HeadSize, l.TokenizerHash, l.Weights)
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// Diff lists the fields in which l and o differ, as "field: a != b", for
+// the kv_layout_mismatch diagnostic (a fingerprint alone tells an operator
+// nothing).
+func (l KVLayout) Diff(o KVLayout) []string {
+	var out []string
+	add := func(name string, a, b any) {
+		if a != b {
+			out = append(out, fmt.Sprintf("%s: %v != %v", name, a, b))
+		}
+	}
+	add("model", l.Model, o.Model)
+	add("dtype", l.DType, o.DType)
+	add("block_size", l.BlockSize, o.BlockSize)
+	add("layers", l.Layers, o.Layers)
+	add("kv_heads", l.KVHeads, o.KVHeads)
+	add("head_size", l.HeadSize, o.HeadSize)
+	add("tokenizer_hash", l.TokenizerHash, o.TokenizerHash)
+	add("weights", l.Weights, o.Weights)
+	return out
+}
+
+// Record is a worker's registration: everything a frontend needs to route
+// to it, follow its KV cache and check that it can pair with others.
+type Record struct {
+	ID    string `json:"id"`
+	Model string `json:"model"`
+	Role  Role   `json:"role"`
+	// RequestPlane is the host:port of the worker's gRPC request plane.
+	RequestPlane string   `json:"request_plane"`
+	KVEvents     KVEvents `json:"kv_events"`
+	// MetricsAddr is where the worker serves /metrics ("" if nowhere).
+	MetricsAddr string   `json:"metrics_addr,omitempty"`
+	KVLayout    KVLayout `json:"kv_layout"`
+	// CapacityBlocks is the KV cache size in blocks of KVLayout.BlockSize.
+	CapacityBlocks int `json:"capacity_blocks"`
+	// ContextLength is the longest prompt plus output the engine takes.
+	ContextLength int `json:"context_length,omitempty"`
+	// Engine is the engine kind ("mocker", "native", ...).
+	Engine string `json:"engine"`
+	// Version is the worker's Tandem version.
+	Version string `json:"version"`
+}
+
+// idRE keeps ids usable as file names, etcd key segments, metric labels and
+// Kubernetes annotation values alike.
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ErrInvalidRecord wraps every validation failure.
+var ErrInvalidRecord = errors.New("discovery: invalid record")
+
+// ValidID reports whether id may name a worker.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// Validate checks what every consumer relies on.
+func (r Record) Validate() error {
+	switch {
+	case !ValidID(r.ID):
+		return fmt.Errorf("%w: id %q (want 1-128 of [A-Za-z0-9._-], not starting with . _ or -)", ErrInvalidRecord, r.ID)
+	case r.Model == "":
+		return fmt.Errorf("%w: %s: no model", ErrInvalidRecord, r.ID)
+	case r.Role != RoleAggregated && r.Role != RolePrefill && r.Role != RoleDecode:
+		return fmt.Errorf("%w: %s: role %q", ErrInvalidRecord, r.ID, r.Role)
+	case r.RequestPlane == "" || !strings.Contains(r.RequestPlane, ":"):
+		return fmt.Errorf("%w: %s: request plane address %q is not host:port", ErrInvalidRecord, r.ID, r.RequestPlane)
+	case r.CapacityBlocks < 0 || r.KVLayout.BlockSize < 0 || r.ContextLength < 0:
+		return fmt.Errorf("%w: %s: negative size", ErrInvalidRecord, r.ID)
+	}
+	return nil
+}
+
+// Marshal encodes r as the JSON every backend stores.
+func (r Record) Marshal() ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: encode record %s: %w", r.ID, err)
+	}
+	return b, nil
+}
+
+// UnmarshalRecord decodes and validates a stored record. Unknown fields are
+// ignored so that older frontends read newer workers' records.
+func UnmarshalRecord(b []byte) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalidRecord, err)
+	}
+	if r.Role == "" {
+		r.Role = RoleAggregated
+	}
+	return r, r.Validate()
+}

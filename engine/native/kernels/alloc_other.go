@@ -1,0 +1,7 @@
+//go:build !linux
+
+package kernels
+
+import "unsafe"
+
+func adviseHuge(unsafe.Pointer, int) {}

@@ -1,0 +1,84 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/requestplane"
+)
+
+// conn is one worker's request-plane client, counting the streams in
+// flight so that a departed worker's connection closes only after they end:
+// closing it at once would cut the streams of a worker that is draining
+// cleanly.
+type conn struct {
+	c *requestplane.Client
+
+	mu      sync.Mutex
+	active  int
+	retired bool
+	closed  bool
+}
+
+func dial(addr string) (*conn, error) {
+	c, err := requestplane.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{c: c}, nil
+}
+
+// Generate implements engine.Generator. The frontend cancels the context
+// it passes once it is done with the stream, whatever the outcome, which is
+// when the stream stops counting.
+func (c *conn) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	c.mu.Lock()
+	c.active++
+	c.mu.Unlock()
+	s, err := c.c.Generate(ctx, req)
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	context.AfterFunc(ctx, c.release)
+	return s, nil
+}
+
+func (c *conn) release() {
+	c.mu.Lock()
+	c.active--
+	last := c.retired && c.active == 0 && !c.closed
+	if last {
+		c.closed = true
+	}
+	c.mu.Unlock()
+	if last {
+		_ = c.c.Close()
+	}
+}
+
+// retire closes the connection once no stream uses it.
+func (c *conn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	now := c.active == 0 && !c.closed
+	if now {
+		c.closed = true
+	}
+	c.mu.Unlock()
+	if now {
+		_ = c.c.Close()
+	}
+}
+
+// close cuts the connection now (shutdown).
+func (c *conn) close() {
+	c.mu.Lock()
+	was := c.closed
+	c.closed, c.retired = true, true
+	c.mu.Unlock()
+	if !was {
+		_ = c.c.Close()
+	}
+}

@@ -1,0 +1,412 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/router"
+	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// Config configures a frontend process.
+type Config struct {
+	// HTTPAddr is the OpenAI API's listen address (--http-addr).
+	HTTPAddr string
+	// RouterMode is one of serve.RouterModes (--router-mode).
+	RouterMode string
+	// KV configures the kv and kv-approx modes; its Board, Logger and
+	// Registerer are the frontend's.
+	KV       router.KVConfig
+	Frontend frontend.Config
+	// DrainTimeout bounds in-flight requests on shutdown.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: frontend.DefaultConfig(), DrainTimeout: 30 * time.Second}
+}
+
+// Diagnostic codes raised by the frontend about workers it refuses.
+const (
+	DiagKVLayoutMismatch = "kv_layout_mismatch"
+	DiagModelUnserved    = "worker_model_unserved"
+	DiagTokenizer        = "tokenizer_mismatch"
+	DiagWorkerRefused    = "worker_refused"
+)
+
+// EventSource feeds a KV policy from an event plane other than per-worker
+// ZMQ subscriptions (NATS): Follow is called once per model before its
+// first worker is added, and Close on shutdown.
+type EventSource interface {
+	Follow(ctx context.Context, model string, kv *router.KV) error
+	Close() error
+}
+
+// Options are a frontend's collaborators.
+type Options struct {
+	Registry discovery.Registry
+	// Events is nil for the zmq event plane.
+	Events EventSource
+	Board  *health.Board
+	// Metrics is the registry /metrics serves; nil creates one.
+	Metrics *prometheus.Registry
+	Logger  *slog.Logger
+}
+
+// Frontend is a running frontend process.
+type Frontend struct {
+	cfg   Config
+	model *tokenizer.Model
+	tok   string // tokenizer fingerprint
+	reg   discovery.Registry
+	evs   EventSource
+	log   *slog.Logger
+
+	Metrics  *prometheus.Registry
+	Board    *health.Board
+	Router   *router.Router
+	KV       *router.KV // nil unless the mode is kv or kv-approx
+	Frontend *frontend.Server
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	watched chan error
+	synced  chan struct{}
+	http    *http.Server
+	lis     net.Listener
+	served  chan error
+
+	mu       sync.Mutex
+	members  map[string]*member
+	refused  map[string]discovery.Record
+	followed map[string]bool
+	ctxLen   int
+}
+
+type member struct {
+	rec  discovery.Record
+	conn *conn // nil for workers not routed to (prefill)
+}
+
+// Start serves the frontend for model and follows the registry. It
+// returns once the HTTP listener is up; workers arrive as the registry
+// reports them.
+func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options) (_ *Frontend, err error) {
+	if opts.Registry == nil {
+		return nil, errors.New("fleet: no discovery registry")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := opts.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	board := opts.Board
+	if board == nil {
+		board = health.NewBoard(log, reg)
+	}
+	f := &Frontend{
+		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry, evs: opts.Events,
+		log: log.With("component", "fleet"), Metrics: reg, Board: board,
+		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1),
+		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
+		ctxLen: model.ContextLength,
+	}
+	f.ctx, f.cancel = context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			f.cancel()
+			if f.KV != nil {
+				f.KV.Close()
+			}
+		}
+	}()
+	policy, err := f.policy(log)
+	if err != nil {
+		return nil, err
+	}
+	f.Router = router.New(policy, reg)
+	f.Frontend = frontend.New(cfg.Frontend, f.Router, board, reg, log)
+	f.Frontend.AddModel(model)
+
+	f.lis, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
+	}
+	f.http = &http.Server{Handler: f.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { f.served <- f.http.Serve(f.lis) }()
+	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
+	return f, nil
+}
+
+func (f *Frontend) policy(log *slog.Logger) (router.Policy, error) {
+	kc := f.cfg.KV
+	kc.Board, kc.Logger, kc.Registerer = f.Board, log, f.Metrics
+	p, err := serve.NewPolicy(f.ctx, f.cfg.RouterMode, kc)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f.KV, _ = p.(*router.KV)
+	return p, nil
+}
+
+// apply is the registry watcher's callback.
+func (f *Frontend) apply(e discovery.Event) {
+	switch e.Type {
+	case discovery.EventPut:
+		f.admit(e.Record)
+	case discovery.EventDelete:
+		f.remove(e.Record.ID, "deregistered or expired")
+	case discovery.EventSynced:
+		close(f.synced)
+	}
+}
+
+// admit adds or updates a worker after checking it can serve here.
+func (f *Frontend) admit(rec discovery.Record) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old, ok := f.members[rec.ID]; ok && old.rec == rec {
+		return
+	}
+	if reason := f.refuseLocked(rec); reason != "" {
+		if _, was := f.members[rec.ID]; was {
+			f.removeLocked(rec.ID, "its new record is refused")
+		}
+		f.refused[rec.ID] = rec
+		return
+	}
+	delete(f.refused, rec.ID)
+	f.clearRefusalsLocked(rec.ID)
+
+	old := f.members[rec.ID]
+	m := &member{rec: rec}
+	if old != nil && old.rec.RequestPlane == rec.RequestPlane {
+		m.conn = old.conn
+	} else if old != nil && old.conn != nil {
+		old.conn.retire()
+	}
+	if rec.Role == discovery.RolePrefill {
+		// Nothing sends prefill-only requests yet; the worker is kept for
+		// the layout check of the decode workers that will pair with it.
+		if m.conn != nil {
+			m.conn.retire()
+			m.conn = nil
+		}
+		f.members[rec.ID] = m
+		f.log.Info("prefill worker known (not routed to)", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint())
+		return
+	}
+	if m.conn == nil {
+		c, err := dial(rec.RequestPlane)
+		if err != nil {
+			f.Board.Raise(DiagWorkerRefused, rec.ID, health.Error, "cannot set up the worker's request plane: "+err.Error())
+			return
+		}
+		m.conn = c
+	}
+	f.members[rec.ID] = m
+	if f.KV != nil {
+		f.followLocked(rec)
+	}
+	if rec.ContextLength > 0 && (f.ctxLen == 0 || rec.ContextLength < f.ctxLen) {
+		// The frontend checks prompts against the smallest context of the
+		// model's workers, so no worker gets one it must refuse.
+		f.ctxLen = rec.ContextLength
+		mm := *f.model
+		mm.ContextLength = f.ctxLen
+		f.Frontend.AddModel(&mm)
+	}
+	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: m.conn, Info: engine.Info{
+		Kind: rec.Engine, Model: rec.Model, BlockSize: rec.KVLayout.BlockSize, ContextLength: rec.ContextLength,
+		KVCapacityTokens: rec.CapacityBlocks * rec.KVLayout.BlockSize,
+	}})
+	f.log.Info("worker added", "worker", rec.ID, "role", rec.Role, "request_plane", rec.RequestPlane,
+		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
+}
+
+// followLocked has the KV policy follow the worker's events.
+func (f *Frontend) followLocked(rec discovery.Record) {
+	endpoint, replay := rec.KVEvents.Endpoint, rec.KVEvents.ReplayEndpoint
+	if f.evs != nil {
+		if !f.followed[rec.Model] {
+			if err := f.evs.Follow(f.ctx, rec.Model, f.KV); err != nil {
+				f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
+					"model", rec.Model, "err", err)
+			} else {
+				f.followed[rec.Model] = true
+			}
+		}
+		endpoint, replay = "", "" // fed through Ingest
+	}
+	if f.KV.Name() == "kv-approx" {
+		endpoint, replay = "", ""
+	}
+	if err := f.KV.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize); err != nil {
+		f.log.Warn("KV events of the worker not followed", "worker", rec.ID, "err", err)
+	}
+}
+
+// refuseLocked returns why rec cannot join ("" if it can), raising the
+// matching diagnostic.
+func (f *Frontend) refuseLocked(rec discovery.Record) string {
+	if rec.Model != f.model.Name {
+		msg := fmt.Sprintf("worker serves model %q, this frontend serves %q", rec.Model, f.model.Name)
+		f.Board.Raise(DiagModelUnserved, rec.ID, health.Warn, msg)
+		return msg
+	}
+	if th := rec.KVLayout.TokenizerHash; th != "" && th != f.tok {
+		msg := fmt.Sprintf("worker tokenizer %s differs from the frontend's %s: its token ids would mean other text", th, f.tok)
+		f.Board.Raise(DiagTokenizer, rec.ID, health.Error, msg, "worker_tokenizer", th, "frontend_tokenizer", f.tok)
+		return msg
+	}
+	var other discovery.Role
+	switch rec.Role {
+	case discovery.RolePrefill:
+		other = discovery.RoleDecode
+	case discovery.RoleDecode:
+		other = discovery.RolePrefill
+	default:
+		return ""
+	}
+	ids := make([]string, 0, len(f.members))
+	for id := range f.members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		m := f.members[id]
+		if id == rec.ID || m.rec.Role != other || m.rec.Model != rec.Model {
+			continue
+		}
+		a, b := rec.KVLayout, m.rec.KVLayout
+		if a.Fingerprint() == b.Fingerprint() {
+			continue
+		}
+		diff := strings.Join(a.Diff(b), "; ")
+		msg := fmt.Sprintf("refusing %s worker %s: its KV layout %s differs from %s worker %s's %s (%s)",
+			rec.Role, rec.ID, a.Fingerprint(), m.rec.Role, id, b.Fingerprint(), diff)
+		f.Board.Raise(DiagKVLayoutMismatch, rec.ID, health.Error, msg,
+			"worker", rec.ID, "layout", a.Fingerprint(), "peer", id, "peer_layout", b.Fingerprint(), "diff", diff)
+		return msg
+	}
+	return ""
+}
+
+func (f *Frontend) clearRefusalsLocked(id string) {
+	for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch, DiagWorkerRefused} {
+		f.Board.Clear(code, id, "", "")
+	}
+}
+
+func (f *Frontend) remove(id, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.refused, id)
+	f.clearRefusalsLocked(id)
+	f.removeLocked(id, why)
+}
+
+func (f *Frontend) removeLocked(id, why string) {
+	m, ok := f.members[id]
+	if !ok {
+		return
+	}
+	delete(f.members, id)
+	// The router tells the KV policy (Observer.WorkerRemoved), which drops
+	// the worker's subscription and index entries.
+	f.Router.RemoveWorker(id)
+	if f.KV != nil {
+		f.KV.RemoveWorker(id) // also for workers the router never had
+	}
+	f.Board.ClearSubject(id)
+	if m.conn != nil {
+		m.conn.retire()
+	}
+	f.log.Info("worker removed", "worker", id, "reason", why)
+}
+
+// Synced is closed once every worker live at start has been seen.
+func (f *Frontend) Synced() <-chan struct{} { return f.synced }
+
+// Members returns the ids of the workers the frontend holds (routed or
+// not), sorted.
+func (f *Frontend) Members() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]string, 0, len(f.members))
+	for id := range f.members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// URL is the frontend's base URL.
+func (f *Frontend) URL() string { return "http://" + f.lis.Addr().String() }
+
+// Done yields the HTTP server's error if it stops, or the registry watch's
+// if that fails for good.
+func (f *Frontend) Done() <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-f.served:
+			out <- err
+		case err := <-f.watched:
+			if err == nil {
+				err = errors.New("fleet: discovery watch ended")
+			}
+			out <- fmt.Errorf("fleet: discovery: %w", err)
+		case <-f.ctx.Done():
+		}
+	}()
+	return out
+}
+
+// Shutdown drains: /health turns 503, the listener closes, in-flight
+// requests get until ctx ends; then the watch, the event subscriptions and
+// every connection stop.
+func (f *Frontend) Shutdown(ctx context.Context) error {
+	f.Frontend.SetDraining()
+	err := f.http.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		f.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", "drain_timeout")
+		_ = f.http.Close()
+	}
+	f.cancel()
+	if f.evs != nil {
+		_ = f.evs.Close()
+	}
+	if f.KV != nil {
+		f.KV.Close()
+	}
+	f.mu.Lock()
+	for _, m := range f.members {
+		if m.conn != nil {
+			m.conn.close()
+		}
+	}
+	f.mu.Unlock()
+	return err
+}

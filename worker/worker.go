@@ -1,0 +1,274 @@
+package worker
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// Config configures one worker process. Engine settings are not here: the
+// caller builds the engine.
+type Config struct {
+	// ID names the worker in the fleet (--id); it must be unique.
+	ID string
+	// Role is aggregated, prefill or decode (--role).
+	Role string
+	// RequestPlaneAddr is where the gRPC request plane listens (--rp-addr);
+	// port 0 picks a free one.
+	RequestPlaneAddr string
+	// AdvertiseHost replaces a wildcard listen host in the addresses the
+	// record publishes (--advertise-host; default: the host name).
+	AdvertiseHost string
+	// MetricsAddr serves /metrics and /health ("" serves nothing).
+	MetricsAddr string
+	// KVEventsFormat is the encoding the engine publishes ("map" or
+	// "array"), copied into the record for subscribers.
+	KVEventsFormat string
+	// DeregisterDelay is how long the worker keeps serving new requests
+	// after revoking its record, so that watchers hear of it first (a
+	// request refused meanwhile is retried elsewhere, but costs a retry).
+	DeregisterDelay time.Duration
+	// DrainTimeout bounds how long in-flight requests may take to finish.
+	DrainTimeout time.Duration
+	// Version is the Tandem version published in the record.
+	Version string
+}
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	return Config{
+		ID: "worker-0", Role: string(discovery.RoleAggregated), RequestPlaneAddr: "127.0.0.1:0",
+		KVEventsFormat: "map", DeregisterDelay: 500 * time.Millisecond, DrainTimeout: 30 * time.Second,
+	}
+}
+
+// Diagnostic codes raised by a worker.
+const (
+	DiagDrainTimeout = "drain_timeout"
+)
+
+// Worker is a running worker process's serving side.
+type Worker struct {
+	cfg   Config
+	log   *slog.Logger
+	eng   engine.Engine
+	reg   discovery.Registry
+	board *health.Board
+	rec   discovery.Record
+
+	grpc    *grpc.Server
+	served  chan error
+	metrics *http.Server
+	lease   discovery.Lease
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start serves eng on the request plane and registers it. model is the
+// tokenizer the engine's tokens belong to (its fingerprint goes into the
+// record's KV layout). On error nothing is left running and eng is not
+// closed.
+func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.Model, reg discovery.Registry, board *health.Board, log *slog.Logger) (_ *Worker, err error) {
+	role, err := discovery.ParseRole(cfg.Role)
+	if err != nil {
+		return nil, err
+	}
+	if !discovery.ValidID(cfg.ID) {
+		return nil, fmt.Errorf("worker: invalid id %q", cfg.ID)
+	}
+	if board == nil {
+		board = health.NewBoard(log, nil)
+	}
+	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, reg: reg, board: board, served: make(chan error, 1)}
+	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
+	if err != nil {
+		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
+	}
+	w.grpc = requestplane.NewServer(eng)
+	go func() { w.served <- w.grpc.Serve(lis) }()
+	defer func() {
+		if err != nil {
+			w.grpc.Stop()
+			if w.metrics != nil {
+				_ = w.metrics.Close()
+			}
+		}
+	}()
+	host := cfg.AdvertiseHost
+	if host == "" {
+		if host, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("worker: host name: %w", err)
+		}
+	}
+	metricsAddr := ""
+	if cfg.MetricsAddr != "" {
+		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+		metricsAddr = advertise(metricsAddr, host)
+	}
+	w.rec = Record(cfg, eng, model)
+	w.rec.Role = role
+	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
+	w.rec.MetricsAddr = metricsAddr
+	w.rec.KVEvents.Endpoint = advertiseURL(w.rec.KVEvents.Endpoint, host)
+	w.rec.KVEvents.ReplayEndpoint = advertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
+	if w.lease, err = reg.Register(ctx, w.rec); err != nil {
+		return nil, fmt.Errorf("worker: register: %w", err)
+	}
+	w.log.Info("registered", "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint,
+		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
+	return w, nil
+}
+
+// Record builds the registration record of eng, addresses not yet filled
+// in (Start does that once the sockets are bound).
+func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Record {
+	info := eng.Info()
+	rec := discovery.Record{
+		ID: cfg.ID, Model: model.Name, Role: discovery.Role(cfg.Role), Engine: info.Kind, Version: cfg.Version,
+		ContextLength: info.ContextLength,
+		KVLayout:      Layout(eng, model),
+	}
+	if info.BlockSize > 0 {
+		rec.CapacityBlocks = info.KVCapacityTokens / info.BlockSize
+	}
+	if e, ok := eng.(interface{ KVEventsEndpoint() string }); ok {
+		rec.KVEvents.Endpoint = e.KVEventsEndpoint()
+	}
+	if e, ok := eng.(interface{ KVEventsReplayEndpoint() string }); ok {
+		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
+	}
+	if rec.KVEvents.Endpoint != "" {
+		rec.KVEvents.Format = cfg.KVEventsFormat
+	}
+	return rec
+}
+
+// Layout describes eng's KV cache as far as the engine can tell. The
+// native engine knows its real shape and weights; the mocker simulates a
+// cache with no layers, so only its model, block size and tokenizer count.
+func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
+	info := eng.Info()
+	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, DType: "simulated", TokenizerHash: model.Tokenizer.Fingerprint()}
+	if n, ok := eng.(*native.Engine); ok {
+		c := n.Model().Config
+		fp := native.Fingerprint(n.Model())
+		l.DType, l.Layers, l.KVHeads, l.HeadSize = "f32", c.Layers, c.KVHeads, c.HeadDim
+		l.Weights = hex.EncodeToString(fp[:12])
+	}
+	return l
+}
+
+func (w *Worker) serveMetrics(addr string) (string, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if c, ok := w.eng.(interface{ Collector() prometheus.Collector }); ok {
+		if err := reg.Register(c.Collector()); err != nil {
+			return "", fmt.Errorf("worker: engine metrics: %w", err)
+		}
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("worker: metrics listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = w.metrics.Serve(lis) }()
+	return lis.Addr().String(), nil
+}
+
+// advertise turns a bound host:port into one others can dial.
+func advertise(addr, host string) string {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(h); h == "" || h == "*" || (ip != nil && ip.IsUnspecified()) {
+		h = host
+	}
+	return net.JoinHostPort(h, p)
+}
+
+// advertiseURL does the same for a ZMQ endpoint ("tcp://*:5557").
+func advertiseURL(endpoint, host string) string {
+	if endpoint == "" {
+		return ""
+	}
+	u, err := url.Parse(strings.Replace(endpoint, "://*:", "://0.0.0.0:", 1))
+	if err != nil || u.Host == "" {
+		return endpoint
+	}
+	u.Host = advertise(u.Host, host)
+	return u.String()
+}
+
+// Record returns the published record.
+func (w *Worker) Record() discovery.Record { return w.rec }
+
+// Done yields the request plane's exit error if it stops by itself.
+func (w *Worker) Done() <-chan error { return w.served }
+
+// Shutdown drains: revoke the record, wait DeregisterDelay, stop taking
+// streams and let in-flight ones finish until ctx ends (then cut them),
+// close the engine. The engine is closed even when an earlier step fails.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.stopOnce.Do(func() { w.stopErr = w.shutdown(ctx) })
+	return w.stopErr
+}
+
+func (w *Worker) shutdown(ctx context.Context) error {
+	var errs []error
+	if err := w.lease.Revoke(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("worker: deregister: %w", err))
+	}
+	w.log.Info("deregistered; draining")
+	if w.cfg.DeregisterDelay > 0 {
+		t := time.NewTimer(w.cfg.DeregisterDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	stopped := make(chan struct{})
+	go func() { w.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
+		w.grpc.Stop()
+		<-stopped
+		errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
+	}
+	if err := w.eng.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("worker: close engine: %w", err))
+	}
+	if w.metrics != nil {
+		_ = w.metrics.Close()
+	}
+	return errors.Join(errs...)
+}
