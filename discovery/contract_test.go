@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/etcdtest"
 )
 
 func testRecord(id string) Record {
@@ -130,7 +131,22 @@ func backends() []backend {
 			}
 			return open(), open()
 		}},
+		{"etcd", func(t *testing.T, board *health.Board) (Registry, Registry) {
+			srv := etcdtest.Start(t)
+			return openEtcd(t, srv, board, time.Second), openEtcd(t, srv, board, time.Second)
+		}},
 	}
+}
+
+func openEtcd(t *testing.T, srv *etcdtest.Server, board *health.Board, ttl time.Duration) *Etcd {
+	t.Helper()
+	e, err := NewEtcd(EtcdConfig{Endpoints: []string{srv.Endpoint()}, ProbeInterval: 100 * time.Millisecond,
+		Common: Common{TTL: ttl, Board: board, Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
 }
 
 // TestRegistryContract runs the behaviour every backend promises.

@@ -49,6 +49,11 @@ type Request struct {
 	// StopTokens end the sequence like EOS does (the token itself is emitted).
 	StopTokens []Token
 	Sampling   Sampling
+	// KVTransferParams is the request's kv_transfer_params object (vLLM's
+	// P/D protocol), raw JSON passed through untouched: the frontend does
+	// not interpret it, an engine wrapper that speaks the protocol does
+	// (disagg/vllmpd). Nil when the client sent none.
+	KVTransferParams []byte
 }
 
 // Delta is one batch of progress on a sequence. An engine may coalesce
@@ -63,6 +68,11 @@ type Delta struct {
 	// prefix cache (OpenAI's usage.prompt_tokens_details.cached_tokens).
 	PromptTokens int
 	CachedTokens int
+	// KVTransferParams, when set on any Delta (normally the last), is
+	// returned at the top level of a non-streaming response as
+	// kv_transfer_params: how a vLLM prefill leg tells the proxy where its
+	// KV blocks are. Raw JSON object.
+	KVTransferParams []byte
 }
 
 // Stream yields the Deltas of one sequence. Recv returns io.EOF after the

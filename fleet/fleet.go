@@ -2,23 +2,29 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -34,13 +40,22 @@ type Config struct {
 	// Registerer are the frontend's.
 	KV       router.KVConfig
 	Frontend frontend.Config
+	// EventPlane selects how the kv mode receives KV events: zmq (dial
+	// each worker's PUB socket) or nats (subscribe to each model's
+	// subject).
+	EventPlane eventplane.Config
+	// ShareLoad, with the nats event plane, publishes the load this
+	// frontend routes and counts its peers' (router replicas behind one
+	// load balancer), so that replicas see the same fleet load.
+	ShareLoad bool
 	// DrainTimeout bounds in-flight requests on shutdown.
 	DrainTimeout time.Duration
 }
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
-	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: frontend.DefaultConfig(), DrainTimeout: 30 * time.Second}
+	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: frontend.DefaultConfig(),
+		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second}
 }
 
 // Diagnostic codes raised by the frontend about workers it refuses.
@@ -51,20 +66,18 @@ const (
 	DiagWorkerRefused    = "worker_refused"
 )
 
-// EventSource feeds a KV policy from an event plane other than per-worker
+// eventSource feeds a KV policy from an event plane other than per-worker
 // ZMQ subscriptions (NATS): Follow is called once per model before its
-// first worker is added, and Close on shutdown.
-type EventSource interface {
-	Follow(ctx context.Context, model string, kv *router.KV) error
+// first worker is added, with the policy's Ingest; Close on shutdown.
+type eventSource interface {
+	Follow(ctx context.Context, model string, ingest func(worker string, seq uint64, b *kvevents.Batch) error) error
 	Close() error
 }
 
 // Options are a frontend's collaborators.
 type Options struct {
 	Registry discovery.Registry
-	// Events is nil for the zmq event plane.
-	Events EventSource
-	Board  *health.Board
+	Board    *health.Board
 	// Metrics is the registry /metrics serves; nil creates one.
 	Metrics *prometheus.Registry
 	Logger  *slog.Logger
@@ -76,8 +89,12 @@ type Frontend struct {
 	model *tokenizer.Model
 	tok   string // tokenizer fingerprint
 	reg   discovery.Registry
-	evs   EventSource
+	evs   eventSource
 	log   *slog.Logger
+
+	nats       *nats.Conn
+	natsServer *eventplane.Server
+	share      *eventplane.LoadShare // nil unless load is shared
 
 	Metrics  *prometheus.Registry
 	Board    *health.Board
@@ -126,7 +143,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		board = health.NewBoard(log, reg)
 	}
 	f := &Frontend{
-		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry, evs: opts.Events,
+		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
 		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1),
 		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
@@ -139,8 +156,17 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 			if f.KV != nil {
 				f.KV.Close()
 			}
+			f.closeNATS()
 		}
 	}()
+	if err := cfg.EventPlane.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.EventPlane.Plane == "nats" {
+		if err := f.connectNATS(log); err != nil {
+			return nil, err
+		}
+	}
 	policy, err := f.policy(log)
 	if err != nil {
 		return nil, err
@@ -167,7 +193,64 @@ func (f *Frontend) policy(log *slog.Logger) (router.Policy, error) {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	f.KV, _ = p.(*router.KV)
+	if f.KV != nil && f.KV.Name() == "kv" && f.nats != nil {
+		f.evs = eventplane.NewSource(f.nats, f.cfg.EventPlane.SubjectPrefix, log)
+	}
+	if f.nats != nil && f.cfg.ShareLoad {
+		var id [6]byte
+		_, _ = rand.Read(id[:])
+		host, _ := os.Hostname()
+		f.share = eventplane.NewLoadShare(p, f.nats, f.cfg.EventPlane.SubjectPrefix, host+"-"+hex.EncodeToString(id[:]), log)
+		return f.share, nil
+	}
 	return p, nil
+}
+
+// connectNATS connects to the event plane (starting the embedded server
+// if asked) and, in kv mode, prepares the subscription side.
+func (f *Frontend) connectNATS(log *slog.Logger) error {
+	ep := f.cfg.EventPlane
+	url := ep.NATS
+	if url == "embedded" {
+		srv, err := eventplane.StartServer(ep.EmbeddedAddr)
+		if err != nil {
+			return fmt.Errorf("fleet: %w", err)
+		}
+		f.natsServer, url = srv, srv.URL()
+	}
+	nc, err := eventplane.Connect(f.ctx, url, "tandem-frontend", f.Board, log)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	f.nats = nc
+	return nil
+}
+
+func (f *Frontend) closeNATS() {
+	if f.share != nil {
+		f.share.Close()
+	}
+	if f.evs != nil {
+		_ = f.evs.Close()
+	}
+	if f.nats != nil {
+		f.nats.Close()
+	}
+	if f.natsServer != nil {
+		f.natsServer.Shutdown()
+	}
+}
+
+// NATSURL is the event plane's server URL ("" on zmq): the embedded
+// server's when the frontend runs one.
+func (f *Frontend) NATSURL() string {
+	switch {
+	case f.natsServer != nil:
+		return f.natsServer.URL()
+	case f.nats != nil:
+		return f.cfg.EventPlane.NATS
+	}
+	return ""
 }
 
 // apply is the registry watcher's callback.
@@ -229,6 +312,11 @@ func (f *Frontend) admit(rec discovery.Record) {
 	if f.KV != nil {
 		f.followLocked(rec)
 	}
+	if f.share != nil {
+		if err := f.share.Follow(f.ctx, rec.Model); err != nil {
+			f.log.Error("cannot follow the model's load subject; peers' load is not counted", "model", rec.Model, "err", err)
+		}
+	}
 	if rec.ContextLength > 0 && (f.ctxLen == 0 || rec.ContextLength < f.ctxLen) {
 		// The frontend checks prompts against the smallest context of the
 		// model's workers, so no worker gets one it must refuse.
@@ -250,7 +338,7 @@ func (f *Frontend) followLocked(rec discovery.Record) {
 	endpoint, replay := rec.KVEvents.Endpoint, rec.KVEvents.ReplayEndpoint
 	if f.evs != nil {
 		if !f.followed[rec.Model] {
-			if err := f.evs.Follow(f.ctx, rec.Model, f.KV); err != nil {
+			if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
 				f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
 					"model", rec.Model, "err", err)
 			} else {
@@ -395,12 +483,10 @@ func (f *Frontend) Shutdown(ctx context.Context) error {
 		_ = f.http.Close()
 	}
 	f.cancel()
-	if f.evs != nil {
-		_ = f.evs.Close()
-	}
 	if f.KV != nil {
 		f.KV.Close()
 	}
+	f.closeNATS()
 	f.mu.Lock()
 	for _, m := range f.members {
 		if m.conn != nil {

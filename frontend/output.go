@@ -27,6 +27,7 @@ type output struct {
 
 	completion     int
 	prompt, cached int
+	kvParams       []byte // the engine's kv_transfer_params, if any
 	finish         string
 	last           time.Time
 }
@@ -59,6 +60,9 @@ func (o *output) next() (text string, done bool, err error) {
 	}
 	if d.PromptTokens > 0 {
 		o.prompt, o.cached = d.PromptTokens, d.CachedTokens
+	}
+	if d.KVTransferParams != nil {
+		o.kvParams = d.KVTransferParams
 	}
 	o.completion += len(d.Tokens)
 	emit, stopped := o.stop.push(o.detok.Add(d.Tokens...))
@@ -186,11 +190,11 @@ func (o *output) collect(w http.ResponseWriter) int {
 	if o.j.chat {
 		v = openai.ChatResponse{ID: "chatcmpl-" + o.j.id, Object: "chat.completion", Created: o.j.start.Unix(), Model: o.m.Name,
 			Choices: []openai.ChatChoice{{Message: openai.AssistantMessage{Role: "assistant", Content: sb.String()}, FinishReason: o.finish}},
-			Usage:   o.usage()}
+			Usage:   o.usage(), KVTransferParams: o.kvParams}
 	} else {
 		v = openai.CompletionResponse{ID: "cmpl-" + o.j.id, Object: "text_completion", Created: o.j.start.Unix(), Model: o.m.Name,
 			Choices: []openai.CompletionChoice{{Text: sb.String(), FinishReason: o.finish}},
-			Usage:   o.usage()}
+			Usage:   o.usage(), KVTransferParams: o.kvParams}
 	}
 	b, _ := json.Marshal(v) // plain structs of strings and ints
 	w.Header().Set("Content-Type", "application/json")

@@ -263,6 +263,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	ereq := &engine.Request{
 		ID: j.id, Model: m.Name, Prompt: j.prompt, MaxTokens: maxNew,
 		MinTokens: j.sampling.MinTokens, IgnoreEOS: j.sampling.IgnoreEOS, StopTokens: j.sampling.StopTokenIDs,
+		KVTransferParams: j.sampling.KVTransferParams,
 	}
 	if t := j.sampling.Temperature; t != nil {
 		ereq.Sampling.Temperature = float32(*t)

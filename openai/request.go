@@ -40,6 +40,10 @@ type Sampling struct {
 	FrequencyPenalty    *float64        `json:"frequency_penalty"`
 	Logprobs            json.RawMessage `json:"logprobs"`
 	StopTokenIDs        []int32         `json:"stop_token_ids"`
+	// KVTransferParams is vLLM's P/D extension (NixlConnector): passed to
+	// the engine as is, so a worker can play either leg of vLLM's proxy
+	// protocol. Only a JSON object (or null) is accepted.
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 }
 
 // ChatRequest is a POST /v1/chat/completions body. Messages and Tools stay
@@ -189,6 +193,13 @@ func (s *Sampling) validate() *Error {
 	for _, st := range s.Stop {
 		if st == "" || len(st) > MaxStopLength {
 			return BadRequest("stop", "invalid_value", "stop sequences must be 1 to %d bytes long", MaxStopLength)
+		}
+	}
+	if kp := bytes.TrimSpace(s.KVTransferParams); len(kp) > 0 {
+		if bytes.Equal(kp, []byte("null")) {
+			s.KVTransferParams = nil
+		} else if kp[0] != '{' {
+			return BadRequest("kv_transfer_params", "invalid_type", "kv_transfer_params must be an object")
 		}
 	}
 	if len(s.Logprobs) > 0 && !bytes.Equal(s.Logprobs, []byte("false")) && !bytes.Equal(s.Logprobs, []byte("null")) && !bytes.Equal(s.Logprobs, []byte("0")) {

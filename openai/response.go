@@ -1,5 +1,7 @@
 package openai
 
+import "encoding/json"
+
 // ChatResponse is a non-streaming chat completion.
 type ChatResponse struct {
 	ID      string       `json:"id"`
@@ -8,6 +10,9 @@ type ChatResponse struct {
 	Model   string       `json:"model"`
 	Choices []ChatChoice `json:"choices"`
 	Usage   Usage        `json:"usage"`
+	// KVTransferParams is vLLM's top-level P/D extension, present only when
+	// the engine set it (a prefill leg's answer).
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 }
 
 // ChatChoice is one choice of a ChatResponse.
@@ -32,6 +37,8 @@ type CompletionResponse struct {
 	Model   string             `json:"model"`
 	Choices []CompletionChoice `json:"choices"`
 	Usage   Usage              `json:"usage"`
+	// KVTransferParams: as ChatResponse's.
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 }
 
 // CompletionChoice is one choice of a CompletionResponse.

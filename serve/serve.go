@@ -33,6 +33,12 @@ type Config struct {
 	Frontend     frontend.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
+	// Disagg enables disaggregated prefill (serve/disagg.go); the zero
+	// value is aggregated serving.
+	Disagg DisaggConfig
+	// VLLMPD makes workers answer vLLM's kv_transfer_params protocol
+	// (serve/vllmpd.go); exclusive with Disagg, which moves KV itself.
+	VLLMPD VLLMPDConfig
 }
 
 // DefaultConfig returns the defaults of `tandem serve`.
@@ -70,6 +76,8 @@ type System struct {
 	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
 	grpcs   []*grpc.Server
 	clients []*requestplane.Client
+	dis     *disaggState // nil unless Disagg is enabled
+	pd      *vllmpdState // nil unless VLLMPD is enabled
 }
 
 // RouterModes lists the values of --router-mode.
@@ -124,6 +132,14 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	s.Router = router.New(policy, reg)
 	s.Frontend = frontend.New(cfg.Frontend, s.Router, s.Board, reg, log)
 
+	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
+		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
+	}
+	if cfg.Disagg.Enabled() {
+		if err := s.startDisagg(&cfg, newEngine); err != nil {
+			return nil, err
+		}
+	}
 	for i := 0; i < cfg.Workers; i++ {
 		eng, err := newEngine(i)
 		if err != nil {
@@ -158,6 +174,16 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			}
 		} else if cfg.RequestPlane != "inproc" && cfg.RequestPlane != "" {
 			return nil, fmt.Errorf("serve: unknown request plane %q (want inproc or grpc)", cfg.RequestPlane)
+		}
+		if s.dis != nil {
+			if gen, err = s.wrapDecode(w.ID, eng, gen); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.VLLMPD.Enabled {
+			if gen, err = s.wrapVLLMPD(w.ID, eng, gen); err != nil {
+				return nil, err
+			}
 		}
 		s.Workers = append(s.Workers, w)
 		if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
@@ -231,6 +257,8 @@ func (s *System) stopWorkers(ctx context.Context) {
 	for _, c := range s.clients {
 		_ = c.Close()
 	}
+	s.stopDisagg()
+	s.stopVLLMPD()
 	for _, g := range s.grpcs {
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,7 +23,9 @@ import (
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -51,6 +54,10 @@ type Config struct {
 	DeregisterDelay time.Duration
 	// DrainTimeout bounds how long in-flight requests may take to finish.
 	DrainTimeout time.Duration
+	// EventPlane selects how KV events reach routers: zmq (routers dial
+	// the engine's PUB socket, published in the record) or nats (the
+	// worker relays its batches to the model's subject as well).
+	EventPlane eventplane.Config
 	// Version is the Tandem version published in the record.
 	Version string
 }
@@ -60,6 +67,7 @@ func DefaultConfig() Config {
 	return Config{
 		ID: "worker-0", Role: string(discovery.RoleAggregated), RequestPlaneAddr: "127.0.0.1:0",
 		KVEventsFormat: "map", DeregisterDelay: 500 * time.Millisecond, DrainTimeout: 30 * time.Second,
+		EventPlane: eventplane.DefaultConfig(),
 	}
 }
 
@@ -67,6 +75,14 @@ func DefaultConfig() Config {
 const (
 	DiagDrainTimeout = "drain_timeout"
 )
+
+// Options are a worker's collaborators.
+type Options struct {
+	Registry discovery.Registry
+	// Board receives diagnostics; nil creates one.
+	Board  *health.Board
+	Logger *slog.Logger
+}
 
 // Worker is a running worker process's serving side.
 type Worker struct {
@@ -82,6 +98,12 @@ type Worker struct {
 	metrics *http.Server
 	lease   discovery.Lease
 
+	nats       *nats.Conn
+	natsServer *eventplane.Server
+	relay      *eventplane.Relay
+	relayStop  context.CancelFunc
+	relayDone  chan struct{}
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -90,7 +112,7 @@ type Worker struct {
 // tokenizer the engine's tokens belong to (its fingerprint goes into the
 // record's KV layout). On error nothing is left running and eng is not
 // closed.
-func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.Model, reg discovery.Registry, board *health.Board, log *slog.Logger) (_ *Worker, err error) {
+func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.Model, opts Options) (_ *Worker, err error) {
 	role, err := discovery.ParseRole(cfg.Role)
 	if err != nil {
 		return nil, err
@@ -98,10 +120,21 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if !discovery.ValidID(cfg.ID) {
 		return nil, fmt.Errorf("worker: invalid id %q", cfg.ID)
 	}
+	if err := cfg.EventPlane.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Registry == nil {
+		return nil, errors.New("worker: no discovery registry")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	board := opts.Board
 	if board == nil {
 		board = health.NewBoard(log, nil)
 	}
-	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, reg: reg, board: board, served: make(chan error, 1)}
+	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, reg: opts.Registry, board: board, served: make(chan error, 1)}
 	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
 	if err != nil {
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
@@ -114,6 +147,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 			if w.metrics != nil {
 				_ = w.metrics.Close()
 			}
+			w.stopRelay()
 		}
 	}()
 	host := cfg.AdvertiseHost
@@ -135,12 +169,91 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	w.rec.MetricsAddr = metricsAddr
 	w.rec.KVEvents.Endpoint = advertiseURL(w.rec.KVEvents.Endpoint, host)
 	w.rec.KVEvents.ReplayEndpoint = advertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
-	if w.lease, err = reg.Register(ctx, w.rec); err != nil {
+	if cfg.EventPlane.Plane == "nats" && w.rec.KVEvents.Endpoint != "" {
+		if err := w.startRelay(ctx, log); err != nil {
+			return nil, err
+		}
+		w.rec.KVEvents.Subject = w.relay.Subject()
+	}
+	if w.lease, err = w.reg.Register(ctx, w.rec); err != nil {
 		return nil, fmt.Errorf("worker: register: %w", err)
 	}
 	w.log.Info("registered", "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
 	return w, nil
+}
+
+// startRelay connects to NATS (or starts the embedded server) and relays
+// the engine's events from its loopback ZMQ socket.
+func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
+	ep := w.cfg.EventPlane
+	url := ep.NATS
+	if url == "embedded" {
+		srv, err := eventplane.StartServer(ep.EmbeddedAddr)
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		w.natsServer, url = srv, srv.URL()
+	}
+	nc, err := eventplane.Connect(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, w.board, log)
+	if err != nil {
+		w.stopRelay()
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.nats = nc
+	format, err := kvevents.ParseFormat(w.rec.KVEvents.Format)
+	if err != nil {
+		format = kvevents.FormatMap
+	}
+	// The relay reads the engine's sockets as bound (loopback works even
+	// when the record advertises a host name).
+	ee, _ := w.eng.(interface{ KVEventsEndpoint() string })
+	re, _ := w.eng.(interface{ KVEventsReplayEndpoint() string })
+	endpoint, replay := ee.KVEventsEndpoint(), ""
+	if re != nil {
+		replay = re.KVEventsReplayEndpoint()
+	}
+	w.relay, err = eventplane.NewRelay(nc, eventplane.RelayConfig{
+		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
+		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), Format: format, Board: w.board, Logger: log,
+	})
+	if err != nil {
+		w.stopRelay()
+		return fmt.Errorf("worker: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	w.relayStop, w.relayDone = cancel, make(chan struct{})
+	go func() {
+		defer close(w.relayDone)
+		w.relay.Run(rctx)
+	}()
+	return nil
+}
+
+// loopback makes a wildcard ZMQ endpoint dialable from this host.
+func loopback(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	return advertiseURL(endpoint, "127.0.0.1")
+}
+
+func (w *Worker) stopRelay() {
+	if w.relayStop != nil {
+		w.relayStop()
+		<-w.relayDone
+		w.relayStop = nil
+	}
+	if w.nats != nil {
+		// Flush what the relay published while draining.
+		_ = w.nats.FlushTimeout(time.Second)
+		w.nats.Close()
+		w.nats = nil
+	}
+	if w.natsServer != nil {
+		w.natsServer.Shutdown()
+		w.natsServer = nil
+	}
 }
 
 // Record builds the registration record of eng, addresses not yet filled
@@ -264,6 +377,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		<-stopped
 		errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
 	}
+	w.stopRelay()
 	if err := w.eng.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: close engine: %w", err))
 	}

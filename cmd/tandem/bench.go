@@ -175,7 +175,7 @@ and a self-contained HTML report with charts.`,
 	}
 	b.register(cmd.PersistentFlags())
 	cmd.AddCommand(newBenchSyntheticCmd(&b), newBenchMultiTurnCmd(&b), newBenchPrefixReuseCmd(&b),
-		newBenchOverheadCmd(&b), newBenchTraceCmd(&b))
+		newBenchOverheadCmd(&b), newBenchTraceCmd(&b), newBenchDisaggTTFTCmd(&b))
 	return cmd
 }
 
@@ -510,5 +510,63 @@ tokenizers, approximate on others). Arrivals follow the timestamps divided by --
 	f.IntVar(&tr.Vocab.Hi, "vocab-hi", 30000, "token ids in prompts are below this")
 	f.Float64Var(&speedup, "speedup", 1, "divide the trace's timestamps by this")
 	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos so outputs match the trace)")
+	return cmd
+}
+
+func newBenchDisaggTTFTCmd(b *benchFlags) *cobra.Command {
+	wl := bench.DefaultDisaggTTFT()
+	cmd := &cobra.Command{
+		Use:   "disagg-ttft",
+		Short: "Does disaggregated prefill pay? TTFT of shared-prefix and fresh long prompts on several servers",
+		Long: `Sends, --rounds times, --prefixes prompts of --prefix-words shared words plus a --tail-words tail
+that changes every round (mostly cached: shipping KV should not pay) and one fresh prompt per
+--long-words value (nothing cached anywhere: link speed decides), one at a time, to every --url
+interleaved: typically an aggregated server, one with --disagg auto and one with --disagg always.
+Prints TTFT p50/p99 per prompt case and target with the ratio to the first --url (round 1, which
+fills the caches, is left out), then the usual summary.`,
+		Example: `  tandem bench disagg-ttft --url http://127.0.0.1:8000 --label aggregated \
+    --url http://127.0.0.1:8001 --label auto --url http://127.0.0.1:8002 --label always`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(b.urls) == 0 {
+				return errors.New("disagg-ttft needs --url (one per configuration: the first is the baseline)")
+			}
+			ep, err := b.endpointValue()
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("endpoint") {
+				ep = bench.Completions // no chat template between words and tokens
+			}
+			wl.Endpoint, wl.Seed = ep, b.seed
+			if err := wl.Validate(); err != nil {
+				return err
+			}
+			o, err := b.options(cmd, 0)
+			if err != nil {
+				return err
+			}
+			o.Requests = 0
+			if o.Concurrency == 0 && o.Rate == 0 {
+				o.Concurrency = 1 // TTFT without queueing behind our own requests
+			}
+			res, err := bench.Run(cmd.Context(), &wl, o)
+			if err != nil {
+				return err
+			}
+			if err := bench.WriteDisaggTable(cmd.OutOrStdout(), wl.DisaggTable(res)); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return b.finish(cmd, bench.NewReport(bench.ScenarioDisaggTTFT, []*bench.Result{res}, bench.DefaultHitCriteria()))
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&wl.Rounds, "rounds", wl.Rounds, "times the prompt set is sent")
+	f.IntVar(&wl.Prefixes, "prefixes", wl.Prefixes, "shared prefixes per round")
+	f.IntVar(&wl.PrefixWords, "prefix-words", wl.PrefixWords, "words (≈ tokens) per shared prefix")
+	f.IntVar(&wl.TailWords, "tail-words", wl.TailWords, "words after the prefix that change every round")
+	f.IntSliceVar(&wl.LongWords, "long-words", wl.LongWords, "lengths in words of the fresh prompts of each round")
+	f.IntVar(&wl.Output, "output", wl.Output, "max_tokens per request")
 	return cmd
 }

@@ -67,6 +67,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
 	eng.register(cmd)
 	rf.register(cmd, cfg.RouterMode)
+	registerDisaggFlags(cmd, &cfg)
 	return cmd
 }
 

@@ -4,68 +4,172 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/worker"
 )
 
 func newWorkerCmd() *cobra.Command {
-	cfg := serve.DefaultConfig()
+	cfg := serve.DefaultConfig() // the --openai-addr (vLLM-compatible) mode
 	cfg.Workers = 1
+	wcfg := worker.DefaultConfig() // the fleet mode
 	var eng engineFlags
-	var id string
+	var disc discoveryFlags
 	cmd := &cobra.Command{
 		Use:   "worker",
-		Short: "Run one worker; with --openai-addr it serves the OpenAI API the way a vLLM server does",
-		Long: `Runs one engine. With --openai-addr the worker answers the OpenAI API itself, like a vLLM
-server: token-id prompts, usage with cached tokens, vllm:-named Prometheus metrics on /metrics,
-and (mocker) vLLM KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
+		Short: "Run one worker: registered in a fleet (default), or with --openai-addr serving the OpenAI API like vLLM",
+		Long: `Runs one engine.
+
+By default the worker joins a fleet: it serves the gRPC request plane on --rp-addr, publishes its
+record (request-plane address, KV event endpoint, KV layout, capacity) through --discovery, and
+a ` + "`tandem frontend`" + ` finds it there. SIGTERM deregisters it first, lets in-flight requests finish,
+then exits.
+
+With --openai-addr the worker answers the OpenAI API itself, like a vLLM server: token-id
+prompts, usage with cached tokens, vllm:-named Prometheus metrics on /metrics, and (mocker) vLLM
+KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd)
-			if err != nil {
-				return err
+	}
+	configPath := addConfigFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := applyConfigFile(cmd, *configPath); err != nil {
+			return err
+		}
+		log, err := newLogger(cmd)
+		if err != nil {
+			return err
+		}
+		if cfg.HTTPAddr != "" {
+			if cmd.Flags().Changed("rp-addr") {
+				return errors.New("--openai-addr and --rp-addr exclude each other: a worker either serves the OpenAI API itself or joins a fleet")
 			}
-			if cfg.HTTPAddr == "" {
-				return errors.New("--openai-addr is required (the multi-process request plane comes with discovery)")
+			cfg.WorkerIDs = []string{wcfg.ID}
+			if cfg.WorkerIDs[0] == "" {
+				cfg.WorkerIDs[0] = "worker-0"
 			}
-			model, factory, err := eng.build(log)
-			if err != nil {
-				return err
-			}
-			cfg.WorkerIDs = []string{id}
-			sys, err := serve.Start(cfg, model, factory, log)
-			if err != nil {
-				return err
-			}
-			w := sys.Workers[0]
-			fmt.Fprintf(cmd.OutOrStdout(), "Tandem worker %s (%s engine)\n  url:     %s/v1\n  model:   %s\n", w.ID, w.Info.Kind, sys.URL(), model.Name)
-			if ep := kvEndpoint(sys); ep != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "  kv-events: %s\n", ep)
-			}
-			select {
-			case <-cmd.Context().Done():
-			case err := <-sys.Done():
-				if !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-			}
-			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-			defer cancel()
-			if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			return nil
-		},
+			return runOpenAIWorker(cmd, cfg, &eng, log)
+		}
+		return runFleetWorker(cmd, wcfg, &eng, &disc, log)
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.HTTPAddr, "openai-addr", "", "address of the worker's own OpenAI-compatible (vLLM-style) HTTP server")
-	f.StringVar(&id, "id", "worker-0", "worker id (reported in X-Tandem-Worker)")
+	f.StringVar(&cfg.HTTPAddr, "openai-addr", "", "serve the OpenAI API here like a vLLM server (no fleet, no discovery)")
+	f.StringVar(&wcfg.ID, "id", "", "worker id, unique in the fleet and reported in X-Tandem-Worker (default: host-pid; worker-0 with --openai-addr)")
+	f.StringVar(&wcfg.RequestPlaneAddr, "rp-addr", wcfg.RequestPlaneAddr, "listen address of the gRPC request plane (port 0: any free port)")
+	f.StringVar(&wcfg.AdvertiseHost, "advertise-host", "", "host put in the published addresses when a listen address is a wildcard (default: the host name)")
+	f.StringVar(&wcfg.Role, "role", wcfg.Role, "aggregated, prefill or decode")
+	f.StringVar(&wcfg.MetricsAddr, "metrics-addr", "", "serve the engine's /metrics and the worker's /health here (empty: nowhere)")
+	f.DurationVar(&wcfg.DeregisterDelay, "deregister-delay", wcfg.DeregisterDelay, "on SIGTERM, how long to keep taking requests after deregistering, while frontends hear of it")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM")
 	eng.register(cmd)
+	disc.register(cmd)
+	registerEventPlane(cmd, &wcfg.EventPlane)
 	return cmd
+}
+
+// runFleetWorker serves one engine on the request plane and registers it.
+func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, disc *discoveryFlags, log *slog.Logger) error {
+	if wcfg.ID == "" && disc.cfg.Backend == "kube" {
+		wcfg.ID = os.Getenv("POD_NAME") // the kube backend keys records by pod
+	}
+	if wcfg.ID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--id: %w", err)
+		}
+		wcfg.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	wcfg.Version = version
+	wcfg.KVEventsFormat = eng.kvFormat
+	if wcfg.EventPlane.Plane == "nats" && eng.mock.KVEvents.ReplayEndpoint == "" {
+		// The relay joins the engine's PUB socket after the engine starts;
+		// replay gives it what ZMQ drops meanwhile.
+		eng.mock.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
+	}
+	if d, err := cmd.Flags().GetDuration("drain-timeout"); err == nil {
+		wcfg.DrainTimeout = d
+	}
+	model, factory, err := eng.build(log)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	board := health.NewBoard(log, nil)
+	reg, err := disc.open(board, log)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	e, err := factory(0)
+	if err != nil {
+		return err
+	}
+	w, err := worker.Start(ctx, wcfg, e, model, worker.Options{Registry: reg, Board: board, Logger: log})
+	if err != nil {
+		_ = e.Close()
+		return err
+	}
+	rec := w.Record()
+	fmt.Fprintf(cmd.OutOrStdout(), "Tandem worker %s (%s engine, %s)\n  request-plane: %s\n  model:         %s\n  kv-layout:     %s\n  discovery:     %s\n",
+		rec.ID, rec.Engine, rec.Role, rec.RequestPlane, rec.Model, rec.KVLayout.Fingerprint(), disc.describe())
+	if rec.KVEvents.Endpoint != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "  kv-events:     %s\n", rec.KVEvents.Endpoint)
+	}
+	if rec.KVEvents.Subject != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "  kv-relay:      nats %s\n", rec.KVEvents.Subject)
+	}
+	syncOut(cmd)
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("draining", "timeout", wcfg.DrainTimeout)
+	case runErr = <-w.Done():
+		log.Error("request plane stopped", "err", runErr)
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), wcfg.DrainTimeout)
+	defer cancel()
+	if err := w.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// runOpenAIWorker is the vLLM-compatible mode: one engine behind its own
+// OpenAI server.
+func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engineFlags, log *slog.Logger) error {
+	model, factory, err := eng.build(log)
+	if err != nil {
+		return err
+	}
+	sys, err := serve.Start(cfg, model, factory, log)
+	if err != nil {
+		return err
+	}
+	w := sys.Workers[0]
+	fmt.Fprintf(cmd.OutOrStdout(), "Tandem worker %s (%s engine)\n  url:     %s/v1\n  model:   %s\n", w.ID, w.Info.Kind, sys.URL(), model.Name)
+	if ep := kvEndpoint(sys); ep != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "  kv-events: %s\n", ep)
+	}
+	select {
+	case <-cmd.Context().Done():
+	case err := <-sys.Done():
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
 }
 
 // kvEndpoint reports where worker 0 publishes KV events, if its engine does.
@@ -74,4 +178,11 @@ func kvEndpoint(sys *serve.System) string {
 		return e.KVEventsEndpoint()
 	}
 	return ""
+}
+
+// syncOut flushes the banner when stdout is a file or pipe that buffers.
+func syncOut(cmd *cobra.Command) {
+	if f, ok := cmd.OutOrStdout().(*os.File); ok {
+		_ = f.Sync()
+	}
 }

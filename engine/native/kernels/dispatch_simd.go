@@ -142,3 +142,27 @@ func divF32(x []float32, d float32) {
 	}
 	divPortable(x, d)
 }
+
+func softmax(x []float32) {
+	if level == levelAVX512 {
+		softmaxAVX512(x)
+		return
+	}
+	softmaxPortable(x)
+}
+
+func dotStridedN(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {
+	if level == levelAVX512 {
+		dotStridedNAVX512(out, ostride, q, qstride, hd, nq, m, stride, n)
+		return
+	}
+	dotStridedNLoop(out, ostride, q, qstride, hd, nq, m, stride, n)
+}
+
+func axpyStridedN(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
+	if level == levelAVX512 {
+		axpyStridedNAVX512(a, astride, n, m, stride, y, ystride, hd, nq)
+		return
+	}
+	axpyStridedNLoop(a, astride, n, m, stride, y, ystride, hd, nq)
+}

@@ -174,6 +174,43 @@ func TestStridedEqualsSingle(t *testing.T) {
 	}
 }
 
+// TestStridedNEqualsSingle checks the several-query attention helpers
+// against DotStrided and AxpyStrided per query, bit for bit, at every level.
+func TestStridedNEqualsSingle(t *testing.T) {
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			r := rand.New(rand.NewPCG(11, 12))
+			for _, hd := range []int{4, 16, 20, 48, 64, 72, 128} {
+				for _, n := range []int{1, 3, 4, 7, 16} {
+					for _, nq := range []int{1, 2, 3, 4, 5, 8, 16} {
+						stride, qstride, ostride := hd*2+3, hd+5, n+2
+						m := randVec(r, (n-1)*stride+hd)
+						q := randVec(r, (nq-1)*qstride+hd)
+						got := make([]float32, (nq-1)*ostride+n)
+						DotStridedN(got, ostride, q, qstride, hd, nq, m, stride, n)
+						a := randVec(r, (nq-1)*ostride+n)
+						y := randVec(r, (nq-1)*qstride+hd)
+						want := slices.Clone(y)
+						AxpyStridedN(a, ostride, n, m, stride, y, qstride, hd, nq)
+						for j := range nq {
+							one := make([]float32, n)
+							DotStrided(one, q[j*qstride:j*qstride+hd], m, stride)
+							if !slices.Equal(one, got[j*ostride:j*ostride+n]) {
+								t.Fatalf("hd %d n %d nq %d: DotStridedN query %d differs", hd, n, nq, j)
+							}
+							AxpyStrided(a[j*ostride:j*ostride+n], m, stride, want[j*qstride:j*qstride+hd])
+						}
+						if !slices.Equal(y, want) {
+							t.Fatalf("hd %d n %d nq %d: AxpyStridedN differs", hd, n, nq)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestQuantizeRowsMatchesPortable: the vector quantizer must give the
 // portable bytes exactly, halfway cases included.
 func TestQuantizeRowsMatchesPortable(t *testing.T) {
@@ -200,6 +237,58 @@ func TestQuantizeRowsMatchesPortable(t *testing.T) {
 			quantizeRowsPortable(x, wq, ws)
 			if !slices.Equal(q, wq) || !slices.Equal(s, ws) {
 				t.Fatal("QuantizeRows differs from the portable quantizer")
+			}
+		})
+	}
+}
+
+// TestDivByMatchesScalar: the vector division is the scalar one, bit for
+// bit.
+func TestDivByMatchesScalar(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	x := randVec(r, 37)
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			got := slices.Clone(x)
+			DivBy(got, 3.7)
+			for i, v := range x {
+				if want := v / 3.7; got[i] != want {
+					t.Fatalf("x[%d]/3.7 = %g, want %g", i, got[i], want)
+				}
+			}
+		})
+	}
+}
+
+// TestSoftmaxMatchesPortable bounds the vector softmax (its own exp)
+// against the portable float64-exp one, for lengths with and without a
+// scalar tail and scores spread wide enough to underflow.
+func TestSoftmaxMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, l := range kernelLevels() {
+		t.Run(l, func(t *testing.T) {
+			defer setKernelLevel(l)()
+			for _, n := range []int{1, 7, 16, 17, 33, 64, 100, 1000} {
+				for _, spread := range []float32{1, 10, 120} {
+					x := randVec(r, n)
+					for i := range x {
+						x[i] *= spread
+					}
+					got, want := slices.Clone(x), slices.Clone(x)
+					Softmax(got)
+					softmaxPortable(want)
+					var sum float64
+					for i := range got {
+						sum += float64(got[i])
+						if d := math.Abs(float64(got[i] - want[i])); d > 4e-6*float64(want[i])+1e-12 {
+							t.Fatalf("n %d spread %g: p[%d] = %g, portable %g", n, spread, i, got[i], want[i])
+						}
+					}
+					if math.Abs(sum-1) > 1e-5 {
+						t.Fatalf("n %d spread %g: probabilities sum to %g", n, spread, sum)
+					}
+				}
 			}
 		})
 	}

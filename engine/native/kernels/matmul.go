@@ -166,6 +166,48 @@ func AxpyStrided(a, m []float32, stride int, y []float32) {
 	axpyStrided(a, m, stride, y)
 }
 
+// DotStridedN is DotStrided for nq queries against the same n keys:
+// out[j*ostride+i] = Dot(q[j*qstride:j*qstride+hd], m[i*stride:i*stride+hd]).
+// Each result is bitwise what DotStrided (and Dot) gives; the vector levels
+// compute several queries per key load, so a KV block is read once per
+// batch of queries instead of once per query.
+func DotStridedN(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {
+	if n <= 0 || nq <= 0 || hd <= 0 {
+		return
+	}
+	_ = out[(nq-1)*ostride+n-1]
+	_ = q[(nq-1)*qstride+hd-1]
+	_ = m[(n-1)*stride+hd-1]
+	dotStridedN(out, ostride, q, qstride, hd, nq, m, stride, n)
+}
+
+// AxpyStridedN is AxpyStrided for nq weight rows over the same n value
+// rows: y[j*ystride:j*ystride+hd] += a[j*astride+i]*m[i*stride:...] for i
+// in order, for each j < nq. Each y row is bitwise what AxpyStrided gives.
+func AxpyStridedN(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
+	if n <= 0 || nq <= 0 || hd <= 0 {
+		return
+	}
+	_ = a[(nq-1)*astride+n-1]
+	_ = y[(nq-1)*ystride+hd-1]
+	_ = m[(n-1)*stride+hd-1]
+	axpyStridedN(a, astride, n, m, stride, y, ystride, hd, nq)
+}
+
+// dotStridedNLoop and axpyStridedNLoop are the per-query fallbacks (the
+// portable and AVX2 levels): the same results, one query at a time.
+func dotStridedNLoop(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {
+	for j := range nq {
+		dotStrided(out[j*ostride:j*ostride+n], q[j*qstride:j*qstride+hd], m, stride)
+	}
+}
+
+func axpyStridedNLoop(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
+	for j := range nq {
+		axpyStrided(a[j*astride:j*astride+n], m, stride, y[j*ystride:j*ystride+hd])
+	}
+}
+
 func dotStridedPortable(out, q, m []float32, stride int) {
 	for i := range out {
 		out[i] = dotF32Portable(q, m[i*stride:i*stride+len(q)])

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"math"
 	"simd/archsimd"
 	"unsafe"
 )
@@ -18,13 +19,14 @@ import (
 //     FMA'd with (weight scale × activation scale) into one 16-lane
 //     accumulator; then the fp32 horizontal order.
 //
-// The tiles (4 rows × 2 tokens, 4 × 1, 1 × 1 for fp32; 4 × 1 and 1 × 1 for
-// Q8_0, whose wider tiles spill) only change which outputs are
-// computed together, never an output's own order, so batched and single-
-// token products agree bitwise.
+// The tiles (4 rows × 2 tokens and 4 × 1 for fp32, 4 × 1 for Q8_0; fewer
+// than 4 rows left are computed as a 4-row tile with the last row repeated)
+// only change which outputs are computed together, never an output's own
+// order, so batched and single-token products agree bitwise.
 //
-// Go's register allocator uses 16 vector registers, so the widest tile that
-// does not spill is 4 rows × 2 tokens (8 accumulators). Pointers are formed
+// Go's register allocator uses 16 vector registers, so the widest fp32 tile
+// that does not spill is 4 rows × 2 tokens (8 accumulators); the Q8_0 loop
+// body has more temporaries, and its 4 × 2 tile spilled. Pointers are formed
 // with unsafe after the slice bounds are checked once per call: bounds
 // checks and slice headers in the inner loops cost more registers than
 // there are. Every pointer formed stays inside its slice (go test -race
@@ -293,6 +295,85 @@ func divAVX512(x []float32, d float32) {
 	}
 }
 
+// exp16 is e^x for x <= 0 (softmax's shifted scores), within about 2 ulp
+// of float32(math.Exp): the Cephes expf reduction and polynomial, with 0
+// below -87.3 (where e^x leaves the normal float32 range).
+func exp16(x f32x16) f32x16 {
+	const (
+		log2e = 1.44269504088896341
+		c1    = 0.693359375
+		c2    = -2.12194440e-4
+	)
+	n := x.Mul(archsimd.BroadcastFloat32x16(log2e)).RoundToEvenScaled(0)
+	r := n.MulAdd(archsimd.BroadcastFloat32x16(-c1), x)
+	r = n.MulAdd(archsimd.BroadcastFloat32x16(-c2), r)
+	p := archsimd.BroadcastFloat32x16(1.9875691500e-4)
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(1.3981999507e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(8.3334519073e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(4.1665795894e-2))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(1.6666665459e-1))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(5.0000001201e-1))
+	p = p.MulAdd(r.Mul(r), r).Add(archsimd.BroadcastFloat32x16(1))
+	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x16(127)).ShiftAllLeft(23).AsFloat32x16()
+	return p.Mul(pow).Masked(x.GreaterEqual(archsimd.BroadcastFloat32x16(-87.3)))
+}
+
+// softmaxAVX512 is Softmax with the exponentials and their sum done 16 at
+// a time (exp16, lane sums folded in the fp32 order), and the scalar code
+// for the last len%16 values; every caller of a given length gets the same
+// result, which is all the batched/single-token contract needs.
+func softmaxAVX512(x []float32) {
+	n := len(x)
+	n16 := n &^ 15
+	if n16 == 0 {
+		softmaxPortable(x)
+		return
+	}
+	var lanes [16]float32
+	var sum4 [4]float32
+	px := unsafe.Pointer(&x[0])
+	maxLanes(px, n16, &lanes)
+	m := lanes[0]
+	for _, v := range lanes[1:] {
+		m = max(m, v)
+	}
+	for _, v := range x[n16:] {
+		m = max(m, v)
+	}
+	expSum(px, n16, m, &sum4)
+	sum := sum4[0]
+	for i := n16; i < n; i++ {
+		e := float32(math.Exp(float64(x[i] - m)))
+		x[i] = e
+		sum += e
+	}
+	divAVX512(x, sum)
+}
+
+// maxLanes and expSum are softmaxAVX512's vector loops, kept apart so that
+// no scalar float is live in them (the compiler reloads such values with
+// legacy-SSE instructions, which are slow while the vector state is dirty).
+func maxLanes(px unsafe.Pointer, n16 int, lanes *[16]float32) {
+	mv := l16(px, 0)
+	for i := 16; i < n16; i += 16 {
+		mv = mv.Max(l16(px, i))
+	}
+	mv.Store(lanes)
+	archsimd.ClearAVXUpperBits()
+}
+
+func expSum(px unsafe.Pointer, n16 int, m float32, sum *[4]float32) {
+	mb := archsimd.BroadcastFloat32x16(m)
+	var acc f32x16
+	for i := 0; i < n16; i += 16 {
+		e := exp16(l16(px, i).Sub(mb))
+		e.Store((*[16]float32)(unsafe.Add(px, i*4)))
+		acc = acc.Add(e)
+	}
+	hsum16To(acc, sum)
+	archsimd.ClearAVXUpperBits()
+}
+
 // Q8_0.
 
 func ext16(p unsafe.Pointer, off int) archsimd.Int16x32 {
@@ -305,7 +386,7 @@ const q8Chunk = 64
 // q8Scales holds, for one tile and up to q8Chunk groups, the products
 // weight scale × activation scale, laid out [output][group] so that the
 // inner loop broadcasts them from memory.
-type q8Scales [8][q8Chunk]float32
+type q8Scales [4][q8Chunk]float32
 
 // fillScales sets sc[g-g0] = w[g] * x[g] for g in [g0, g1) (and may write
 // up to the next multiple of 16 after g1). It loads 16 scales at a time
@@ -454,4 +535,244 @@ var maxSwaps = [4][16]uint32{
 	{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
 	{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
 	{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14},
+}
+
+// Attention over several queries at once. Each query's scores and value
+// sums keep exactly the per-query order of dotStridedAVX512 and
+// axpyStridedAVX512 (one 16-lane accumulator per score folded by st4x16;
+// one FMA per value row in row order); the tiles only share the loads of a
+// key or value row between queries.
+
+// dotStridedNAVX512 computes 4 keys × 2 queries per tile (8 accumulators).
+func dotStridedNAVX512(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {
+	n16 := hd &^ 15
+	n4 := n &^ 3
+	if n16 == 0 || n4 == 0 || nq < 2 {
+		dotStridedNLoop(out, ostride, q, qstride, hd, nq, m, stride, n)
+		return
+	}
+	po, pq, pm := unsafe.Pointer(&out[0]), unsafe.Pointer(&q[0]), unsafe.Pointer(&m[0])
+	rs, qs, os := stride*4, qstride*4, ostride*4
+	j := 0
+	for ; j+2 <= nq; j += 2 {
+		q0, o0 := unsafe.Add(pq, j*qs), unsafe.Add(po, j*os)
+		q1, o1 := unsafe.Add(q0, qs), unsafe.Add(o0, os)
+		for i := 0; i < n4; i += 4 {
+			scoreTile4x2(o0, o1, unsafe.Add(pm, i*rs), rs, q0, q1, n16, i)
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	for jj := range j {
+		qj := q[jj*qstride : jj*qstride+hd]
+		if n4 < n {
+			dotStridedAVX512(out[jj*ostride+n4:jj*ostride+n], qj, m[n4*stride:], stride)
+		}
+		if n16 < hd {
+			for i := range n4 {
+				addTail(out, jj*ostride+i, qj, m[i*stride:i*stride+hd], n16)
+			}
+		}
+	}
+	if j < nq {
+		dotStridedAVX512(out[j*ostride:j*ostride+n], q[j*qstride:j*qstride+hd], m, stride)
+	}
+}
+
+// scoreTile4x2 is f32Tile4x1 for two queries: keys at m0 + k*rs, k < 4,
+// scores stored at o0[i..i+3] and o1[i..i+3].
+func scoreTile4x2(o0, o1, m0 unsafe.Pointer, rs int, q0, q1 unsafe.Pointer, n16, i int) {
+	m1, m2, m3 := unsafe.Add(m0, rs), unsafe.Add(m0, 2*rs), unsafe.Add(m0, 3*rs)
+	var a00, a01, a10, a11, a20, a21, a30, a31 f32x16
+	for c := 0; c < n16; c += 16 {
+		y0, y1 := l16(q0, c), l16(q1, c)
+		v := l16(m0, c)
+		a00 = v.MulAdd(y0, a00)
+		a01 = v.MulAdd(y1, a01)
+		v = l16(m1, c)
+		a10 = v.MulAdd(y0, a10)
+		a11 = v.MulAdd(y1, a11)
+		v = l16(m2, c)
+		a20 = v.MulAdd(y0, a20)
+		a21 = v.MulAdd(y1, a21)
+		v = l16(m3, c)
+		a30 = v.MulAdd(y0, a30)
+		a31 = v.MulAdd(y1, a31)
+	}
+	reduce8(o0, o1, i, a00, a10, a20, a30, a01, a11, a21, a31)
+}
+
+// reduceIdx are the lane selections of reduce8: halves of 16, halves of 8
+// within each 8, even and odd lanes, over the concatenation of two vectors.
+var reduceIdx = [6][16]uint32{
+	{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+	{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+	{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+	{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31},
+	{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+	{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31},
+}
+
+// reduce8 stores the horizontal sums of a0..a3 at o0[i..i+3] and of
+// b0..b3 at o1[i..i+3], each with exactly the additions of st4x16 (lanes
+// j+8 onto j, then j+4 onto j, then pairs, then the two pair sums), but
+// done for eight accumulators at once with two-vector permutes, which
+// takes half the shuffles of eight separate folds.
+func reduce8(o0, o1 unsafe.Pointer, i int, a0, a1, a2, a3, b0, b1, b2, b3 f32x16) {
+	lo := archsimd.LoadUint32x16(&reduceIdx[0])
+	hi := archsimd.LoadUint32x16(&reduceIdx[1])
+	x0 := a0.ConcatPermute(a1, lo).Add(a0.ConcatPermute(a1, hi))
+	x1 := a2.ConcatPermute(a3, lo).Add(a2.ConcatPermute(a3, hi))
+	x2 := b0.ConcatPermute(b1, lo).Add(b0.ConcatPermute(b1, hi))
+	x3 := b2.ConcatPermute(b3, lo).Add(b2.ConcatPermute(b3, hi))
+	lo = archsimd.LoadUint32x16(&reduceIdx[2])
+	hi = archsimd.LoadUint32x16(&reduceIdx[3])
+	y0 := x0.ConcatPermute(x1, lo).Add(x0.ConcatPermute(x1, hi))
+	y1 := x2.ConcatPermute(x3, lo).Add(x2.ConcatPermute(x3, hi))
+	lo = archsimd.LoadUint32x16(&reduceIdx[4])
+	hi = archsimd.LoadUint32x16(&reduceIdx[5])
+	z := y0.ConcatPermute(y1, lo).Add(y0.ConcatPermute(y1, hi))
+	r := z.ConcatPermute(z, lo).Add(z.ConcatPermute(z, hi)).GetLo()
+	r.GetLo().Store((*[4]float32)(unsafe.Add(o0, i*4)))
+	r.GetHi().Store((*[4]float32)(unsafe.Add(o1, i*4)))
+}
+
+// axpyStridedNAVX512 accumulates four queries' outputs per pass over the
+// value rows, 32 (then 16) values of each held in registers.
+func axpyStridedNAVX512(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
+	n16 := hd &^ 15
+	if n16 == 0 || nq < 4 {
+		axpyStridedNLoop(a, astride, n, m, stride, y, ystride, hd, nq)
+		return
+	}
+	pa, pm, py := unsafe.Pointer(&a[0]), unsafe.Pointer(&m[0]), unsafe.Pointer(&y[0])
+	rs, as, ys := stride*4, astride*4, ystride*4
+	j := 0
+	for ; j+4 <= nq; j += 4 {
+		aj, yj := unsafe.Add(pa, j*as), unsafe.Add(py, j*ys)
+		c := 0
+		if n16%32 != 0 {
+			for ; c+48 <= n16; c += 48 {
+				axpy4q48(aj, as, unsafe.Add(pm, c*4), rs, unsafe.Add(yj, c*4), ys, n)
+			}
+		}
+		for ; c+32 <= n16; c += 32 {
+			axpy4q32(aj, as, unsafe.Add(pm, c*4), rs, unsafe.Add(yj, c*4), ys, n)
+		}
+		for ; c < n16; c += 16 {
+			axpy4q16(aj, as, unsafe.Add(pm, c*4), rs, unsafe.Add(yj, c*4), ys, n)
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	if n16 < hd {
+		for jj := range j {
+			yj := y[jj*ystride : jj*ystride+hd]
+			for i, ai := range a[jj*astride : jj*astride+n] {
+				row := m[i*stride : i*stride+hd]
+				for e := n16; e < hd; e++ {
+					yj[e] += ai * row[e]
+				}
+			}
+		}
+	}
+	for ; j < nq; j++ {
+		axpyStridedAVX512(a[j*astride:j*astride+n], m, stride, y[j*ystride:j*ystride+hd])
+	}
+}
+
+// axpy4q32 is 32 values of axpyStridedAVX512 for four queries: weights at
+// pa + j*as, outputs at py + j*ys, rows rs bytes apart, for rows i < n.
+func axpy4q32(pa unsafe.Pointer, as int, pm unsafe.Pointer, rs int, py unsafe.Pointer, ys, n int) {
+	pa1, pa2, pa3 := unsafe.Add(pa, as), unsafe.Add(pa, 2*as), unsafe.Add(pa, 3*as)
+	py1, py2, py3 := unsafe.Add(py, ys), unsafe.Add(py, 2*ys), unsafe.Add(py, 3*ys)
+	y00, y01 := l16(py, 0), l16(py, 16)
+	y10, y11 := l16(py1, 0), l16(py1, 16)
+	y20, y21 := l16(py2, 0), l16(py2, 16)
+	y30, y31 := l16(py3, 0), l16(py3, 16)
+	for i := range n {
+		row := unsafe.Add(pm, i*rs)
+		r0, r1 := l16(row, 0), l16(row, 16)
+		av := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, i*4)))
+		y00 = r0.MulAdd(av, y00)
+		y01 = r1.MulAdd(av, y01)
+		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa1, i*4)))
+		y10 = r0.MulAdd(av, y10)
+		y11 = r1.MulAdd(av, y11)
+		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa2, i*4)))
+		y20 = r0.MulAdd(av, y20)
+		y21 = r1.MulAdd(av, y21)
+		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa3, i*4)))
+		y30 = r0.MulAdd(av, y30)
+		y31 = r1.MulAdd(av, y31)
+	}
+	y00.Store((*[16]float32)(py))
+	y01.Store((*[16]float32)(unsafe.Add(py, 64)))
+	y10.Store((*[16]float32)(py1))
+	y11.Store((*[16]float32)(unsafe.Add(py1, 64)))
+	y20.Store((*[16]float32)(py2))
+	y21.Store((*[16]float32)(unsafe.Add(py2, 64)))
+	y30.Store((*[16]float32)(py3))
+	y31.Store((*[16]float32)(unsafe.Add(py3, 64)))
+}
+
+// axpy4q16 is axpy4q32 for 16 values.
+func axpy4q16(pa unsafe.Pointer, as int, pm unsafe.Pointer, rs int, py unsafe.Pointer, ys, n int) {
+	pa1, pa2, pa3 := unsafe.Add(pa, as), unsafe.Add(pa, 2*as), unsafe.Add(pa, 3*as)
+	py1, py2, py3 := unsafe.Add(py, ys), unsafe.Add(py, 2*ys), unsafe.Add(py, 3*ys)
+	y0, y1, y2, y3 := l16(py, 0), l16(py1, 0), l16(py2, 0), l16(py3, 0)
+	for i := range n {
+		r := l16(unsafe.Add(pm, i*rs), 0)
+		y0 = r.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, i*4))), y0)
+		y1 = r.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa1, i*4))), y1)
+		y2 = r.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa2, i*4))), y2)
+		y3 = r.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa3, i*4))), y3)
+	}
+	y0.Store((*[16]float32)(py))
+	y1.Store((*[16]float32)(py1))
+	y2.Store((*[16]float32)(py2))
+	y3.Store((*[16]float32)(py3))
+}
+
+// axpy4q48 is axpy4q32 for 48 values (12 accumulators: enough independent
+// FMA chains to keep both units busy for 48-wide heads).
+func axpy4q48(pa unsafe.Pointer, as int, pm unsafe.Pointer, rs int, py unsafe.Pointer, ys, n int) {
+	pa1, pa2, pa3 := unsafe.Add(pa, as), unsafe.Add(pa, 2*as), unsafe.Add(pa, 3*as)
+	py1, py2, py3 := unsafe.Add(py, ys), unsafe.Add(py, 2*ys), unsafe.Add(py, 3*ys)
+	y00, y01, y02 := l16(py, 0), l16(py, 16), l16(py, 32)
+	y10, y11, y12 := l16(py1, 0), l16(py1, 16), l16(py1, 32)
+	y20, y21, y22 := l16(py2, 0), l16(py2, 16), l16(py2, 32)
+	y30, y31, y32 := l16(py3, 0), l16(py3, 16), l16(py3, 32)
+	for i := range n {
+		row := unsafe.Add(pm, i*rs)
+		r := l16(row, 0)
+		av := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, i*4)))
+		y00 = r.MulAdd(av, y00)
+		bv := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa1, i*4)))
+		y10 = r.MulAdd(bv, y10)
+		cv := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa2, i*4)))
+		y20 = r.MulAdd(cv, y20)
+		dv := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa3, i*4)))
+		y30 = r.MulAdd(dv, y30)
+		r = l16(row, 16)
+		y01 = r.MulAdd(av, y01)
+		y11 = r.MulAdd(bv, y11)
+		y21 = r.MulAdd(cv, y21)
+		y31 = r.MulAdd(dv, y31)
+		r = l16(row, 32)
+		y02 = r.MulAdd(av, y02)
+		y12 = r.MulAdd(bv, y12)
+		y22 = r.MulAdd(cv, y22)
+		y32 = r.MulAdd(dv, y32)
+	}
+	y00.Store((*[16]float32)(py))
+	y01.Store((*[16]float32)(unsafe.Add(py, 64)))
+	y02.Store((*[16]float32)(unsafe.Add(py, 128)))
+	y10.Store((*[16]float32)(py1))
+	y11.Store((*[16]float32)(unsafe.Add(py1, 64)))
+	y12.Store((*[16]float32)(unsafe.Add(py1, 128)))
+	y20.Store((*[16]float32)(py2))
+	y21.Store((*[16]float32)(unsafe.Add(py2, 64)))
+	y22.Store((*[16]float32)(unsafe.Add(py2, 128)))
+	y30.Store((*[16]float32)(py3))
+	y31.Store((*[16]float32)(unsafe.Add(py3, 64)))
+	y32.Store((*[16]float32)(unsafe.Add(py3, 128)))
 }

@@ -18,8 +18,12 @@ func RMSNorm(o, x, w []float32, eps float32) {
 	}
 }
 
-// Softmax normalises x in place.
-func Softmax(x []float32) {
+// Softmax normalises x in place. The AVX-512 level computes the
+// exponentials in vector code (within a couple of ulp of the portable
+// float64 math.Exp); every other level uses the portable loop.
+func Softmax(x []float32) { softmax(x) }
+
+func softmaxPortable(x []float32) {
 	if len(x) == 0 {
 		return
 	}
@@ -33,8 +37,16 @@ func Softmax(x []float32) {
 		x[i] = e
 		sum += e
 	}
+	DivBy(x, sum)
+}
+
+// DivBy sets x[i] /= d: the same correctly rounded division at every
+// kernel level, vectorised where there is one.
+func DivBy(x []float32, d float32) { divF32(x, d) }
+
+func divPortable(x []float32, d float32) {
 	for i := range x {
-		x[i] /= sum
+		x[i] /= d
 	}
 }
 

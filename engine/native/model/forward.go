@@ -53,6 +53,7 @@ type State struct {
 	x, xb, q, k, v, att, hb, hb2, logits []float32
 	tokSeq                               []int32
 	tokPos                               []int32
+	groups                               []attnGroup
 	sc                                   kernels.Scratch
 	attn                                 attnJob
 }
@@ -108,7 +109,7 @@ func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *
 	st.q, st.att = grow(st.q, T*qd), grow(st.att, T*qd)
 	st.k, st.v = grow(st.k, T*kvd), grow(st.v, T*kvd)
 	st.hb, st.hb2 = grow(st.hb, T*c.Hidden), grow(st.hb2, T*c.Hidden)
-	st.tokSeq, st.tokPos = st.tokSeq[:0], st.tokPos[:0]
+	st.tokSeq, st.tokPos, st.groups = st.tokSeq[:0], st.tokPos[:0], st.groups[:0]
 	maxPos := 0
 	for i := range seqs {
 		s := &seqs[i]
@@ -117,6 +118,10 @@ func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *
 			m.Embed.Row(st.x[t*dim:(t+1)*dim], int(tok))
 			st.tokSeq = append(st.tokSeq, int32(i))
 			st.tokPos = append(st.tokPos, int32(s.Pos+j))
+		}
+		t0 := len(st.tokSeq) - len(s.Tokens)
+		for g := 0; g < len(s.Tokens); g += attnQueries {
+			st.groups = append(st.groups, attnGroup{t0: int32(t0 + g), n: int32(min(attnQueries, len(s.Tokens)-g))})
 		}
 		maxPos = max(maxPos, s.Pos+len(s.Tokens))
 	}
@@ -218,32 +223,53 @@ func (m *Model) rope(h []float32, pos int) {
 	}
 }
 
+// attnQueries is how many consecutive tokens of one sequence attend
+// together: each K/V block is read once per such group and head, and the
+// kernels compute several queries per key or value row loaded.
+const attnQueries = 16
+
+// attnGroup is up to attnQueries consecutive tokens of one sequence,
+// starting at token t0 of the batch (so at consecutive positions).
+type attnGroup struct{ t0, n int32 }
+
 // attention computes every (token, head) pair independently: the scores of
 // a token at position p cover positions [0,p] of its own sequence, read
-// through its block table, in position order.
+// through its block table, in position order. Tokens are processed in
+// groups (a pool unit is one group and head), which only shares the loads
+// of K/V rows: every score and output keeps the order it has for a token
+// alone, so batched and single-token results are bitwise equal.
 func (m *Model) attention(pool *kernels.Pool, st *State, kv *KVStore, seqs []Seq, li, T, maxPos int) {
 	j := &st.attn
-	j.m, j.st, j.kv, j.seqs, j.li = m, st, kv, seqs, li
+	j.m, j.st, j.kv, j.seqs, j.li, j.ld = m, st, kv, seqs, li, maxPos
 	for len(j.scores) < pool.Threads() {
 		j.scores = append(j.scores, nil)
 	}
-	for w := range pool.Threads() {
-		if cap(j.scores[w]) < maxPos {
-			j.scores[w] = make([]float32, maxPos, max(maxPos, m.Config.SeqLen))
-		}
+	// One score row of maxPos per query of a group (a decode-only batch
+	// needs one row).
+	rows := 1
+	for _, g := range st.groups {
+		rows = max(rows, int(g.n))
 	}
-	pool.RunJob(T*m.Config.Heads, 1, j)
+	n := rows * maxPos
+	for w := range pool.Threads() {
+		if cap(j.scores[w]) < n {
+			j.scores[w] = make([]float32, n, max(n, rows*min(m.Config.SeqLen, 2*maxPos)))
+		}
+		j.scores[w] = j.scores[w][:cap(j.scores[w])]
+	}
+	pool.RunJob(len(st.groups)*m.Config.Heads, 1, j)
 	j.m, j.st, j.kv, j.seqs = nil, nil, nil, nil
 }
 
 // attnJob is the attention of one layer as a pool job; it lives in State so
-// dispatching it allocates nothing, and keeps one score buffer per thread.
+// dispatching it allocates nothing, and keeps one score buffer per thread
+// (a group's score rows, ld apart).
 type attnJob struct {
 	m      *Model
 	st     *State
 	kv     *KVStore
 	seqs   []Seq
-	li     int
+	li, ld int
 	scores [][]float32
 }
 
@@ -254,32 +280,51 @@ func (j *attnJob) Run(w, lo, hi int) {
 	group := c.Heads / c.KVHeads
 	scale := float32(math.Sqrt(float64(hd)))
 	K, V := kv.K[j.li], kv.V[j.li]
-	bs := kv.BlockSize
+	bs, ld := kv.BlockSize, j.ld
 	scores := j.scores[w]
 	for u := lo; u < hi; u++ {
-		t, h := u/c.Heads, u%c.Heads
-		s := &j.seqs[st.tokSeq[t]]
-		p := int(st.tokPos[t])
-		qh := st.q[t*qd+h*hd : t*qd+(h+1)*hd]
+		g, h := st.groups[u/c.Heads], u%c.Heads
+		t0, n := int(g.t0), int(g.n)
+		s := &j.seqs[st.tokSeq[t0]]
+		p0 := int(st.tokPos[t0]) // query i is at position p0+i
+		pl := p0 + n - 1
+		qo := t0*qd + h*hd // query i's head at qo + i*qd
 		ko := (h / group) * hd
-		sc := scores[:p+1]
-		// Keys and values are read a block at a time: within a block
-		// the positions are kvd apart.
-		for b0 := 0; b0 <= p; b0 += bs {
-			b1 := min(p+1, b0+bs)
+		// Scores, a block at a time (within a block the positions are kvd
+		// apart): the keys every query of the group sees (positions up to
+		// p0) for all queries at once, then each query's further keys.
+		for b0 := 0; b0 <= pl; b0 += bs {
 			off := int(s.Blocks[b0/bs])*bs*kvd + ko
-			kernels.DotStrided(sc[b0:b1], qh, K[off:], kvd)
+			b1 := min(b0+bs, p0+1)
+			if b1 > b0 {
+				kernels.DotStridedN(scores[b0:], ld, st.q[qo:], qd, hd, n, K[off:], kvd, b1-b0)
+			}
+			for i := range n {
+				if e := min(b0+bs, p0+i+1); e > max(b0, b1) {
+					b := max(b0, b1)
+					kernels.DotStrided(scores[i*ld+b:i*ld+e], st.q[qo+i*qd:qo+i*qd+hd], K[off+(b-b0)*kvd:], kvd)
+				}
+			}
 		}
-		for i := range sc {
-			sc[i] /= scale
+		for i := range n {
+			sc := scores[i*ld : i*ld+p0+i+1]
+			kernels.DivBy(sc, scale)
+			kernels.Softmax(sc)
+			clear(st.att[qo+i*qd : qo+i*qd+hd])
 		}
-		kernels.Softmax(sc)
-		out := st.att[t*qd+h*hd : t*qd+(h+1)*hd]
-		clear(out)
-		for b0 := 0; b0 <= p; b0 += bs {
-			b1 := min(p+1, b0+bs)
+		// Values, in position order for every query.
+		for b0 := 0; b0 <= pl; b0 += bs {
 			off := int(s.Blocks[b0/bs])*bs*kvd + ko
-			kernels.AxpyStrided(sc[b0:b1], V[off:], kvd, out)
+			b1 := min(b0+bs, p0+1)
+			if b1 > b0 {
+				kernels.AxpyStridedN(scores[b0:], ld, b1-b0, V[off:], kvd, st.att[qo:], qd, hd, n)
+			}
+			for i := range n {
+				if e := min(b0+bs, p0+i+1); e > max(b0, b1) {
+					b := max(b0, b1)
+					kernels.AxpyStrided(scores[i*ld+b:i*ld+e], V[off+(b-b0)*kvd:], kvd, st.att[qo+i*qd:qo+i*qd+hd])
+				}
+			}
 		}
 	}
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/tandemllm/tandem/fleet"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+func newFrontendCmd() *cobra.Command {
+	cfg := fleet.DefaultConfig()
+	var rf routerFlags
+	var disc discoveryFlags
+	var modelDir string
+	cmd := &cobra.Command{
+		Use:   "frontend",
+		Short: "Run the OpenAI frontend and router; workers are found through discovery",
+		Long: `Runs the OpenAI-compatible frontend and its router as one process. Workers started with
+` + "`tandem worker`" + ` are found through --discovery and added to (and removed from) the router as they
+come and go; in --router-mode kv the router follows each worker's KV events.`,
+		Args: cobra.NoArgs,
+	}
+	configPath := addConfigFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := applyConfigFile(cmd, *configPath); err != nil {
+			return err
+		}
+		log, err := newLogger(cmd)
+		if err != nil {
+			return err
+		}
+		cfg.RouterMode = rf.mode
+		if cfg.KV, err = rf.config(); err != nil {
+			return err
+		}
+		var model *tokenizer.Model
+		if modelDir == "" {
+			model, err = tokenizer.Default()
+		} else {
+			model, err = tokenizer.LoadDir(modelDir)
+		}
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		metrics := prometheus.NewRegistry()
+		metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		board := health.NewBoard(log, metrics)
+		reg, err := disc.open(board, log)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		f, err := fleet.Start(ctx, cfg, model, fleet.Options{Registry: reg, Board: board, Metrics: metrics, Logger: log})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "Tandem %s frontend\n  url:       %s/v1\n  model:     %s\n  router:    %s\n  discovery: %s\n",
+			version, f.URL(), model.Name, cfg.RouterMode, disc.describe())
+		if u := f.NATSURL(); u != "" {
+			fmt.Fprintf(cmd.OutOrStdout(), "  events:    nats %s\n", u)
+		}
+		syncOut(cmd)
+		var runErr error
+		select {
+		case <-ctx.Done():
+			log.Info("draining", "timeout", cfg.DrainTimeout)
+		case runErr = <-f.Done():
+			if errors.Is(runErr, http.ErrServerClosed) {
+				runErr = nil
+			}
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+		defer cancel()
+		if err := f.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		log.Info("stopped")
+		return runErr
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
+	f.StringVar(&modelDir, "model", "", "tokenizer directory of the served model (HF tokenizer.json + tokenizer_config.json, or llama2.c); empty: the built-in tandem-mock")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
+	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
+	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
+	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
+	rf.register(cmd, cfg.RouterMode)
+	disc.register(cmd)
+	registerEventPlane(cmd, &cfg.EventPlane)
+	return cmd
+}

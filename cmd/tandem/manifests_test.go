@@ -1,0 +1,273 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// manifests are the decoded documents of deploy/kubernetes.
+type manifests struct {
+	deployments  map[string]*appsv1.Deployment
+	services     map[string]*corev1.Service
+	accounts     map[string]bool
+	roles        map[string]*rbacv1.Role
+	roleBindings []*rbacv1.RoleBinding
+}
+
+func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	m := &manifests{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
+		accounts: map[string]bool{}, roles: map[string]*rbacv1.Role{}}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s #%d: %v", f, i, err)
+			}
+			// Strict: a misspelled field fails here instead of being
+			// silently dropped by the API server.
+			strict := func(into any) {
+				t.Helper()
+				if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+					t.Fatalf("%s #%d (%s): %v", f, i, tm.Kind, err)
+				}
+			}
+			switch tm.APIVersion + " " + tm.Kind {
+			case "apps/v1 Deployment":
+				var d appsv1.Deployment
+				strict(&d)
+				m.deployments[d.Name] = &d
+			case "v1 Service":
+				var s corev1.Service
+				strict(&s)
+				m.services[s.Name] = &s
+			case "v1 ServiceAccount":
+				var s corev1.ServiceAccount
+				strict(&s)
+				m.accounts[s.Name] = true
+			case "rbac.authorization.k8s.io/v1 Role":
+				var r rbacv1.Role
+				strict(&r)
+				m.roles[r.Name] = &r
+			case "rbac.authorization.k8s.io/v1 RoleBinding":
+				var r rbacv1.RoleBinding
+				strict(&r)
+				m.roleBindings = append(m.roleBindings, &r)
+			default:
+				t.Fatalf("%s #%d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
+			}
+		}
+	}
+	return m
+}
+
+func stripComments(doc string) string {
+	var out []string
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// allows reports whether the roles bound to account grant verb on
+// resource.
+func (m *manifests) allows(account, group, resource, verb string) bool {
+	for _, rb := range m.roleBindings {
+		bound := slices.ContainsFunc(rb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == account })
+		role := m.roles[rb.RoleRef.Name]
+		if !bound || rb.RoleRef.Kind != "Role" || role == nil {
+			continue
+		}
+		for _, r := range role.Rules {
+			if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// parseArgs parses a container's arguments with the real subcommand, so
+// a flag that does not exist (or a bad value) fails the test.
+func parseArgs(t *testing.T, c corev1.Container) *cobra.Command {
+	t.Helper()
+	if len(c.Args) == 0 {
+		t.Fatalf("container %s has no args", c.Name)
+	}
+	var cmd *cobra.Command
+	switch c.Args[0] {
+	case "frontend":
+		cmd = newFrontendCmd()
+	case "worker":
+		cmd = newWorkerCmd()
+	default:
+		t.Fatalf("container %s runs %q", c.Name, c.Args[0])
+	}
+	cmd.Flags().String("log-level", "info", "") // the root's persistent flag
+	env := map[string]bool{}
+	for _, e := range c.Env {
+		env[e.Name] = true
+	}
+	args := make([]string, 0, len(c.Args)-1)
+	for _, a := range c.Args[1:] {
+		// Kubernetes expands $(VAR) from the container's env.
+		a = regexp.MustCompile(`\$\((\w+)\)`).ReplaceAllStringFunc(a, func(v string) string {
+			name := v[2 : len(v)-1]
+			if !env[name] {
+				t.Errorf("container %s: %s is not in its env", c.Name, v)
+			}
+			return "10.0.0.7"
+		})
+		args = append(args, a)
+	}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("container %s: %v", c.Name, err)
+	}
+	return cmd
+}
+
+func flag(t *testing.T, cmd *cobra.Command, name string) string {
+	t.Helper()
+	f := cmd.Flags().Lookup(name)
+	if f == nil {
+		t.Fatalf("no flag --%s", name)
+	}
+	return f.Value.String()
+}
+
+func fieldRefEnv(c corev1.Container, name, path string) bool {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == path {
+			return true
+		}
+	}
+	return false
+}
+
+func portOf(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+
+// TestKubernetesManifests checks deploy/kubernetes against what the code
+// reads: no cluster is needed (none is available here), so this is the
+// validation they get besides a real apply.
+func TestKubernetesManifests(t *testing.T) {
+	m := loadManifests(t)
+	cases := []struct {
+		deployment, subcommand, account string
+		needs                           [][3]string // group, resource, verb
+	}{
+		{"tandem-frontend", "frontend", "tandem-frontend", [][3]string{
+			{"", "pods", "list"}, {"", "pods", "watch"}, {"discovery.k8s.io", "endpointslices", "list"}, {"discovery.k8s.io", "endpointslices", "watch"},
+		}},
+		{"tandem-worker", "worker", "tandem-worker", [][3]string{{"", "pods", "patch"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.deployment, func(t *testing.T) {
+			d := m.deployments[c.deployment]
+			if d == nil {
+				t.Fatalf("no Deployment %s", c.deployment)
+			}
+			tmpl := d.Spec.Template
+			sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+			if err != nil || !sel.Matches(labels.Set(tmpl.Labels)) {
+				t.Fatalf("selector %v does not match the template's labels %v (%v)", d.Spec.Selector, tmpl.Labels, err)
+			}
+			if tmpl.Spec.ServiceAccountName != c.account || !m.accounts[c.account] {
+				t.Fatalf("service account %q (declared: %v)", tmpl.Spec.ServiceAccountName, m.accounts[c.account])
+			}
+			for _, n := range c.needs {
+				if !m.allows(c.account, n[0], n[1], n[2]) {
+					t.Errorf("RBAC: %s may not %s %s (group %q)", c.account, n[2], n[1], n[0])
+				}
+			}
+			ctr := tmpl.Spec.Containers[0]
+			if ctr.Args[0] != c.subcommand {
+				t.Fatalf("runs %q, want %q", ctr.Args[0], c.subcommand)
+			}
+			cmd := parseArgs(t, ctr)
+			if flag(t, cmd, "discovery") != "kube" {
+				t.Fatal("not on the kube discovery backend")
+			}
+			if !fieldRefEnv(ctr, "POD_NAMESPACE", "metadata.namespace") {
+				t.Error("POD_NAMESPACE not from the downward API")
+			}
+			drain, err := time.ParseDuration(flag(t, cmd, "drain-timeout"))
+			if err != nil || tmpl.Spec.TerminationGracePeriodSeconds == nil ||
+				time.Duration(*tmpl.Spec.TerminationGracePeriodSeconds)*time.Second <= drain {
+				t.Errorf("terminationGracePeriodSeconds must outlast --drain-timeout %v", drain)
+			}
+			if ctr.ReadinessProbe == nil {
+				t.Error("no readiness probe")
+			}
+
+			// The worker pods must be what the frontend's kube backend
+			// selects, behind the Service whose slices it reads.
+			workers := m.deployments["tandem-worker"].Spec.Template
+			wsel, err := labels.Parse(flag(t, cmd, "kube-selector"))
+			if err != nil || !wsel.Matches(labels.Set(workers.Labels)) {
+				t.Errorf("--kube-selector %q does not select the worker pods %v", flag(t, cmd, "kube-selector"), workers.Labels)
+			}
+			if wsel.Matches(labels.Set(m.deployments["tandem-frontend"].Spec.Template.Labels)) {
+				t.Error("--kube-selector also selects the frontend pods")
+			}
+			svc := m.services[flag(t, cmd, "kube-service")]
+			if svc == nil {
+				t.Fatalf("--kube-service %q names no Service", flag(t, cmd, "kube-service"))
+			}
+			if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(workers.Labels)) || svc.Spec.ClusterIP != "None" {
+				t.Errorf("Service %s must be headless and select the worker pods", svc.Name)
+			}
+
+			if c.subcommand == "worker" {
+				if !fieldRefEnv(ctr, "POD_NAME", "metadata.name") || !fieldRefEnv(ctr, "POD_IP", "status.podIP") {
+					t.Error("POD_NAME (the worker id) and POD_IP (its advertised host) must come from the downward API")
+				}
+				if flag(t, cmd, "id") != "" {
+					t.Error("--id must be left to POD_NAME")
+				}
+				rp := portOf(flag(t, cmd, "rp-addr"))
+				found := false
+				for _, p := range ctr.Ports {
+					found = found || (p.Name == ctr.ReadinessProbe.TCPSocket.Port.StrVal && strconv.Itoa(int(p.ContainerPort)) == rp)
+				}
+				if !found {
+					t.Errorf("the readiness probe must check the request-plane port %s", rp)
+				}
+			} else {
+				front := m.services["tandem-frontend"]
+				if front == nil || !labels.SelectorFromSet(front.Spec.Selector).Matches(labels.Set(tmpl.Labels)) {
+					t.Error("no Service in front of the frontend")
+				}
+				if ctr.ReadinessProbe.HTTPGet == nil || ctr.ReadinessProbe.HTTPGet.Path != "/health" {
+					t.Error("the frontend's readiness must be /health (503 while draining or without workers)")
+				}
+			}
+		})
+	}
+}

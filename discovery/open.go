@@ -1,0 +1,59 @@
+package discovery
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Config selects and configures a backend; it is what the --discovery*
+// flags of `tandem frontend` and `tandem worker` fill.
+type Config struct {
+	// Backend is mem, file, etcd or kube (--discovery).
+	Backend string
+	// Dir is the file backend's directory (--discovery-dir).
+	Dir string
+	// EtcdEndpoints are etcd's client URLs (--etcd-endpoints).
+	EtcdEndpoints []string
+	// Prefix scopes the etcd keys (--discovery-prefix), so several
+	// deployments can share one etcd.
+	Prefix string
+	// TTL is the lease time-to-live (--lease-ttl).
+	TTL time.Duration
+	// PollInterval is the file backend's re-read period.
+	PollInterval time.Duration
+	// KubeNamespace, KubeSelector and KubeService configure the kube
+	// backend (--kube-namespace, --kube-selector, --kube-service).
+	KubeNamespace, KubeSelector, KubeService string
+}
+
+// DefaultConfig returns the flag defaults: the file backend in a directory
+// under the system's temporary directory, so that a frontend and workers
+// started on one host with no flags find each other.
+func DefaultConfig() Config {
+	return Config{Backend: "file", Dir: filepath.Join(os.TempDir(), "tandem-discovery"), Prefix: "/tandem/", TTL: DefaultTTL,
+		KubeSelector: "app.kubernetes.io/component=tandem-worker", KubeService: "tandem-workers"}
+}
+
+// Open returns the backend cfg names. mem is refused: it cannot reach
+// another process, so a frontend and workers using it would silently never
+// meet.
+func Open(cfg Config, c Common) (Registry, error) {
+	c.TTL = cfg.TTL
+	switch cfg.Backend {
+	case "file":
+		return NewFile(FileConfig{Common: c, Dir: cfg.Dir, PollInterval: cfg.PollInterval})
+	case "etcd":
+		return NewEtcd(EtcdConfig{Common: c, Endpoints: cfg.EtcdEndpoints, Prefix: cfg.Prefix})
+	case "kube":
+		clients, err := NewInClusterClients()
+		if err != nil {
+			return nil, err
+		}
+		return NewKube(KubeConfig{Common: c, Clients: clients, Namespace: cfg.KubeNamespace, Selector: cfg.KubeSelector, Service: cfg.KubeService})
+	case "mem":
+		return nil, fmt.Errorf("discovery: the mem backend only works inside one process; use file, etcd or kube between processes")
+	}
+	return nil, fmt.Errorf("discovery: unknown backend %q (want file, etcd or kube)", cfg.Backend)
+}

@@ -1,0 +1,45 @@
+package engine
+
+import "context"
+
+// KVPort is implemented by engines whose KV blocks can move to another
+// worker (disaggregated prefill). Blocks are addressed by their index in a
+// prompt: block i holds tokens [i*BlockSize, (i+1)*BlockSize). A block's
+// payload depends only on its tokens and every token before it, so the
+// tokens always travel with the blocks.
+type KVPort interface {
+	// KVLayout fingerprints everything that makes a block's bytes
+	// meaningful (model, dtype, shape, block size). Workers with different
+	// layouts must never exchange blocks.
+	KVLayout() string
+	// KVBlockBytes is the size of one block's payload.
+	KVBlockBytes() int
+	// CachedPrefix returns how many leading tokens of tokens (whole blocks)
+	// the prefix cache holds now.
+	CachedPrefix(ctx context.Context, tokens []Token) (int, error)
+	// ExportBlocks writes blocks [from, n) of tokens' cached prefix into
+	// buf, one block at a time, calling emit after each; n is the cached
+	// prefix in blocks, returned. buf has KVBlockBytes bytes and belongs to
+	// the caller (it is budgeted memory); emit may keep nothing of it.
+	ExportBlocks(ctx context.Context, tokens []Token, from int, buf []byte, emit func(i int) error) (int, error)
+	// ImportBlocks stores blocks [from, from+len(blocks)) of tokens in the
+	// prefix cache as evictable cached blocks. Blocks before from must be
+	// cached already (the importer's own prefix); otherwise it fails and
+	// nothing is kept. The caller may reuse blocks' memory on return.
+	ImportBlocks(ctx context.Context, tokens []Token, from int, blocks [][]byte) error
+}
+
+// PrefillEstimator is implemented by engines that can predict how long a
+// prefill takes, so a disaggregation decision does not need to learn it.
+type PrefillEstimator interface {
+	// EstimatePrefill is the time to compute n uncached prompt tokens on an
+	// otherwise idle worker.
+	EstimatePrefill(n int) float64 // seconds
+}
+
+// LoadReporter is implemented by engines that expose their scheduler load.
+type LoadReporter interface {
+	// RunningDecodes is the number of sequences being decoded now: the
+	// requests a local prefill would stall.
+	RunningDecodes() int
+}

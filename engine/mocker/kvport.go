@@ -1,0 +1,157 @@
+package mocker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvcache"
+)
+
+// The mocker has no tensors, yet disaggregation must move and check real
+// bytes: a block's payload is a deterministic function of its chained
+// content, so the importer can verify every byte it receives (order,
+// truncation, corruption) without having computed anything.
+
+// ErrKVCorrupt is returned by ImportBlocks for a block whose bytes are not
+// the ones the exporter generates for its tokens.
+var ErrKVCorrupt = errors.New("mocker: imported KV block does not match its tokens")
+
+// errPrefixMissing: the importer no longer caches the prefix the blocks
+// extend (evicted since the sender looked).
+var errPrefixMissing = errors.New("mocker: import needs a prefix the cache does not hold")
+
+const kvGolden = 0x9e3779b97f4a7c15
+
+// KVLayout implements engine.KVPort.
+func (e *Engine) KVLayout() string {
+	return fmt.Sprintf("mocker/v1/block=%d/bytes_per_token=%d", e.cfg.BlockSize, e.cfg.KVBytesPerToken)
+}
+
+// KVBlockBytes implements engine.KVPort.
+func (e *Engine) KVBlockBytes() int { return e.cfg.BlockSize * e.cfg.KVBytesPerToken }
+
+// EstimatePrefill implements engine.PrefillEstimator from the timing model.
+func (e *Engine) EstimatePrefill(n int) float64 {
+	return e.cfg.stepDuration(e.cfg.Timing.PrefillMs(n)).Seconds()
+}
+
+// RunningDecodes implements engine.LoadReporter.
+func (e *Engine) RunningDecodes() int { return int(e.loadRunning.Load()) }
+
+// CachedPrefix implements engine.KVPort.
+func (e *Engine) CachedPrefix(ctx context.Context, tokens []engine.Token) (int, error) {
+	var n int
+	err := e.do(ctx, func() { n = e.cache.Match(tokens) })
+	return n, err
+}
+
+// blockSeeds returns the chained content hash of every full block of
+// tokens up to block end (exclusive).
+func blockSeeds(tokens []engine.Token, bs, end int) []uint64 {
+	out := make([]uint64, end)
+	var h uint64 = kvGolden
+	raw := make([]byte, 4*bs)
+	for i := range end {
+		for j, t := range tokens[i*bs : (i+1)*bs] {
+			binary.LittleEndian.PutUint32(raw[4*j:], uint32(t))
+		}
+		h = xxh3.HashSeed(raw, h)
+		out[i] = h
+	}
+	return out
+}
+
+func fillBlock(buf []byte, seed uint64) {
+	n := len(buf) &^ 7
+	for j := 0; j < n; j += 8 {
+		binary.LittleEndian.PutUint64(buf[j:], seed^uint64(j)*kvGolden)
+	}
+	for j := n; j < len(buf); j++ {
+		buf[j] = byte(seed >> (8 * (j & 7)))
+	}
+}
+
+func checkBlock(buf []byte, seed uint64) bool {
+	n := len(buf) &^ 7
+	for j := 0; j < n; j += 8 {
+		if binary.LittleEndian.Uint64(buf[j:]) != seed^uint64(j)*kvGolden {
+			return false
+		}
+	}
+	for j := n; j < len(buf); j++ {
+		if buf[j] != byte(seed>>(8*(j&7))) {
+			return false
+		}
+	}
+	return true
+}
+
+// ExportBlocks implements engine.KVPort. The blocks stay referenced while
+// they are exported, so they cannot be evicted half-way.
+func (e *Engine) ExportBlocks(ctx context.Context, tokens []engine.Token, from int, buf []byte, emit func(i int) error) (int, error) {
+	bs := e.cfg.BlockSize
+	if len(buf) != e.KVBlockBytes() {
+		return 0, fmt.Errorf("mocker: export buffer of %d bytes, blocks have %d", len(buf), e.KVBlockBytes())
+	}
+	var s kvcache.Seq
+	var n int
+	if err := e.do(ctx, func() { n = e.cache.Acquire(&s, tokens) / bs }); err != nil {
+		return 0, err
+	}
+	defer func() { _ = e.do(context.WithoutCancel(ctx), func() { e.cache.Free(&s) }) }()
+	seeds := blockSeeds(tokens, bs, n)
+	for i := from; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		fillBlock(buf, seeds[i])
+		if err := emit(i); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// ImportBlocks implements engine.KVPort: every byte is verified, then the
+// blocks join the prefix cache (and are published as BlockStored, so a KV
+// router sees them).
+func (e *Engine) ImportBlocks(ctx context.Context, tokens []engine.Token, from int, blocks [][]byte) error {
+	bs, bb := e.cfg.BlockSize, e.KVBlockBytes()
+	end := from + len(blocks)
+	if from < 0 || end*bs > len(tokens) {
+		return fmt.Errorf("mocker: import of blocks [%d,%d) beyond %d tokens", from, end, len(tokens))
+	}
+	seeds := blockSeeds(tokens, bs, end)
+	for k, b := range blocks {
+		if len(b) != bb || !checkBlock(b, seeds[from+k]) {
+			return fmt.Errorf("%w: block %d", ErrKVCorrupt, from+k)
+		}
+	}
+	var err error
+	if derr := e.do(ctx, func() { err = e.importLocked(tokens[:end*bs], from) }); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// importLocked runs on the scheduler goroutine.
+func (e *Engine) importLocked(tokens []engine.Token, from int) error {
+	bs := e.cfg.BlockSize
+	if e.cache.Match(tokens[:from*bs]) < from*bs {
+		return errPrefixMissing
+	}
+	var s kvcache.Seq
+	_, err := e.cache.Import(&s, tokens)
+	e.cache.Free(&s)
+	e.flushEvents()
+	e.publishLoad()
+	if err != nil {
+		return fmt.Errorf("mocker: import: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package kvtransfer
+
+const raceEnabled = true

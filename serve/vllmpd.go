@@ -1,0 +1,72 @@
+package serve
+
+import (
+	"fmt"
+
+	"github.com/tandemllm/tandem/disagg/vllmpd"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvtransfer"
+)
+
+// VLLMPDConfig makes every worker answer vLLM's P/D protocol
+// (kv_transfer_params, disagg/vllmpd): the vLLM-compatible worker mode
+// can then stand in for a vLLM NixlConnector server on either leg.
+type VLLMPDConfig struct {
+	Enabled bool
+	// ListenHost is where the transfer node and side channel listen
+	// (default 127.0.0.1); AdvertiseHost is what remote_host says.
+	ListenHost    string
+	AdvertiseHost string
+	// TransferBudget is the staging budget in bytes (default: kvtransfer's).
+	TransferBudget int64
+}
+
+type vllmpdState struct {
+	metrics *kvtransfer.Metrics
+	nodes   []*kvtransfer.Node
+	workers []*vllmpd.Worker
+}
+
+// wrapVLLMPD gives worker id a listening transfer node and a side channel,
+// and returns the Generator that plays vLLM's P/D roles for it.
+func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) (engine.Generator, error) {
+	c := s.cfg.VLLMPD
+	if c.ListenHost == "" {
+		c.ListenHost = "127.0.0.1"
+	}
+	if s.pd == nil {
+		s.pd = &vllmpdState{metrics: kvtransfer.NewMetrics(s.Registry)}
+	}
+	port, ok := eng.(engine.KVPort)
+	if !ok {
+		return nil, fmt.Errorf("serve: %s: the %s engine cannot transfer KV", id, eng.Info().Kind)
+	}
+	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: port, Budget: kvtransfer.NewBudget(c.TransferBudget),
+		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %s: %w", id, err)
+	}
+	s.pd.nodes = append(s.pd.nodes, n)
+	if err := n.Listen(c.ListenHost + ":0"); err != nil {
+		return nil, fmt.Errorf("serve: %s: %w", id, err)
+	}
+	w, err := vllmpd.NewWorker(vllmpd.WorkerConfig{ID: id, Engine: eng, Gen: gen, Node: n,
+		SideChannel: c.ListenHost + ":0", AdvertiseHost: c.AdvertiseHost, Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %s: %w", id, err)
+	}
+	s.pd.workers = append(s.pd.workers, w)
+	return w, nil
+}
+
+func (s *System) stopVLLMPD() {
+	if s.pd == nil {
+		return
+	}
+	for _, w := range s.pd.workers {
+		_ = w.Close()
+	}
+	for _, n := range s.pd.nodes {
+		_ = n.Close()
+	}
+}

@@ -1,0 +1,155 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+func TestAdvertise(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"127.0.0.1:4000", "127.0.0.1:4000"},
+		{"0.0.0.0:4000", "node-a:4000"},
+		{"[::]:4000", "node-a:4000"},
+		{":4000", "node-a:4000"},
+		{"10.1.2.3:4000", "10.1.2.3:4000"},
+	}
+	for _, c := range cases {
+		if got := advertise(c.in, "node-a"); got != c.want {
+			t.Errorf("advertise(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	urls := []struct{ in, want string }{
+		{"", ""},
+		{"tcp://*:5557", "tcp://node-a:5557"},
+		{"tcp://[::]:5557", "tcp://node-a:5557"},
+		{"tcp://127.0.0.1:5557", "tcp://127.0.0.1:5557"},
+	}
+	for _, c := range urls {
+		if got := advertiseURL(c.in, "node-a"); got != c.want {
+			t.Errorf("advertiseURL(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func newMocker(t *testing.T, model *tokenizer.Model, events bool) engine.Engine {
+	t.Helper()
+	cfg := mocker.DefaultConfig()
+	cfg.Model = model.Name
+	cfg.EOS = model.Tokenizer.EOS()
+	cfg.Vocabulary = model.Tokenizer.Encode(mocker.DefaultText)
+	cfg.Speedup = 10
+	cfg.KVEvents.Enabled = events
+	cfg.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+	e, err := mocker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestRecordDescribesEngine: the record carries what a frontend routes
+// and pairs on.
+func TestRecordDescribesEngine(t *testing.T) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, events := range []bool{true, false} {
+		e := newMocker(t, model, events)
+		defer e.Close()
+		cfg := DefaultConfig()
+		cfg.ID, cfg.Version = "w1", "v-test"
+		rec := Record(cfg, e, model)
+		info := e.Info()
+		if rec.Model != model.Name || rec.Engine != "mocker" || rec.Version != "v-test" ||
+			rec.CapacityBlocks != info.KVCapacityTokens/info.BlockSize || rec.KVLayout.BlockSize != info.BlockSize ||
+			rec.KVLayout.TokenizerHash != model.Tokenizer.Fingerprint() {
+			t.Fatalf("record %+v does not describe the engine %+v", rec, info)
+		}
+		if (rec.KVEvents.Endpoint != "") != events || (events && rec.KVEvents.Format != "map") {
+			t.Fatalf("events %v: kv_events %+v", events, rec.KVEvents)
+		}
+	}
+}
+
+// TestShutdownDeregistersFirst: on shutdown the record goes before the
+// request plane stops, and a stream in flight still finishes.
+func TestShutdownDeregistersFirst(t *testing.T) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := discovery.NewMem()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DeregisterDelay = "w1", 50*time.Millisecond
+	log := slog.New(slog.DiscardHandler)
+	w, err := Start(context.Background(), cfg, newMocker(t, model, true), model, Options{Registry: reg, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := reg.Records()["w1"]; !ok {
+		t.Fatal("not registered")
+	}
+	c, err := requestplane.Dial(w.Record().RequestPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Generate(context.Background(), &engine.Request{Prompt: model.Tokenizer.Encode("hello there"), MaxTokens: 60, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go func() {
+		_ = reg.Watch(watchCtx, func(e discovery.Event) {
+			if e.Type == discovery.EventDelete {
+				note("deregistered")
+			}
+		})
+	}()
+	time.Sleep(20 * time.Millisecond)
+	shut := make(chan error, 1)
+	go func() { shut <- w.Shutdown(context.Background()) }()
+	tokens := 0
+	for {
+		d, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("in-flight stream cut after %d tokens: %v", tokens, err)
+		}
+		tokens += len(d.Tokens)
+	}
+	note("stream finished")
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if tokens != 60 {
+		t.Fatalf("%d tokens, want 60", tokens)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != "deregistered" {
+		t.Fatalf("order %v: want deregistration before the stream ends", order)
+	}
+	// The frontend retries exactly this error elsewhere.
+	if _, err := c.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1, 2}, MaxTokens: 1}); !errors.Is(err, requestplane.ErrUnavailable) {
+		t.Fatalf("a stopped worker answered %v, want ErrUnavailable", err)
+	}
+}
