@@ -66,6 +66,10 @@ type KVLayout struct {
 	// native engine's weight fingerprint); KV from other weights is garbage
 	// even when every shape matches.
 	Weights string `json:"weights,omitempty"`
+	// EngineLayout is the engine's own layout string (engine.KVPort's
+	// KVLayout), the one its KV transfers are checked against, so a
+	// record never pairs what the transfer plane would refuse.
+	EngineLayout string `json:"engine_layout,omitempty"`
 }
 
 // Fingerprint is a short stable digest of every field, for logs and for a
@@ -74,8 +78,8 @@ func (l KVLayout) Fingerprint() string {
 	h := sha256.New()
 	// A fixed, versioned text form: JSON field order or omitempty changes
 	// must never change a fingerprint.
-	fmt.Fprintf(h, "kvlayout/1|%s|%s|%d|%d|%d|%d|%s|%s",
-		l.Model, l.DType, l.BlockSize, l.Layers, l.KVHeads, l.HeadSize, l.TokenizerHash, l.Weights)
+	fmt.Fprintf(h, "kvlayout/1|%s|%s|%d|%d|%d|%d|%s|%s|%s",
+		l.Model, l.DType, l.BlockSize, l.Layers, l.KVHeads, l.HeadSize, l.TokenizerHash, l.Weights, l.EngineLayout)
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -97,6 +101,7 @@ func (l KVLayout) Diff(o KVLayout) []string {
 	add("head_size", l.HeadSize, o.HeadSize)
 	add("tokenizer_hash", l.TokenizerHash, o.TokenizerHash)
 	add("weights", l.Weights, o.Weights)
+	add("engine_layout", l.EngineLayout, o.EngineLayout)
 	return out
 }
 

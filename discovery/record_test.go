@@ -62,7 +62,7 @@ func TestKVLayoutFingerprint(t *testing.T) {
 	base := KVLayout{Model: "qwen3", DType: "bf16", BlockSize: 16, Layers: 28, KVHeads: 8, HeadSize: 128, TokenizerHash: "abc"}
 	// The text form is versioned: this value may only change together with
 	// the "kvlayout/1" prefix, or mixed-version fleets would refuse to pair.
-	if got, want := base.Fingerprint(), "1179df34d16beaded6baaf32"; got != want {
+	if got, want := base.Fingerprint(), "dad311c6ab143f5afaf9fc8b"; got != want {
 		t.Fatalf("fingerprint %q, want %q", got, want)
 	}
 	cases := []struct {
@@ -74,6 +74,7 @@ func TestKVLayoutFingerprint(t *testing.T) {
 		{"block size", func(l *KVLayout) { l.BlockSize = 32 }, []string{"block_size: 16 != 32"}},
 		{"dtype and heads", func(l *KVLayout) { l.DType, l.KVHeads = "fp8", 4 }, []string{"dtype: bf16 != fp8", "kv_heads: 8 != 4"}},
 		{"tokenizer", func(l *KVLayout) { l.TokenizerHash = "def" }, []string{"tokenizer_hash: abc != def"}},
+		{"engine layout", func(l *KVLayout) { l.EngineLayout = "mocker/v1/block=16/bytes_per_token=1" }, []string{"engine_layout:  != mocker/v1/block=16/bytes_per_token=1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -34,9 +34,11 @@ func (r *recorder) Routed(req *router.Request, d router.Decision) {
 	r.mu.Unlock()
 	r.note("routed " + req.ID + " " + d.WorkerID)
 }
-func (r *recorder) FirstToken(req *router.Request, w string, _ int) { r.note("first " + req.ID + " " + w) }
-func (r *recorder) Finished(req *router.Request, w string)         { r.note("finished " + req.ID + " " + w) }
-func (r *recorder) WorkerRemoved(w string)                         { r.note("removed " + w) }
+func (r *recorder) FirstToken(req *router.Request, w string, _ int) {
+	r.note("first " + req.ID + " " + w)
+}
+func (r *recorder) Finished(req *router.Request, w string) { r.note("finished " + req.ID + " " + w) }
+func (r *recorder) WorkerRemoved(w string)                 { r.note("removed " + w) }
 
 func (r *recorder) snapshot() []string {
 	r.mu.Lock()

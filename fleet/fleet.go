@@ -269,6 +269,10 @@ func (f *Frontend) apply(e discovery.Event) {
 func (f *Frontend) admit(rec discovery.Record) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.admitLocked(rec)
+}
+
+func (f *Frontend) admitLocked(rec discovery.Record) {
 	if old, ok := f.members[rec.ID]; ok && old.rec == rec {
 		return
 	}
@@ -290,8 +294,9 @@ func (f *Frontend) admit(rec discovery.Record) {
 		old.conn.retire()
 	}
 	if rec.Role == discovery.RolePrefill {
-		// Nothing sends prefill-only requests yet; the worker is kept for
-		// the layout check of the decode workers that will pair with it.
+		// The disagg orchestrator drives in-process engines only; across
+		// processes a prefill worker is kept for the layout check of the
+		// decode workers that would pair with it, and not routed to.
 		if m.conn != nil {
 			m.conn.retire()
 			m.conn = nil
@@ -412,7 +417,19 @@ func (f *Frontend) remove(id, why string) {
 	defer f.mu.Unlock()
 	delete(f.refused, id)
 	f.clearRefusalsLocked(id)
+	if _, ok := f.members[id]; !ok {
+		return
+	}
 	f.removeLocked(id, why)
+	// A worker refused for its layout may pair with the ones left.
+	ids := make([]string, 0, len(f.refused))
+	for rid := range f.refused {
+		ids = append(ids, rid)
+	}
+	slices.Sort(ids)
+	for _, rid := range ids {
+		f.admitLocked(f.refused[rid])
+	}
 }
 
 func (f *Frontend) removeLocked(id, why string) {

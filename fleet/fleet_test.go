@@ -202,6 +202,15 @@ func TestWorkerAdmission(t *testing.T) {
 					}
 				}
 			}
+			if c.diag == DiagKVLayoutMismatch {
+				// When the counterpart leaves, the refused worker pairs
+				// with nobody and is admitted.
+				h.fe.remove(c.first[0].ID, "test")
+				if got := h.fe.Members(); !slices.Equal(got, []string{c.rec.ID}) || h.fe.Board.IsActive(c.diag, c.rec.ID) {
+					t.Fatalf("after its counterpart left: members %v, diagnostics %v", got, h.fe.Board.Active())
+				}
+				h.fe.admit(c.first[0])
+			}
 			if c.diag != "" {
 				fixed := rec(c.rec.ID, c.rec.Role, nil)
 				h.fe.admit(fixed)

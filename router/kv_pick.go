@@ -300,15 +300,24 @@ func (k *KV) choose(sc *pickScratch) int {
 	return ties[k.rng.IntN(len(ties))]
 }
 
-// keepMin filters idx to the entries minimizing f.
+// keepMin filters idx to the entries minimizing f. f is read once per entry:
+// footprints move under concurrent KV events, and reading one twice could
+// leave no entry equal to the minimum seen first (an empty tie set).
 func keepMin(idx []int, f func(int) float64) []int {
+	var small [32]float64
+	vals := small[:0]
+	if len(idx) > len(small) {
+		vals = make([]float64, 0, len(idx))
+	}
 	best := math.Inf(1)
 	for _, i := range idx {
-		best = min(best, f(i))
+		v := f(i)
+		vals = append(vals, v)
+		best = min(best, v)
 	}
 	out := idx[:0]
-	for _, i := range idx {
-		if f(i) == best {
+	for j, i := range idx {
+		if vals[j] == best {
 			out = append(out, i)
 		}
 	}

@@ -480,3 +480,21 @@ func TestKVConfigValidation(t *testing.T) {
 		t.Fatal("bad on-missing accepted")
 	}
 }
+
+// TestKeepMinReadsOnce: a value that changes between reads (a footprint
+// moved by a concurrent event) must not empty the tie set.
+func TestKeepMinReadsOnce(t *testing.T) {
+	calls := map[int]int{}
+	got := keepMin([]int{0, 1, 2}, func(i int) float64 {
+		calls[i]++
+		return float64(10*calls[i] - i) // grows on every read
+	})
+	if len(got) != 1 || got[0] != 2 {
+		t.Fatalf("keepMin = %v, want [2]", got)
+	}
+	for i, n := range calls {
+		if n != 1 {
+			t.Fatalf("entry %d read %d times", i, n)
+		}
+	}
+}

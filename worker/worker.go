@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -286,6 +287,9 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 	info := eng.Info()
 	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, DType: "simulated", TokenizerHash: model.Tokenizer.Fingerprint()}
+	if p, ok := eng.(engine.KVPort); ok {
+		l.EngineLayout = p.KVLayout()
+	}
 	if n, ok := eng.(*native.Engine); ok {
 		c := n.Model().Config
 		fp := native.Fingerprint(n.Model())
@@ -309,6 +313,18 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The worker's own degraded states (discovery or NATS unreachable, a
+	// relay losing batches), for an operator or a probe.
+	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) {
+		ds := w.board.Active()
+		status := "ok"
+		if len(ds) > 0 {
+			status = "degraded"
+		}
+		b, _ := json.Marshal(map[string]any{"status": status, "worker": w.cfg.ID, "diagnostics": ds})
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = rw.Write(b)
+	})
 	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = w.metrics.Serve(lis) }()
 	return lis.Addr().String(), nil

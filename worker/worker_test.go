@@ -74,7 +74,7 @@ func TestRecordDescribesEngine(t *testing.T) {
 		info := e.Info()
 		if rec.Model != model.Name || rec.Engine != "mocker" || rec.Version != "v-test" ||
 			rec.CapacityBlocks != info.KVCapacityTokens/info.BlockSize || rec.KVLayout.BlockSize != info.BlockSize ||
-			rec.KVLayout.TokenizerHash != model.Tokenizer.Fingerprint() {
+			rec.KVLayout.TokenizerHash != model.Tokenizer.Fingerprint() || rec.KVLayout.EngineLayout != e.(engine.KVPort).KVLayout() {
 			t.Fatalf("record %+v does not describe the engine %+v", rec, info)
 		}
 		if (rec.KVEvents.Endpoint != "") != events || (events && rec.KVEvents.Format != "map") {

@@ -53,8 +53,16 @@ func startProc(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
 		_ = cmd.Process.Kill()
 		<-p.wait
 		logf.Close()
+		if b, _ := os.ReadFile(logPath); bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+			// A subprocess's race report goes to its stderr, not to the test.
+			i := bytes.Index(b, []byte("WARNING: DATA RACE"))
+			t.Errorf("%s: data race:\n%s", name, b[i:min(len(b), i+4000)])
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
+			if i := bytes.Index(b, []byte("panic")); i >= 0 {
+				t.Logf("--- %s panicked ---\n%s", name, b[i:min(len(b), i+3000)])
+			}
 			t.Logf("--- %s stderr ---\n%s", name, tailBytes(b, 4000))
 		}
 	})

@@ -33,9 +33,9 @@ func divF32(x []float32, d float32) { divPortable(x, d) }
 func softmax(x []float32) { softmaxPortable(x) }
 
 func dotStridedN(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {
-	dotStridedNLoop(out, ostride, q, qstride, hd, nq, m, stride, n)
+	dotStridedNPortable(out, ostride, q, qstride, hd, nq, m, stride, n)
 }
 
 func axpyStridedN(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
-	axpyStridedNLoop(a, astride, n, m, stride, y, ystride, hd, nq)
+	axpyStridedNPortable(a, astride, n, m, stride, y, ystride, hd, nq)
 }

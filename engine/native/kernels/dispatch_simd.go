@@ -156,12 +156,20 @@ func dotStridedN(out []float32, ostride int, q []float32, qstride, hd, nq int, m
 		dotStridedNAVX512(out, ostride, q, qstride, hd, nq, m, stride, n)
 		return
 	}
+	if level == levelPortable {
+		dotStridedNPortable(out, ostride, q, qstride, hd, nq, m, stride, n)
+		return
+	}
 	dotStridedNLoop(out, ostride, q, qstride, hd, nq, m, stride, n)
 }
 
 func axpyStridedN(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
 	if level == levelAVX512 {
 		axpyStridedNAVX512(a, astride, n, m, stride, y, ystride, hd, nq)
+		return
+	}
+	if level == levelPortable {
+		axpyStridedNPortable(a, astride, n, m, stride, y, ystride, hd, nq)
 		return
 	}
 	axpyStridedNLoop(a, astride, n, m, stride, y, ystride, hd, nq)

@@ -208,6 +208,95 @@ func axpyStridedNLoop(a []float32, astride, n int, m []float32, stride int, y []
 	}
 }
 
+// dotStridedNPortable is dotStridedPortable for two queries per key row
+// loaded (eight partial sums in flight instead of four); each score keeps
+// dotF32Portable's order.
+func dotStridedNPortable(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {
+	j := 0
+	for ; j+2 <= nq; j += 2 {
+		q0, q1 := q[j*qstride:j*qstride+hd], q[(j+1)*qstride:(j+1)*qstride+hd]
+		o0, o1 := out[j*ostride:j*ostride+n], out[(j+1)*ostride:(j+1)*ostride+n]
+		for i := range n {
+			o0[i], o1[i] = dot2Portable(q0, q1, m[i*stride:i*stride+hd])
+		}
+	}
+	if j < nq {
+		dotStridedPortable(out[j*ostride:j*ostride+n], q[j*qstride:j*qstride+hd], m, stride)
+	}
+}
+
+// dot2Portable is dotF32Portable(a, k) and dotF32Portable(b, k).
+func dot2Portable(a, b, k []float32) (float32, float32) {
+	n := len(k)
+	a, b = a[:n], b[:n]
+	var s0, s1, s2, s3, t0, t1, t2, t3 float32
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		kk, aa, bb := k[i:i+4:i+4], a[i:i+4:i+4], b[i:i+4:i+4]
+		s0 += aa[0] * kk[0]
+		t0 += bb[0] * kk[0]
+		s1 += aa[1] * kk[1]
+		t1 += bb[1] * kk[1]
+		s2 += aa[2] * kk[2]
+		t2 += bb[2] * kk[2]
+		s3 += aa[3] * kk[3]
+		t3 += bb[3] * kk[3]
+	}
+	s, t := (s0+s1)+(s2+s3), (t0+t1)+(t2+t3)
+	for ; i < n; i++ {
+		s += a[i] * k[i]
+		t += b[i] * k[i]
+	}
+	return s, t
+}
+
+// axpyStridedNPortable is axpyStridedPortable for two weight rows per pass
+// over the value rows, four values of each output held in locals; every
+// value still gets its row terms one by one in row order.
+func axpyStridedNPortable(a []float32, astride, n int, m []float32, stride int, y []float32, ystride, hd, nq int) {
+	j := 0
+	for ; j+2 <= nq; j += 2 {
+		a0, a1 := a[j*astride:j*astride+n], a[(j+1)*astride:(j+1)*astride+n]
+		y0, y1 := y[j*ystride:j*ystride+hd], y[(j+1)*ystride:(j+1)*ystride+hd]
+		e := 0
+		for ; e+4 <= hd; e += 4 {
+			axpy2x4Portable(a0, a1, m[e:], stride, y0[e:e+4:e+4], y1[e:e+4:e+4])
+		}
+		for ; e < hd; e++ {
+			u, w := y0[e], y1[e]
+			for i := range n {
+				v := m[i*stride+e]
+				u += a0[i] * v
+				w += a1[i] * v
+			}
+			y0[e], y1[e] = u, w
+		}
+	}
+	if j < nq {
+		axpyStridedPortable(a[j*astride:j*astride+n], m, stride, y[j*ystride:j*ystride+hd])
+	}
+}
+
+func axpy2x4Portable(a0, a1, m []float32, stride int, y0, y1 []float32) {
+	a1 = a1[:len(a0)]
+	u0, u1, u2, u3 := y0[0], y0[1], y0[2], y0[3]
+	w0, w1, w2, w3 := y1[0], y1[1], y1[2], y1[3]
+	for i, x := range a0 {
+		z := a1[i]
+		r := m[i*stride : i*stride+4 : i*stride+4]
+		u0 += x * r[0]
+		w0 += z * r[0]
+		u1 += x * r[1]
+		w1 += z * r[1]
+		u2 += x * r[2]
+		w2 += z * r[2]
+		u3 += x * r[3]
+		w3 += z * r[3]
+	}
+	y0[0], y0[1], y0[2], y0[3] = u0, u1, u2, u3
+	y1[0], y1[1], y1[2], y1[3] = w0, w1, w2, w3
+}
+
 func dotStridedPortable(out, q, m []float32, stride int) {
 	for i := range out {
 		out[i] = dotF32Portable(q, m[i*stride:i*stride+len(q)])

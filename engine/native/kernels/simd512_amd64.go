@@ -650,11 +650,6 @@ func axpyStridedNAVX512(a []float32, astride, n int, m []float32, stride int, y 
 	for ; j+4 <= nq; j += 4 {
 		aj, yj := unsafe.Add(pa, j*as), unsafe.Add(py, j*ys)
 		c := 0
-		if n16%32 != 0 {
-			for ; c+48 <= n16; c += 48 {
-				axpy4q48(aj, as, unsafe.Add(pm, c*4), rs, unsafe.Add(yj, c*4), ys, n)
-			}
-		}
 		for ; c+32 <= n16; c += 32 {
 			axpy4q32(aj, as, unsafe.Add(pm, c*4), rs, unsafe.Add(yj, c*4), ys, n)
 		}
@@ -681,37 +676,41 @@ func axpyStridedNAVX512(a []float32, astride, n int, m []float32, stride int, y 
 
 // axpy4q32 is 32 values of axpyStridedAVX512 for four queries: weights at
 // pa + j*as, outputs at py + j*ys, rows rs bytes apart, for rows i < n.
+// Few pointers stay live across the row loop (pa, pa + 2*as, as, pm, rs),
+// so the loop's integer state fits in registers.
 func axpy4q32(pa unsafe.Pointer, as int, pm unsafe.Pointer, rs int, py unsafe.Pointer, ys, n int) {
-	pa1, pa2, pa3 := unsafe.Add(pa, as), unsafe.Add(pa, 2*as), unsafe.Add(pa, 3*as)
-	py1, py2, py3 := unsafe.Add(py, ys), unsafe.Add(py, 2*ys), unsafe.Add(py, 3*ys)
 	y00, y01 := l16(py, 0), l16(py, 16)
-	y10, y11 := l16(py1, 0), l16(py1, 16)
-	y20, y21 := l16(py2, 0), l16(py2, 16)
-	y30, y31 := l16(py3, 0), l16(py3, 16)
+	y10, y11 := l16(unsafe.Add(py, ys), 0), l16(unsafe.Add(py, ys), 16)
+	y20, y21 := l16(unsafe.Add(py, 2*ys), 0), l16(unsafe.Add(py, 2*ys), 16)
+	y30, y31 := l16(unsafe.Add(py, 3*ys), 0), l16(unsafe.Add(py, 3*ys), 16)
+	pc := unsafe.Add(pa, 2*as)
 	for i := range n {
 		row := unsafe.Add(pm, i*rs)
 		r0, r1 := l16(row, 0), l16(row, 16)
 		av := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, i*4)))
 		y00 = r0.MulAdd(av, y00)
 		y01 = r1.MulAdd(av, y01)
-		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa1, i*4)))
+		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, as+i*4)))
 		y10 = r0.MulAdd(av, y10)
 		y11 = r1.MulAdd(av, y11)
-		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa2, i*4)))
+		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pc, i*4)))
 		y20 = r0.MulAdd(av, y20)
 		y21 = r1.MulAdd(av, y21)
-		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa3, i*4)))
+		av = archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pc, as+i*4)))
 		y30 = r0.MulAdd(av, y30)
 		y31 = r1.MulAdd(av, y31)
 	}
 	y00.Store((*[16]float32)(py))
 	y01.Store((*[16]float32)(unsafe.Add(py, 64)))
-	y10.Store((*[16]float32)(py1))
-	y11.Store((*[16]float32)(unsafe.Add(py1, 64)))
-	y20.Store((*[16]float32)(py2))
-	y21.Store((*[16]float32)(unsafe.Add(py2, 64)))
-	y30.Store((*[16]float32)(py3))
-	y31.Store((*[16]float32)(unsafe.Add(py3, 64)))
+	py = unsafe.Add(py, ys)
+	y10.Store((*[16]float32)(py))
+	y11.Store((*[16]float32)(unsafe.Add(py, 64)))
+	py = unsafe.Add(py, ys)
+	y20.Store((*[16]float32)(py))
+	y21.Store((*[16]float32)(unsafe.Add(py, 64)))
+	py = unsafe.Add(py, ys)
+	y30.Store((*[16]float32)(py))
+	y31.Store((*[16]float32)(unsafe.Add(py, 64)))
 }
 
 // axpy4q16 is axpy4q32 for 16 values.
@@ -730,49 +729,4 @@ func axpy4q16(pa unsafe.Pointer, as int, pm unsafe.Pointer, rs int, py unsafe.Po
 	y1.Store((*[16]float32)(py1))
 	y2.Store((*[16]float32)(py2))
 	y3.Store((*[16]float32)(py3))
-}
-
-// axpy4q48 is axpy4q32 for 48 values (12 accumulators: enough independent
-// FMA chains to keep both units busy for 48-wide heads).
-func axpy4q48(pa unsafe.Pointer, as int, pm unsafe.Pointer, rs int, py unsafe.Pointer, ys, n int) {
-	pa1, pa2, pa3 := unsafe.Add(pa, as), unsafe.Add(pa, 2*as), unsafe.Add(pa, 3*as)
-	py1, py2, py3 := unsafe.Add(py, ys), unsafe.Add(py, 2*ys), unsafe.Add(py, 3*ys)
-	y00, y01, y02 := l16(py, 0), l16(py, 16), l16(py, 32)
-	y10, y11, y12 := l16(py1, 0), l16(py1, 16), l16(py1, 32)
-	y20, y21, y22 := l16(py2, 0), l16(py2, 16), l16(py2, 32)
-	y30, y31, y32 := l16(py3, 0), l16(py3, 16), l16(py3, 32)
-	for i := range n {
-		row := unsafe.Add(pm, i*rs)
-		r := l16(row, 0)
-		av := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, i*4)))
-		y00 = r.MulAdd(av, y00)
-		bv := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa1, i*4)))
-		y10 = r.MulAdd(bv, y10)
-		cv := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa2, i*4)))
-		y20 = r.MulAdd(cv, y20)
-		dv := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa3, i*4)))
-		y30 = r.MulAdd(dv, y30)
-		r = l16(row, 16)
-		y01 = r.MulAdd(av, y01)
-		y11 = r.MulAdd(bv, y11)
-		y21 = r.MulAdd(cv, y21)
-		y31 = r.MulAdd(dv, y31)
-		r = l16(row, 32)
-		y02 = r.MulAdd(av, y02)
-		y12 = r.MulAdd(bv, y12)
-		y22 = r.MulAdd(cv, y22)
-		y32 = r.MulAdd(dv, y32)
-	}
-	y00.Store((*[16]float32)(py))
-	y01.Store((*[16]float32)(unsafe.Add(py, 64)))
-	y02.Store((*[16]float32)(unsafe.Add(py, 128)))
-	y10.Store((*[16]float32)(py1))
-	y11.Store((*[16]float32)(unsafe.Add(py1, 64)))
-	y12.Store((*[16]float32)(unsafe.Add(py1, 128)))
-	y20.Store((*[16]float32)(py2))
-	y21.Store((*[16]float32)(unsafe.Add(py2, 64)))
-	y22.Store((*[16]float32)(unsafe.Add(py2, 128)))
-	y30.Store((*[16]float32)(py3))
-	y31.Store((*[16]float32)(unsafe.Add(py3, 64)))
-	y32.Store((*[16]float32)(unsafe.Add(py3, 128)))
 }
