@@ -45,12 +45,12 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.Uint64Var(&m.Seed, "seed", 0, "mocker: seed of the generated text")
 	f.IntVar(&m.MaxNaturalTokens, "max-natural-tokens", 0, "mocker: end sequences with EOS after a seeded length up to this (0: run to max_tokens)")
 	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
-	f.StringVar(&e.kvEvents, "kv-events", "on", "mocker: publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
-	f.StringVar(&e.kvFormat, "kv-events-format", "map", "mocker: event encoding: map (current vLLM) or array (legacy positional)")
-	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "mocker: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
-	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "mocker: ZMQ ROUTER replay bind address; worker i binds port+i (empty: no replay)")
-	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "mocker: ZMQ topic")
-	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "mocker: the first N workers publish no KV events (to test the router's detection)")
+	f.StringVar(&e.kvEvents, "kv-events", "on", "publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
+	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
+	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
+	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (empty: no replay)")
+	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
+	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "KV events: the first N workers publish no KV events (to test the router's detection)")
 }
 
 // build loads the model's tokenizer and returns a factory for worker i.
@@ -76,8 +76,16 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		if e.modelDir == "" {
 			return nil, nil, fmt.Errorf("--engine native needs --model DIR (e.g. ../shared/models/stories260K)")
 		}
-		return model, func(int) (engine.Engine, error) {
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads})
+		mcfg, err := e.mockerConfig(model, log) // the KV event flags are shared
+		if err != nil {
+			return nil, nil, err
+		}
+		return model, func(i int) (engine.Engine, error) {
+			ev, err := e.eventsFor(mcfg.KVEvents, i)
+			if err != nil {
+				return nil, err
+			}
+			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVEvents: ev})
 			return eng, err
 		}, nil
 	}
@@ -123,19 +131,30 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 func (e *engineFlags) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
 	cfg.EngineLabel = fmt.Sprint(i)
 	cfg.Seed += uint64(i)
-	if i < e.kvEventsOff {
-		cfg.KVEvents.Enabled = false
-	}
-	if cfg.KVEvents.Enabled {
-		var err error
-		if cfg.KVEvents.Endpoint, err = kvevents.OffsetEndpointPort(cfg.KVEvents.Endpoint, i); err != nil {
-			return nil, fmt.Errorf("--kv-events-endpoint: %w", err)
-		}
-		if cfg.KVEvents.ReplayEndpoint != "" {
-			if cfg.KVEvents.ReplayEndpoint, err = kvevents.OffsetEndpointPort(cfg.KVEvents.ReplayEndpoint, i); err != nil {
-				return nil, fmt.Errorf("--kv-events-replay-endpoint: %w", err)
-			}
-		}
+	var err error
+	if cfg.KVEvents, err = e.eventsFor(cfg.KVEvents, i); err != nil {
+		return nil, err
 	}
 	return mocker.New(cfg)
+}
+
+// eventsFor gives worker i its KV event settings: off for the first
+// --kv-events-off workers, and its own ports (base port + i) otherwise.
+func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.EngineConfig, error) {
+	if i < e.kvEventsOff {
+		ev.Enabled = false
+	}
+	if !ev.Enabled {
+		return ev, nil
+	}
+	var err error
+	if ev.Endpoint, err = kvevents.OffsetEndpointPort(ev.Endpoint, i); err != nil {
+		return ev, fmt.Errorf("--kv-events-endpoint: %w", err)
+	}
+	if ev.ReplayEndpoint != "" {
+		if ev.ReplayEndpoint, err = kvevents.OffsetEndpointPort(ev.ReplayEndpoint, i); err != nil {
+			return ev, fmt.Errorf("--kv-events-replay-endpoint: %w", err)
+		}
+	}
+	return ev, nil
 }

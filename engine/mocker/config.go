@@ -71,30 +71,7 @@ func (m TimingModel) DecodeMs(u float64) float64 {
 }
 
 // KVEventsConfig configures vLLM-compatible KV event publishing.
-type KVEventsConfig struct {
-	// Enabled publishes events; false (--kv-events off) is a worker that
-	// silently publishes nothing.
-	Enabled bool
-	// Format of events inside a batch: kvevents.FormatMap (current vLLM,
-	// default) or kvevents.FormatArray (legacy positional).
-	Format kvevents.Format
-	// Endpoint is where the PUB socket binds (default tcp://*:5557).
-	Endpoint string
-	// ReplayEndpoint is where the ROUTER replay socket binds; "" disables.
-	ReplayEndpoint string
-	Topic          string
-	BufferSteps    int // replay ring, in batches (default 10000)
-	HWM            int // default 100000
-	MaxQueueSize   int // default 100000
-	// HashSeed roots vLLM's sha256_cbor chain (NONE_HASH); set it to the
-	// PYTHONHASHSEED a real vLLM would use. Default "vllm-none-hash".
-	HashSeed string
-	// BytesHashes publishes raw 32-byte digests instead of 64-bit ints
-	// (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
-	BytesHashes bool
-	// DataParallelRank is stamped on every batch (vLLM sends 0).
-	DataParallelRank int
-}
+type KVEventsConfig = kvevents.EngineConfig
 
 // Config configures one mocker worker. Zero fields take the defaults
 // above, so Config{} is a usable (events-off) worker; DefaultConfig returns

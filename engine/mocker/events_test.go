@@ -194,7 +194,7 @@ func TestKVEventsBytesHashesAndReplay(t *testing.T) {
 func TestKVEventsOff(t *testing.T) {
 	e := newTest(t, Config{Instant: true, KVEvents: KVEventsConfig{Enabled: false, Endpoint: "tcp://127.0.0.1:0"}})
 	generate(t, e, &engine.Request{Prompt: prompt(0, 100), MaxTokens: 3})
-	if e.KVEventsEndpoint() != "" || e.pub != nil || e.events != nil || e.PublisherStats() != (kvevents.PublisherStats{}) {
+	if e.KVEventsEndpoint() != "" || e.pub != nil || e.PublisherStats() != (kvevents.PublisherStats{}) {
 		t.Fatal("a worker with events off has a publisher")
 	}
 }

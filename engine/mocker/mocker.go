@@ -27,7 +27,7 @@ type Engine struct {
 	clock Clock
 	stats *stats
 	coll  *collector
-	pub   *kvevents.Publisher
+	pub   *kvevents.EngineEvents // nil with events off
 
 	// Inbox, shared with callers.
 	mu       sync.Mutex
@@ -44,7 +44,6 @@ type Engine struct {
 
 	// Scheduler state, owned by the scheduler goroutine.
 	cache   *kvcache.Cache
-	events  *eventBuffer // nil with events off
 	waiting seqQueue
 	running []*seq
 	items   []stepItem
@@ -107,22 +106,11 @@ func newEngine(cfg Config) (*Engine, error) {
 	if ev := cfg.KVEvents; ev.Enabled && !cfg.DisablePrefixCaching {
 		// Hash like vLLM only when someone can see the hashes; otherwise the
 		// fast default keeps idle-heavy scale tests cheap.
-		ccfg.Hasher = kvevents.NewVLLMHasher(ev.HashSeed)
-		e.events = &eventBuffer{blockSize: cfg.BlockSize, format: ev.Format, bytesHashes: ev.BytesHashes}
-		ccfg.Sink = e.events
-		e.pub, err = kvevents.NewPublisher(context.Background(), kvevents.PublisherConfig{
-			Endpoint:         ev.Endpoint,
-			ReplayEndpoint:   ev.ReplayEndpoint,
-			Topic:            ev.Topic,
-			BufferSteps:      ev.BufferSteps,
-			HWM:              ev.HWM,
-			MaxQueueSize:     ev.MaxQueueSize,
-			DataParallelRank: ev.DataParallelRank,
-			Logger:           cfg.Logger,
-		})
+		e.pub, err = kvevents.NewEngineEvents(context.Background(), ev, cfg.BlockSize, cfg.Logger)
 		if err != nil {
-			return nil, fmt.Errorf("mocker: KV events: %w", err)
+			return nil, fmt.Errorf("mocker: %w", err)
 		}
+		ccfg.Hasher, ccfg.Sink = e.pub.Hasher(), e.pub
 	}
 	e.cache, err = kvcache.New(ccfg)
 	if err != nil {

@@ -416,13 +416,10 @@ func (e *Engine) finish(s *seq, reason int, fr engine.FinishReason) {
 
 // flushEvents publishes the step's KV events as one batch.
 func (e *Engine) flushEvents() {
-	if e.events == nil {
+	if e.pub == nil {
 		return
 	}
-	ts := float64(e.clock.Now().UnixNano()) / 1e9
-	if payload := e.events.take(ts, e.cfg.KVEvents.DataParallelRank); payload != nil {
-		e.pub.Publish(payload)
-	}
+	e.pub.EndStep(float64(e.clock.Now().UnixNano()) / 1e9)
 }
 
 func (e *Engine) publishLoad() {

@@ -12,6 +12,7 @@ import (
 	"github.com/tandemllm/tandem/engine/native/kernels"
 	"github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/kvcache"
+	"github.com/tandemllm/tandem/kvevents"
 )
 
 // Options tune an Engine. The zero value is usable.
@@ -44,6 +45,9 @@ type Options struct {
 	Sink kvcache.EventSink
 	// Hasher selects the block hash (nil: kvcache's default XXH3 chain).
 	Hasher kvcache.Hasher
+	// KVEvents publishes the cache's events over ZMQ exactly as the mocker
+	// (and vLLM) does; when enabled it replaces Sink and Hasher.
+	KVEvents kvevents.EngineConfig
 	// DisablePrefixCaching recomputes every prompt.
 	DisablePrefixCaching bool
 }
@@ -83,6 +87,7 @@ type Engine struct {
 	pool     *kernels.Pool
 	kv       *model.KVStore
 	cache    *kvcache.Cache
+	events   *kvevents.EngineEvents // nil with KV events off
 	fp       [32]byte
 	reqs     chan *seq
 	cmds     chan func()
@@ -108,9 +113,19 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	var events *kvevents.EngineEvents
+	if opts.KVEvents.Enabled && !opts.DisablePrefixCaching {
+		if events, err = kvevents.NewEngineEvents(context.Background(), opts.KVEvents, opts.BlockSize, nil); err != nil {
+			return nil, fmt.Errorf("native: %w", err)
+		}
+		opts.Sink, opts.Hasher = events, events.Hasher()
+	}
 	cache, err := kvcache.New(kvcache.Config{NumBlocks: blocks, BlockSize: opts.BlockSize, Hasher: opts.Hasher,
 		Sink: opts.Sink, DisablePrefixCaching: opts.DisablePrefixCaching})
 	if err != nil {
+		if events != nil {
+			_ = events.Close()
+		}
 		return nil, err
 	}
 	eos := opts.EOS
@@ -118,7 +133,7 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 		eos = defaultEOS(m)
 	}
 	e := &Engine{
-		m: m, opts: opts, pool: kernels.NewPool(opts.Threads), kv: kv, cache: cache,
+		m: m, opts: opts, pool: kernels.NewPool(opts.Threads), kv: kv, cache: cache, events: events,
 		fp:     Fingerprint(m),
 		reqs:   make(chan *seq, opts.MaxQueue),
 		cmds:   make(chan func()),
@@ -161,7 +176,26 @@ func (e *Engine) Close() error {
 	e.closeMu.Unlock()
 	<-e.done
 	e.pool.Close()
+	if e.events != nil {
+		return e.events.Close()
+	}
 	return nil
+}
+
+// KVEventsEndpoint returns the bound ZMQ PUB address ("" with events off).
+func (e *Engine) KVEventsEndpoint() string {
+	if e.events == nil {
+		return ""
+	}
+	return e.events.Endpoint()
+}
+
+// KVEventsReplayEndpoint returns the bound replay address ("" if none).
+func (e *Engine) KVEventsReplayEndpoint() string {
+	if e.events == nil {
+		return ""
+	}
+	return e.events.ReplayEndpoint()
 }
 
 // seq is one request in flight; only the scheduler touches it after
@@ -279,6 +313,11 @@ func (e *Engine) loop() {
 	var batch []model.Seq
 	var inBatch []*seq
 	for {
+		// What the last step (or command) did to the cache goes out as one
+		// batch, before the loop may block.
+		if e.events != nil {
+			e.events.EndStep(float64(time.Now().UnixNano()) / 1e9)
+		}
 		// Block only when there is nothing to compute.
 		if len(waiting) == 0 && len(running) == 0 {
 			select {

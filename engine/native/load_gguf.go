@@ -20,8 +20,10 @@ func loadGGUF(path string) (*Loaded, error) {
 }
 
 // VocabTokenizer builds the tokenizer a GGUF file describes. SentencePiece
-// ("llama") vocabularies get BOS/EOS from metadata; byte-level ("gpt2")
-// ones are built without added tokens for now (see the package report).
+// ("llama") vocabularies get BOS/EOS from metadata. Byte-level ("gpt2")
+// ones get their control and user-defined tokens as added tokens (matched
+// literally in text, as llama.cpp and HF do; control tokens are special and
+// skipped in output), and EOS/BOS from metadata.
 func VocabTokenizer(v *model.Vocab) (tokenizer.Tokenizer, error) {
 	if v == nil {
 		return nil, fmt.Errorf("no tokenizer in the model file (tokenizer.ggml.model missing)")
@@ -30,7 +32,21 @@ func VocabTokenizer(v *model.Vocab) (tokenizer.Tokenizer, error) {
 	case "llama":
 		return tokenizer.NewSentencePieceBPE(v.Tokens, v.Scores, v.Types, v.BOS, v.EOS)
 	case "gpt2":
-		return tokenizer.NewByteLevelBPE(v.Tokens, v.Merges, nil, v.Pre)
+		var added []tokenizer.AddedToken
+		for i, t := range v.Types {
+			if (t == tokenizer.TypeControl || t == tokenizer.TypeUserDefined) && i < len(v.Tokens) && v.Tokens[i] != "" {
+				added = append(added, tokenizer.AddedToken{ID: int32(i), Content: v.Tokens[i], Special: t == tokenizer.TypeControl})
+			}
+		}
+		tok, err := tokenizer.NewByteLevelBPE(v.Tokens, v.Merges, added, v.Pre)
+		if err != nil {
+			return nil, err
+		}
+		var eos []int32
+		if v.EOS >= 0 {
+			eos = []int32{v.EOS}
+		}
+		return tokenizer.WithSpecials(tok, eos, v.BOS, v.AddBOS && v.BOS >= 0)
 	}
 	return nil, fmt.Errorf("unsupported tokenizer model %q", v.Model)
 }

@@ -1,0 +1,191 @@
+package kvevents
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/tandemllm/tandem/kvcache"
+)
+
+// EngineConfig configures an engine's vLLM-compatible KV event publishing
+// (the mocker's and the native engine's --kv-events flags).
+type EngineConfig struct {
+	// Enabled publishes events; false (--kv-events off) is a worker that
+	// silently publishes nothing.
+	Enabled bool
+	// Format of events inside a batch: FormatMap (current vLLM,
+	// default) or FormatArray (legacy positional).
+	Format Format
+	// Endpoint is where the PUB socket binds (default tcp://*:5557).
+	Endpoint string
+	// ReplayEndpoint is where the ROUTER replay socket binds; "" disables.
+	ReplayEndpoint string
+	Topic          string
+	BufferSteps    int // replay ring, in batches (default 10000)
+	HWM            int // default 100000
+	MaxQueueSize   int // default 100000
+	// HashSeed roots vLLM's sha256_cbor chain (NONE_HASH); set it to the
+	// PYTHONHASHSEED a real vLLM would use. Default "vllm-none-hash".
+	HashSeed string
+	// BytesHashes publishes raw 32-byte digests instead of 64-bit ints
+	// (vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0).
+	BytesHashes bool
+	// DataParallelRank is stamped on every batch (vLLM sends 0).
+	DataParallelRank int
+}
+
+// EngineEvents is what an engine needs to publish its KV cache's events the
+// way vLLM does: it is the kvcache.EventSink of the engine's cache, collects
+// one scheduler step's events, and publishes them as one batch when the
+// engine calls EndStep (vLLM publishes once per step, only if non-empty).
+// The mocker and the native engine share it, so their wire output is the
+// same. Like the cache it serves, it belongs to the scheduler goroutine.
+type EngineEvents struct {
+	stepRecorder
+	pub    *Publisher
+	hasher *VLLMHasher
+	dpRank int
+}
+
+// NewEngineEvents binds the publisher's sockets.
+func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *slog.Logger) (*EngineEvents, error) {
+	pub, err := NewPublisher(ctx, PublisherConfig{
+		Endpoint:         cfg.Endpoint,
+		ReplayEndpoint:   cfg.ReplayEndpoint,
+		Topic:            cfg.Topic,
+		BufferSteps:      cfg.BufferSteps,
+		HWM:              cfg.HWM,
+		MaxQueueSize:     cfg.MaxQueueSize,
+		DataParallelRank: cfg.DataParallelRank,
+		Logger:           log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("KV events: %w", err)
+	}
+	return &EngineEvents{
+		stepRecorder: stepRecorder{blockSize: blockSize, format: cfg.Format, bytesHashes: cfg.BytesHashes},
+		pub:          pub, hasher: NewVLLMHasher(cfg.HashSeed), dpRank: cfg.DataParallelRank,
+	}, nil
+}
+
+// Hasher is the block hash the engine's cache must use for the published
+// hashes to be vLLM's (sha256_cbor).
+func (e *EngineEvents) Hasher() kvcache.Hasher { return e.hasher }
+
+// EndStep publishes the step's events as one batch stamped ts (seconds).
+func (e *EngineEvents) EndStep(ts float64) {
+	if payload := e.take(ts, e.dpRank); payload != nil {
+		e.pub.Publish(payload)
+	}
+}
+
+// Endpoint is the bound PUB address (with the real port when 0 was asked).
+func (e *EngineEvents) Endpoint() string { return e.pub.Endpoint() }
+
+// ReplayEndpoint is the bound replay address, "" if none.
+func (e *EngineEvents) ReplayEndpoint() string { return e.pub.ReplayEndpoint() }
+
+// Stats reports the publisher's counters.
+func (e *EngineEvents) Stats() PublisherStats { return e.pub.Stats() }
+
+// Close stops the publisher.
+func (e *EngineEvents) Close() error { return e.pub.Close() }
+
+// stepRecorder is the kvcache.EventSink of a worker with events on. It
+// collects one scheduler step's events in vLLM's shapes, to be encoded and
+// published as one batch at the end of the step (vLLM publishes once per
+// step, only if non-empty). Its arenas are reused step after step.
+type stepRecorder struct {
+	blockSize   int
+	format      Format
+	bytesHashes bool
+
+	events []Event
+	hashes []Hash
+	tokens []int32
+	digest []byte
+	nils   [][]byte // read-only run of nil extra_keys entries
+}
+
+func (b *stepRecorder) hash(h kvcache.BlockHash) Hash {
+	if !b.bytesHashes {
+		return IntHash(h.Uint64())
+	}
+	start := len(b.digest)
+	b.digest = append(b.digest, h[:]...)
+	return BytesHash(b.digest[start:len(b.digest):len(b.digest)])
+}
+
+// vllmShape adds the fields current vLLM (map format, v0.26+) fills for a
+// plain GPU full-attention model; the legacy array format predates them.
+func (b *stepRecorder) vllmShape(e *Event, blocks int) {
+	if b.format != FormatMap {
+		return
+	}
+	e.GroupIdx = Int(0)
+	if e.Type != TypeBlockStored {
+		return
+	}
+	for len(b.nils) < blocks {
+		b.nils = append(b.nils, nil)
+	}
+	e.ExtraKeys = b.nils[:blocks:blocks]
+	e.KVCacheSpecKind = "full_attention"
+}
+
+// BlocksStored implements kvcache.EventSink.
+func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.BlockHash, tokens []kvcache.Token) {
+	hs := len(b.hashes)
+	for _, h := range blocks {
+		b.hashes = append(b.hashes, b.hash(h))
+	}
+	ts := len(b.tokens)
+	b.tokens = append(b.tokens, tokens...)
+	e := Event{
+		Type:        TypeBlockStored,
+		BlockHashes: b.hashes[hs:len(b.hashes):len(b.hashes)],
+		TokenIDs:    b.tokens[ts:len(b.tokens):len(b.tokens)],
+		BlockSize:   b.blockSize,
+		Medium:      "GPU",
+	}
+	if !parent.IsZero() {
+		e.ParentBlockHash, e.HasParent = b.hash(parent), true
+	}
+	b.vllmShape(&e, len(blocks))
+	b.events = append(b.events, e)
+}
+
+// BlocksRemoved implements kvcache.EventSink, one event per block as vLLM's
+// block pool emits them.
+func (b *stepRecorder) BlocksRemoved(blocks []kvcache.BlockHash) {
+	for _, h := range blocks {
+		i := len(b.hashes)
+		b.hashes = append(b.hashes, b.hash(h))
+		e := Event{Type: TypeBlockRemoved, BlockHashes: b.hashes[i : i+1 : i+1], Medium: "GPU"}
+		b.vllmShape(&e, 1)
+		b.events = append(b.events, e)
+	}
+}
+
+// AllBlocksCleared implements kvcache.EventSink.
+func (b *stepRecorder) AllBlocksCleared() {
+	b.events = append(b.events, Event{Type: TypeAllBlocksCleared})
+}
+
+// take encodes and clears the step's events; nil when there were none.
+func (b *stepRecorder) take(ts float64, dpRank int) []byte {
+	if len(b.events) == 0 {
+		return nil
+	}
+	batch := Batch{TS: ts, Events: b.events, DataParallelRank: Int(int64(dpRank))}
+	payload := EncodeBatch(&batch, b.format)
+	clear(b.events) // drop references into the arenas
+	b.events, b.hashes, b.tokens, b.digest = b.events[:0], b.hashes[:0], b.tokens[:0], b.digest[:0]
+	return payload
+}
+
+// Publish sends payload as its own batch outside the step cycle (a probe
+// that lets a new subscriber see the stream is up); it reports whether the
+// payload was queued.
+func (e *EngineEvents) Publish(payload []byte) bool { return e.pub.Publish(payload) }
