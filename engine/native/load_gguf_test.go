@@ -38,7 +38,7 @@ func TestGPT2VocabFromGGUFMetadata(t *testing.T) {
 	}
 	var tj struct {
 		Model struct {
-			Vocab  map[string]int32 `json:"vocab"`
+			Vocab  map[string]int32  `json:"vocab"`
 			Merges []json.RawMessage `json:"merges"`
 		} `json:"model"`
 		Added []struct {
