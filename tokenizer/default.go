@@ -91,3 +91,12 @@ func newTiktoken(name string, ranks map[string]int, pattern string, added []Adde
 		bos:     -1,
 	})
 }
+
+// Load returns the model of a --model flag: the built-in tandem-mock when
+// dir is empty, else LoadDir(dir).
+func Load(dir string) (*Model, error) {
+	if dir == "" {
+		return Default()
+	}
+	return LoadDir(dir)
+}

@@ -55,13 +55,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 
 // build loads the model's tokenizer and returns a factory for worker i.
 func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFactory, error) {
-	var model *tokenizer.Model
-	var err error
-	if e.modelDir == "" {
-		model, err = tokenizer.Default()
-	} else {
-		model, err = tokenizer.LoadDir(e.modelDir)
-	}
+	model, err := tokenizer.Load(e.modelDir)
 	if err != nil {
 		return nil, nil, err
 	}

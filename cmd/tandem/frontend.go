@@ -41,12 +41,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 		if cfg.KV, err = rf.config(); err != nil {
 			return err
 		}
-		var model *tokenizer.Model
-		if modelDir == "" {
-			model, err = tokenizer.Default()
-		} else {
-			model, err = tokenizer.LoadDir(modelDir)
-		}
+		model, err := tokenizer.Load(modelDir)
 		if err != nil {
 			return err
 		}
