@@ -165,21 +165,27 @@ func (s *Server) lookup(w http.ResponseWriter, endpoint, name string) *Model {
 	return m
 }
 
+// accept reads and decodes a request body and resolves its model. On any
+// failure it has already answered, and ok is false.
+func accept[R any](s *Server, w http.ResponseWriter, r *http.Request, endpoint string,
+	decode func([]byte) (R, *openai.Error), model func(R) string) (req R, m *Model, ok bool) {
+	body, e := s.readBody(w, r)
+	if e == nil {
+		req, e = decode(body)
+	}
+	if e != nil {
+		s.fail(w, endpoint, "", e)
+		return req, nil, false
+	}
+	m = s.lookup(w, endpoint, model(req))
+	return req, m, m != nil
+}
+
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	const endpoint = "chat"
 	start := time.Now()
-	body, e := s.readBody(w, r)
-	if e != nil {
-		s.fail(w, endpoint, "", e)
-		return
-	}
-	req, e := openai.DecodeChat(body)
-	if e != nil {
-		s.fail(w, endpoint, "", e)
-		return
-	}
-	m := s.lookup(w, endpoint, req.Model)
-	if m == nil {
+	req, m, ok := accept(s, w, r, endpoint, openai.DecodeChat, func(c *openai.ChatRequest) string { return c.Model })
+	if !ok {
 		return
 	}
 	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, AddGenerationPrompt: true})
@@ -194,18 +200,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	const endpoint = "completions"
 	start := time.Now()
-	body, e := s.readBody(w, r)
-	if e != nil {
-		s.fail(w, endpoint, "", e)
-		return
-	}
-	req, e := openai.DecodeCompletion(body)
-	if e != nil {
-		s.fail(w, endpoint, "", e)
-		return
-	}
-	m := s.lookup(w, endpoint, req.Model)
-	if m == nil {
+	req, m, ok := accept(s, w, r, endpoint, openai.DecodeCompletion, func(c *openai.CompletionRequest) string { return c.Model })
+	if !ok {
 		return
 	}
 	prompt := req.PromptTokens
