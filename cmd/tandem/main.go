@@ -1,7 +1,3 @@
-// Command tandem is the single binary of Tandem: `tandem serve` runs the
-// whole system in one process; other subcommands run its parts and tools.
-// This package only parses flags and wires components; logic lives in the
-// packages it calls.
 package main
 
 import (
