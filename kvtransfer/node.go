@@ -74,6 +74,12 @@ type Config struct {
 	Board      *health.Board // nil: no diagnostics
 	Metrics    *Metrics      // nil: unregistered series
 	Logger     *slog.Logger
+	// Listen, if set, creates the receiving listener (nil: net.Listen);
+	// Dial, if set, opens connections to peers (nil: a net.Dialer). Hooks
+	// for sockets that must live elsewhere, e.g. in another network
+	// namespace.
+	Listen func(network, addr string) (net.Listener, error)
+	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Node is one worker's end of the transfer plane: it sends its engine's
@@ -135,7 +141,11 @@ func (n *Node) Budget() *Budget { return n.budget }
 
 // Listen starts receiving on addr ("127.0.0.1:0" picks a port).
 func (n *Node) Listen(addr string) error {
-	lis, err := net.Listen("tcp", addr)
+	listen := n.cfg.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	lis, err := listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("kvtransfer: listen %s: %w", addr, err)
 	}

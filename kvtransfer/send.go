@@ -74,8 +74,12 @@ func (n *Node) Send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 
 func (n *Node) dial(ctx context.Context, peer Peer) (net.Conn, context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", peer.Addr)
+	dial := n.cfg.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	c, err := dial(ctx, "tcp", peer.Addr)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, fmt.Errorf("kvtransfer: dial %s (%s): %w", peer.ID, peer.Addr, err)

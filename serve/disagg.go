@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,11 @@ type DisaggConfig struct {
 	InterferenceWeight float64
 	// OnDecision hears every decision (tests, benchmarks).
 	OnDecision func(disagg.Decision)
+	// TransferListen and TransferDial, if set, create the transfer nodes'
+	// listeners and outgoing connections (nil: plain TCP), e.g. to put
+	// the sockets in other network namespaces (tests).
+	TransferListen func(network, addr string) (net.Listener, error)
+	TransferDial   func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Enabled reports whether any prefill worker is configured.
@@ -117,7 +123,7 @@ func (d *disaggState) node(id string, eng engine.Engine, listen bool) (*kvtransf
 		return nil, fmt.Errorf("serve: %s: the %s engine cannot transfer KV", id, eng.Info().Kind)
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: port, Budget: kvtransfer.NewBudget(d.cfg.TransferBudget),
-		Timeout: d.cfg.TransferTimeout, Board: d.board, Metrics: d.metrics})
+		Timeout: d.cfg.TransferTimeout, Board: d.board, Metrics: d.metrics, Listen: d.cfg.TransferListen, Dial: d.cfg.TransferDial})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
