@@ -26,6 +26,12 @@ type netnsPair struct {
 // requireNetns skips t unless it runs as root with ip and tc available.
 func requireNetns(t *testing.T) {
 	t.Helper()
+	// The test times an 80 ms TTFT to within 10%: it needs the machine to
+	// itself, so it runs only when asked (.ci/run does, in a step of its
+	// own), not inside a parallel `go test ./...`.
+	if os.Getenv("TANDEM_NETNS_TESTS") != "1" {
+		t.Skip("set TANDEM_NETNS_TESTS=1 to run the shaped-link tests (they need root, ip and tc, and a quiet machine)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces (ip netns, tc)")
 	}
