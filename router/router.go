@@ -1,8 +1,10 @@
 package router
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,15 +75,7 @@ func (r *Router) AddWorker(w Worker) {
 	s := &workerState{Worker: w}
 	r.workers[w.ID] = s
 	list := append(r.byModel[w.Model], s)
-	slices.SortFunc(list, func(a, b *workerState) int {
-		if a.ID < b.ID {
-			return -1
-		}
-		if a.ID > b.ID {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(list, func(a, b *workerState) int { return strings.Compare(a.ID, b.ID) })
 	r.byModel[w.Model] = list
 	r.known[w.Model] = true
 	r.inflight.WithLabelValues(w.ID).Set(0)
@@ -118,24 +112,9 @@ func (r *Router) Workers() []Worker {
 		out = append(out, s.Worker)
 	}
 	slices.SortFunc(out, func(a, b Worker) int {
-		switch {
-		case a.Model != b.Model:
-			return cmpStr(a.Model, b.Model)
-		default:
-			return cmpStr(a.ID, b.ID)
-		}
+		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.ID, b.ID))
 	})
 	return out
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Models returns the models with at least one live worker.

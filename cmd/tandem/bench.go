@@ -118,6 +118,33 @@ func (b *benchFlags) endpointValue() (bench.Endpoint, error) { return bench.Pars
 
 // finish prints the report, writes the report directory, and fails when
 // nothing succeeded (so scripts notice a dead target).
+// validator is implemented by every workload: its settings are checked
+// before any request is sent.
+type validator interface{ Validate() error }
+
+// runSingle runs one workload against the targets and reports it; tune, if
+// not nil, adjusts the run options first.
+func (b *benchFlags) runSingle(cmd *cobra.Command, wl interface {
+	bench.Workload
+	validator
+}, defaultRequests int, tune func(*bench.Options)) error {
+	if err := wl.Validate(); err != nil {
+		return err
+	}
+	o, err := b.options(cmd, defaultRequests)
+	if err != nil {
+		return err
+	}
+	if tune != nil {
+		tune(&o)
+	}
+	res, err := bench.Run(cmd.Context(), wl, o)
+	if err != nil {
+		return err
+	}
+	return b.finish(cmd, bench.NewReport(wl.Name(), []*bench.Result{res}, bench.DefaultHitCriteria()))
+}
+
 func (b *benchFlags) finish(cmd *cobra.Command, rep *bench.Report) error {
 	rep.Command = "tandem " + strings.Join(os.Args[1:], " ")
 	rep.Settings = settings(cmd)
@@ -213,18 +240,7 @@ func newBenchSyntheticCmd(b *benchFlags) *cobra.Command {
 			}
 			wl := &bench.Synthetic{Endpoint: ep, Input: ds["input"], Output: ds["output"], PrefixRatio: ratio, TokenIDs: tokenIDs,
 				IgnoreEOS: !honorEOS, Seed: b.seed}
-			if err := wl.Validate(); err != nil {
-				return err
-			}
-			o, err := b.options(cmd, 100)
-			if err != nil {
-				return err
-			}
-			res, err := bench.Run(cmd.Context(), wl, o)
-			if err != nil {
-				return err
-			}
-			return b.finish(cmd, bench.NewReport(wl.Name(), []*bench.Result{res}, bench.DefaultHitCriteria()))
+			return b.runSingle(cmd, wl, 100, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -253,18 +269,7 @@ func newBenchMultiTurnCmd(b *benchFlags) *cobra.Command {
 			}
 			wl := &bench.MultiTurn{Turns: ds["turns"], FirstInput: ds["first-input"], Input: ds["input"], Output: ds["output"],
 				SystemWords: system, Think: think, IgnoreEOS: !honorEOS, Seed: b.seed}
-			if err := wl.Validate(); err != nil {
-				return err
-			}
-			o, err := b.options(cmd, 20)
-			if err != nil {
-				return err
-			}
-			res, err := bench.Run(cmd.Context(), wl, o)
-			if err != nil {
-				return err
-			}
-			return b.finish(cmd, bench.NewReport(wl.Name(), []*bench.Result{res}, bench.DefaultHitCriteria()))
+			return b.runSingle(cmd, wl, 20, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -485,19 +490,7 @@ tokenizers, approximate on others). Arrivals follow the timestamps divided by --
 				return err
 			}
 			tr.Entries, tr.Prompt, tr.IgnoreEOS, tr.Seed = es, bench.TracePrompt(prompt), !honorEOS, b.seed
-			if err := tr.Validate(); err != nil {
-				return err
-			}
-			o, err := b.options(cmd, 0)
-			if err != nil {
-				return err
-			}
-			o.Speedup = speedup
-			res, err := bench.Run(cmd.Context(), &tr, o)
-			if err != nil {
-				return err
-			}
-			return b.finish(cmd, bench.NewReport(tr.Name(), []*bench.Result{res}, bench.DefaultHitCriteria()))
+			return b.runSingle(cmd, &tr, 0, func(o *bench.Options) { o.Speedup = speedup })
 		},
 	}
 	f := cmd.Flags()

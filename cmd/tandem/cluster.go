@@ -77,6 +77,15 @@ func addConfigFlag(cmd *cobra.Command) *string {
 	return &path
 }
 
+// setUp applies the --config file (command-line flags win) and builds the
+// logger: the start of every command that takes --config.
+func setUp(cmd *cobra.Command, configPath string) (*slog.Logger, error) {
+	if err := applyConfigFile(cmd, configPath); err != nil {
+		return nil, err
+	}
+	return newLogger(cmd)
+}
+
 func applyConfigFile(cmd *cobra.Command, path string) error {
 	if path == "" {
 		return nil

@@ -70,12 +70,12 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		if e.modelDir == "" {
 			return nil, nil, fmt.Errorf("--engine native needs --model DIR (e.g. ../shared/models/stories260K)")
 		}
-		mcfg, err := e.mockerConfig(model, log) // the KV event flags are shared
+		events, err := e.eventsConfig()
 		if err != nil {
 			return nil, nil, err
 		}
 		return model, func(i int) (engine.Engine, error) {
-			ev, err := e.eventsFor(mcfg.KVEvents, i)
+			ev, err := e.eventsFor(events, i)
 			if err != nil {
 				return nil, err
 			}
@@ -103,23 +103,27 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 	default:
 		return cfg, fmt.Errorf("unknown --timing %q (want dynamo or qwen3-0.6b)", e.timing)
 	}
+	var err error
+	cfg.KVEvents, err = e.eventsConfig()
+	return cfg, err
+}
+
+// eventsConfig parses the KV event flags, which both engines share.
+func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
+	ev := e.mock.KVEvents
 	switch e.kvEvents {
 	case "on":
-		cfg.KVEvents.Enabled = true
+		ev.Enabled = true
 	case "off":
-		cfg.KVEvents.Enabled = false
+		ev.Enabled = false
 	default:
-		return cfg, fmt.Errorf("--kv-events must be on or off, not %q", e.kvEvents)
+		return ev, fmt.Errorf("--kv-events must be on or off, not %q", e.kvEvents)
 	}
-	switch e.kvFormat {
-	case "map":
-		cfg.KVEvents.Format = kvevents.FormatMap
-	case "array":
-		cfg.KVEvents.Format = kvevents.FormatArray
-	default:
-		return cfg, fmt.Errorf("--kv-events-format must be map or array, not %q", e.kvFormat)
+	var err error
+	if ev.Format, err = kvevents.ParseFormat(e.kvFormat); err != nil {
+		return ev, fmt.Errorf("--kv-events-format: %w", err)
 	}
-	return cfg, nil
+	return ev, nil
 }
 
 func (e *engineFlags) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {

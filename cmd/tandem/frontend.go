@@ -30,15 +30,11 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	}
 	configPath := addConfigFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := applyConfigFile(cmd, *configPath); err != nil {
-			return err
-		}
-		log, err := newLogger(cmd)
+		log, err := setUp(cmd, *configPath)
 		if err != nil {
 			return err
 		}
-		cfg.RouterMode = rf.mode
-		if cfg.KV, err = rf.config(); err != nil {
+		if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
 			return err
 		}
 		model, err := tokenizer.Load(modelDir)

@@ -31,15 +31,16 @@ func (r *routerFlags) register(cmd *cobra.Command, defaultMode string) {
 	f.StringVar(&r.onMissing, "on-missing-kv-events", string(router.MissingFallback), "kv: for a worker without events: fallback (route it by approximation) or fail (stop routing to it)")
 }
 
-// config returns the parsed KV configuration.
-func (r *routerFlags) config() (router.KVConfig, error) {
+// apply sets a component's router mode and KV configuration from the flags.
+func (r *routerFlags) apply(mode *string, kv *router.KVConfig) error {
 	cfg := r.kv
 	var err error
 	if cfg.Cost, err = router.ParseCostModel(r.cost); err != nil {
-		return cfg, fmt.Errorf("--router-cost: %w", err)
+		return fmt.Errorf("--router-cost: %w", err)
 	}
 	if cfg.OnMissing, err = router.ParseOnMissing(r.onMissing); err != nil {
-		return cfg, fmt.Errorf("--on-missing-kv-events: %w", err)
+		return fmt.Errorf("--on-missing-kv-events: %w", err)
 	}
-	return cfg, nil
+	*mode, *kv = r.mode, cfg
+	return nil
 }

@@ -31,8 +31,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg.RouterMode = rf.mode
-			if cfg.KV, err = rf.config(); err != nil {
+			if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
 				return err
 			}
 			sys, err := serve.Start(cfg, model, factory, log)

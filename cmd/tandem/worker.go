@@ -39,10 +39,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	}
 	configPath := addConfigFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := applyConfigFile(cmd, *configPath); err != nil {
-			return err
-		}
-		log, err := newLogger(cmd)
+		log, err := setUp(cmd, *configPath)
 		if err != nil {
 			return err
 		}
