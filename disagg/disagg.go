@@ -2,9 +2,7 @@ package disagg
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -37,26 +35,6 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("disagg mode %q: want auto, always or never", s)
 }
 
-// Role is a worker's part in disaggregated serving (--role).
-type Role string
-
-const (
-	Aggregated Role = "aggregated"
-	Prefill    Role = "prefill"
-	Decode     Role = "decode"
-)
-
-// ParseRole parses --role.
-func ParseRole(s string) (Role, error) {
-	switch r := Role(s); r {
-	case Aggregated, Prefill, Decode:
-		return r, nil
-	case "":
-		return Aggregated, nil
-	}
-	return "", fmt.Errorf("role %q: want aggregated, prefill or decode", s)
-}
-
 // Choice and reason values, the labels of tandem_disagg_decisions_total.
 const (
 	ChoiceLocal  = "local"
@@ -77,19 +55,6 @@ const (
 const (
 	FallbackPrefillFailed = "disagg_prefill_failed"
 )
-
-// Worker is an engine taking part in disaggregated serving.
-type Worker struct {
-	ID     string
-	Role   Role
-	Engine engine.Engine
-	// Gen is how requests reach the engine (nil: Engine itself); the KV
-	// side always talks to Engine.
-	Gen engine.Generator
-	// Node is the worker's transfer-plane end; decode workers' nodes
-	// must be listening.
-	Node *kvtransfer.Node
-}
 
 // Config configures an Orchestrator.
 type Config struct {
@@ -120,11 +85,18 @@ type Decision struct {
 	LinkBytesPerSec float64
 	RunningDecodes  int
 
-	LocalSeconds           float64 // local cost
-	RemoteSeconds          float64 // remote cost (0 when not priced)
-	EstTransferSeconds     float64
-	MeasuredTransferSecond float64 // after the transfer, 0 if none
-	Fallback               string  // the code, when remote failed and local served
+	// PrefillChunks is how many chunks the remote prefill streams its
+	// blocks in (1: the transfer starts after the prefill).
+	PrefillChunks int
+
+	LocalSeconds       float64 // local cost
+	RemoteSeconds      float64 // remote cost (0 when not priced)
+	EstTransferSeconds float64
+	// MeasuredTransferSecond is the time the transfer kept the link busy
+	// (its duration less the time it waited for the prefill to commit
+	// blocks); 0 if nothing moved.
+	MeasuredTransferSecond float64
+	Fallback               string // the code, when remote failed and local served
 }
 
 // Orchestrator owns the prefill workers and wraps decode workers.
@@ -137,16 +109,13 @@ type Orchestrator struct {
 
 	mu      sync.Mutex
 	prefill []*prefillWorker
-	rates   map[string]*rate // learned prefill speed of engines without an estimator
+	rates   map[string]float64 // learned seconds per prefill token, of engines that cannot estimate
 }
 
 type prefillWorker struct {
-	Worker
+	Side
 	pending float64 // estimated seconds of prefill legs in flight (under mu)
 }
-
-// rate is a learned prefill speed: seconds per token.
-type rate struct{ perToken float64 }
 
 // New returns an orchestrator; register prefill workers with AddPrefill
 // and wrap decode workers with Wrap.
@@ -161,7 +130,7 @@ func New(cfg Config) *Orchestrator {
 		cfg.Logger = slog.Default()
 	}
 	o := &Orchestrator{
-		cfg: cfg, log: cfg.Logger, rates: map[string]*rate{},
+		cfg: cfg, log: cfg.Logger, rates: map[string]float64{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_disagg_decisions_total",
 			Help: "Disaggregation decisions: where the prompt was prefilled and why.",
@@ -182,178 +151,252 @@ func New(cfg Config) *Orchestrator {
 	return o
 }
 
-// AddPrefill registers a prefill worker. Its engine must implement
-// engine.KVPort and its Node need not listen.
-func (o *Orchestrator) AddPrefill(w Worker) error {
-	if _, ok := w.Engine.(engine.KVPort); !ok || w.Node == nil {
-		return fmt.Errorf("disagg: prefill worker %s cannot export KV", w.ID)
-	}
+// AddPrefill registers (or, for a known id, replaces) a prefill worker.
+func (o *Orchestrator) AddPrefill(s Side) {
 	o.mu.Lock()
-	o.prefill = append(o.prefill, &prefillWorker{Worker: w})
-	o.mu.Unlock()
-	return nil
+	defer o.mu.Unlock()
+	for i, p := range o.prefill {
+		if p.ID() == s.ID() {
+			o.prefill[i] = &prefillWorker{Side: s, pending: p.pending}
+			return
+		}
+	}
+	o.prefill = append(o.prefill, &prefillWorker{Side: s})
 }
 
-// Wrap returns the Generator the router should hold for decode worker w:
-// each request is prefilled locally or remotely as the decider chooses.
-// A worker that cannot import KV is returned unwrapped.
-func (o *Orchestrator) Wrap(w Worker) engine.Generator {
-	port, ok := w.Engine.(engine.KVPort)
-	if w.Gen == nil {
-		w.Gen = w.Engine
+// RemovePrefill forgets a prefill worker; legs already running on it
+// finish or fall back as usual.
+func (o *Orchestrator) RemovePrefill(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.prefill = slices.DeleteFunc(o.prefill, func(p *prefillWorker) bool { return p.ID() == id })
+	delete(o.rates, id)
+}
+
+// PrefillWorkers returns the registered prefill workers' ids, sorted.
+func (o *Orchestrator) PrefillWorkers() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ids := make([]string, len(o.prefill))
+	for i, p := range o.prefill {
+		ids[i] = p.ID()
 	}
-	if !ok || w.Node == nil || w.Node.Addr() == "" || o.cfg.Mode == Never {
-		return w.Gen
+	slices.Sort(ids)
+	return ids
+}
+
+// Wrap returns the Generator the router should hold for decode worker s,
+// whose requests reach it through gen: each is prefilled locally or
+// remotely as the decider chooses. A worker that receives no blocks, or
+// mode never, gets gen back unwrapped.
+func (o *Orchestrator) Wrap(s Side, gen engine.Generator) engine.Generator {
+	if s.TransferAddr() == "" || o.cfg.Mode == Never {
+		return gen
 	}
-	return &decodeGen{o: o, w: w, port: port}
+	return &decodeGen{o: o, side: s, gen: gen}
 }
 
 type decodeGen struct {
 	o    *Orchestrator
-	w    Worker
-	port engine.KVPort
+	side Side
+	gen  engine.Generator
 }
 
 func (g *decodeGen) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	d, p := g.o.decide(ctx, g, req.Prompt)
-	if d.Choice == ChoiceRemote {
-		if code, err := g.o.remote(ctx, g, p, req, &d); err != nil {
+	d, l := g.o.decide(ctx, g.side, req.Prompt)
+	if l != nil {
+		if code, err := g.o.remote(ctx, g.side, l, req, &d); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			d.Fallback = code
 			g.o.fallbacks.WithLabelValues(code).Inc()
 			g.o.log.Warn("remote prefill failed; prefilling locally", "diagnostic_code", code,
-				"request_id", req.ID, "decode_worker", g.w.ID, "prefill_worker", d.PrefillWorker, "err", err)
+				"request_id", req.ID, "decode_worker", g.side.ID(), "prefill_worker", d.PrefillWorker, "err", err)
 		}
 	}
 	if g.o.cfg.OnDecision != nil {
 		g.o.cfg.OnDecision(d)
 	}
-	return g.w.Gen.Generate(ctx, req)
+	return g.gen.Generate(ctx, req)
 }
 
-// estimate returns the seconds engine e needs to prefill n tokens.
-func (o *Orchestrator) estimate(id string, e engine.Engine, n int) float64 {
-	if n <= 0 {
+// seconds is an engine's own estimate when it has one (est >= 0), else
+// the rate learned from its past prefill legs.
+func (o *Orchestrator) seconds(id string, est float64, n int) float64 {
+	switch {
+	case n <= 0:
 		return 0
-	}
-	if pe, ok := e.(engine.PrefillEstimator); ok {
-		return pe.EstimatePrefill(n)
+	case est >= 0:
+		return est
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if r, ok := o.rates[id]; ok {
-		return r.perToken * float64(n)
+		return r * float64(n)
 	}
 	// Unknown engine, never measured: a conservative CPU-class guess that
 	// the first remote leg corrects.
 	return 100e-6 * float64(n)
 }
 
-func (o *Orchestrator) learn(id string, e engine.Engine, n int, d time.Duration) {
-	if _, ok := e.(engine.PrefillEstimator); ok || n < 16 {
+func (o *Orchestrator) learn(id string, n int, d time.Duration) {
+	if n < 16 || d <= 0 {
 		return
 	}
 	pt := d.Seconds() / float64(n)
 	o.mu.Lock()
 	if r, ok := o.rates[id]; ok {
-		r.perToken = 0.7*r.perToken + 0.3*pt
+		o.rates[id] = 0.7*r + 0.3*pt
 	} else {
-		o.rates[id] = &rate{perToken: pt}
+		o.rates[id] = pt
 	}
 	o.mu.Unlock()
 }
 
-func running(e engine.Engine) int {
-	if lr, ok := e.(engine.LoadReporter); ok {
-		return lr.RunningDecodes()
-	}
-	return 0
+// candidate is a prefill worker priced for one request.
+type candidate struct {
+	p   *prefillWorker
+	a   Assessment
+	err error
 }
 
-// decide prices local and remote prefill for prompt on decode worker g.
-func (o *Orchestrator) decide(ctx context.Context, g *decodeGen, prompt []engine.Token) (d Decision, pick *prefillWorker) {
-	d = Decision{DecodeWorker: g.w.ID, PromptTokens: len(prompt), Choice: ChoiceLocal}
+// assess asks the decode worker and every prefill candidate about the
+// prompt at once: across processes each is a round trip, and they are
+// independent.
+func assess(ctx context.Context, dec Side, cands []*prefillWorker, prompt []engine.Token, tail int) (Assessment, error, []candidate) {
+	out := make([]candidate, len(cands))
+	var wg sync.WaitGroup
+	for i, p := range cands {
+		out[i].p = p
+		wg.Go(func() { out[i].a, out[i].err = p.Assess(ctx, prompt, 0) })
+	}
+	a, err := dec.Assess(ctx, prompt, tail)
+	wg.Wait()
+	return a, err, out
+}
+
+// remoteCost prices a remote prefill of uncached tokens taking prefill
+// seconds, whose transfer takes xfer seconds, streamed in chunks: the
+// transfer of chunk k overlaps the prefill of chunk k+1, so the slower of
+// the two paces the pipeline and the faster adds only its last chunk.
+func remoteCost(prefill, xfer float64, chunks int) float64 {
+	if chunks <= 1 {
+		return prefill + xfer
+	}
+	c := float64(chunks)
+	return max(prefill+xfer/c, prefill/c+xfer)
+}
+
+// leg is a chosen remote prefill.
+type leg struct {
+	p       *prefillWorker
+	seconds float64 // its estimated prefill time
+	// estimated: the engine priced itself; otherwise the leg's measured
+	// time teaches the orchestrator its rate.
+	estimated bool
+}
+
+// decide prices local and remote prefill for prompt on decode worker dec.
+// It returns the remote leg to run, nil for local prefill.
+func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Token) (d Decision, l *leg) {
+	d = Decision{DecodeWorker: dec.ID(), PromptTokens: len(prompt), Choice: ChoiceLocal}
 	defer func() {
 		o.decisions.WithLabelValues(d.Choice, d.Reason).Inc()
 		o.log.Debug("disagg decision", "decode_worker", d.DecodeWorker, "prefill_worker", d.PrefillWorker,
 			"choice", d.Choice, "reason", d.Reason, "prompt_tokens", d.PromptTokens,
 			"local_uncached", d.LocalUncached, "remote_uncached", d.RemoteUncached,
 			"missing_blocks", d.MissingBlocks, "transfer_bytes", d.TransferBytes,
-			"link_bytes_per_sec", d.LinkBytesPerSec, "running_decodes", d.RunningDecodes,
+			"link_bytes_per_sec", d.LinkBytesPerSec, "running_decodes", d.RunningDecodes, "prefill_chunks", d.PrefillChunks,
 			"local_s", d.LocalSeconds, "remote_s", d.RemoteSeconds, "est_transfer_s", d.EstTransferSeconds)
 	}()
-	info := g.w.Engine.Info()
-	bs := info.BlockSize
+	bs := dec.BlockSize()
 	// The last prompt token is always recomputed (its logits start decode),
 	// so only blocks within the first len-1 tokens are worth moving.
-	usable := prompt[:max(len(prompt)-1, 0)]
-	hit, err := g.port.CachedPrefix(ctx, usable)
+	full := max(len(prompt)-1, 0) / max(bs, 1)
+	if bs <= 0 || full == 0 {
+		// Not one whole block to move: no need to ask anyone.
+		d.LocalUncached, d.Reason = len(prompt), ReasonNothingToMove
+		return d, nil
+	}
+	tail := len(prompt) - full*bs
+	o.mu.Lock()
+	var cands []*prefillWorker
+	mismatched := 0
+	layout := dec.Layout()
+	for _, p := range o.prefill {
+		if p.Layout() != layout || p.BlockSize() != bs {
+			mismatched++
+			continue
+		}
+		cands = append(cands, p)
+	}
+	o.mu.Unlock()
+	da, err, priced := assess(ctx, dec, cands, prompt, tail)
 	if err != nil {
 		d.Reason = ReasonEstimateFailure
+		o.log.Warn("cannot assess the decode worker's cache; prefilling locally", "decode_worker", dec.ID(), "err", err)
 		return d, nil
 	}
-	d.RunningDecodes = running(g.w.Engine)
+	d.RunningDecodes = da.RunningDecodes
 	interf := 1 + o.cfg.InterferenceWeight*float64(d.RunningDecodes)
-	d.LocalUncached = len(prompt) - hit
-	d.LocalSeconds = o.estimate(g.w.ID, g.w.Engine, d.LocalUncached) * interf
-	if o.cfg.Mode == Never {
-		d.Reason = ReasonModeNever
-		return d, nil
-	}
-	full := len(usable) / bs
-	d.MissingBlocks = full - hit/bs
+	d.LocalUncached = len(prompt) - da.CachedTokens
+	d.LocalSeconds = o.seconds(dec.ID(), da.UncachedSeconds, d.LocalUncached) * interf
+	d.MissingBlocks = full - da.CachedTokens/bs
 	if d.MissingBlocks <= 0 {
 		d.Reason = ReasonNothingToMove
 		return d, nil
 	}
-	o.mu.Lock()
-	cands := slices.Clone(o.prefill)
-	o.mu.Unlock()
-	layout := g.port.KVLayout()
-	var best *prefillWorker
-	bestT, mismatched := 0.0, 0
-	for _, p := range cands {
-		pp := p.Engine.(engine.KVPort)
-		if pp.KVLayout() != layout || p.Engine.Info().BlockSize != bs {
-			mismatched++
-			continue
-		}
-		ph, err := pp.CachedPrefix(ctx, usable)
-		if err != nil {
-			continue
-		}
-		o.mu.Lock()
-		pending := p.pending
-		o.mu.Unlock()
-		t := pending + o.estimate(p.ID, p.Engine, len(prompt)-ph)
-		if best == nil || t < bestT {
-			best, bestT, d.RemoteUncached = p, t, len(prompt)-ph
-		}
-	}
-	if best == nil {
+	if len(cands) == 0 {
 		d.Reason = ReasonNoPrefill
 		if mismatched > 0 {
 			d.Reason = ReasonLayoutMismatch
 			if o.cfg.Board != nil {
-				o.cfg.Board.Raise(kvtransfer.CodeLayoutMismatch, g.w.ID, health.Warn,
+				o.cfg.Board.Raise(kvtransfer.CodeLayoutMismatch, dec.ID(), health.Warn,
 					"no prefill worker shares this decode worker's KV layout; prefilling locally", "layout", layout)
 			}
 		}
 		return d, nil
 	}
-	d.PrefillWorker = best.ID
-	d.TransferBytes = int64(d.MissingBlocks) * int64(g.port.KVBlockBytes())
-	bps, err := best.Node.Throughput(ctx, kvtransfer.Peer{ID: g.w.ID, Addr: g.w.Node.Addr()})
-	if err != nil {
-		d.Reason = ReasonLinkUnmeasured
+	d.TransferBytes = int64(d.MissingBlocks) * int64(dec.BlockBytes())
+	peer := kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}
+	tailSecs := o.seconds(dec.ID(), da.TailSeconds, tail) * interf
+	var best *leg
+	unmeasured := 0
+	for i := range priced {
+		c := &priced[i]
+		if c.err != nil {
+			continue
+		}
+		bps, err := c.p.LinkThroughput(ctx, peer)
+		if err != nil || bps <= 0 {
+			unmeasured++
+			continue
+		}
+		o.mu.Lock()
+		pending := c.p.pending
+		o.mu.Unlock()
+		uncached := len(prompt) - c.a.CachedTokens
+		chunks := 1
+		if c.a.ChunkTokens > 0 {
+			chunks = (uncached + c.a.ChunkTokens - 1) / c.a.ChunkTokens
+		}
+		xfer := float64(d.TransferBytes) / bps
+		pre := o.seconds(c.p.ID(), c.a.UncachedSeconds, uncached)
+		t := pending + remoteCost(pre, xfer, chunks) + tailSecs
+		if best == nil || t < d.RemoteSeconds {
+			best = &leg{p: c.p, seconds: pre, estimated: c.a.UncachedSeconds >= 0}
+			d.PrefillWorker, d.RemoteUncached, d.PrefillChunks = c.p.ID(), uncached, chunks
+			d.LinkBytesPerSec, d.EstTransferSeconds, d.RemoteSeconds = bps, xfer, t
+		}
+	}
+	if best == nil {
+		d.Reason = ReasonNoPrefill
+		if unmeasured > 0 {
+			d.Reason = ReasonLinkUnmeasured
+		}
 		return d, nil
 	}
-	d.LinkBytesPerSec = bps
-	d.EstTransferSeconds = float64(d.TransferBytes) / bps
-	tail := len(prompt) - full*bs
-	d.RemoteSeconds = bestT + d.EstTransferSeconds + o.estimate(g.w.ID, g.w.Engine, tail)*interf
 	switch {
 	case o.cfg.Mode == Always:
 		d.Choice, d.Reason = ChoiceRemote, ReasonModeAlways
@@ -368,26 +411,18 @@ func (o *Orchestrator) decide(ctx context.Context, g *decodeGen, prompt []engine
 	return d, nil
 }
 
-// remote runs the prefill leg on p and moves the blocks decode worker g
-// lacks. On failure it returns the fallback code.
-func (o *Orchestrator) remote(ctx context.Context, g *decodeGen, p *prefillWorker, req *engine.Request, d *Decision) (string, error) {
-	cost := o.estimate(p.ID, p.Engine, d.RemoteUncached)
+// remote runs the prefill leg on p, which streams the blocks decode
+// worker dec lacks. On failure it returns the fallback code.
+func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine.Request, d *Decision) (string, error) {
+	p := l.p
 	o.mu.Lock()
-	p.pending += cost
+	p.pending += l.seconds
 	o.mu.Unlock()
-	start := time.Now()
-	err := prefillOnly(ctx, p.Engine, req)
+	full := (len(req.Prompt) - 1) / dec.BlockSize()
+	push, err := p.PrefillAndSend(ctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}, full-d.MissingBlocks)
 	o.mu.Lock()
-	p.pending -= cost
+	p.pending -= l.seconds
 	o.mu.Unlock()
-	if err != nil {
-		return FallbackPrefillFailed, fmt.Errorf("prefill leg on %s: %w", p.ID, err)
-	}
-	o.learn(p.ID, p.Engine, d.RemoteUncached, time.Since(start))
-	bs := g.w.Engine.Info().BlockSize
-	full := (len(req.Prompt) - 1) / bs
-	from := full - d.MissingBlocks
-	st, err := p.Node.Send(ctx, kvtransfer.Peer{ID: g.w.ID, Addr: g.w.Node.Addr()}, req.Prompt[:full*bs], from)
 	if err != nil {
 		code := kvtransfer.CodeOf(err)
 		if code == "" {
@@ -395,29 +430,14 @@ func (o *Orchestrator) remote(ctx context.Context, g *decodeGen, p *prefillWorke
 		}
 		return code, err
 	}
-	d.MeasuredTransferSecond = st.Duration.Seconds()
+	if !l.estimated {
+		o.learn(p.ID(), d.RemoteUncached, push.Prefill)
+	}
+	st := push.Transfer
+	d.MeasuredTransferSecond = (st.Duration - st.Waited).Seconds()
 	d.TransferBytes = st.Bytes
 	if d.EstTransferSeconds > 0 && st.Bytes > 0 {
 		o.estErr.Observe(d.MeasuredTransferSecond / d.EstTransferSeconds)
 	}
 	return "", nil
-}
-
-// prefillOnly computes the prompt's KV on e and leaves it in e's prefix
-// cache: one output token, as vLLM's prefill leg (max_tokens = 1).
-func prefillOnly(ctx context.Context, e engine.Engine, req *engine.Request) error {
-	pr := *req
-	pr.ID = req.ID + "-prefill"
-	pr.MaxTokens, pr.MinTokens, pr.IgnoreEOS, pr.StopTokens = 1, 0, true, nil
-	st, err := e.Generate(ctx, &pr)
-	if err != nil {
-		return err
-	}
-	for {
-		if _, err := st.Recv(); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-	}
 }

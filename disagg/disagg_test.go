@@ -52,6 +52,15 @@ func node(t testing.TB, id string, e engine.Engine, listen bool) *kvtransfer.Nod
 	return n
 }
 
+func local(t testing.TB, w Worker) *Local {
+	t.Helper()
+	l, err := NewLocal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func prompt(n, salt int) []engine.Token {
 	p := make([]engine.Token, n)
 	for i := range p {
@@ -107,13 +116,11 @@ func newSetup(t *testing.T, mode Mode, running int, preBytes int, link float64) 
 		s.seen = append(s.seen, d)
 		s.mu.Unlock()
 	}})
-	if err := s.orch.AddPrefill(Worker{ID: "p0", Role: Prefill, Engine: s.pre, Node: s.preNode}); err != nil {
-		t.Fatal(err)
-	}
+	s.orch.AddPrefill(local(t, Worker{ID: "p0", Engine: s.pre, Node: s.preNode}))
 	if link > 0 {
 		s.preNode.SetThroughput(kvtransfer.Peer{ID: "d0", Addr: s.decNode.Addr()}, link)
 	}
-	s.gen = s.orch.Wrap(Worker{ID: "d0", Role: Decode, Engine: s.dec, Node: s.decNode})
+	s.gen = s.orch.Wrap(local(t, Worker{ID: "d0", Engine: s.dec, Node: s.decNode}), s.dec)
 	return s
 }
 
@@ -217,14 +224,6 @@ func TestParse(t *testing.T) {
 			t.Errorf("ParseMode(%q) = %q, %v", tc.in, m, err)
 		}
 	}
-	for _, tc := range []struct {
-		in string
-		ok bool
-	}{{"prefill", true}, {"decode", true}, {"aggregated", true}, {"both", false}} {
-		if _, err := ParseRole(tc.in); (err == nil) != tc.ok {
-			t.Errorf("ParseRole(%q): %v", tc.in, err)
-		}
-	}
 }
 
 // TestNativeBitExact: a request served disaggregated (prefill on one
@@ -250,10 +249,8 @@ func TestNativeBitExact(t *testing.T) {
 	o := New(Config{Mode: Always, Logger: slog.New(slog.DiscardHandler)})
 	var d Decision
 	o.cfg.OnDecision = func(x Decision) { d = x }
-	if err := o.AddPrefill(Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}); err != nil {
-		t.Fatal(err)
-	}
-	gen := o.Wrap(Worker{ID: "d0", Engine: dec, Node: node(t, "d0", dec, true)})
+	o.AddPrefill(local(t, Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}))
+	gen := o.Wrap(local(t, Worker{ID: "d0", Engine: dec, Node: node(t, "d0", dec, true)}), dec)
 	p := prompt(150, 5)
 	for i := range p {
 		p[i] = p[i]%400 + 3

@@ -48,6 +48,16 @@ type KVEvents struct {
 	Subject string `json:"subject,omitempty"`
 }
 
+// KVTransfer says how a worker takes part in disaggregated prefill.
+type KVTransfer struct {
+	// Addr is where the worker's transfer node receives KV blocks (a
+	// decode worker's; "" when it receives none).
+	Addr string `json:"addr,omitempty"`
+	// BlockBytes is the size of one block's payload, which prices a
+	// transfer before it starts.
+	BlockBytes int `json:"block_bytes,omitempty"`
+}
+
 // KVLayout describes the bytes of a worker's KV cache. Two workers may hand
 // KV to each other only if their layouts are equal, which Fingerprint
 // condenses into one comparable string. Fields an engine cannot know (the
@@ -114,6 +124,8 @@ type Record struct {
 	// RequestPlane is the host:port of the worker's gRPC request plane.
 	RequestPlane string   `json:"request_plane"`
 	KVEvents     KVEvents `json:"kv_events"`
+	// KVTransfer is set on prefill and decode workers.
+	KVTransfer KVTransfer `json:"kv_transfer,omitzero"`
 	// MetricsAddr is where the worker serves /metrics ("" if nowhere).
 	MetricsAddr string   `json:"metrics_addr,omitempty"`
 	KVLayout    KVLayout `json:"kv_layout"`
@@ -148,7 +160,9 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: %s: role %q", ErrInvalidRecord, r.ID, r.Role)
 	case r.RequestPlane == "" || !strings.Contains(r.RequestPlane, ":"):
 		return fmt.Errorf("%w: %s: request plane address %q is not host:port", ErrInvalidRecord, r.ID, r.RequestPlane)
-	case r.CapacityBlocks < 0 || r.KVLayout.BlockSize < 0 || r.ContextLength < 0:
+	case r.KVTransfer.Addr != "" && !strings.Contains(r.KVTransfer.Addr, ":"):
+		return fmt.Errorf("%w: %s: KV transfer address %q is not host:port", ErrInvalidRecord, r.ID, r.KVTransfer.Addr)
+	case r.CapacityBlocks < 0 || r.KVLayout.BlockSize < 0 || r.ContextLength < 0 || r.KVTransfer.BlockBytes < 0:
 		return fmt.Errorf("%w: %s: negative size", ErrInvalidRecord, r.ID)
 	}
 	return nil

@@ -22,6 +22,9 @@ func TestRecordValidate(t *testing.T) {
 		{"no request plane", func(r *Record) { r.RequestPlane = "" }, false},
 		{"request plane without port", func(r *Record) { r.RequestPlane = "host" }, false},
 		{"negative capacity", func(r *Record) { r.CapacityBlocks = -1 }, false},
+		{"decode with transfer address", func(r *Record) { r.Role, r.KVTransfer = RoleDecode, KVTransfer{Addr: "h:7", BlockBytes: 1 << 20} }, true},
+		{"transfer address without port", func(r *Record) { r.KVTransfer.Addr = "h" }, false},
+		{"negative block bytes", func(r *Record) { r.KVTransfer.BlockBytes = -1 }, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -41,6 +44,7 @@ func TestRecordValidate(t *testing.T) {
 func TestRecordRoundTrip(t *testing.T) {
 	r := testRecord("w1")
 	r.Role = RoleDecode
+	r.KVTransfer = KVTransfer{Addr: "h:7", BlockBytes: 4096}
 	b, err := r.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"sync"
 
+	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/requestplane"
 )
 
@@ -33,9 +36,7 @@ func dial(addr string) (*conn, error) {
 // it passes once it is done with the stream, whatever the outcome, which is
 // when the stream stops counting.
 func (c *conn) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	c.mu.Lock()
-	c.active++
-	c.mu.Unlock()
+	c.hold()
 	s, err := c.c.Generate(ctx, req)
 	if err != nil {
 		c.release()
@@ -43,6 +44,12 @@ func (c *conn) Generate(ctx context.Context, req *engine.Request) (engine.Stream
 	}
 	context.AfterFunc(ctx, c.release)
 	return s, nil
+}
+
+func (c *conn) hold() {
+	c.mu.Lock()
+	c.active++
+	c.mu.Unlock()
 }
 
 func (c *conn) release() {
@@ -81,4 +88,37 @@ func (c *conn) close() {
 	if !was {
 		_ = c.c.Close()
 	}
+}
+
+// side is the worker's part in disaggregation over this connection. Its
+// calls count as streams, so a draining prefill worker finishes the legs
+// it is running before its connection closes.
+func (c *conn) side(rec discovery.Record) disagg.Side {
+	return &countedSide{Side: requestplane.NewSide(c.c, requestplane.SideDesc{
+		ID: rec.ID, Layout: rec.KVLayout.EngineLayout, BlockSize: rec.KVLayout.BlockSize,
+		BlockBytes: rec.KVTransfer.BlockBytes, TransferAddr: rec.KVTransfer.Addr,
+	}), c: c}
+}
+
+type countedSide struct {
+	*requestplane.Side
+	c *conn
+}
+
+func (s *countedSide) Assess(ctx context.Context, prompt []engine.Token, tail int) (disagg.Assessment, error) {
+	s.c.hold()
+	defer s.c.release()
+	return s.Side.Assess(ctx, prompt, tail)
+}
+
+func (s *countedSide) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error) {
+	s.c.hold()
+	defer s.c.release()
+	return s.Side.LinkThroughput(ctx, peer)
+}
+
+func (s *countedSide) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (disagg.Push, error) {
+	s.c.hold()
+	defer s.c.release()
+	return s.Side.PrefillAndSend(ctx, req, peer, from)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/eventplane"
@@ -50,12 +51,17 @@ type Config struct {
 	ShareLoad bool
 	// DrainTimeout bounds in-flight requests on shutdown.
 	DrainTimeout time.Duration
+	// Disagg is --disagg (auto, always or never): how requests to decode
+	// workers use the prefill workers.
+	Disagg string
+	// InterferenceWeight is the disagg decider's w (0: its default).
+	InterferenceWeight float64
 }
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: frontend.DefaultConfig(),
-		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second}
+		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: string(disagg.Auto)}
 }
 
 // Diagnostic codes raised by the frontend about workers it refuses.
@@ -64,6 +70,12 @@ const (
 	DiagModelUnserved    = "worker_model_unserved"
 	DiagTokenizer        = "tokenizer_mismatch"
 	DiagWorkerRefused    = "worker_refused"
+	// DiagNoTransferAddr: a decode worker publishes no KV transfer
+	// address, so it prefills every prompt itself.
+	DiagNoTransferAddr = "disagg_no_transfer_addr"
+	// DiagNoPrefill: decode workers are present but no prefill worker is,
+	// so every decode worker prefills its own prompts.
+	DiagNoPrefill = "disagg_no_prefill_worker"
 )
 
 // eventSource feeds a KV policy from an event plane other than per-worker
@@ -81,6 +93,9 @@ type Options struct {
 	// Metrics is the registry /metrics serves; nil creates one.
 	Metrics *prometheus.Registry
 	Logger  *slog.Logger
+	// OnDecision, if set, hears every disaggregation decision (tests,
+	// benchmarks).
+	OnDecision func(disagg.Decision)
 }
 
 // Frontend is a running frontend process.
@@ -101,6 +116,8 @@ type Frontend struct {
 	Router   *router.Router
 	KV       *router.KV // nil unless the mode is kv or kv-approx
 	Frontend *frontend.Server
+	// Disagg prices and runs remote prefills for the decode workers.
+	Disagg *disagg.Orchestrator
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -119,7 +136,7 @@ type Frontend struct {
 
 type member struct {
 	rec  discovery.Record
-	conn *conn // nil for workers not routed to (prefill)
+	conn *conn
 }
 
 // Start serves the frontend for model and follows the registry. It
@@ -150,6 +167,12 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		ctxLen: model.ContextLength,
 	}
 	f.ctx, f.cancel = context.WithCancel(ctx)
+	mode, err := disagg.ParseMode(cfg.Disagg)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, Board: board,
+		Logger: f.log, Registerer: reg, OnDecision: opts.OnDecision})
 	defer func() {
 		if err != nil {
 			f.cancel()
@@ -293,18 +316,6 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 	} else if old != nil && old.conn != nil {
 		old.conn.retire()
 	}
-	if rec.Role == discovery.RolePrefill {
-		// The disagg orchestrator drives in-process engines only; across
-		// processes a prefill worker is kept for the layout check of the
-		// decode workers that would pair with it, and not routed to.
-		if m.conn != nil {
-			m.conn.retire()
-			m.conn = nil
-		}
-		f.members[rec.ID] = m
-		f.log.Info("prefill worker known (not routed to)", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint())
-		return
-	}
 	if m.conn == nil {
 		c, err := dial(rec.RequestPlane)
 		if err != nil {
@@ -314,6 +325,28 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 		m.conn = c
 	}
 	f.members[rec.ID] = m
+	defer f.checkPrefillLocked()
+	if old != nil && old.rec.Role == discovery.RolePrefill && rec.Role != discovery.RolePrefill {
+		f.Disagg.RemovePrefill(rec.ID)
+	}
+	if rec.Role == discovery.RolePrefill {
+		// Prefill workers are not routed to: the orchestrator sends them
+		// prefill legs for the decode workers the router picks.
+		f.Router.RemoveWorker(rec.ID)
+		f.Disagg.AddPrefill(m.conn.side(rec))
+		f.log.Info("prefill worker added", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint())
+		return
+	}
+	var gen engine.Generator = m.conn
+	if rec.Role == discovery.RoleDecode {
+		if rec.KVTransfer.Addr == "" {
+			f.Board.Raise(DiagNoTransferAddr, rec.ID, health.Warn,
+				"decode worker publishes no KV transfer address; it prefills every prompt itself")
+		} else {
+			f.Board.Clear(DiagNoTransferAddr, rec.ID, "", "")
+			gen = f.Disagg.Wrap(m.conn.side(rec), m.conn)
+		}
+	}
 	if f.KV != nil {
 		f.followLocked(rec)
 	}
@@ -330,7 +363,7 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 		mm.ContextLength = f.ctxLen
 		f.Frontend.AddModel(&mm)
 	}
-	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: m.conn, Info: engine.Info{
+	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Info: engine.Info{
 		Kind: rec.Engine, Model: rec.Model, BlockSize: rec.KVLayout.BlockSize, ContextLength: rec.ContextLength,
 		KVCapacityTokens: rec.CapacityBlocks * rec.KVLayout.BlockSize,
 	}})
@@ -406,6 +439,26 @@ func (f *Frontend) refuseLocked(rec discovery.Record) string {
 	return ""
 }
 
+// checkPrefillLocked raises DiagNoPrefill while decode workers have no
+// prefill worker to pair with, and clears it once they do.
+func (f *Frontend) checkPrefillLocked() {
+	decode, prefill := 0, 0
+	for _, m := range f.members {
+		switch m.rec.Role {
+		case discovery.RoleDecode:
+			decode++
+		case discovery.RolePrefill:
+			prefill++
+		}
+	}
+	if decode > 0 && prefill == 0 {
+		f.Board.Raise(DiagNoPrefill, "fleet", health.Warn, "decode workers are registered but no prefill worker is; decode workers prefill their own prompts",
+			"decode_workers", decode)
+	} else {
+		f.Board.Clear(DiagNoPrefill, "fleet", "", "")
+	}
+}
+
 func (f *Frontend) clearRefusalsLocked(id string) {
 	for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch, DiagWorkerRefused} {
 		f.Board.Clear(code, id, "", "")
@@ -438,6 +491,10 @@ func (f *Frontend) removeLocked(id, why string) {
 		return
 	}
 	delete(f.members, id)
+	if m.rec.Role == discovery.RolePrefill {
+		f.Disagg.RemovePrefill(id)
+	}
+	f.checkPrefillLocked()
 	// The router tells the KV policy (Observer.WorkerRemoved), which drops
 	// the worker's subscription and index entries.
 	f.Router.RemoveWorker(id)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/worker"
 )
@@ -31,6 +32,13 @@ type harness struct {
 
 func newHarness(t *testing.T, mode string) *harness {
 	t.Helper()
+	return newHarnessWith(t, mode, nil, Options{})
+}
+
+// newHarnessWith also lets the test edit the config and set options
+// (Registry and Logger are the harness's).
+func newHarnessWith(t *testing.T, mode string, edit func(*Config), opts Options) *harness {
+	t.Helper()
 	model, err := tokenizer.Default()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +47,11 @@ func newHarness(t *testing.T, mode string) *harness {
 	cfg := DefaultConfig()
 	cfg.HTTPAddr, cfg.RouterMode = "127.0.0.1:0", mode
 	cfg.KV.Seed = 1
-	h.fe, err = Start(context.Background(), cfg, model, Options{Registry: h.reg, Logger: quiet})
+	if edit != nil {
+		edit(&cfg)
+	}
+	opts.Registry, opts.Logger = h.reg, quiet
+	h.fe, err = Start(context.Background(), cfg, model, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +62,13 @@ func newHarness(t *testing.T, mode string) *harness {
 // startWorker runs a mocker worker registered in the harness's registry.
 func (h *harness) startWorker(id string, speedup float64) *worker.Worker {
 	h.t.Helper()
+	return h.startRole(id, "aggregated", speedup, nil)
+}
+
+// startRole runs a mocker worker in role; edit, if set, adjusts the
+// mocker's config.
+func (h *harness) startRole(id, role string, speedup float64, edit func(*mocker.Config)) *worker.Worker {
+	h.t.Helper()
 	mc := mocker.DefaultConfig()
 	mc.Model = h.model.Name
 	mc.EOS = h.model.Tokenizer.EOS()
@@ -59,12 +78,15 @@ func (h *harness) startWorker(id string, speedup float64) *worker.Worker {
 	if h.natsURL != "" {
 		mc.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
 	}
+	if edit != nil {
+		edit(&mc)
+	}
 	e, err := mocker.New(mc)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	cfg := worker.DefaultConfig()
-	cfg.ID, cfg.DeregisterDelay = id, 0
+	cfg.ID, cfg.DeregisterDelay, cfg.Role = id, 0, role
 	if h.natsURL != "" {
 		cfg.EventPlane.Plane, cfg.EventPlane.NATS = "nats", h.natsURL
 	}
@@ -194,7 +216,12 @@ func TestWorkerAdmission(t *testing.T) {
 				}
 			}
 			if c.diag == DiagKVLayoutMismatch {
-				d := h.fe.Board.Active()[0]
+				var d health.Diagnostic
+				for _, x := range h.fe.Board.Active() {
+					if x.Code == DiagKVLayoutMismatch {
+						d = x
+					}
+				}
 				peer := c.first[0]
 				for _, want := range []string{c.rec.KVLayout.Fingerprint(), peer.KVLayout.Fingerprint(), peer.ID} {
 					if !strings.Contains(d.Message, want) {

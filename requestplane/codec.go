@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 )
 
@@ -31,7 +32,12 @@ func (codec) Marshal(v any) ([]byte, error) {
 		return appendRequest(make([]byte, 0, 64+4*len(m.Prompt)), m), nil
 	case *engine.Delta:
 		return appendDelta(make([]byte, 0, 16+4*len(m.Tokens)), m), nil
-	case *engine.Info:
+	case *assessRequest:
+		return appendAssess(make([]byte, 0, 16+4*len(m.Prompt)), m), nil
+	case *pushRequest:
+		return appendPush(make([]byte, 0, 96+4*len(m.Request.Prompt)), m), nil
+	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply:
+		// Small control messages: JSON keeps them readable and versionless.
 		return json.Marshal(m)
 	default:
 		return nil, fmt.Errorf("requestplane: cannot marshal %T", v)
@@ -44,8 +50,15 @@ func (codec) Unmarshal(b []byte, v any) error {
 		return decodeRequest(b, m)
 	case *engine.Delta:
 		return decodeDelta(b, m)
-	case *engine.Info:
-		return json.Unmarshal(b, m)
+	case *assessRequest:
+		return decodeAssess(b, m)
+	case *pushRequest:
+		return decodePush(b, m)
+	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply:
+		if err := json.Unmarshal(b, m); err != nil {
+			return fmt.Errorf("%w: %w", errCorrupt, err)
+		}
+		return nil
 	default:
 		return fmt.Errorf("requestplane: cannot unmarshal into %T", v)
 	}
@@ -201,11 +214,23 @@ func (r *reader) done() error {
 	return r.err
 }
 
+// version reads and checks the version byte.
+func (r *reader) version() {
+	if v := r.byte(); v != codecVersion && r.err == nil {
+		r.err = fmt.Errorf("%w: version %d", errCorrupt, v)
+		r.b = nil
+	}
+}
+
 func decodeRequest(b []byte, m *engine.Request) error {
 	r := reader{b: b}
-	if v := r.byte(); v != codecVersion && r.err == nil {
-		return fmt.Errorf("%w: version %d", errCorrupt, v)
-	}
+	r.request(m)
+	return r.done()
+}
+
+// request reads what appendRequest wrote.
+func (r *reader) request(m *engine.Request) {
+	r.version()
 	m.ID = r.str()
 	m.Model = r.str()
 	m.Prompt = r.tokens()
@@ -219,14 +244,11 @@ func decodeRequest(b []byte, m *engine.Request) error {
 	m.Sampling.TopP = math.Float32frombits(r.u32())
 	m.Sampling.TopK = r.int()
 	m.Sampling.Seed = r.u64()
-	return r.done()
 }
 
 func decodeDelta(b []byte, m *engine.Delta) error {
 	r := reader{b: b}
-	if v := r.byte(); v != codecVersion && r.err == nil {
-		return fmt.Errorf("%w: version %d", errCorrupt, v)
-	}
+	r.version()
 	m.Tokens = r.tokens()
 	m.Finish = engine.FinishReason(r.str())
 	m.PromptTokens = int(r.uvarint() & math.MaxInt32)

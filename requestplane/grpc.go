@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 )
 
@@ -28,7 +29,7 @@ type service interface{}
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
 	HandlerType: (*service)(nil),
-	Methods: []grpc.MethodDesc{{
+	Methods: append([]grpc.MethodDesc{{
 		MethodName: "Info",
 		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 			var none engine.Info
@@ -38,7 +39,7 @@ var serviceDesc = grpc.ServiceDesc{
 			info := srv.(*handler).eng.Info()
 			return &info, nil
 		},
-	}},
+	}}, disaggMethods...),
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Generate",
 		ServerStreams: true,
@@ -48,17 +49,22 @@ var serviceDesc = grpc.ServiceDesc{
 	}},
 }
 
-type handler struct{ eng engine.Engine }
+type handler struct {
+	eng  engine.Engine
+	side disagg.Side // nil: the disaggregation calls are unimplemented
+}
 
-// NewServer returns a gRPC server exposing eng. The caller owns Serve and
-// GracefulStop (which lets in-flight streams finish: that is the drain).
-func NewServer(eng engine.Engine, opts ...grpc.ServerOption) *grpc.Server {
+// NewServer returns a gRPC server exposing eng and, when side is not nil,
+// the worker's part in disaggregated prefill (Assess, Link, Prefill). The
+// caller owns Serve and GracefulStop (which lets in-flight streams finish:
+// that is the drain).
+func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.ForceServerCodec(codec{}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	s := grpc.NewServer(opts...)
-	s.RegisterService(&serviceDesc, &handler{eng: eng})
+	s.RegisterService(&serviceDesc, &handler{eng: eng, side: side})
 	return s
 }
 
@@ -130,6 +136,12 @@ func fromStatus(err error) error {
 	return err
 }
 
+// withRequestID passes the request id as gRPC metadata, for the worker's
+// logs.
+func withRequestID(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "x-request-id", id)
+}
+
 // ErrUnavailable means the worker could not be reached or went away; the
 // frontend retries such requests elsewhere if no token was streamed yet.
 var ErrUnavailable = errors.New("worker unavailable")
@@ -169,7 +181,7 @@ func (c *Client) Info(ctx context.Context) (engine.Info, error) {
 // Generate implements engine.Generator.
 func (c *Client) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	if req.ID != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "x-request-id", req.ID)
+		ctx = withRequestID(ctx, req.ID)
 	}
 	cs, err := c.cc.NewStream(ctx, &serviceDesc.Streams[0], generateMethod)
 	if err != nil {

@@ -18,7 +18,7 @@ func serve(t *testing.T, eng engine.Engine) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(eng)
+	srv := NewServer(eng, nil)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	c, err := Dial(lis.Addr().String())

@@ -110,9 +110,11 @@ func (s *System) startDisagg(cfg *Config, newEngine EngineFactory) error {
 		if err != nil {
 			return err
 		}
-		if err := d.orch.AddPrefill(disagg.Worker{ID: id, Role: disagg.Prefill, Engine: eng, Node: node}); err != nil {
+		side, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: node})
+		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
+		d.orch.AddPrefill(side)
 	}
 	return nil
 }
@@ -155,7 +157,11 @@ func (s *System) wrapDecode(id string, eng engine.Engine, gen engine.Generator) 
 		}
 		cancel()
 	}
-	return d.orch.Wrap(disagg.Worker{ID: id, Role: disagg.Decode, Engine: eng, Gen: gen, Node: n}), nil
+	side, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: n})
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	return d.orch.Wrap(side, gen), nil
 }
 
 func (s *System) stopDisagg() {

@@ -214,7 +214,7 @@ func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) 
 	if err != nil {
 		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
 	}
-	srv := requestplane.NewServer(eng)
+	srv := requestplane.NewServer(eng, nil)
 	s.grpcs = append(s.grpcs, srv)
 	go func() { _ = srv.Serve(lis) }()
 	c, err := requestplane.Dial(lis.Addr().String())

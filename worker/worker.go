@@ -21,12 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/native"
 	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -61,12 +63,21 @@ type Config struct {
 	EventPlane eventplane.Config
 	// Version is the Tandem version published in the record.
 	Version string
+	// KVTransferAddr is where a decode worker's KV transfer node receives
+	// blocks (--kv-transfer-addr; port 0 picks one). Prefill workers only
+	// send, and aggregated ones take no part.
+	KVTransferAddr string
+	// TransferBudget bounds the worker's KV staging memory in bytes
+	// (--transfer-budget; 0: kvtransfer's default).
+	TransferBudget int64
+	// TransferTimeout bounds one KV transfer (0: kvtransfer's default).
+	TransferTimeout time.Duration
 }
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{
-		ID: "worker-0", Role: string(discovery.RoleAggregated), RequestPlaneAddr: "127.0.0.1:0",
+		ID: "worker-0", Role: string(discovery.RoleAggregated), RequestPlaneAddr: "127.0.0.1:0", KVTransferAddr: "127.0.0.1:0",
 		KVEventsFormat: "map", DeregisterDelay: 500 * time.Millisecond, DrainTimeout: 30 * time.Second,
 		EventPlane: eventplane.DefaultConfig(),
 	}
@@ -90,14 +101,16 @@ type Worker struct {
 	cfg   Config
 	log   *slog.Logger
 	eng   engine.Engine
-	reg   discovery.Registry
+	disc  discovery.Registry
 	board *health.Board
 	rec   discovery.Record
 
 	grpc    *grpc.Server
 	served  chan error
+	reg     *prometheus.Registry
 	metrics *http.Server
 	lease   discovery.Lease
+	node    *kvtransfer.Node // nil for aggregated workers
 
 	nats       *nats.Conn
 	natsServer *eventplane.Server
@@ -135,28 +148,35 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if board == nil {
 		board = health.NewBoard(log, nil)
 	}
-	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, reg: opts.Registry, board: board, served: make(chan error, 1)}
-	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
-	if err != nil {
-		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
-	}
-	w.grpc = requestplane.NewServer(eng)
-	go func() { w.served <- w.grpc.Serve(lis) }()
-	defer func() {
-		if err != nil {
-			w.grpc.Stop()
-			if w.metrics != nil {
-				_ = w.metrics.Close()
-			}
-			w.stopRelay()
-		}
-	}()
+	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
+		served: make(chan error, 1), reg: prometheus.NewRegistry()}
 	host := cfg.AdvertiseHost
 	if host == "" {
 		if host, err = os.Hostname(); err != nil {
 			return nil, fmt.Errorf("worker: host name: %w", err)
 		}
 	}
+	side, err := w.startTransfer(role)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
+	if err != nil {
+		w.closeNode()
+		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
+	}
+	w.grpc = requestplane.NewServer(eng, side)
+	go func() { w.served <- w.grpc.Serve(lis) }()
+	defer func() {
+		if err != nil {
+			w.grpc.Stop()
+			w.closeNode()
+			if w.metrics != nil {
+				_ = w.metrics.Close()
+			}
+			w.stopRelay()
+		}
+	}()
 	metricsAddr := ""
 	if cfg.MetricsAddr != "" {
 		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
@@ -168,6 +188,9 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	w.rec.Role = role
 	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
 	w.rec.MetricsAddr = metricsAddr
+	if w.node != nil {
+		w.rec.KVTransfer = discovery.KVTransfer{Addr: advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
+	}
 	w.rec.KVEvents.Endpoint = advertiseURL(w.rec.KVEvents.Endpoint, host)
 	w.rec.KVEvents.ReplayEndpoint = advertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
 	if cfg.EventPlane.Plane == "nats" && w.rec.KVEvents.Endpoint != "" {
@@ -176,10 +199,10 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		w.rec.KVEvents.Subject = w.relay.Subject()
 	}
-	if w.lease, err = w.reg.Register(ctx, w.rec); err != nil {
+	if w.lease, err = w.disc.Register(ctx, w.rec); err != nil {
 		return nil, fmt.Errorf("worker: register: %w", err)
 	}
-	w.log.Info("registered", "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint,
+	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
 	return w, nil
 }
@@ -299,8 +322,45 @@ func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 	return l
 }
 
+// startTransfer gives prefill and decode workers their transfer-plane node
+// (a decode worker's listens) and returns the worker's part in
+// disaggregation, served on the request plane; nil for aggregated workers.
+func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
+	if role == discovery.RoleAggregated {
+		return nil, nil
+	}
+	port, ok := w.eng.(engine.KVPort)
+	if !ok {
+		return nil, fmt.Errorf("worker: role %s needs an engine that can move KV; the %s engine cannot", role, w.eng.Info().Kind)
+	}
+	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
+		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w.node = n
+	if role == discovery.RoleDecode {
+		if err := n.Listen(w.cfg.KVTransferAddr); err != nil {
+			w.closeNode()
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
+	side, err := disagg.NewLocal(disagg.Worker{ID: w.cfg.ID, Engine: w.eng, Node: n})
+	if err != nil {
+		w.closeNode()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return side, nil
+}
+
+func (w *Worker) closeNode() {
+	if w.node != nil {
+		_ = w.node.Close()
+	}
+}
+
 func (w *Worker) serveMetrics(addr string) (string, error) {
-	reg := prometheus.NewRegistry()
+	reg := w.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if c, ok := w.eng.(interface{ Collector() prometheus.Collector }); ok {
 		if err := reg.Register(c.Collector()); err != nil {
@@ -394,6 +454,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
 	}
 	w.stopRelay()
+	w.closeNode()
 	if err := w.eng.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: close engine: %w", err))
 	}

@@ -84,6 +84,8 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
 	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
+	f.StringVar(&cfg.Disagg, "disagg", cfg.Disagg, "disaggregated prefill for workers registered with --role decode: auto (price local vs remote per request), always or never")
+	f.Float64Var(&cfg.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
 	rf.register(cmd, cfg.RouterMode)
 	disc.register(cmd)
 	registerEventPlane(cmd, &cfg.EventPlane)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/worker"
 )
@@ -47,6 +48,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cmd.Flags().Changed("rp-addr") {
 				return errors.New("--openai-addr and --rp-addr exclude each other: a worker either serves the OpenAI API itself or joins a fleet")
 			}
+			cfg.VLLMPD.TransferBudget = wcfg.TransferBudget
 			cfg.WorkerIDs = []string{wcfg.ID}
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
@@ -64,6 +66,10 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.BoolVar(&cfg.VLLMPD.Enabled, "kv-transfer-params", false, "with --openai-addr: play both roles of vLLM's NixlConnector P/D protocol (kv_transfer_params), as a vLLM server with a KV connector does")
 	f.StringVar(&cfg.VLLMPD.AdvertiseHost, "kv-transfer-advertise-host", "", "with --kv-transfer-params: the remote_host this worker puts in kv_transfer_params (default: the listen host)")
 	f.StringVar(&cfg.VLLMPD.ListenHost, "kv-transfer-listen-host", "", "with --kv-transfer-params: where the KV transfer node listens (default 127.0.0.1)")
+	f.StringVar(&wcfg.KVTransferAddr, "kv-transfer-addr", wcfg.KVTransferAddr, "--role decode: where the KV transfer node receives blocks from prefill workers (port 0: any free port)")
+	wcfg.TransferBudget = kvtransfer.DefaultBudget
+	f.Var((*byteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
+	f.DurationVar(&wcfg.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: bound on one KV transfer; a failed transfer falls back to local prefill")
 	f.StringVar(&wcfg.MetricsAddr, "metrics-addr", "", "serve the engine's /metrics and the worker's /health here (empty: nowhere)")
 	f.DurationVar(&wcfg.DeregisterDelay, "deregister-delay", wcfg.DeregisterDelay, "on SIGTERM, how long to keep taking requests after deregistering, while frontends hear of it")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM")
@@ -120,6 +126,9 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 		rec.ID, rec.Engine, rec.Role, rec.RequestPlane, rec.Model, rec.KVLayout.Fingerprint(), disc.describe())
 	if rec.KVEvents.Endpoint != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "  kv-events:     %s\n", rec.KVEvents.Endpoint)
+	}
+	if rec.KVTransfer.Addr != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "  kv-transfer:   %s\n", rec.KVTransfer.Addr)
 	}
 	if rec.KVEvents.Subject != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "  kv-relay:      nats %s\n", rec.KVEvents.Subject)

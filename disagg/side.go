@@ -1,0 +1,177 @@
+package disagg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvtransfer"
+)
+
+// Side is a worker as the orchestrator sees it. In one process it is a
+// Local (the engine and its transfer node); across processes the frontend
+// holds a proxy that carries each call over the worker's request plane.
+// Keeping the decider behind this interface is what lets one cost model
+// serve both deployments.
+type Side interface {
+	ID() string
+	// Layout is the engine's KV layout (engine.KVPort.KVLayout): sides
+	// with different layouts never exchange blocks.
+	Layout() string
+	BlockSize() int
+	BlockBytes() int
+	// TransferAddr is where the worker's transfer node receives blocks
+	// ("" when it receives none: it cannot decode disaggregated).
+	TransferAddr() string
+	// Assess looks prompt up in the worker's prefix cache and prices its
+	// prefill there; tail is a further token count to price (the partial
+	// last block a decode worker computes after a remote prefill).
+	Assess(ctx context.Context, prompt []engine.Token, tail int) (Assessment, error)
+	// LinkThroughput is the measured throughput from this worker to peer in
+	// bytes per second, probing the link the first time.
+	LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error)
+	// PrefillAndSend runs req's prefill leg and sends blocks [from, full)
+	// of its prompt (full = whole blocks of all but the last token) to
+	// peer, streaming them while the prefill runs where the engine allows.
+	// Errors carry a code (kvtransfer.CodeOf): FallbackPrefillFailed or a
+	// transfer code.
+	PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (Push, error)
+}
+
+// Assessment is a worker's view of one prompt.
+type Assessment struct {
+	// CachedTokens is the prefix of all but the prompt's last token that
+	// the worker's cache holds (whole blocks): the last token is always
+	// recomputed, its logits start decoding.
+	CachedTokens int `json:"cached_tokens"`
+	// RunningDecodes is how many sequences a local prefill would stall.
+	RunningDecodes int `json:"running_decodes"`
+	// UncachedSeconds and TailSeconds are the engine's own estimates for
+	// the uncached tokens and for tail tokens; negative when the engine
+	// cannot estimate (the orchestrator then uses what it learned).
+	UncachedSeconds float64 `json:"uncached_s"`
+	TailSeconds     float64 `json:"tail_s"`
+	// ChunkTokens is the engine's prefill chunk when it commits blocks
+	// chunk by chunk (engine.KVStreamer), so a transfer overlaps its
+	// prefill; 0 when blocks exist only once the prefill ends.
+	ChunkTokens int `json:"chunk_tokens,omitempty"`
+}
+
+// Push is the outcome of a PrefillAndSend.
+type Push struct {
+	Transfer kvtransfer.Stats
+	// Prefill is how long the prefill leg took.
+	Prefill time.Duration
+	// LinkBytesPerSec is the sender's link estimate after the transfer.
+	LinkBytesPerSec float64
+}
+
+// Worker is an engine taking part in disaggregated serving in this
+// process.
+type Worker struct {
+	ID     string
+	Engine engine.Engine
+	// Node is the worker's transfer-plane end; decode workers' nodes must
+	// be listening.
+	Node *kvtransfer.Node
+}
+
+// Local is the Side of an engine in this process. The request plane
+// serves a worker's Local to remote orchestrators.
+type Local struct {
+	w    Worker
+	port engine.KVPort
+}
+
+// NewLocal returns w's Side; its engine must implement engine.KVPort.
+func NewLocal(w Worker) (*Local, error) {
+	port, ok := w.Engine.(engine.KVPort)
+	if !ok || w.Node == nil {
+		return nil, fmt.Errorf("disagg: worker %s cannot move KV (engine %s)", w.ID, w.Engine.Info().Kind)
+	}
+	return &Local{w: w, port: port}, nil
+}
+
+func (l *Local) ID() string           { return l.w.ID }
+func (l *Local) Layout() string       { return l.port.KVLayout() }
+func (l *Local) BlockSize() int       { return l.w.Engine.Info().BlockSize }
+func (l *Local) BlockBytes() int      { return l.port.KVBlockBytes() }
+func (l *Local) TransferAddr() string { return l.w.Node.Addr() }
+
+// Assess implements Side.
+func (l *Local) Assess(ctx context.Context, prompt []engine.Token, tail int) (Assessment, error) {
+	hit, err := l.port.CachedPrefix(ctx, prompt[:max(len(prompt)-1, 0)])
+	if err != nil {
+		return Assessment{}, err
+	}
+	a := Assessment{CachedTokens: hit, UncachedSeconds: -1, TailSeconds: -1}
+	if lr, ok := l.w.Engine.(engine.LoadReporter); ok {
+		a.RunningDecodes = lr.RunningDecodes()
+	}
+	if pe, ok := l.w.Engine.(engine.PrefillEstimator); ok {
+		a.UncachedSeconds, a.TailSeconds = pe.EstimatePrefill(len(prompt)-hit), pe.EstimatePrefill(tail)
+	}
+	if ks, ok := l.w.Engine.(engine.KVStreamer); ok {
+		a.ChunkTokens = ks.PrefillChunkTokens()
+	}
+	return a, nil
+}
+
+// LinkThroughput implements Side.
+func (l *Local) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error) {
+	return l.w.Node.Throughput(ctx, peer)
+}
+
+// PrefillAndSend implements Side: the prefill leg runs while the node
+// streams blocks as the engine commits them.
+func (l *Local) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (Push, error) {
+	bs := l.BlockSize()
+	if bs <= 0 {
+		return Push{}, &kvtransfer.Error{Code: FallbackPrefillFailed, Err: errors.New("engine reports no block size")}
+	}
+	full := max(len(req.Prompt)-1, 0) / bs
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	computing := make(chan error, 1)
+	var took atomic.Int64 // read only once computing has yielded
+	go func() {
+		start := time.Now()
+		err := prefillOnly(ctx, l.w.Engine, req)
+		took.Store(int64(time.Since(start)))
+		computing <- err
+	}()
+	st, err := l.w.Node.SendWhile(ctx, peer, req.Prompt[:full*bs], from, computing)
+	if err != nil && kvtransfer.CodeOf(err) == "" && ctx.Err() == nil {
+		// SendWhile returns the prefill leg's own error unwrapped.
+		err = &kvtransfer.Error{Code: FallbackPrefillFailed, Err: fmt.Errorf("prefill leg on %s: %w", l.w.ID, err)}
+	}
+	if err != nil {
+		return Push{Transfer: st}, err
+	}
+	bps, _ := l.w.Node.Throughput(ctx, peer)
+	return Push{Transfer: st, Prefill: time.Duration(took.Load()), LinkBytesPerSec: bps}, nil
+}
+
+// prefillOnly computes the prompt's KV on e and leaves it in e's prefix
+// cache: one output token, as vLLM's prefill leg (max_tokens = 1).
+func prefillOnly(ctx context.Context, e engine.Engine, req *engine.Request) error {
+	pr := *req
+	pr.ID = req.ID + "-prefill"
+	pr.MaxTokens, pr.MinTokens, pr.IgnoreEOS, pr.StopTokens = 1, 0, true, nil
+	pr.KVTransferParams = nil
+	st, err := e.Generate(ctx, &pr)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := st.Recv(); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
