@@ -106,6 +106,7 @@ type Orchestrator struct {
 	decisions *prometheus.CounterVec
 	fallbacks *prometheus.CounterVec
 	estErr    prometheus.Histogram
+	nPrefill  prometheus.Gauge
 
 	mu      sync.Mutex
 	prefill []*prefillWorker
@@ -144,9 +145,13 @@ func New(cfg Config) *Orchestrator {
 			Help:    "Measured ÷ estimated KV transfer time of remote prefills.",
 			Buckets: []float64{0.5, 0.75, 0.9, 1, 1.1, 1.25, 1.5, 2, 4},
 		}),
+		nPrefill: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_disagg_prefill_workers",
+			Help: "Prefill workers the orchestrator can send prefill legs to.",
+		}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(o.decisions, o.fallbacks, o.estErr)
+		cfg.Registerer.MustRegister(o.decisions, o.fallbacks, o.estErr, o.nPrefill)
 	}
 	return o
 }
@@ -162,6 +167,7 @@ func (o *Orchestrator) AddPrefill(s Side) {
 		}
 	}
 	o.prefill = append(o.prefill, &prefillWorker{Side: s})
+	o.nPrefill.Set(float64(len(o.prefill)))
 }
 
 // RemovePrefill forgets a prefill worker; legs already running on it
@@ -171,6 +177,7 @@ func (o *Orchestrator) RemovePrefill(id string) {
 	defer o.mu.Unlock()
 	o.prefill = slices.DeleteFunc(o.prefill, func(p *prefillWorker) bool { return p.ID() == id })
 	delete(o.rates, id)
+	o.nPrefill.Set(float64(len(o.prefill)))
 }
 
 // PrefillWorkers returns the registered prefill workers' ids, sorted.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
+	"github.com/tandemllm/tandem/kvtransfer"
 )
 
 func serve(t *testing.T, eng engine.Engine) *Client {
@@ -136,6 +137,10 @@ func FuzzCodec(f *testing.F) {
 	f.Add(b)
 	d, _ := codec{}.Marshal(&engine.Delta{Tokens: []engine.Token{3}, Finish: "stop", CachedTokens: 16})
 	f.Add(d)
+	a, _ := codec{}.Marshal(&assessRequest{Prompt: []engine.Token{1, 2, 3}, Tail: 2})
+	f.Add(a)
+	p, _ := codec{}.Marshal(&pushRequest{Request: engine.Request{ID: "r", Prompt: []engine.Token{4}}, Peer: kvtransfer.Peer{ID: "d", Addr: "h:1"}, From: 1})
+	f.Add(p)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r engine.Request
 		if codec.Unmarshal(codec{}, b, &r) == nil {
@@ -147,5 +152,22 @@ func FuzzCodec(f *testing.F) {
 		}
 		var dl engine.Delta
 		_ = codec{}.Unmarshal(b, &dl)
+		var ar assessRequest
+		if codec.Unmarshal(codec{}, b, &ar) == nil {
+			out, _ := codec{}.Marshal(&ar)
+			if err := (codec{}).Unmarshal(out, &assessRequest{}); err != nil {
+				t.Fatalf("re-decode assess: %v", err)
+			}
+		}
+		var pr pushRequest
+		if codec.Unmarshal(codec{}, b, &pr) == nil {
+			out, _ := codec{}.Marshal(&pr)
+			if err := (codec{}).Unmarshal(out, &pushRequest{}); err != nil {
+				t.Fatalf("re-decode push: %v", err)
+			}
+		}
+		for _, v := range []any{&linkReply{}, &pushReply{}, &linkRequest{}} {
+			_ = codec{}.Unmarshal(b, v)
+		}
 	})
 }

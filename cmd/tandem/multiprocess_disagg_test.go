@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMultiProcessDisagg runs disaggregated prefill across OS processes:
+// a frontend, one prefill worker and two decode workers, each its own
+// process with its own request plane and KV transfer node, found through
+// file discovery. Under streaming load with long prompts every request is
+// prefilled on the prefill worker and its KV pushed over TCP to the decode
+// worker the router chose; then the prefill worker is SIGKILLed mid-load,
+// and every request still succeeds (a leg cut by the kill falls back to
+// local prefill, later requests find no prefill worker).
+func TestMultiProcessDisagg(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes")
+	}
+	disc := "--discovery file --discovery-dir " + t.TempDir() + " --lease-ttl 2s"
+	fe := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv --disagg always --max-retries 3 "+disc, frontendReady)
+	url := fe.line
+	eng := " --speedup 4 --kv-bytes-per-token 16384 --max-num-batched-tokens 256 --deregister-delay 0s "
+	pre := startProc(t, "p1", "worker --id p1 --role prefill"+eng+disc, workerReady)
+	for _, id := range []string{"d1", "d2"} {
+		startProc(t, id, "worker --id "+id+" --role decode"+eng+disc, workerReady)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Equal(healthWorkers(t, url), []string{"d1", "d2"}) || metricSum(getBody(t, url+"/metrics"), "tandem_disagg_prefill_workers") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("frontend sees %v and %v prefill workers", healthWorkers(t, url), metricSum(getBody(t, url+"/metrics"), "tandem_disagg_prefill_workers"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	const clients = 8
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		wg       sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	story := strings.Repeat("The archivist sorted the letters by the color of their ink and the weight of their paper. ", 25)
+	for i := range clients {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A long fresh part per request, after a prefix shared per
+				// client: remote prefill moves only what the decode
+				// worker lacks.
+				prompt := fmt.Sprintf("client %d: %s request %d: %s", i%4, story, n, strings.Repeat(fmt.Sprintf("detail %d-%d ", i, n), 60))
+				o := sendOne(hc, url, prompt, 16)
+				mu.Lock()
+				outcomes = append(outcomes, o)
+				mu.Unlock()
+			}
+		})
+	}
+	waitMetric := func(name string, min float64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for metricSum(getBody(t, url+"/metrics"), name) < min {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s stayed below %v:\n%s", name, min, grepLines(getBody(t, url+"/metrics"), "tandem_disagg"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitMetric(`tandem_disagg_decisions_total{choice="remote",reason="mode_always"}`, 20)
+	before := getBody(t, url+"/metrics")
+	if err := pre.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for metricSum(getBody(t, url+"/metrics"), "tandem_disagg_prefill_workers") != 0 {
+		if time.Since(killed) > 10*time.Second {
+			t.Fatal("the killed prefill worker is still registered 10s after SIGKILL")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	left := time.Since(killed)
+	waitMetric(`tandem_disagg_decisions_total{choice="local",reason="no_prefill_worker"}`, 5)
+	close(stop)
+	wg.Wait()
+
+	var ok, failed int
+	perWorker := map[string]int{}
+	for _, o := range outcomes {
+		perWorker[o.worker]++
+		if o.err != nil || o.cut {
+			failed++
+			t.Errorf("request failed (worker %q, status %d, started %v, cut %v): %v", o.worker, o.status, o.started, o.cut, o.err)
+			continue
+		}
+		ok++
+	}
+	m := getBody(t, url+"/metrics")
+	t.Logf("%d requests: %d succeeded, %d failed; per decode worker %v; p1 left %v after SIGKILL", len(outcomes), ok, failed, perWorker, left.Round(time.Millisecond))
+	t.Logf("before the kill:\n%s", grepLines(before, "tandem_disagg_decisions_total"))
+	t.Logf("after:\n%s\n%s\n%s", grepLines(m, "tandem_disagg_decisions_total"), grepLines(m, "tandem_disagg_fallbacks_total"),
+		grepLines(m, "tandem_disagg_transfer_estimate_ratio_count"))
+	if metricSum(before, "tandem_disagg_transfer_estimate_ratio_count") < 20 {
+		t.Errorf("too few measured transfers before the kill:\n%s", grepLines(before, "tandem_disagg"))
+	}
+	if perWorker["d1"] == 0 || perWorker["d2"] == 0 {
+		t.Errorf("load did not reach both decode workers: %v", perWorker)
+	}
+	if !strings.Contains(getBody(t, url+"/health"), "disagg_no_prefill_worker") {
+		t.Errorf("/health does not report the missing prefill worker:\n%s", getBody(t, url+"/health"))
+	}
+}

@@ -1,0 +1,176 @@
+package requestplane
+
+import (
+	"context"
+	"io"
+	"net"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/kvtransfer"
+)
+
+// testWorker is a mocker with its transfer node, served on a request plane
+// with its disagg.Local, as a worker process serves it.
+type testWorker struct {
+	eng  *mocker.Engine
+	node *kvtransfer.Node
+	side *Side
+}
+
+func startWorker(t *testing.T, id string, listen bool) *testWorker {
+	t.Helper()
+	eng, err := mocker.New(mocker.Config{Speedup: 100, KVBytesPerToken: 1024, KVCapacityTokens: 16 * 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	node, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: eng, Timeout: 5 * time.Second, ProbeBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Close() })
+	if listen {
+		if err := node.Listen("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(eng, local)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	c, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &testWorker{eng: eng, node: node, side: NewSide(c, SideDesc{ID: id, Layout: local.Layout(),
+		BlockSize: local.BlockSize(), BlockBytes: local.BlockBytes(), TransferAddr: node.Addr()})}
+}
+
+func drain(t *testing.T, g engine.Generator, req *engine.Request) int {
+	t.Helper()
+	st, err := g.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := 0
+	for {
+		d, err := st.Recv()
+		if err == io.EOF {
+			return cached
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached = max(cached, d.CachedTokens)
+	}
+}
+
+func tokens(n int) []engine.Token {
+	p := make([]engine.Token, n)
+	for i := range p {
+		p[i] = engine.Token(i*31%900 + 1)
+	}
+	return p
+}
+
+// TestSideOverTheWire: every disagg.Side call a frontend makes reaches the
+// worker's Local and comes back intact.
+func TestSideOverTheWire(t *testing.T) {
+	ctx := context.Background()
+	pre, dec := startWorker(t, "p0", false), startWorker(t, "d0", true)
+	p := tokens(400)
+	drain(t, dec.eng, &engine.Request{Prompt: p[:161], MaxTokens: 1}) // d0 holds 10 blocks
+
+	a, err := dec.side.Assess(ctx, p, 15)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := disagg.Assessment{CachedTokens: 160, UncachedSeconds: dec.eng.EstimatePrefill(400 - 160),
+		TailSeconds: dec.eng.EstimatePrefill(15), ChunkTokens: dec.eng.PrefillChunkTokens()}
+	if !reflect.DeepEqual(a, want) {
+		t.Fatalf("assessment %+v, want %+v", a, want)
+	}
+
+	peer := kvtransfer.Peer{ID: "d0", Addr: dec.side.TransferAddr()}
+	bps, err := pre.side.LinkThroughput(ctx, peer)
+	if err != nil || bps <= 0 {
+		t.Fatalf("link: %v, %v", bps, err)
+	}
+	push, err := pre.side.PrefillAndSend(ctx, &engine.Request{ID: "r1", Prompt: p, MaxTokens: 8}, peer, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := push.Transfer; st.Blocks != 399/16-10 || st.Bytes != int64(st.Blocks*16*1024) || push.Prefill <= 0 || push.LinkBytesPerSec <= 0 {
+		t.Fatalf("push %+v", push)
+	}
+	if cached := drain(t, dec.eng, &engine.Request{Prompt: p, MaxTokens: 1}); cached != 399/16*16 {
+		t.Fatalf("decode worker caches %d tokens after the push, want %d", cached, 399/16*16)
+	}
+
+	// A transfer that fails comes back with its code.
+	_ = dec.node.Close()
+	_, err = pre.side.PrefillAndSend(ctx, &engine.Request{ID: "r2", Prompt: tokens(300), MaxTokens: 1}, peer, 0)
+	if code := kvtransfer.CodeOf(err); code != kvtransfer.CodeFailed {
+		t.Fatalf("push to a closed node: code %q (%v)", code, err)
+	}
+}
+
+// TestSideUnimplemented: a worker without a transfer node (aggregated)
+// refuses the calls with a clear status instead of hanging or crashing.
+func TestSideUnimplemented(t *testing.T) {
+	eng, err := mocker.New(mocker.Config{Instant: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	c := serve(t, eng)
+	s := NewSide(c, SideDesc{ID: "a0", BlockSize: 16})
+	_, err = s.Assess(context.Background(), tokens(40), 0)
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "no part in disaggregated prefill") {
+		t.Fatalf("assess on an aggregated worker: %v", err)
+	}
+	if _, err := s.PrefillAndSend(context.Background(), &engine.Request{Prompt: tokens(40)}, kvtransfer.Peer{ID: "d", Addr: "h:1"}, 0); kvtransfer.CodeOf(err) != disagg.FallbackPrefillFailed {
+		t.Fatalf("prefill on an aggregated worker: %v", err)
+	}
+}
+
+func TestDisaggCodecRoundTrip(t *testing.T) {
+	ar := assessRequest{Prompt: []engine.Token{1, 2, 1 << 30}, Tail: 7}
+	pr := pushRequest{Request: engine.Request{ID: "x", Prompt: []engine.Token{5, 6}, MaxTokens: 1}, Peer: kvtransfer.Peer{ID: "d0", Addr: "h:9"}, From: 3}
+	for _, tc := range []struct {
+		in, out any
+	}{{&ar, &assessRequest{}}, {&pr, &pushRequest{}}} {
+		b, err := codec{}.Marshal(tc.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (codec{}).Unmarshal(b, tc.out); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(tc.in, tc.out) {
+			t.Fatalf("round trip %+v -> %+v", tc.in, tc.out)
+		}
+		for i := range b {
+			if err := (codec{}).Unmarshal(b[:i], tc.out); err == nil {
+				t.Fatalf("%T truncated at %d accepted", tc.in, i)
+			}
+		}
+	}
+}
