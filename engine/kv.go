@@ -29,6 +29,19 @@ type KVPort interface {
 	ImportBlocks(ctx context.Context, tokens []Token, from int, blocks [][]byte) error
 }
 
+// KVStreamer is implemented by engines whose prefill commits KV blocks to
+// the prefix cache chunk by chunk (chunked prefill), so a transfer can send
+// a prompt's first blocks while its later chunks are still computed.
+type KVStreamer interface {
+	// KVCommitted returns a channel closed the next time blocks are
+	// committed to, or imported into, the prefix cache. Take it before
+	// looking at the cache so that no commit is missed.
+	KVCommitted() <-chan struct{}
+	// PrefillChunkTokens is the most prompt tokens one scheduler step
+	// prefills: blocks become exportable at this granularity.
+	PrefillChunkTokens() int
+}
+
 // PrefillEstimator is implemented by engines that can predict how long a
 // prefill takes, so a disaggregation decision does not need to learn it.
 type PrefillEstimator interface {

@@ -1,14 +1,21 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/engine/mocker"
 )
 
 type decisions struct {
@@ -125,4 +132,111 @@ func TestDisaggPrefillUnreachable(t *testing.T) {
 	if d := ds.last(t); d.Choice != disagg.ChoiceLocal || d.Reason != disagg.ReasonNoPrefill {
 		t.Fatalf("decision with only a dead prefill worker: %+v", d)
 	}
+}
+
+// seedWorker shapes a mocker like the seed's Qwen3-0.6B worker: real
+// bytes of its KV size move, with its prefill timing.
+func seedWorker(c *mocker.Config) {
+	c.Timing = mocker.Qwen3_0_6BTiming()
+	c.Speedup = 1
+	c.KVCapacityTokens = mocker.SeedKVCapacityTokens
+}
+
+// completeIDs sends token-id prompt p with max_tokens 1 and returns the
+// latency (≈ TTFT) and the cached tokens the worker reported.
+func completeIDs(t *testing.T, url string, p []int32) (time.Duration, int) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": p, "max_tokens": 1, "ignore_eos": true})
+	start := time.Now()
+	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	el := time.Since(start)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var c struct {
+		Usage struct {
+			Details struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatal(err)
+	}
+	return el, c.Usage.Details.CachedTokens
+}
+
+// TestDisaggFleetSeedCase is the seed's same-host 2-prefix case (85.7 %
+// of every prompt cached) across request planes: frontend and workers talk
+// gRPC and the KV moves over TCP between the workers' transfer nodes,
+// exactly as between processes. Dynamo measured disaggregation 8.4× slower
+// than KV-routed aggregation here.
+func TestDisaggFleetSeedCase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves ~2 GB of KV")
+	}
+	const prefixLen, tailLen, rounds = 1536, 256, 6
+	ids := func(n, salt int) []int32 {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32(1000 + (i*31+salt*7919)%50000)
+		}
+		return p
+	}
+	run := func(t *testing.T, mode string, roles ...string) (ttft []float64, moved, full int64) {
+		var ds decisions
+		h := newHarnessWith(t, "kv", func(c *Config) { c.Disagg = mode }, Options{OnDecision: ds.add})
+		var names []string
+		for i, r := range roles {
+			id := fmt.Sprintf("%s-%d", r, i)
+			names = append(names, id)
+			h.startRole(id, r, 1, seedWorker)
+		}
+		slices.Sort(names)
+		h.waitMembers(names...)
+		for r := range rounds {
+			for k := range 2 {
+				el, _ := completeIDs(t, h.fe.URL(), append(ids(prefixLen, k), ids(tailLen, 100+r*2+k)...))
+				if r > 0 {
+					ttft = append(ttft, el.Seconds()*1000)
+					full += int64(prefixLen+tailLen) * mocker.DefaultKVBytesPerToken
+				}
+			}
+		}
+		ds.mu.Lock()
+		defer ds.mu.Unlock()
+		for _, d := range ds.seen[min(2, len(ds.seen)):] {
+			if d.Choice == disagg.ChoiceRemote && d.Fallback == "" {
+				moved += d.TransferBytes
+			}
+		}
+		return ttft, moved, full
+	}
+	agg, _, _ := run(t, "never", "aggregated", "aggregated")
+	auto, movedAuto, full := run(t, "auto", "prefill", "decode", "decode")
+	always, movedAlways, _ := run(t, "always", "prefill", "decode", "decode")
+	ma, mu, ml := median(agg), median(auto), median(always)
+	t.Logf("TTFT median ms: kv-routed aggregated %.1f, disagg auto %.1f (%.2f×), disagg always %.1f (%.2f×)", ma, mu, mu/ma, ml, ml/ma)
+	t.Logf("KV moved after warm-up: auto %d B (%.1f%%), always %d B (%.1f%% of %d B)",
+		movedAuto, 100*float64(movedAuto)/float64(full), movedAlways, 100*float64(movedAlways)/float64(full), full)
+	if mu > 1.5*ma {
+		t.Errorf("auto TTFT %.1f ms > 1.5 × aggregated %.1f ms", mu, ma)
+	}
+	if movedAlways == 0 || float64(movedAlways) > 0.2*float64(full) {
+		t.Errorf("always moved %d B: want some, and at most 20%% of the full KV %d B", movedAlways, full)
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }

@@ -23,7 +23,7 @@ import (
 var quiet = slog.New(slog.DiscardHandler)
 
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	model   *tokenizer.Model
 	reg     *discovery.Mem
 	fe      *Frontend
@@ -37,7 +37,7 @@ func newHarness(t *testing.T, mode string) *harness {
 
 // newHarnessWith also lets the test edit the config and set options
 // (Registry and Logger are the harness's).
-func newHarnessWith(t *testing.T, mode string, edit func(*Config), opts Options) *harness {
+func newHarnessWith(t testing.TB, mode string, edit func(*Config), opts Options) *harness {
 	t.Helper()
 	model, err := tokenizer.Default()
 	if err != nil {

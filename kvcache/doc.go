@@ -58,7 +58,11 @@
 // # Concurrency
 //
 // A Cache is not safe for concurrent use. It is owned by one scheduler
-// goroutine; that is what lets every operation run without locks.
+// goroutine; that is what lets every operation run without locks. The one
+// exception is Changed, a commit notification other goroutines may wait on
+// (a KV transfer streaming a prompt while its prefill is still running): a
+// channel that Commit and Import close when they publish new blocks,
+// costing the scheduler one atomic load per commit when nobody waits.
 //
 // # Memory
 //

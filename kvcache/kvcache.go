@@ -3,6 +3,7 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Token is a vocabulary id (the same type as engine.Token, declared here so
@@ -108,7 +109,52 @@ type Cache struct {
 
 	removed []BlockHash // scratch for BlocksRemoved
 	run     []BlockHash // scratch for BlocksStored
+
+	// changed is the only state shared with other goroutines: see Changed.
+	changed notifier
 }
+
+// notifier hands out a channel that is closed on the next publication. It
+// is lock-free so that Commit, which runs on every scheduler step, pays one
+// atomic load when nobody is waiting and never allocates: the channel is
+// made by the waiter, not by the committer.
+type notifier struct {
+	ch atomic.Pointer[chan struct{}]
+}
+
+// wait returns the channel the next fire closes.
+func (n *notifier) wait() <-chan struct{} {
+	for {
+		if p := n.ch.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		if n.ch.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+		// Another waiter installed one first: share it.
+	}
+}
+
+// fire closes the current channel, if any. Swap hands each channel to
+// exactly one firer, so none is closed twice.
+func (n *notifier) fire() {
+	if n.ch.Load() == nil {
+		return
+	}
+	if p := n.ch.Swap(nil); p != nil {
+		close(*p)
+	}
+}
+
+// Changed returns a channel that is closed the next time blocks are
+// published: committed (or imported) blocks that prefix matching can newly
+// find. Unlike every other method it is safe to call from any goroutine, so
+// a KV exporter can wait for a running prefill's next chunk without polling
+// the scheduler. Take the channel before inspecting the cache (through the
+// owner goroutine): a publication between the two then closes it, and none
+// is missed. Wake-ups may be spurious (the blocks may already be evicted).
+func (c *Cache) Changed() <-chan struct{} { return c.changed.wait() }
 
 // New returns an empty cache.
 func New(cfg Config) (*Cache, error) {
@@ -331,6 +377,7 @@ func (c *Cache) Commit(s *Seq, tokens []Token) {
 		return
 	}
 	c.hashUpTo(s, tokens, full)
+	published := false
 	runStart := -1
 	c.run = c.run[:0]
 	flush := func(end int) {
@@ -376,6 +423,7 @@ func (c *Cache) Commit(s *Seq, tokens []Token) {
 		c.index[h.Uint64()] = b
 		m.hash = h
 		m.hashed = true
+		published = true
 		if runStart < 0 {
 			runStart = i
 		}
@@ -383,6 +431,11 @@ func (c *Cache) Commit(s *Seq, tokens []Token) {
 	}
 	flush(full)
 	s.committed = full
+	// Only blocks new to the index wake waiters: a deduplicated block or a
+	// cache without prefix sharing gives an exporter nothing new to find.
+	if published {
+		c.changed.fire()
+	}
 }
 
 // Free drops s's references. Blocks nobody else holds become cached if they

@@ -26,11 +26,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"src", "dst"}),
 		transfers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_kv_transfers_total",
-			Help: "KV transfers by outcome (ok or a diagnostic code).",
+			Help: "KV transfers by outcome: ok, aborted (the prefill they streamed failed or was cancelled) or a diagnostic code.",
 		}, []string{"src", "dst", "result"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tandem_kv_transfer_seconds",
-			Help:    "Wall time of KV transfers, connect to the receiver's answer.",
+			Help:    "Wall time of KV transfers, from the call to the receiver's answer; a transfer streamed during its prefill (SendWhile) includes the wait for the engine.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{"src", "dst"}),
 		budgetUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -30,17 +30,58 @@ type Stats struct {
 	// sender's cache no longer held them all (the receiver computes the rest).
 	Wanted   int
 	Duration time.Duration
+	// Waited is the part of Duration spent waiting for the engine to commit
+	// blocks (SendWhile); Duration-Waited is the time the link was in use.
+	Waited time.Duration
 }
+
+// finished is the computing channel of a prompt whose KV is already in the
+// cache: closed, so it yields nil at once.
+var finished = func() <-chan error {
+	c := make(chan error)
+	close(c)
+	return c
+}()
 
 // Send streams blocks [from, len(tokens)/blockSize) of tokens from this
 // node's engine to peer, which imports them into its prefix cache. tokens
 // must be whole blocks. Failures return an *Error with a diagnostic code,
 // raised on the board for the link until a later transfer succeeds.
 func (n *Node) Send(ctx context.Context, peer Peer, tokens []engine.Token, from int) (Stats, error) {
+	return n.SendWhile(ctx, peer, tokens, from, finished)
+}
+
+// SendWhile is Send for a prompt whose KV is still being computed: it
+// streams blocks [from, len(tokens)/blockSize) as the engine commits them,
+// until computing yields. computing yields one value (or is closed) when
+// the prefill leg ends, nil if it succeeded; SendWhile receives from it at
+// most once and may return without receiving (a failed transfer), so give
+// it a buffer of one.
+//
+// With an engine.KVStreamer port the Begin frame goes out at once and every
+// commit sends the blocks it made exportable, so the link works while later
+// chunks are computed; after computing yields nil the rest is sent and the
+// transfer ends as Send does (blocks the cache no longer holds are left to
+// the receiver). Other ports wait for computing, then Send. The node's
+// Timeout bounds the whole streamed transfer, prefill included.
+//
+// A prefill that fails (computing yields an error), or the caller's
+// context ending before the prefill has finished, aborts the transfer
+// (the connection closes; the receiver keeps the blocks it imported) and
+// returns that error as is: it says nothing about the link, so it is no
+// *Error, raises no diagnostic and counts as "aborted", not failed.
+// Stats.Waited is the time spent waiting for the engine; the link estimate
+// is fed Duration-Waited, so a slow prefill never makes the link look slow.
+func (n *Node) SendWhile(ctx context.Context, peer Peer, tokens []engine.Token, from int, computing <-chan error) (Stats, error) {
 	start := time.Now()
-	st, err := n.send(ctx, peer, tokens, from)
+	st, err := n.send(ctx, peer, tokens, from, computing)
 	st.Duration = time.Since(start)
 	m := n.cfg.Metrics
+	var ab *abortError
+	if errors.As(err, &ab) {
+		m.transfers.WithLabelValues(n.cfg.ID, peer.ID, "aborted").Inc()
+		return st, ab.err
+	}
 	subject := n.cfg.ID + "->" + peer.ID
 	if err != nil {
 		code := CodeOf(err)
@@ -61,8 +102,12 @@ func (n *Node) Send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 	m.transfers.WithLabelValues(n.cfg.ID, peer.ID, "ok").Inc()
 	m.bytes.WithLabelValues(n.cfg.ID, peer.ID).Add(float64(st.Bytes))
 	m.seconds.WithLabelValues(n.cfg.ID, peer.ID).Observe(st.Duration.Seconds())
-	if st.Bytes >= minSampleBytes {
-		n.observe(peer, float64(st.Bytes)/st.Duration.Seconds())
+	// While the sender waits for a commit, the socket buffer drains in the
+	// background, so Duration-Waited can under-count the link's busy time
+	// by one buffer's drain per wait: slightly optimistic on a link slower
+	// than the engine, never pessimistic because of the engine.
+	if busy := st.Duration - st.Waited; st.Bytes >= minSampleBytes && busy > 0 {
+		n.observe(peer, float64(st.Bytes)/busy.Seconds())
 	}
 	if n.cfg.Board != nil {
 		for _, c := range []string{CodeFailed, CodeTimeout, CodeRejected, CodeLayoutMismatch} {
@@ -71,6 +116,14 @@ func (n *Node) Send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 	}
 	return st, nil
 }
+
+// abortError carries an error that ended a transfer without being the
+// transfer's fault (a failed prefill, the caller giving up while the engine
+// computes); SendWhile returns err as is.
+type abortError struct{ err error }
+
+func (a *abortError) Error() string { return "kvtransfer: transfer aborted: " + a.err.Error() }
+func (a *abortError) Unwrap() error { return a.err }
 
 func (n *Node) dial(ctx context.Context, peer Peer) (net.Conn, context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
@@ -93,7 +146,7 @@ func (n *Node) dial(ctx context.Context, peer Peer) (net.Conn, context.Context, 
 	return c, ctx, func() { stop(); cancel(); _ = c.Close() }, nil
 }
 
-func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from int) (Stats, error) {
+func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from int, computing <-chan error) (Stats, error) {
 	port := n.cfg.Port
 	bs := blockSizeOf(port)
 	var st Stats
@@ -101,28 +154,89 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 		return st, fmt.Errorf("kvtransfer: %d tokens are not whole blocks", len(tokens))
 	}
 	st.Wanted = len(tokens)/bs - from
+	if computing == nil {
+		computing = finished
+	}
+	// done: computing has yielded nil (Send passes an already-closed one).
+	done := false
+	select {
+	case err, ok := <-computing:
+		if ok && err != nil {
+			return st, &abortError{err}
+		}
+		done = true
+	default:
+	}
+	streamer, _ := port.(engine.KVStreamer)
+	if !done && (streamer == nil || st.Wanted <= 0) {
+		// Nothing can be sent before the prefill ends: wait for it without
+		// holding a connection, then send as Send does.
+		t0 := time.Now()
+		select {
+		case err, ok := <-computing:
+			st.Waited += time.Since(t0)
+			if ok && err != nil {
+				return st, &abortError{err}
+			}
+			done = true
+		case <-ctx.Done():
+			st.Waited += time.Since(t0)
+			return st, &abortError{ctx.Err()}
+		}
+	}
 	if st.Wanted <= 0 {
 		return st, nil
 	}
-	c, ctx, done, err := n.dial(ctx, peer)
+	parent := ctx
+	c, ctx, closeConn, err := n.dial(ctx, peer)
 	if err != nil {
 		return st, err
 	}
-	defer done()
+	// Closing the connection is also how an abort tells the receiver: the
+	// stream ends before End, and it keeps only the blocks it imported
+	// (valid KV, just fewer).
+	defer closeConn()
+	// fail classifies an error of the streaming phase: once the caller has
+	// given up on a prefill still running, the transfer is aborted, not
+	// failed (a cancelled request must not mark the link unhealthy).
+	fail := func(err error) error {
+		if perr := parent.Err(); perr != nil && !done {
+			return &abortError{perr}
+		}
+		return err
+	}
 	w := bufio.NewWriterSize(c, 64<<10)
 	bb := port.KVBlockBytes()
 	if _, err := w.Write(encodeBegin(&begin{Layout: port.KVLayout(), BlockSize: bs, BlockBytes: bb, From: from, Tokens: tokens})); err != nil {
-		return st, wrapCtx(ctx, err)
+		return st, fail(wrapCtx(ctx, err))
 	}
-	// One staging buffer per transfer, from the budget, held only while
-	// blocks are being written.
+	// One staging buffer per transfer, from the budget, held while blocks
+	// are being written (through the prefill, when streaming).
 	buf, err := n.budget.Acquire(ctx, bb)
 	n.noteBudget()
 	if err != nil {
-		return st, err
+		return st, fail(err)
 	}
-	var hdr [frameHeader + blockHeader]byte
-	_, err = port.ExportBlocks(ctx, tokens, from, buf, func(i int) error {
+	release := func() {
+		if buf != nil {
+			n.budget.Release(buf)
+			buf = nil
+		}
+	}
+	defer release()
+	var (
+		hdr     [frameHeader + blockHeader]byte
+		next    = from    // the next block the receiver expects
+		round   time.Time // when the current export round started
+		emitted bool      // whether the current round has written a block
+	)
+	emit := func(i int) error {
+		if !emitted && !done {
+			// Until its first block, a round mid-prefill waits for the
+			// engine (a native export queues behind the running step).
+			st.Waited += time.Since(round)
+		}
+		emitted = true
 		h := appendFrameHeader(hdr[:0], frameBlock, blockHeader+bb)
 		h = binary.LittleEndian.AppendUint32(h, uint32(i))
 		h = binary.LittleEndian.AppendUint64(h, xxh3.Hash(buf))
@@ -134,12 +248,49 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 		}
 		st.Blocks++
 		st.Bytes += int64(bb)
+		next = i + 1
 		return nil
-	})
-	n.budget.Release(buf)
-	if err != nil {
-		return st, wrapCtx(ctx, fmt.Errorf("kvtransfer: export: %w", err))
 	}
+	for {
+		// The channel is taken before the cache is looked at, so a commit
+		// landing during the export below still wakes the wait after it.
+		var committed <-chan struct{}
+		if !done {
+			committed = streamer.KVCommitted()
+		}
+		round, emitted = time.Now(), false
+		_, err := port.ExportBlocks(ctx, tokens, next, buf, emit)
+		if !emitted && !done {
+			st.Waited += time.Since(round)
+		}
+		if err != nil {
+			return st, fail(wrapCtx(ctx, fmt.Errorf("kvtransfer: export: %w", err)))
+		}
+		if done {
+			break
+		}
+		// Push what this round wrote: the receiver imports it while the
+		// engine computes the next chunk.
+		if err := w.Flush(); err != nil {
+			return st, fail(wrapCtx(ctx, err))
+		}
+		t0 := time.Now()
+		select {
+		case <-committed:
+			st.Waited += time.Since(t0)
+		case err, ok := <-computing:
+			st.Waited += time.Since(t0)
+			if ok && err != nil {
+				return st, &abortError{err}
+			}
+			// One more round sends what the last chunks committed.
+			done = true
+		case <-ctx.Done():
+			st.Waited += time.Since(t0)
+			return st, fail(wrapCtx(ctx, fmt.Errorf("kvtransfer: waiting for the engine to commit block %d: %w", next, ctx.Err())))
+		}
+	}
+	release()
 	if _, err := w.Write(encodeU32(frameEnd, st.Blocks)); err != nil {
 		return st, wrapCtx(ctx, err)
 	}

@@ -76,7 +76,9 @@ func TestMultiProcessDisagg(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitMetric(`tandem_disagg_decisions_total{choice="remote",reason="mode_always"}`, 20)
+	// Legs finish after their decisions are counted: wait for finished,
+	// measured transfers.
+	waitMetric("tandem_disagg_transfer_estimate_ratio_count", 20)
 	before := getBody(t, url+"/metrics")
 	if err := pre.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)

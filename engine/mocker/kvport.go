@@ -43,6 +43,16 @@ func (e *Engine) EstimatePrefill(n int) float64 {
 // RunningDecodes implements engine.LoadReporter.
 func (e *Engine) RunningDecodes() int { return int(e.loadRunning.Load()) }
 
+// KVCommitted implements engine.KVStreamer: the scheduler commits a
+// chunked prefill's full blocks after every step (complete), and the
+// cache's notifier is the one piece of it other goroutines may touch.
+func (e *Engine) KVCommitted() <-chan struct{} { return e.cache.Changed() }
+
+// PrefillChunkTokens implements engine.KVStreamer: one step prefills at
+// most the batched-token budget (without chunked prefill the context
+// length is clamped to it, so it is still the bound).
+func (e *Engine) PrefillChunkTokens() int { return e.cfg.MaxNumBatchedTokens }
+
 // CachedPrefix implements engine.KVPort.
 func (e *Engine) CachedPrefix(ctx context.Context, tokens []engine.Token) (int, error) {
 	var n int

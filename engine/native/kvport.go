@@ -27,6 +27,16 @@ func (e *Engine) KVLayout() string {
 // docs/kv-layout.md: per layer, K then V, float32 little-endian.
 func (e *Engine) KVBlockBytes() int { return e.m.Config.Layers * 2 * e.kv.BlockFloats() * 4 }
 
+// KVCommitted implements engine.KVStreamer: the scheduler commits every
+// forward step's full blocks (chunked prefill), and the cache's notifier is
+// the one piece of it other goroutines may touch.
+func (e *Engine) KVCommitted() <-chan struct{} { return e.cache.Changed() }
+
+// PrefillChunkTokens implements engine.KVStreamer. A step takes at most
+// MaxBatchTokens tokens; the scheduler may take fewer to hold StepTarget,
+// which only makes blocks exportable sooner.
+func (e *Engine) PrefillChunkTokens() int { return e.opts.MaxBatchTokens }
+
 // CachedPrefix implements engine.KVPort.
 func (e *Engine) CachedPrefix(ctx context.Context, tokens []engine.Token) (int, error) {
 	var n int
