@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -266,5 +267,47 @@ func TestNativeBitExact(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("disaggregated %v\n  aggregated %v", got, want)
+	}
+}
+
+func TestRemoteCost(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		prefill, xfer float64
+		chunks        int
+		want          float64
+	}{
+		{"one chunk: prefill then transfer", 0.08, 0.10, 1, 0.18},
+		{"link slower: one chunk of prefill, then the link paces", 0.08, 0.40, 8, 0.01 + 0.40},
+		{"prefill slower: the link adds its last chunk", 0.40, 0.08, 8, 0.40 + 0.01},
+		{"balanced", 0.2, 0.2, 4, 0.25},
+	} {
+		if got := remoteCost(tc.prefill, tc.xfer, tc.chunks); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: remoteCost(%v, %v, %d) = %v, want %v", tc.name, tc.prefill, tc.xfer, tc.chunks, got, tc.want)
+		}
+	}
+}
+
+// TestChunkedPrefillStreams: with a prefill engine that commits blocks
+// chunk by chunk, the decider prices the pipeline in chunks, and the leg,
+// streamed while the prefill runs, delivers every block (that it overlaps
+// is kvtransfer's TestSendWhile).
+func TestChunkedPrefillStreams(t *testing.T) {
+	dm := newMocker(t, 4096)
+	pre, err := mocker.New(mocker.Config{KVBytesPerToken: 4096, Speedup: 10, KVCapacityTokens: 32 * 1024, MaxNumBatchedTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pre.Close() })
+	var d Decision
+	o := New(Config{Mode: Always, Logger: slog.New(slog.DiscardHandler), OnDecision: func(x Decision) { d = x }})
+	o.AddPrefill(local(t, Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}))
+	gen := o.Wrap(local(t, Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), dm)
+	_, cached := collect(t, gen, &engine.Request{Prompt: prompt(2049, 9), MaxTokens: 2, IgnoreEOS: true})
+	if d.Choice != ChoiceRemote || d.Fallback != "" || d.PrefillChunks != 9 {
+		t.Fatalf("decision %+v, want remote in 9 chunks", d)
+	}
+	if cached != 2048 {
+		t.Fatalf("decode worker reused %d tokens, want 2048", cached)
 	}
 }
