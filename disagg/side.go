@@ -113,6 +113,8 @@ func (l *Local) Assess(ctx context.Context, prompt []engine.Token, tail int) (As
 		a.RunningDecodes = lr.RunningDecodes()
 	}
 	if pe, ok := l.w.Engine.(engine.PrefillEstimator); ok {
+		// Negative estimates (the engine cannot tell yet) pass through:
+		// the orchestrator then uses its own.
 		a.UncachedSeconds, a.TailSeconds = pe.EstimatePrefill(len(prompt)-hit), pe.EstimatePrefill(tail)
 	}
 	if ks, ok := l.w.Engine.(engine.KVStreamer); ok {

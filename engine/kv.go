@@ -46,7 +46,8 @@ type KVStreamer interface {
 // prefill takes, so a disaggregation decision does not need to learn it.
 type PrefillEstimator interface {
 	// EstimatePrefill is the time to compute n uncached prompt tokens on an
-	// otherwise idle worker.
+	// otherwise idle worker; negative while the engine cannot tell yet
+	// (one that measures itself, before its first prefill).
 	EstimatePrefill(n int) float64 // seconds
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
@@ -96,7 +97,17 @@ type Engine struct {
 	closeMu  sync.Mutex
 	isClosed bool
 	seeds    uint64 // scheduler-only: fallback sampler seeds
+	// prefillRate (float64 bits, tokens per second of recent steps of at
+	// least minRateTokens) and running (sequences in the scheduler that
+	// are decoding) are written by the scheduler and read by a
+	// disaggregation decider on other goroutines.
+	prefillRate atomic.Uint64
+	running     atomic.Int64 // of them decoding (past their prompt)
 }
+
+// minRateTokens: steps with fewer tokens are mostly decodes, bound by
+// latency rather than compute, and would make prefill look slow.
+const minRateTokens = 64
 
 // New builds an engine over a loaded model. The engine owns m afterwards.
 func New(m *model.Model, opts Options) (*Engine, error) {
@@ -428,6 +439,13 @@ func (e *Engine) loop() {
 			}
 			continue
 		}
+		decoding := 0
+		for _, s := range running {
+			if s.started {
+				decoding++
+			}
+		}
+		e.running.Store(int64(decoding))
 		t0 := time.Now()
 		err := e.m.Forward(&stepCtx{Context: base, seqs: inBatch}, e.pool, st, e.kv, batch)
 		if err != nil {
@@ -454,6 +472,13 @@ func (e *Engine) loop() {
 				rate = r
 			} else {
 				rate = 0.7*rate + 0.3*r
+			}
+			if n >= minRateTokens {
+				pr := math.Float64frombits(e.prefillRate.Load())
+				if pr > 0 {
+					r = 0.7*pr + 0.3*r
+				}
+				e.prefillRate.Store(math.Float64bits(r))
 			}
 		}
 		for i, s := range inBatch {

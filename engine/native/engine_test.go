@@ -365,3 +365,18 @@ func abs32(v float32) float32 {
 }
 
 func float32frombits(b uint32) float32 { return math.Float32frombits(b) }
+
+// TestPrefillEstimate: the engine prices prefill from its own measured
+// steps (for the disaggregation decider), and cannot before it has run one.
+func TestPrefillEstimate(t *testing.T) {
+	m := tinyModel(t, nil)
+	e := newEngine(t, m, Options{})
+	if est := e.EstimatePrefill(100); est >= 0 {
+		t.Fatalf("estimate %v before any step, want negative", est)
+	}
+	gen(t, e, engine.Request{Prompt: randPrompt(200, 3, m.Config.Vocab), MaxTokens: 2, IgnoreEOS: true})
+	a, b := e.EstimatePrefill(100), e.EstimatePrefill(200)
+	if a <= 0 || math.Abs(b-2*a) > 1e-12 {
+		t.Fatalf("estimates %v for 100 and %v for 200 tokens", a, b)
+	}
+}

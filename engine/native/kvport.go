@@ -37,6 +37,19 @@ func (e *Engine) KVCommitted() <-chan struct{} { return e.cache.Changed() }
 // which only makes blocks exportable sooner.
 func (e *Engine) PrefillChunkTokens() int { return e.opts.MaxBatchTokens }
 
+// EstimatePrefill implements engine.PrefillEstimator from the measured
+// speed of recent steps; negative until a step of minRateTokens has run.
+func (e *Engine) EstimatePrefill(n int) float64 {
+	r := math.Float64frombits(e.prefillRate.Load())
+	if r <= 0 {
+		return -1
+	}
+	return float64(n) / r
+}
+
+// RunningDecodes implements engine.LoadReporter.
+func (e *Engine) RunningDecodes() int { return int(e.running.Load()) }
+
 // CachedPrefix implements engine.KVPort.
 func (e *Engine) CachedPrefix(ctx context.Context, tokens []engine.Token) (int, error) {
 	var n int
