@@ -1,13 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // TestMultiProcessDisagg runs disaggregated prefill across OS processes:
@@ -119,5 +124,77 @@ func TestMultiProcessDisagg(t *testing.T) {
 	}
 	if !strings.Contains(getBody(t, url+"/health"), "disagg_no_prefill_worker") {
 		t.Errorf("/health does not report the missing prefill worker:\n%s", getBody(t, url+"/health"))
+	}
+}
+
+// TestMultiProcessDisaggNative: with the native engine the KV that crosses
+// processes is the real thing, so the test is exactness: a greedy request
+// served by a decode process from KV a prefill process computed and pushed
+// gives exactly the text of an aggregated process.
+func TestMultiProcessDisaggNative(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 5 processes")
+	}
+	dir, err := sharedfiles.Path("models", "stories260K")
+	if err != nil {
+		t.Skipf("no shared directory: %v", err)
+	}
+	golden, err := os.ReadFile(filepath.Join(dir, "golden-once-upon-a-time.txt"))
+	if err != nil {
+		t.Skipf("reference model absent: %v", err)
+	}
+	eng := " --engine native --model " + dir + " --threads 1 --deregister-delay 0s "
+	start := func(name, mode string, workers ...string) string {
+		disc := " --discovery file --discovery-dir " + t.TempDir() + " --lease-ttl 2s"
+		url := startProc(t, name, "frontend --http-addr 127.0.0.1:0 --model "+dir+" --disagg "+mode+disc, frontendReady).line
+		for _, w := range workers {
+			id, role, _ := strings.Cut(w, ":")
+			startProc(t, id, "worker --id "+id+" --role "+role+eng+disc, workerReady)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for len(healthWorkers(t, url)) != 1 || (mode == "always" && metricSum(getBody(t, url+"/metrics"), "tandem_disagg_prefill_workers") != 1) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: workers %v", name, healthWorkers(t, url))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return url
+	}
+	disURL := start("fe-disagg", "always", "p1:prefill", "d1:decode")
+	aggURL := start("fe-agg", "never", "a1:aggregated")
+	// A prompt of several blocks: the story's opening, then greedy text.
+	prompt := string(golden[:min(len(golden), 240)])
+	complete := func(url string) string {
+		body := fmt.Sprintf(`{"model":"stories260K","prompt":%q,"max_tokens":48,"temperature":0}`, prompt)
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c struct {
+			Choices []struct{ Text string } `json:"choices"`
+			Usage   struct {
+				Prompt  int `json:"prompt_tokens"`
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || len(c.Choices) != 1 {
+			t.Fatalf("%s: %v %+v", url, err, c)
+		}
+		if url == disURL && c.Usage.Details.Cached < 16 {
+			t.Fatalf("decode process reused %d of %d prompt tokens: the KV did not arrive", c.Usage.Details.Cached, c.Usage.Prompt)
+		}
+		t.Logf("%s: %d prompt tokens, %d cached: %q", url, c.Usage.Prompt, c.Usage.Details.Cached, c.Choices[0].Text)
+		return c.Choices[0].Text
+	}
+	want, got := complete(aggURL), complete(disURL)
+	m := getBody(t, disURL+"/metrics")
+	if metricSum(m, `tandem_disagg_decisions_total{choice="remote",reason="mode_always"}`) != 1 || metricSum(m, "tandem_disagg_fallbacks_total") != 0 {
+		t.Fatalf("not served disaggregated:\n%s", grepLines(m, "tandem_disagg"))
+	}
+	if got != want || want == "" {
+		t.Fatalf("disaggregated across processes %q\n  aggregated %q", got, want)
 	}
 }
