@@ -115,7 +115,10 @@ type Orchestrator struct {
 
 type prefillWorker struct {
 	Side
-	pending float64 // estimated seconds of prefill legs in flight (under mu)
+	// queue is the worker's estimated seconds of prefill legs in flight
+	// (under mu). A pointer, so a replaced Side keeps the legs its
+	// predecessor started, and they still subtract what they added.
+	queue *float64
 }
 
 // New returns an orchestrator; register prefill workers with AddPrefill
@@ -162,11 +165,11 @@ func (o *Orchestrator) AddPrefill(s Side) {
 	defer o.mu.Unlock()
 	for i, p := range o.prefill {
 		if p.ID() == s.ID() {
-			o.prefill[i] = &prefillWorker{Side: s, pending: p.pending}
+			o.prefill[i] = &prefillWorker{Side: s, queue: p.queue}
 			return
 		}
 	}
-	o.prefill = append(o.prefill, &prefillWorker{Side: s})
+	o.prefill = append(o.prefill, &prefillWorker{Side: s, queue: new(float64)})
 	o.nPrefill.Set(float64(len(o.prefill)))
 }
 
@@ -381,7 +384,7 @@ func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Tok
 			continue
 		}
 		o.mu.Lock()
-		pending := c.p.pending
+		pending := *c.p.queue
 		o.mu.Unlock()
 		uncached := len(prompt) - c.a.CachedTokens
 		chunks := 1
@@ -423,12 +426,12 @@ func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Tok
 func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine.Request, d *Decision) (string, error) {
 	p := l.p
 	o.mu.Lock()
-	p.pending += l.seconds
+	*p.queue += l.seconds
 	o.mu.Unlock()
 	full := (len(req.Prompt) - 1) / dec.BlockSize()
 	push, err := p.PrefillAndSend(ctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}, full-d.MissingBlocks)
 	o.mu.Lock()
-	p.pending -= l.seconds
+	*p.queue -= l.seconds
 	o.mu.Unlock()
 	if err != nil {
 		code := kvtransfer.CodeOf(err)
