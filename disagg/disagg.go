@@ -108,10 +108,18 @@ type Orchestrator struct {
 	estErr    prometheus.Histogram
 	nPrefill  prometheus.Gauge
 
+	ctx  context.Context // ends with Close: stops link probes
+	stop context.CancelFunc
+
 	mu      sync.Mutex
 	prefill []*prefillWorker
+	decode  map[string]Side    // the wrapped decode workers, whose links are probed
 	rates   map[string]float64 // learned seconds per prefill token, of engines that cannot estimate
+	probing map[chan struct{}]struct{}
 }
+
+// probeTimeout bounds a background link probe.
+const probeTimeout = 10 * time.Second
 
 type prefillWorker struct {
 	Side
@@ -134,7 +142,7 @@ func New(cfg Config) *Orchestrator {
 		cfg.Logger = slog.Default()
 	}
 	o := &Orchestrator{
-		cfg: cfg, log: cfg.Logger, rates: map[string]float64{},
+		cfg: cfg, log: cfg.Logger, rates: map[string]float64{}, decode: map[string]Side{}, probing: map[chan struct{}]struct{}{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_disagg_decisions_total",
 			Help: "Disaggregation decisions: where the prompt was prefilled and why.",
@@ -156,7 +164,56 @@ func New(cfg Config) *Orchestrator {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(o.decisions, o.fallbacks, o.estErr, o.nPrefill)
 	}
+	o.ctx, o.stop = context.WithCancel(context.Background())
 	return o
+}
+
+// Close stops the link probes in flight and waits for them.
+func (o *Orchestrator) Close() {
+	o.stop()
+	_ = o.Probed(context.Background())
+}
+
+// probeLocked measures the link from prefill worker p to decode worker d
+// in the background, so that the first request on the pair is priced on a
+// measurement instead of paying for the probe itself.
+func (o *Orchestrator) probeLocked(p, d Side) {
+	if o.cfg.Mode == Never || o.ctx.Err() != nil {
+		return
+	}
+	done := make(chan struct{})
+	o.probing[done] = struct{}{}
+	go func() {
+		defer func() {
+			o.mu.Lock()
+			delete(o.probing, done)
+			o.mu.Unlock()
+			close(done)
+		}()
+		ctx, cancel := context.WithTimeout(o.ctx, probeTimeout)
+		defer cancel()
+		if _, err := p.LinkThroughput(ctx, kvtransfer.Peer{ID: d.ID(), Addr: d.TransferAddr()}); err != nil && o.ctx.Err() == nil {
+			o.log.Warn("probing a KV link failed; it is probed again on first use", "src", p.ID(), "dst", d.ID(), "err", err)
+		}
+	}()
+}
+
+// Probed waits until the link probes started so far have ended, or ctx.
+func (o *Orchestrator) Probed(ctx context.Context) error {
+	o.mu.Lock()
+	pending := make([]chan struct{}, 0, len(o.probing))
+	for c := range o.probing {
+		pending = append(pending, c)
+	}
+	o.mu.Unlock()
+	for _, c := range pending {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // AddPrefill registers (or, for a known id, replaces) a prefill worker.
@@ -171,6 +228,9 @@ func (o *Orchestrator) AddPrefill(s Side) {
 	}
 	o.prefill = append(o.prefill, &prefillWorker{Side: s, queue: new(float64)})
 	o.nPrefill.Set(float64(len(o.prefill)))
+	for _, d := range o.decode {
+		o.probeLocked(s, d)
+	}
 }
 
 // RemovePrefill forgets a prefill worker; legs already running on it
@@ -198,12 +258,27 @@ func (o *Orchestrator) PrefillWorkers() []string {
 // Wrap returns the Generator the router should hold for decode worker s,
 // whose requests reach it through gen: each is prefilled locally or
 // remotely as the decider chooses. A worker that receives no blocks, or
-// mode never, gets gen back unwrapped.
+// mode never, gets gen back unwrapped. Every prefill worker's link to s is
+// probed in the background (Probed waits for that).
 func (o *Orchestrator) Wrap(s Side, gen engine.Generator) engine.Generator {
 	if s.TransferAddr() == "" || o.cfg.Mode == Never {
 		return gen
 	}
+	o.mu.Lock()
+	o.decode[s.ID()] = s
+	for _, p := range o.prefill {
+		o.probeLocked(p.Side, s)
+	}
+	o.mu.Unlock()
 	return &decodeGen{o: o, side: s, gen: gen}
+}
+
+// RemoveDecode forgets a wrapped decode worker (its links are no longer
+// probed for new prefill workers).
+func (o *Orchestrator) RemoveDecode(id string) {
+	o.mu.Lock()
+	delete(o.decode, id)
+	o.mu.Unlock()
 }
 
 type decodeGen struct {

@@ -311,3 +311,27 @@ func TestChunkedPrefillStreams(t *testing.T) {
 		t.Fatalf("decode worker reused %d tokens, want 2048", cached)
 	}
 }
+
+// TestLinksProbedInBackground: wrapping a decode worker probes every
+// prefill worker's link to it, and a prefill worker added later probes
+// its links to the decode workers already wrapped; requests then find the
+// links measured.
+func TestLinksProbedInBackground(t *testing.T) {
+	dm, pm, pm2 := newMocker(t, 4096), newMocker(t, 4096), newMocker(t, 4096)
+	o := New(Config{Mode: Auto, Logger: slog.New(slog.DiscardHandler)})
+	defer o.Close()
+	pn, dn, pn2 := node(t, "p0", pm, false), node(t, "d0", dm, true), node(t, "p1", pm2, false)
+	o.AddPrefill(local(t, Worker{ID: "p0", Engine: pm, Node: pn}))
+	o.Wrap(local(t, Worker{ID: "d0", Engine: dm, Node: dn}), dm)
+	o.AddPrefill(local(t, Worker{ID: "p1", Engine: pm2, Node: pn2}))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := o.Probed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*kvtransfer.Node{pn, pn2} {
+		if _, ok := n.Estimate(kvtransfer.Peer{ID: "d0", Addr: dn.Addr()}); !ok {
+			t.Fatalf("%s's link to d0 was not probed", n.ID())
+		}
+	}
+}

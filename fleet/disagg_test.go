@@ -67,6 +67,12 @@ func TestDisaggAcrossWorkers(t *testing.T) {
 	if got := h.fe.Disagg.PrefillWorkers(); len(got) != 1 || got[0] != "p0" {
 		t.Fatalf("orchestrator's prefill workers %v, want [p0]", got)
 	}
+	// The new pair's link is probed in the background, before any request.
+	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.fe.Disagg.Probed(pctx); err != nil {
+		t.Fatal(err)
+	}
 
 	prompt := strings.Repeat("A robot walked through the quiet city at night, counting the lights. ", 40)
 	id, body, code := h.complete(prompt, 4)

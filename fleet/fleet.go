@@ -326,8 +326,9 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 	}
 	f.members[rec.ID] = m
 	defer f.checkPrefillLocked()
-	if old != nil && old.rec.Role == discovery.RolePrefill && rec.Role != discovery.RolePrefill {
+	if old != nil && old.rec.Role != rec.Role {
 		f.Disagg.RemovePrefill(rec.ID)
+		f.Disagg.RemoveDecode(rec.ID)
 	}
 	if rec.Role == discovery.RolePrefill {
 		// Prefill workers are not routed to: the orchestrator sends them
@@ -491,9 +492,8 @@ func (f *Frontend) removeLocked(id, why string) {
 		return
 	}
 	delete(f.members, id)
-	if m.rec.Role == discovery.RolePrefill {
-		f.Disagg.RemovePrefill(id)
-	}
+	f.Disagg.RemovePrefill(id)
+	f.Disagg.RemoveDecode(id)
 	f.checkPrefillLocked()
 	// The router tells the KV policy (Observer.WorkerRemoved), which drops
 	// the worker's subscription and index entries.
@@ -557,6 +557,7 @@ func (f *Frontend) Shutdown(ctx context.Context) error {
 		_ = f.http.Close()
 	}
 	f.cancel()
+	f.Disagg.Close()
 	if f.KV != nil {
 		f.KV.Close()
 	}

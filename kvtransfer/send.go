@@ -442,3 +442,14 @@ func (n *Node) SetThroughput(peer Peer, bps float64) {
 	n.mu.Unlock()
 	n.cfg.Metrics.throughput.WithLabelValues(n.cfg.ID, peer.ID).Set(bps)
 }
+
+// Estimate returns the link estimate to peer without probing; ok is false
+// while the link has never been measured.
+func (n *Node) Estimate(peer Peer) (bps float64, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l, found := n.links[peer.Addr]; found && l.bps > 0 {
+		return l.bps, true
+	}
+	return 0, false
+}

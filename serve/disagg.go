@@ -139,23 +139,14 @@ func (d *disaggState) node(id string, eng engine.Engine, listen bool) (*kvtransf
 }
 
 // wrapDecode gives decode worker id a listening transfer node and returns
-// the Generator the router holds for it. The link from every prefill
-// worker is probed now, so the first request is priced on a measurement.
+// the Generator the router holds for it. The orchestrator probes the link
+// from every prefill worker in the background; Start waits for those
+// probes, so the first request is priced on a measurement.
 func (s *System) wrapDecode(id string, eng engine.Engine, gen engine.Generator) (engine.Generator, error) {
 	d := s.dis
 	n, err := d.node(id, eng, true)
 	if err != nil {
 		return nil, err
-	}
-	for _, pn := range d.nodes {
-		if pn == n || pn.Addr() != "" {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if _, err := pn.Throughput(ctx, kvtransfer.Peer{ID: id, Addr: n.Addr()}); err != nil {
-			s.log.Warn("probing a KV link failed; it is probed again on first use", "src", pn.ID(), "dst", id, "err", err)
-		}
-		cancel()
 	}
 	side, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: n})
 	if err != nil {
@@ -164,10 +155,24 @@ func (s *System) wrapDecode(id string, eng engine.Engine, gen engine.Generator) 
 	return d.orch.Wrap(side, gen), nil
 }
 
+// waitProbes lets the link probes the decode workers started finish
+// (bounded: a link that cannot be probed now is probed on first use).
+func (s *System) waitProbes() {
+	if s.dis == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.dis.orch.Probed(ctx); err != nil {
+		s.log.Warn("KV link probes still running at start-up; they finish in the background", "err", err)
+	}
+}
+
 func (s *System) stopDisagg() {
 	if s.dis == nil {
 		return
 	}
+	s.dis.orch.Close()
 	for _, n := range s.dis.nodes {
 		_ = n.Close()
 	}

@@ -200,6 +200,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info})
 	}
 
+	s.waitProbes()
 	s.lis, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
