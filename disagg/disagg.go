@@ -54,6 +54,9 @@ const (
 // Fallback codes (tandem_disagg_fallbacks_total, log diagnostic_code).
 const (
 	FallbackPrefillFailed = "disagg_prefill_failed"
+	// FallbackPrefillTimeout: the remote leg outlived Config.LegTimeout (a
+	// stuck or overloaded prefill worker); the request stops waiting.
+	FallbackPrefillTimeout = "disagg_prefill_timeout"
 )
 
 // Config configures an Orchestrator.
@@ -61,6 +64,10 @@ type Config struct {
 	Mode Mode
 	// InterferenceWeight is w in the cost model (default 1).
 	InterferenceWeight float64
+	// LegTimeout bounds a remote prefill leg, transfer included (default
+	// DefaultLegTimeout): past it the request prefills locally rather than
+	// wait on a stuck prefill worker.
+	LegTimeout time.Duration
 	// OnDecision, if set, hears every decision after the request's prefill
 	// (with the measured transfer time when there was one). For tests and
 	// benchmarks.
@@ -118,6 +125,10 @@ type Orchestrator struct {
 	probing map[chan struct{}]struct{}
 }
 
+// DefaultLegTimeout is Config.LegTimeout's default: the transfer plane's
+// own bound, so a healthy slow transfer is never cut by the leg's.
+const DefaultLegTimeout = kvtransfer.DefaultTimeout
+
 // probeTimeout bounds a background link probe.
 const probeTimeout = 10 * time.Second
 
@@ -137,6 +148,9 @@ func New(cfg Config) *Orchestrator {
 	}
 	if cfg.InterferenceWeight == 0 {
 		cfg.InterferenceWeight = 1
+	}
+	if cfg.LegTimeout <= 0 {
+		cfg.LegTimeout = DefaultLegTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -504,11 +518,16 @@ func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine
 	*p.queue += l.seconds
 	o.mu.Unlock()
 	full := (len(req.Prompt) - 1) / dec.BlockSize()
-	push, err := p.PrefillAndSend(ctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}, full-d.MissingBlocks)
+	lctx, cancel := context.WithTimeout(ctx, o.cfg.LegTimeout)
+	defer cancel()
+	push, err := p.PrefillAndSend(lctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}, full-d.MissingBlocks)
 	o.mu.Lock()
 	*p.queue -= l.seconds
 	o.mu.Unlock()
 	if err != nil {
+		if ctx.Err() == nil && lctx.Err() != nil {
+			return FallbackPrefillTimeout, fmt.Errorf("remote prefill on %s outlived %v: %w", p.ID(), o.cfg.LegTimeout, err)
+		}
 		code := kvtransfer.CodeOf(err)
 		if code == "" {
 			code = kvtransfer.CodeFailed

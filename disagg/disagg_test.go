@@ -335,3 +335,27 @@ func TestLinksProbedInBackground(t *testing.T) {
 		}
 	}
 }
+
+// stuck is a prefill worker whose legs never finish (a hung process): it
+// answers everything else as the real one does.
+type stuck struct{ *Local }
+
+func (s stuck) PrefillAndSend(ctx context.Context, _ *engine.Request, _ kvtransfer.Peer, _ int) (Push, error) {
+	<-ctx.Done()
+	return Push{}, ctx.Err()
+}
+
+// TestStuckPrefillTimesOut: a leg that outlives LegTimeout falls back to
+// local prefill with its own code; the request completes.
+func TestStuckPrefillTimesOut(t *testing.T) {
+	dm, pm := newMocker(t, 4096), newMocker(t, 4096)
+	var d Decision
+	o := New(Config{Mode: Always, LegTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), OnDecision: func(x Decision) { d = x }})
+	defer o.Close()
+	o.AddPrefill(stuck{local(t, Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)})})
+	gen := o.Wrap(local(t, Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), dm)
+	got, _ := collect(t, gen, &engine.Request{Prompt: prompt(400, 2), MaxTokens: 3, IgnoreEOS: true})
+	if len(got) != 3 || d.Choice != ChoiceRemote || d.Fallback != FallbackPrefillTimeout {
+		t.Fatalf("tokens %v, decision %+v", got, d)
+	}
+}

@@ -56,6 +56,8 @@ type Config struct {
 	Disagg string
 	// InterferenceWeight is the disagg decider's w (0: its default).
 	InterferenceWeight float64
+	// LegTimeout bounds a remote prefill leg (0: disagg's default).
+	LegTimeout time.Duration
 }
 
 // DefaultConfig returns the flag defaults.
@@ -171,7 +173,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, Board: board,
+	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, LegTimeout: cfg.LegTimeout, Board: board,
 		Logger: f.log, Registerer: reg, OnDecision: opts.OnDecision})
 	defer func() {
 		if err != nil {

@@ -91,7 +91,7 @@ func (s *System) startDisagg(cfg *Config, newEngine EngineFactory) error {
 	}
 	d := &disaggState{cfg: dc, metrics: kvtransfer.NewMetrics(s.Registry), board: s.Board}
 	s.dis = d
-	d.orch = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: dc.InterferenceWeight, OnDecision: dc.OnDecision,
+	d.orch = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: dc.InterferenceWeight, OnDecision: dc.OnDecision, LegTimeout: dc.TransferTimeout,
 		Board: s.Board, Logger: s.log, Registerer: s.Registry})
 	for j := range dc.PrefillWorkers {
 		id := fmt.Sprintf("prefill-%d", j)

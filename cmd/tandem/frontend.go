@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/fleet"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -86,6 +87,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
 	f.StringVar(&cfg.Disagg, "disagg", cfg.Disagg, "disaggregated prefill for workers registered with --role decode: auto (price local vs remote per request), always or never")
 	f.Float64Var(&cfg.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
+	f.DurationVar(&cfg.LegTimeout, "disagg-leg-timeout", disagg.DefaultLegTimeout, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally")
 	rf.register(cmd, cfg.RouterMode)
 	disc.register(cmd)
 	registerEventPlane(cmd, &cfg.EventPlane)
