@@ -56,7 +56,16 @@ type KVTransfer struct {
 	// BlockBytes is the size of one block's payload, which prices a
 	// transfer before it starts.
 	BlockBytes int `json:"block_bytes,omitempty"`
+	// Protocol is how the worker's KV moves: "" (Tandem's transfer plane,
+	// driven by the disagg orchestrator) or ProtocolVLLM (vLLM's own P/D
+	// protocol: the frontend runs a prefill leg and passes the
+	// kv_transfer_params it returns to the decode leg; the servers move
+	// the KV themselves).
+	Protocol string `json:"protocol,omitempty"`
 }
+
+// ProtocolVLLM is KVTransfer.Protocol for vLLM servers (NixlConnector).
+const ProtocolVLLM = "vllm"
 
 // KVLayout describes the bytes of a worker's KV cache. Two workers may hand
 // KV to each other only if their layouts are equal, which Fingerprint
@@ -160,6 +169,8 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: %s: role %q", ErrInvalidRecord, r.ID, r.Role)
 	case r.RequestPlane == "" || !strings.Contains(r.RequestPlane, ":"):
 		return fmt.Errorf("%w: %s: request plane address %q is not host:port", ErrInvalidRecord, r.ID, r.RequestPlane)
+	case r.KVTransfer.Protocol != "" && r.KVTransfer.Protocol != ProtocolVLLM:
+		return fmt.Errorf("%w: %s: KV transfer protocol %q", ErrInvalidRecord, r.ID, r.KVTransfer.Protocol)
 	case r.KVTransfer.Addr != "" && !strings.Contains(r.KVTransfer.Addr, ":"):
 		return fmt.Errorf("%w: %s: KV transfer address %q is not host:port", ErrInvalidRecord, r.ID, r.KVTransfer.Addr)
 	case r.CapacityBlocks < 0 || r.KVLayout.BlockSize < 0 || r.ContextLength < 0 || r.KVTransfer.BlockBytes < 0:

@@ -117,3 +117,8 @@ var ErrPromptTooLong = errors.New("prompt exceeds the context length")
 
 // ErrClosed is returned by Generate after Close.
 var ErrClosed = errors.New("engine closed")
+
+// ErrUnavailable means the worker or server behind a Generator could not
+// be reached or went away before the first token; the frontend retries
+// such requests on another worker.
+var ErrUnavailable = errors.New("worker unavailable")

@@ -15,7 +15,12 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/engine/upstream"
+	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/worker"
 )
 
 type decisions struct {
@@ -245,4 +250,75 @@ func median(xs []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// vllmServer is a stand-in for a vLLM server with a NixlConnector:
+// Tandem's vLLM-compatible mode playing both roles of vLLM's P/D protocol.
+func vllmServer(t *testing.T, h *harness) *serve.System {
+	t.Helper()
+	cfg := serve.DefaultConfig()
+	cfg.HTTPAddr, cfg.Workers, cfg.VLLMPD.Enabled = "127.0.0.1:0", 1, true
+	sys, err := serve.Start(cfg, h.model, func(int) (engine.Engine, error) {
+		mc := mocker.DefaultConfig()
+		mc.Model, mc.EOS, mc.Vocabulary = h.model.Name, h.model.Tokenizer.EOS(), h.model.Tokenizer.Encode(mocker.DefaultText)
+		mc.KVEvents.Enabled, mc.Speedup, mc.KVBytesPerToken = false, 100, 2048
+		return mocker.New(mc)
+	}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sys.Shutdown(context.Background()) })
+	return sys
+}
+
+// startUpstream runs a fleet worker that fronts the server at url.
+func (h *harness) startUpstream(id, role, url string) *worker.Worker {
+	h.t.Helper()
+	e, err := upstream.New(context.Background(), upstream.Config{URL: url})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cfg := worker.DefaultConfig()
+	cfg.ID, cfg.DeregisterDelay, cfg.Role = id, 0, role
+	w, err := worker.Start(context.Background(), cfg, e, h.model, worker.Options{Registry: h.reg, Logger: quiet})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+	return w
+}
+
+// TestVLLMProtocolAcrossWorkers: workers that are vLLM servers (fleet
+// workers fronting vLLM-compatible servers, record kv_transfer.protocol
+// "vllm") are paired by vLLM's own protocol: the frontend's proxy runs the
+// prefill leg on the prefill server and hands the kv_transfer_params it
+// returns, across the request plane, to the decode leg on the server the
+// router picked, which then holds the prompt's blocks.
+func TestVLLMProtocolAcrossWorkers(t *testing.T) {
+	h := newHarness(t, "round-robin")
+	p, d := vllmServer(t, h), vllmServer(t, h)
+	pw := h.startUpstream("p0", "prefill", p.URL())
+	h.startUpstream("d0", "decode", d.URL())
+	h.waitMembers("d0", "p0")
+	if got := pw.Record().KVTransfer.Protocol; got != discovery.ProtocolVLLM {
+		t.Fatalf("prefill record protocol %q", got)
+	}
+	waitDiag(t, h, DiagNoPrefill, "fleet", false)
+	ids := make([]int32, 700)
+	for i := range ids {
+		ids[i] = int32(1000 + i*37%40000)
+	}
+	_, cached := completeIDs(t, h.fe.URL(), ids)
+	if cached < 699/16*16 {
+		t.Fatalf("decode server cached %d of 700 prompt tokens: the prefill leg's KV did not reach it", cached)
+	}
+	resp, err := http.Get(h.fe.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `tandem_vllmpd_prefill_legs_total{result="ok"} 1`) {
+		t.Fatalf("prefill legs:\n%s", body)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/eventplane"
@@ -120,6 +121,9 @@ type Frontend struct {
 	Frontend *frontend.Server
 	// Disagg prices and runs remote prefills for the decode workers.
 	Disagg *disagg.Orchestrator
+	// PD drives vLLM's P/D protocol for workers that are vLLM servers
+	// (record kv_transfer.protocol "vllm").
+	PD *vllmpd.Proxy
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -175,6 +179,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	}
 	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, LegTimeout: cfg.LegTimeout, Board: board,
 		Logger: f.log, Registerer: reg, OnDecision: opts.OnDecision})
+	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Logger: f.log, Registerer: reg})
 	defer func() {
 		if err != nil {
 			f.cancel()
@@ -328,20 +333,33 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 	}
 	f.members[rec.ID] = m
 	defer f.checkPrefillLocked()
-	if old != nil && old.rec.Role != rec.Role {
-		f.Disagg.RemovePrefill(rec.ID)
-		f.Disagg.RemoveDecode(rec.ID)
+	if old != nil && (old.rec.Role != rec.Role || old.rec.KVTransfer.Protocol != rec.KVTransfer.Protocol) {
+		f.forgetPairingLocked(rec.ID)
 	}
+	vllm := rec.KVTransfer.Protocol == discovery.ProtocolVLLM
 	if rec.Role == discovery.RolePrefill {
-		// Prefill workers are not routed to: the orchestrator sends them
-		// prefill legs for the decode workers the router picks.
+		// Prefill workers are not routed to: the orchestrator (or, for
+		// vLLM servers, the P/D proxy) sends them prefill legs for the
+		// decode workers the router picks.
 		f.Router.RemoveWorker(rec.ID)
-		f.Disagg.AddPrefill(m.conn.side(rec))
-		f.log.Info("prefill worker added", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint())
+		if vllm {
+			f.PD.AddPrefill(rec.ID, m.conn)
+		} else {
+			f.Disagg.AddPrefill(m.conn.side(rec))
+		}
+		f.log.Info("prefill worker added", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint(), "kv_protocol", rec.KVTransfer.Protocol)
 		return
 	}
 	var gen engine.Generator = m.conn
-	if rec.Role == discovery.RoleDecode {
+	switch {
+	case rec.Role == discovery.RoleDecode && vllm:
+		// vLLM servers cannot be asked what they cache or priced: like
+		// vLLM's own proxy, every request takes the prefill leg unless
+		// --disagg never.
+		if f.cfg.Disagg != string(disagg.Never) {
+			gen = f.PD.Wrap(rec.ID, m.conn)
+		}
+	case rec.Role == discovery.RoleDecode:
 		if rec.KVTransfer.Addr == "" {
 			f.Board.Raise(DiagNoTransferAddr, rec.ID, health.Warn,
 				"decode worker publishes no KV transfer address; it prefills every prompt itself")
@@ -442,21 +460,35 @@ func (f *Frontend) refuseLocked(rec discovery.Record) string {
 	return ""
 }
 
+// forgetPairingLocked drops worker id from both disaggregation drivers.
+func (f *Frontend) forgetPairingLocked(id string) {
+	f.Disagg.RemovePrefill(id)
+	f.Disagg.RemoveDecode(id)
+	f.PD.RemovePrefill(id)
+}
+
 // checkPrefillLocked raises DiagNoPrefill while decode workers have no
-// prefill worker to pair with, and clears it once they do.
+// prefill worker of their KV protocol to pair with, and clears it once
+// they do.
 func (f *Frontend) checkPrefillLocked() {
-	decode, prefill := 0, 0
+	decode, prefill := map[string]int{}, map[string]int{}
 	for _, m := range f.members {
 		switch m.rec.Role {
 		case discovery.RoleDecode:
-			decode++
+			decode[m.rec.KVTransfer.Protocol]++
 		case discovery.RolePrefill:
-			prefill++
+			prefill[m.rec.KVTransfer.Protocol]++
 		}
 	}
-	if decode > 0 && prefill == 0 {
-		f.Board.Raise(DiagNoPrefill, "fleet", health.Warn, "decode workers are registered but no prefill worker is; decode workers prefill their own prompts",
-			"decode_workers", decode)
+	alone := 0
+	for p, n := range decode {
+		if prefill[p] == 0 {
+			alone += n
+		}
+	}
+	if alone > 0 {
+		f.Board.Raise(DiagNoPrefill, "fleet", health.Warn, "decode workers are registered but no prefill worker of their KV protocol is; they prefill their own prompts",
+			"decode_workers", alone)
 	} else {
 		f.Board.Clear(DiagNoPrefill, "fleet", "", "")
 	}
@@ -494,8 +526,7 @@ func (f *Frontend) removeLocked(id, why string) {
 		return
 	}
 	delete(f.members, id)
-	f.Disagg.RemovePrefill(id)
-	f.Disagg.RemoveDecode(id)
+	f.forgetPairingLocked(id)
 	f.checkPrefillLocked()
 	// The router tells the KV policy (Observer.WorkerRemoved), which drops
 	// the worker's subscription and index entries.

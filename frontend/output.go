@@ -30,6 +30,13 @@ type output struct {
 	kvParams       []byte // the engine's kv_transfer_params, if any
 	finish         string
 	last           time.Time
+
+	// vLLM's return_token_ids; all zero (and unused) when not requested.
+	wantIDs    bool
+	ids        []engine.Token // generated ids not yet written: since the last chunk, or all of them (collect)
+	promptSent bool           // a completions stream has sent prompt_token_ids
+	idText     []byte         // pushIDs' scratch
+	idEnds     []int
 }
 
 // next returns the text of the next delta, whether it was the last, and an
@@ -65,7 +72,13 @@ func (o *output) next() (text string, done bool, err error) {
 		o.kvParams = d.KVTransferParams
 	}
 	o.completion += len(d.Tokens)
-	emit, stopped := o.stop.push(o.detok.Add(d.Tokens...))
+	var emit string
+	var stopped bool
+	if o.wantIDs {
+		emit, stopped = o.pushIDs(d.Tokens)
+	} else {
+		emit, stopped = o.stop.push(o.detok.Add(d.Tokens...))
+	}
 	if stopped {
 		o.finish = "stop"
 		o.cancel() // the engine may still be generating: stop it
@@ -84,6 +97,53 @@ func (o *output) next() (text string, done bool, err error) {
 	return emit + o.flush(), true, nil
 }
 
+// pushIDs is next's text step for return_token_ids: it also records the
+// delta's ids, all of them (EOS included), or when a stop string ends the
+// choice, those up to and including the token that completed it. To know
+// which token that is, a delta of several tokens goes through the
+// detokenizer one token at a time, noting where each token's text ends;
+// the text pushed to the stop matcher is the same as in one Add.
+func (o *output) pushIDs(toks []engine.Token) (string, bool) {
+	if len(o.stop.stops) == 0 || len(toks) < 2 {
+		emit, stopped := o.stop.push(o.detok.Add(toks...))
+		o.ids = append(o.ids, toks...)
+		return emit, stopped
+	}
+	text, ends := o.idText[:0], o.idEnds[:0]
+	for _, t := range toks {
+		text = append(text, o.detok.Add(t)...)
+		ends = append(ends, len(text))
+	}
+	o.idText, o.idEnds = text, ends
+	held := len(o.stop.pending)
+	emit, stopped := o.stop.push(string(text))
+	n := len(toks)
+	if stopped {
+		// The match ends inside this delta's text (the held text alone
+		// holds no stop string): keep the tokens up to the one whose text
+		// reaches its end.
+		end := o.stop.end - held
+		n = 1
+		for n < len(toks) && ends[n-1] < end {
+			n++
+		}
+	}
+	o.ids = append(o.ids, toks[:n]...)
+	return emit, stopped
+}
+
+// appendIDsChunk appends a return_token_ids chunk carrying the ids not yet
+// sent, and for completions, on the first chunk, the prompt's ids.
+func (o *output) appendIDsChunk(dst []byte, h *openai.ChunkHeader, text, finish string) []byte {
+	var prompt []engine.Token
+	if !o.j.chat && !o.promptSent {
+		prompt, o.promptSent = o.j.prompt, true
+	}
+	dst = h.AppendChunkIDs(dst, text, finish, prompt, o.ids)
+	o.ids = o.ids[:0]
+	return dst
+}
+
 // flush ends the text: held UTF-8 bytes, then held stop-string prefixes
 // (which may still complete a stop string with the detokenizer's tail).
 func (o *output) flush() string {
@@ -93,6 +153,16 @@ func (o *output) flush() string {
 		return emit
 	}
 	return emit + o.stop.flush()
+}
+
+// withUsage adds usage to the chunk that ends buf when the client asked
+// for vLLM's continuous_usage_stats (the role chunk of chat goes without:
+// it is written before the engine has reported anything).
+func (o *output) withUsage(buf []byte) []byte {
+	if so := o.j.sampling.StreamOptions; so != nil && so.ContinuousUsageStats {
+		return openai.AddUsage(buf, o.usage())
+	}
+	return buf
 }
 
 func (o *output) usage() openai.Usage {
@@ -128,12 +198,24 @@ func (o *output) stream_(w http.ResponseWriter) {
 	hdr := o.header()
 	buf := (*bp)[:0]
 	if o.j.chat {
-		buf = hdr.AppendRoleChunk(buf)
+		if o.wantIDs {
+			buf = hdr.AppendRoleChunkIDs(buf, o.j.prompt)
+		} else {
+			buf = hdr.AppendRoleChunk(buf)
+		}
 	}
 	for {
 		text, done, err := o.next()
-		if text != "" {
-			buf = hdr.AppendChunk(buf, text, "")
+		if o.wantIDs {
+			// Ids go out with the delta that produced them even while its
+			// text is held back (a partial stop string, an incomplete UTF-8
+			// sequence), as vLLM sends them; the last may ride on the
+			// finish chunk instead.
+			if text != "" || len(o.ids) > 0 && (!done || err != nil) {
+				buf = o.withUsage(o.appendIDsChunk(buf, &hdr, text, ""))
+			}
+		} else if text != "" {
+			buf = o.withUsage(hdr.AppendChunk(buf, text, ""))
 		}
 		if err != nil {
 			o.finish = "error"
@@ -145,7 +227,12 @@ func (o *output) stream_(w http.ResponseWriter) {
 			return
 		}
 		if done {
-			buf = hdr.AppendChunk(buf, "", o.finish)
+			if o.wantIDs {
+				buf = o.appendIDsChunk(buf, &hdr, "", o.finish)
+			} else {
+				buf = hdr.AppendChunk(buf, "", o.finish)
+			}
+			buf = o.withUsage(buf)
 			if so := o.j.sampling.StreamOptions; so != nil && so.IncludeUsage {
 				buf = hdr.AppendUsageChunk(buf, o.usage())
 			}
@@ -186,14 +273,21 @@ func (o *output) collect(w http.ResponseWriter) int {
 			break
 		}
 	}
+	var promptIDs, ids []engine.Token // nil (absent) unless return_token_ids
+	if o.wantIDs {
+		promptIDs, ids = o.j.prompt, o.ids
+		if ids == nil {
+			ids = []engine.Token{} // [], not absent
+		}
+	}
 	var v any
 	if o.j.chat {
 		v = openai.ChatResponse{ID: "chatcmpl-" + o.j.id, Object: "chat.completion", Created: o.j.start.Unix(), Model: o.m.Name,
-			Choices: []openai.ChatChoice{{Message: openai.AssistantMessage{Role: "assistant", Content: sb.String()}, FinishReason: o.finish}},
-			Usage:   o.usage(), KVTransferParams: o.kvParams}
+			Choices: []openai.ChatChoice{{Message: openai.AssistantMessage{Role: "assistant", Content: sb.String()}, FinishReason: o.finish, TokenIDs: ids}},
+			Usage:   o.usage(), PromptTokenIDs: promptIDs, KVTransferParams: o.kvParams}
 	} else {
 		v = openai.CompletionResponse{ID: "cmpl-" + o.j.id, Object: "text_completion", Created: o.j.start.Unix(), Model: o.m.Name,
-			Choices: []openai.CompletionChoice{{Text: sb.String(), FinishReason: o.finish}},
+			Choices: []openai.CompletionChoice{{Text: sb.String(), FinishReason: o.finish, PromptTokenIDs: promptIDs, TokenIDs: ids}},
 			Usage:   o.usage(), KVTransferParams: o.kvParams}
 	}
 	b, _ := json.Marshal(v) // plain structs of strings and ints

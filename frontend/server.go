@@ -347,8 +347,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 
 	out := &output{
 		s: s, j: j, m: m, stream: stream, first: first, firstOK: firstOK, cancel: cancel,
-		detok: tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
-		stop:  stopMatcher{stops: j.sampling.Stop},
+		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
+		stop:    stopMatcher{stops: j.sampling.Stop},
+		wantIDs: j.sampling.ReturnTokenIDs,
 	}
 	status := http.StatusOK
 	if j.sampling.Stream {

@@ -9,6 +9,10 @@ import "strings"
 type stopMatcher struct {
 	stops   []string
 	pending string
+	// end, after a push that stopped, is where the matched stop string
+	// ends in the held text followed by the pushed text: what maps a
+	// match back to the token that completed it (return_token_ids).
+	end int
 }
 
 // push adds text and returns what can be emitted now, and whether a stop
@@ -22,7 +26,7 @@ func (m *stopMatcher) push(text string) (emit string, stopped bool) {
 	cut := -1
 	for _, st := range m.stops {
 		if i := strings.Index(s, st); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
+			cut, m.end = i, i+len(st)
 		}
 	}
 	if cut >= 0 {

@@ -12,15 +12,16 @@ func TestStopMatcher(t *testing.T) {
 		pieces  []string
 		want    string
 		stopped bool
+		end     int // where the match ends in the held text + the last piece
 	}{
-		{"no stops", nil, []string{"a", "b"}, "ab", false},
-		{"inside one piece", []string{"END"}, []string{"abENDcd"}, "ab", true},
-		{"across pieces", []string{"END"}, []string{"ab", "E", "N", "Dxx"}, "ab", true},
-		{"false start flushed", []string{"END"}, []string{"ab", "EN", "x"}, "abENx", false},
-		{"held at end flushed", []string{"END"}, []string{"abE"}, "abE", false},
-		{"earliest of several", []string{"yz", "b"}, []string{"abyz"}, "a", true},
-		{"multibyte", []string{"é!"}, []string{"caf", "é", "!", "z"}, "caf", true},
-		{"overlapping prefix", []string{"aab"}, []string{"a", "a", "a", "b"}, "a", true},
+		{"no stops", nil, []string{"a", "b"}, "ab", false, 0},
+		{"inside one piece", []string{"END"}, []string{"abENDcd"}, "ab", true, 5},
+		{"across pieces", []string{"END"}, []string{"ab", "E", "N", "Dxx"}, "ab", true, 3},
+		{"false start flushed", []string{"END"}, []string{"ab", "EN", "x"}, "abENx", false, 0},
+		{"held at end flushed", []string{"END"}, []string{"abE"}, "abE", false, 0},
+		{"earliest of several", []string{"yz", "b"}, []string{"abyz"}, "a", true, 2},
+		{"multibyte", []string{"é!"}, []string{"caf", "é", "!", "z"}, "caf", true, 3},
+		{"overlapping prefix", []string{"aab"}, []string{"a", "a", "a", "b"}, "a", true, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,6 +41,9 @@ func TestStopMatcher(t *testing.T) {
 			}
 			if out.String() != tc.want || stopped != tc.stopped {
 				t.Fatalf("got %q stopped=%v, want %q %v", out.String(), stopped, tc.want, tc.stopped)
+			}
+			if stopped && m.end != tc.end {
+				t.Fatalf("match end %d, want %d", m.end, tc.end)
 			}
 		})
 	}

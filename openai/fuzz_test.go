@@ -10,6 +10,8 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"stop":["x","y"],"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"model":"m","prompt":[[1,2,3]],"max_tokens":4}`,
 		`{"model":"m","prompt":"x","n":2}`,
+		`{"model":"m","prompt":[7,8],"return_token_ids":true,"stream":true}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":"true"}`,
 		`{"model":`, `[]`, `null`, `{"messages":{}}`,
 	} {
 		f.Add([]byte(s))

@@ -19,6 +19,10 @@ const (
 // StreamOptions is the stream_options object.
 type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsageStats is vLLM's extension: usage in every content
+	// chunk, so a client (a router) sees the prompt and cached tokens with
+	// the first token.
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
 }
 
 // Sampling holds the generation parameters shared by chat and completions.
@@ -44,6 +48,11 @@ type Sampling struct {
 	// the engine as is, so a worker can play either leg of vLLM's proxy
 	// protocol. Only a JSON object (or null) is accepted.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	// ReturnTokenIDs is vLLM's return_token_ids extension (vLLM >= 0.10.2):
+	// responses also carry the prompt's token ids and each choice's
+	// generated token ids (prompt_token_ids, token_ids). A non-boolean
+	// value is a 400 naming the field.
+	ReturnTokenIDs bool `json:"return_token_ids"`
 }
 
 // ChatRequest is a POST /v1/chat/completions body. Messages and Tools stay

@@ -33,6 +33,9 @@ func TestDecodeChatErrors(t *testing.T) {
 		{"min over max", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"min_tokens":3}`, 400, "min_tokens"},
 		{"logprobs", `{"model":"m","messages":[{"role":"user","content":"hi"}],"logprobs":true}`, 400, "logprobs"},
 		{"response_format", `{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}}`, 400, "response_format"},
+		{"return_token_ids string", `{"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":"true"}`, 400, "return_token_ids"},
+		{"return_token_ids number", `{"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":1}`, 400, "return_token_ids"},
+		{"return_token_ids object", `{"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":{}}`, 400, "return_token_ids"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +96,8 @@ func TestDecodeCompletionPrompts(t *testing.T) {
 		{`{"model":"m"}`, "", nil, "prompt"},
 		{`{"model":"m","prompt":7}`, "", nil, "prompt"},
 		{`{"model":"m","prompt":"x","echo":true}`, "", nil, "echo"},
+		{`{"model":"m","prompt":"x","return_token_ids":"yes"}`, "", nil, "return_token_ids"},
+		{`{"model":"m","prompt":[1],"return_token_ids":[true]}`, "", nil, "return_token_ids"},
 	}
 	for _, tc := range tests {
 		r, e := DecodeCompletion([]byte(tc.body))
@@ -109,5 +114,34 @@ func TestDecodeCompletionPrompts(t *testing.T) {
 		if r.PromptText != tc.text || len(r.PromptTokens) != len(tc.tokens) || r.HasTokens != (tc.tokens != nil) {
 			t.Errorf("%s: got %q %v", tc.body, r.PromptText, r.PromptTokens)
 		}
+	}
+}
+
+func TestDecodeReturnTokenIDs(t *testing.T) {
+	tests := []struct {
+		name  string
+		field string // the JSON member, "" for none
+		want  bool
+	}{
+		{"absent", ``, false},
+		{"true", `,"return_token_ids":true`, true},
+		{"false", `,"return_token_ids":false`, false},
+		{"null", `,"return_token_ids":null`, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, e := DecodeChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]` + tc.field + `}`))
+			if e != nil || c.ReturnTokenIDs != tc.want {
+				t.Fatalf("chat: %v, %v", e, c)
+			}
+			p, e := DecodeCompletion([]byte(`{"model":"m","prompt":[1,2]` + tc.field + `}`))
+			if e != nil || p.ReturnTokenIDs != tc.want {
+				t.Fatalf("completion: %v, %v", e, p)
+			}
+		})
+	}
+	_, e := DecodeCompletion([]byte(`{"model":"m","prompt":"x","return_token_ids":"true"}`))
+	if e == nil || e.Status != http.StatusBadRequest || e.Code != "invalid_type" || e.Type != "invalid_request_error" {
+		t.Fatalf("a string must be a 400 invalid_type: %+v", e)
 	}
 }

@@ -10,6 +10,11 @@ type ChatResponse struct {
 	Model   string       `json:"model"`
 	Choices []ChatChoice `json:"choices"`
 	Usage   Usage        `json:"usage"`
+	// PromptTokenIDs is vLLM's return_token_ids extension, present only
+	// when the request asked for it: the prompt as the engine saw it (the
+	// rendered chat template, tokenized). At the top level, as vLLM sends
+	// it for chat.
+	PromptTokenIDs []int32 `json:"prompt_token_ids,omitzero"`
 	// KVTransferParams is vLLM's top-level P/D extension, present only when
 	// the engine set it (a prefill leg's answer).
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
@@ -21,6 +26,10 @@ type ChatChoice struct {
 	Message      AssistantMessage `json:"message"`
 	Logprobs     *struct{}        `json:"logprobs"`
 	FinishReason string           `json:"finish_reason"`
+	// TokenIDs is vLLM's return_token_ids extension: every generated token
+	// id of the choice, EOS included. Absent (nil) unless requested; an
+	// empty non-nil slice is sent as [].
+	TokenIDs []int32 `json:"token_ids,omitzero"`
 }
 
 // AssistantMessage is the generated message.
@@ -47,6 +56,11 @@ type CompletionChoice struct {
 	Text         string    `json:"text"`
 	Logprobs     *struct{} `json:"logprobs"`
 	FinishReason string    `json:"finish_reason"`
+	// PromptTokenIDs and TokenIDs are vLLM's return_token_ids extension,
+	// per choice for completions: the prompt's ids and the generated ids
+	// (EOS included). Absent (nil) unless requested.
+	PromptTokenIDs []int32 `json:"prompt_token_ids,omitzero"`
+	TokenIDs       []int32 `json:"token_ids,omitzero"`
 }
 
 // ModelList is the GET /v1/models body.

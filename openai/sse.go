@@ -43,16 +43,57 @@ func (h *ChunkHeader) appendPrefix(dst []byte) []byte {
 	return AppendString(dst, h.Model)
 }
 
+// roleChoices is the choices array of the first chat chunk.
+const roleChoices = `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`
+
 // AppendRoleChunk appends the first chat chunk, which announces the
 // assistant role with empty content (as OpenAI and vLLM send it).
 func (h *ChunkHeader) AppendRoleChunk(dst []byte) []byte {
 	dst = h.appendPrefix(dst)
-	return append(dst, `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+	return append(dst, roleChoices+"}\n\n"...)
+}
+
+// AppendRoleChunkIDs appends the first chat chunk of a return_token_ids
+// request: AppendRoleChunk's, plus the prompt's ids at the top level as
+// "prompt_token_ids" (vLLM's ChatCompletionStreamResponse shape).
+func (h *ChunkHeader) AppendRoleChunkIDs(dst []byte, prompt []int32) []byte {
+	dst = h.appendPrefix(dst)
+	dst = append(dst, roleChoices+`,"prompt_token_ids":`...)
+	dst = AppendTokenIDs(dst, prompt)
+	return append(dst, "}\n\n"...)
 }
 
 // AppendChunk appends a content chunk; finish is "" for none.
 func (h *ChunkHeader) AppendChunk(dst []byte, text, finish string) []byte {
-	dst = h.appendPrefix(dst)
+	dst = h.appendChoice(h.appendPrefix(dst), text, finish)
+	return append(dst, "}]}\n\n"...)
+}
+
+// AppendChunkIDs appends a content chunk of a return_token_ids request:
+// AppendChunk's, plus the choice's "token_ids" (ids, the tokens produced
+// since the previous chunk; nil is sent as []) and, when prompt is not
+// nil, "prompt_token_ids": in the choice for completions, at the top level
+// for chat. The shapes follow vLLM's CompletionResponseStreamChoice and
+// ChatCompletionStreamResponse.
+func (h *ChunkHeader) AppendChunkIDs(dst []byte, text, finish string, prompt, ids []int32) []byte {
+	dst = h.appendChoice(h.appendPrefix(dst), text, finish)
+	if prompt != nil && !h.Chat {
+		dst = append(dst, `,"prompt_token_ids":`...)
+		dst = AppendTokenIDs(dst, prompt)
+	}
+	dst = append(dst, `,"token_ids":`...)
+	dst = AppendTokenIDs(dst, ids)
+	dst = append(dst, "}]"...)
+	if prompt != nil && h.Chat {
+		dst = append(dst, `,"prompt_token_ids":`...)
+		dst = AppendTokenIDs(dst, prompt)
+	}
+	return append(dst, "}\n\n"...)
+}
+
+// appendChoice appends the choices array up to the open choice's
+// finish_reason.
+func (h *ChunkHeader) appendChoice(dst []byte, text, finish string) []byte {
 	if h.Chat {
 		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
 		if text != "" || finish == "" {
@@ -66,17 +107,35 @@ func (h *ChunkHeader) AppendChunk(dst []byte, text, finish string) []byte {
 		dst = append(dst, `,"logprobs":null,"finish_reason":`...)
 	}
 	if finish == "" {
-		dst = append(dst, "null"...)
-	} else {
-		dst = AppendString(dst, finish)
+		return append(dst, "null"...)
 	}
-	return append(dst, "}]}\n\n"...)
+	return AppendString(dst, finish)
+}
+
+// AppendTokenIDs appends ids as a JSON array of integers (nil is []).
+func AppendTokenIDs(dst []byte, ids []int32) []byte {
+	dst = append(dst, '[')
+	for i, id := range ids {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(id), 10)
+	}
+	return append(dst, ']')
 }
 
 // AppendUsageChunk appends the include_usage chunk: empty choices, usage set.
 func (h *ChunkHeader) AppendUsageChunk(dst []byte, u Usage) []byte {
 	dst = h.appendPrefix(dst)
 	dst = append(dst, `,"choices":[],"usage":`...)
+	return append(AppendUsage(dst, u), "}\n\n"...)
+}
+
+// AddUsage gives the chunk that ends dst a "usage" field: vLLM's
+// stream_options.continuous_usage_stats puts usage in every chunk.
+func AddUsage(dst []byte, u Usage) []byte {
+	dst = dst[:len(dst)-len("}\n\n")]
+	dst = append(dst, `,"usage":`...)
 	return append(AppendUsage(dst, u), "}\n\n"...)
 }
 

@@ -16,7 +16,9 @@ import (
 // length-prefixed with uvarints.
 type codec struct{}
 
-const codecVersion = 1
+// codecVersion 2 added kv_transfer_params to requests and deltas; version
+// 1 messages (from older peers) still decode.
+const codecVersion = 2
 
 // maxTokens bounds a decoded token list so a corrupt length cannot make the
 // decoder allocate gigabytes.
@@ -96,7 +98,8 @@ func appendRequest(b []byte, r *engine.Request) []byte {
 	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.Sampling.Temperature))
 	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.Sampling.TopP))
 	b = binary.AppendVarint(b, int64(r.Sampling.TopK))
-	return binary.LittleEndian.AppendUint64(b, r.Sampling.Seed)
+	b = binary.LittleEndian.AppendUint64(b, r.Sampling.Seed)
+	return appendString(b, string(r.KVTransferParams))
 }
 
 func appendDelta(b []byte, d *engine.Delta) []byte {
@@ -104,7 +107,8 @@ func appendDelta(b []byte, d *engine.Delta) []byte {
 	b = appendTokens(b, d.Tokens)
 	b = appendString(b, string(d.Finish))
 	b = binary.AppendUvarint(b, uint64(d.PromptTokens))
-	return binary.AppendUvarint(b, uint64(d.CachedTokens))
+	b = binary.AppendUvarint(b, uint64(d.CachedTokens))
+	return appendString(b, string(d.KVTransferParams))
 }
 
 // reader decodes with sticky errors so the decoders read straight through.
@@ -215,11 +219,21 @@ func (r *reader) done() error {
 }
 
 // version reads and checks the version byte.
-func (r *reader) version() {
-	if v := r.byte(); v != codecVersion && r.err == nil {
-		r.err = fmt.Errorf("%w: version %d", errCorrupt, v)
+func (r *reader) version() byte {
+	v := r.byte()
+	if (v < 1 || v > codecVersion) && r.err == nil {
+		r.err = fmt.Errorf("%w: version %d (this build reads 1 to %d)", errCorrupt, v, codecVersion)
 		r.b = nil
 	}
+	return v
+}
+
+// raw reads a length-prefixed byte string (nil when empty).
+func (r *reader) raw() []byte {
+	if s := r.str(); s != "" {
+		return []byte(s)
+	}
+	return nil
 }
 
 func decodeRequest(b []byte, m *engine.Request) error {
@@ -230,7 +244,7 @@ func decodeRequest(b []byte, m *engine.Request) error {
 
 // request reads what appendRequest wrote.
 func (r *reader) request(m *engine.Request) {
-	r.version()
+	v := r.version()
 	m.ID = r.str()
 	m.Model = r.str()
 	m.Prompt = r.tokens()
@@ -244,14 +258,20 @@ func (r *reader) request(m *engine.Request) {
 	m.Sampling.TopP = math.Float32frombits(r.u32())
 	m.Sampling.TopK = r.int()
 	m.Sampling.Seed = r.u64()
+	if v >= 2 {
+		m.KVTransferParams = r.raw()
+	}
 }
 
 func decodeDelta(b []byte, m *engine.Delta) error {
 	r := reader{b: b}
-	r.version()
+	v := r.version()
 	m.Tokens = r.tokens()
 	m.Finish = engine.FinishReason(r.str())
 	m.PromptTokens = int(r.uvarint() & math.MaxInt32)
 	m.CachedTokens = int(r.uvarint() & math.MaxInt32)
+	if v >= 2 {
+		m.KVTransferParams = r.raw()
+	}
 	return r.done()
 }

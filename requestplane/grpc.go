@@ -144,7 +144,8 @@ func withRequestID(ctx context.Context, id string) context.Context {
 
 // ErrUnavailable means the worker could not be reached or went away; the
 // frontend retries such requests elsewhere if no token was streamed yet.
-var ErrUnavailable = errors.New("worker unavailable")
+// It is engine.ErrUnavailable, which other remote engines return too.
+var ErrUnavailable = engine.ErrUnavailable
 
 // Client is a remote worker; it implements engine.Generator. One Client
 // holds one HTTP/2 connection, multiplexing every request to that worker.

@@ -132,6 +132,35 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCodecKVTransferParams: vLLM's kv_transfer_params cross the request
+// plane both ways, and version-1 messages (older peers, no params) still
+// decode.
+func TestCodecKVTransferParams(t *testing.T) {
+	params := []byte(`{"do_remote_decode":true}`)
+	req := engine.Request{ID: "x", Prompt: []engine.Token{1}, KVTransferParams: params}
+	b, _ := codec{}.Marshal(&req)
+	var back engine.Request
+	if err := (codec{}).Unmarshal(b, &back); err != nil || string(back.KVTransferParams) != string(params) {
+		t.Fatalf("request params %q, %v", back.KVTransferParams, err)
+	}
+	d := engine.Delta{Tokens: []engine.Token{2}, Finish: "length", KVTransferParams: []byte(`{"remote_block_ids":[1]}`)}
+	db, _ := codec{}.Marshal(&d)
+	var dback engine.Delta
+	if err := (codec{}).Unmarshal(db, &dback); err != nil || string(dback.KVTransferParams) != string(d.KVTransferParams) {
+		t.Fatalf("delta params %q, %v", dback.KVTransferParams, err)
+	}
+	// A version-1 request: the same bytes without the params field.
+	plain, _ := codec{}.Marshal(&engine.Request{ID: "x", Prompt: []engine.Token{1}})
+	v1 := append([]byte{1}, plain[1:len(plain)-1]...)
+	back = engine.Request{}
+	if err := (codec{}).Unmarshal(v1, &back); err != nil || back.ID != "x" || back.KVTransferParams != nil {
+		t.Fatalf("version 1: %+v, %v", back, err)
+	}
+	if err := (codec{}).Unmarshal(append([]byte{9}, plain[1:]...), &back); err == nil {
+		t.Fatal("unknown version accepted")
+	}
+}
+
 func FuzzCodec(f *testing.F) {
 	b, _ := codec{}.Marshal(&engine.Request{ID: "a", Prompt: []engine.Token{1, 2}})
 	f.Add(b)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
@@ -39,6 +40,12 @@ type Config struct {
 	// VLLMPD makes workers answer vLLM's kv_transfer_params protocol
 	// (serve/vllmpd.go); exclusive with Disagg, which moves KV itself.
 	VLLMPD VLLMPDConfig
+	// PDPrefillWorkers > 0 puts vLLM's P/D proxy in the router
+	// (disagg/vllmpd.Proxy, serve/vllmpd.go): the factory's engines
+	// Workers..Workers+PDPrefillWorkers-1 run the prefill legs, the workers
+	// are the decode servers. For upstream vLLM servers (engine/upstream);
+	// exclusive with Disagg and VLLMPD.
+	PDPrefillWorkers int
 }
 
 // DefaultConfig returns the defaults of `tandem serve`.
@@ -76,8 +83,10 @@ type System struct {
 	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
 	grpcs   []*grpc.Server
 	clients []*requestplane.Client
-	dis     *disaggState // nil unless Disagg is enabled
-	pd      *vllmpdState // nil unless VLLMPD is enabled
+	dis     *disaggState    // nil unless Disagg is enabled
+	pd      *vllmpdState    // nil unless VLLMPD is enabled
+	proxy   *vllmpd.Proxy   // nil unless PDPrefillWorkers > 0
+	pdPre   []engine.Engine // the proxy's prefill engines
 }
 
 // RouterModes lists the values of --router-mode.
@@ -135,8 +144,16 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
 		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
 	}
+	if cfg.PDPrefillWorkers > 0 && (cfg.Disagg.Enabled() || cfg.VLLMPD.Enabled) {
+		return nil, errors.New("serve: vLLM P/D prefill workers exclude --prefill-workers and the worker side of the vLLM P/D protocol")
+	}
 	if cfg.Disagg.Enabled() {
 		if err := s.startDisagg(&cfg, newEngine); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.PDPrefillWorkers > 0 {
+		if err := s.startProxy(cfg, newEngine); err != nil {
 			return nil, err
 		}
 	}
@@ -184,6 +201,9 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			if gen, err = s.wrapVLLMPD(w.ID, eng, gen); err != nil {
 				return nil, err
 			}
+		}
+		if s.proxy != nil {
+			gen = s.proxy.Wrap(w.ID, gen)
 		}
 		s.Workers = append(s.Workers, w)
 		if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
@@ -260,6 +280,11 @@ func (s *System) stopWorkers(ctx context.Context) {
 	}
 	s.stopDisagg()
 	s.stopVLLMPD()
+	for _, e := range s.pdPre {
+		if err := e.Close(); err != nil {
+			s.log.Warn("closing prefill engine", "err", err)
+		}
+	}
 	for _, g := range s.grpcs {
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()

@@ -59,6 +59,22 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 	return w, nil
 }
 
+// startProxy starts the engines that run vLLM P/D prefill legs (indexes
+// after the decode workers', as for --prefill-workers) and the proxy that
+// drives them; Start wraps every worker with it.
+func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
+	s.proxy = vllmpd.NewProxy(vllmpd.ProxyConfig{Logger: s.log, Registerer: s.Registry})
+	for j := range cfg.PDPrefillWorkers {
+		eng, err := newEngine(cfg.Workers + j)
+		if err != nil {
+			return fmt.Errorf("serve: prefill worker %d: %w", j, err)
+		}
+		s.pdPre = append(s.pdPre, eng)
+		s.proxy.AddPrefill(fmt.Sprintf("prefill-%d", j), eng)
+	}
+	return nil
+}
+
 func (s *System) stopVLLMPD() {
 	if s.pd == nil {
 		return

@@ -190,6 +190,8 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
 		w.rec.KVTransfer = discovery.KVTransfer{Addr: advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
+	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
+		w.rec.KVTransfer.Protocol = p
 	}
 	w.rec.KVEvents.Endpoint = advertiseURL(w.rec.KVEvents.Endpoint, host)
 	w.rec.KVEvents.ReplayEndpoint = advertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
@@ -329,6 +331,11 @@ func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
 	if role == discovery.RoleAggregated {
 		return nil, nil
 	}
+	if vllmProtocol(w.eng) != "" {
+		// A vLLM server moves its own KV; the frontend drives the
+		// protocol through the requests (kv_transfer_params).
+		return nil, nil
+	}
 	port, ok := w.eng.(engine.KVPort)
 	if !ok {
 		return nil, fmt.Errorf("worker: role %s needs an engine that can move KV; the %s engine cannot", role, w.eng.Info().Kind)
@@ -351,6 +358,15 @@ func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return side, nil
+}
+
+// vllmProtocol is discovery.ProtocolVLLM for engines that are vLLM
+// servers (engine/upstream), "" otherwise.
+func vllmProtocol(eng engine.Engine) string {
+	if p, ok := eng.(interface{ KVTransferProtocol() string }); ok && p.KVTransferProtocol() == discovery.ProtocolVLLM {
+		return discovery.ProtocolVLLM
+	}
+	return ""
 }
 
 func (w *Worker) closeNode() {

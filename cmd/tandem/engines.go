@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -25,17 +28,32 @@ type engineFlags struct {
 	kvFormat    string
 	kvEventsOff int
 	threads     int
+	up          upstreamFlags
+}
+
+// upstreamFlags configure --engine upstream: workers that are vLLM (or
+// vLLM-compatible) servers.
+type upstreamFlags struct {
+	urls    []string // one worker each
+	prefill []string // vLLM P/D prefill servers (serve)
+	events  []string // the servers' KV event endpoints, in --upstream order
+	model   string
+	apiKey  string
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
 	e.mock = mocker.DefaultConfig()
 	e.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
 	f := cmd.Flags()
-	f.StringVar(&e.kind, "engine", "mocker", "engine: mocker (simulated vLLM-class GPU worker) or native (real Go transformer)")
+	f.StringVar(&e.kind, "engine", "mocker", "engine: mocker (simulated vLLM-class GPU worker), native (real Go transformer) or upstream (vLLM servers: --upstream)")
+	f.StringArrayVar(&e.up.urls, "upstream", nil, "upstream: base URL of a vLLM (or vLLM-compatible) server; repeat for one worker per server")
+	f.StringArrayVar(&e.up.events, "upstream-kv-events", nil, "upstream: ZMQ KV event endpoint of each --upstream server, in order (vLLM --kv-events-config), for --router-mode kv")
+	f.StringVar(&e.up.model, "upstream-model", "", "upstream: the servers' model name (empty: the first /v1/models lists)")
+	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
 	m := &e.mock
-	f.IntVar(&m.BlockSize, "block-size", m.BlockSize, "mocker: KV block size in tokens")
+	f.IntVar(&m.BlockSize, "block-size", m.BlockSize, "KV block size in tokens (mocker; upstream: the servers' --block-size)")
 	f.IntVar(&m.KVCapacityTokens, "kv-capacity-tokens", m.KVCapacityTokens, "mocker: KV cache capacity per worker, in tokens (the seed's GPU worker: 14816)")
 	f.IntVar(&m.MaxNumSeqs, "max-num-seqs", m.MaxNumSeqs, "mocker: sequences per scheduler step")
 	f.IntVar(&m.MaxNumBatchedTokens, "max-num-batched-tokens", m.MaxNumBatchedTokens, "mocker: tokens per scheduler step (chunked prefill)")
@@ -82,8 +100,40 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVEvents: ev})
 			return eng, err
 		}, nil
+	case "upstream":
+		if err := e.up.check(); err != nil {
+			return nil, nil, err
+		}
+		return model, e.upstreamFactory(), nil
 	}
-	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker or native)", e.kind)
+	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker, native or upstream)", e.kind)
+}
+
+func (u *upstreamFlags) check() error {
+	if len(u.urls) == 0 {
+		return errors.New("--engine upstream needs --upstream URL (one per server)")
+	}
+	if len(u.events) > len(u.urls) {
+		return fmt.Errorf("%d --upstream-kv-events for %d --upstream servers", len(u.events), len(u.urls))
+	}
+	return nil
+}
+
+// upstreamFactory returns worker i's engine: the --upstream servers, then
+// the --upstream-prefill ones.
+func (e *engineFlags) upstreamFactory() serve.EngineFactory {
+	return func(i int) (engine.Engine, error) {
+		u := e.up
+		all := append(append([]string(nil), u.urls...), u.prefill...)
+		if i >= len(all) {
+			return nil, fmt.Errorf("no --upstream server for worker %d", i)
+		}
+		cfg := upstream.Config{URL: all[i], Model: u.model, APIKey: u.apiKey, BlockSize: e.mock.BlockSize}
+		if i < len(u.events) {
+			cfg.KVEventsEndpoint = u.events[i]
+		}
+		return upstream.New(context.Background(), cfg)
+	}
 }
 
 func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mocker.Config, error) {

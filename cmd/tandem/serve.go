@@ -31,6 +31,11 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if eng.kind == "upstream" {
+				cfg.Workers, cfg.PDPrefillWorkers = len(eng.up.urls), len(eng.up.prefill)
+			} else if len(eng.up.prefill) > 0 {
+				return errors.New("--upstream-prefill needs --engine upstream")
+			}
 			if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
 				return err
 			}
@@ -65,6 +70,7 @@ func newServeCmd() *cobra.Command {
 	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
 	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
 	eng.register(cmd)
+	f.StringArrayVar(&eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
 	rf.register(cmd, cfg.RouterMode)
 	registerDisaggFlags(cmd, &cfg)
 	return cmd

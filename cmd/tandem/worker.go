@@ -101,6 +101,9 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	if d, err := cmd.Flags().GetDuration("drain-timeout"); err == nil {
 		wcfg.DrainTimeout = d
 	}
+	if eng.kind == "upstream" && len(eng.up.urls) != 1 {
+		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.up.urls))
+	}
 	model, factory, err := eng.build(log)
 	if err != nil {
 		return err

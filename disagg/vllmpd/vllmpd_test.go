@@ -15,6 +15,7 @@ import (
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -327,3 +328,95 @@ func TestPrefillLegParams(t *testing.T) {
 }
 
 func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestRouterDrivesVLLMProtocol: Tandem's router in front of two
+// vLLM-compatible servers reached as upstream engines: the decode worker
+// is the router's pick, the Proxy runs the prefill leg on the prefill
+// server and hands its kv_transfer_params to the decode leg. The decode
+// server's output equals an aggregated server's, and its cached tokens
+// cover the prompt's whole blocks, which it can only have pulled from the
+// prefill server. A failing prefill server costs a fallback, not the
+// request.
+func TestRouterDrivesVLLMProtocol(t *testing.T) {
+	prefill, decode, agg := start(t, true), start(t, true), start(t, false)
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{decode.URL(), prefill.URL()}
+	cfg := serve.DefaultConfig()
+	cfg.HTTPAddr, cfg.Workers, cfg.PDPrefillWorkers = "127.0.0.1:0", 1, 1
+	front, err := serve.Start(cfg, model, func(i int) (engine.Engine, error) {
+		return upstream.New(context.Background(), upstream.Config{URL: urls[i]})
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = front.Shutdown(context.Background()) })
+
+	for _, stream := range []bool{false, true} {
+		body, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": tokenPrompt(900, 5), "max_tokens": 10,
+			"ignore_eos": true, "stream": stream, "stream_options": map[string]any{"include_usage": true}})
+		if !stream {
+			body, _ = json.Marshal(map[string]any{"model": "tandem-mock", "prompt": tokenPrompt(900, 5), "max_tokens": 10, "ignore_eos": true})
+		}
+		aresp, err := http.Post(agg.URL()+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := read(t, aresp)
+		resp, err := http.Post(front.URL()+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, resp)
+		if got.text != want.text || got.text == "" {
+			t.Fatalf("stream=%v: through the router %q, aggregated %q", stream, got.text, want.text)
+		}
+		bs := decode.Workers[0].Info.BlockSize
+		if full := (got.prompt - 1) / bs * bs; got.prompt != 900 || got.cached < full {
+			t.Fatalf("stream=%v: decode server cached %d of %d prompt tokens, want ≥ %d", stream, got.cached, got.prompt, full)
+		}
+	}
+	m := metricsText(t, front.URL())
+	if !strings.Contains(m, `tandem_vllmpd_prefill_legs_total{result="ok"} 2`) {
+		t.Fatalf("prefill legs:\n%s", grep(m, "tandem_vllmpd"))
+	}
+
+	// The prefill server goes away: the decode server prefills itself.
+	if err := prefill.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": tokenPrompt(600, 6), "max_tokens": 4, "ignore_eos": true})
+	resp, err := http.Post(front.URL()+"/v1/completions", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, resp); got.text == "" || got.cached != 0 {
+		t.Fatalf("after the prefill server left: %+v", got)
+	}
+	if m := metricsText(t, front.URL()); !strings.Contains(m, `tandem_vllmpd_prefill_legs_total{result="failed"} 1`) {
+		t.Fatalf("failed leg not counted:\n%s", grep(m, "tandem_vllmpd"))
+	}
+}
+
+func metricsText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,181 @@
+package vllmpd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// Proxy is vLLM's P/D proxy inside Tandem's router: the router picks the
+// decode worker (KV-aware, as for any worker), the proxy runs the prefill
+// leg on the prefill worker with the fewest legs in flight and hands the
+// kv_transfer_params it returns to the decode leg. Workers are Generators
+// that speak the protocol through engine.Request.KVTransferParams: an
+// upstream vLLM server (engine/upstream), or a Tandem worker wrapped in
+// Worker. Forward is the same protocol for callers that hold HTTP bodies.
+type Proxy struct {
+	log  *slog.Logger
+	legs *prometheus.CounterVec
+
+	mu      sync.Mutex
+	prefill []*prefillWorker
+}
+
+type prefillWorker struct {
+	id       string
+	gen      engine.Generator
+	inFlight int // under mu
+}
+
+// Leg outcomes (tandem_vllmpd_prefill_legs_total{result}).
+const (
+	LegOK       = "ok"
+	LegNoParams = "no_params" // the prefill worker returned no kv_transfer_params: the decode worker prefills
+	LegFailed   = "failed"    // the leg failed: the decode worker prefills (diagnostic vllmpd_prefill_failed)
+	LegNone     = "no_prefill_worker"
+)
+
+// ProxyConfig configures a Proxy.
+type ProxyConfig struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// NewProxy returns a proxy with no prefill worker yet.
+func NewProxy(cfg ProxyConfig) *Proxy {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Proxy{log: cfg.Logger, legs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_vllmpd_prefill_legs_total",
+		Help: "Prefill legs of vLLM's P/D protocol the router ran, by result.",
+	}, []string{"result"})}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(p.legs)
+	}
+	return p
+}
+
+// AddPrefill registers (or replaces) prefill worker id.
+func (p *Proxy) AddPrefill(id string, gen engine.Generator) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.prefill {
+		if w.id == id {
+			w.gen = gen
+			return
+		}
+	}
+	p.prefill = append(p.prefill, &prefillWorker{id: id, gen: gen})
+}
+
+// RemovePrefill forgets prefill worker id.
+func (p *Proxy) RemovePrefill(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, w := range p.prefill {
+		if w.id == id {
+			p.prefill = append(p.prefill[:i], p.prefill[i+1:]...)
+			return
+		}
+	}
+}
+
+// Wrap returns the Generator the router holds for decode worker id.
+func (p *Proxy) Wrap(id string, decode engine.Generator) engine.Generator {
+	return &pair{p: p, id: id, decode: decode}
+}
+
+func (p *Proxy) pick() *prefillWorker {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best *prefillWorker
+	for _, w := range p.prefill {
+		if best == nil || w.inFlight < best.inFlight {
+			best = w
+		}
+	}
+	if best != nil {
+		best.inFlight++
+	}
+	return best
+}
+
+func (p *Proxy) done(w *prefillWorker) {
+	p.mu.Lock()
+	w.inFlight--
+	p.mu.Unlock()
+}
+
+type pair struct {
+	p      *Proxy
+	id     string
+	decode engine.Generator
+}
+
+// Generate runs the prefill leg, then the decode leg with the parameters
+// it returned. A failed leg costs the decode worker the prefill, never
+// the request.
+func (g *pair) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	if req.KVTransferParams != nil {
+		// The client drives the protocol itself (Tandem behind another
+		// proxy): pass it through.
+		return g.decode.Generate(ctx, req)
+	}
+	w := g.p.pick()
+	if w == nil {
+		g.p.legs.WithLabelValues(LegNone).Inc()
+		return g.decode.Generate(ctx, req)
+	}
+	params, err := prefillLeg(ctx, w.gen, req)
+	g.p.done(w)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil:
+		g.p.legs.WithLabelValues(LegFailed).Inc()
+		g.p.log.Warn("vLLM prefill leg failed; the decode worker prefills", "diagnostic_code", "vllmpd_prefill_failed",
+			"request_id", req.ID, "prefill_worker", w.id, "decode_worker", g.id, "err", err)
+		return g.decode.Generate(ctx, req)
+	case params == nil:
+		g.p.legs.WithLabelValues(LegNoParams).Inc()
+		return g.decode.Generate(ctx, req)
+	}
+	g.p.legs.WithLabelValues(LegOK).Inc()
+	d := *req
+	d.KVTransferParams = params
+	return g.decode.Generate(ctx, &d)
+}
+
+// prefillLeg runs the prefill leg of req on gen (same request id, as the
+// protocol's X-Request-Id on both legs) and returns the kv_transfer_params
+// of its response (nil when there were none).
+func prefillLeg(ctx context.Context, gen engine.Generator, req *engine.Request) ([]byte, error) {
+	pr := *req
+	pr.MaxTokens, pr.MinTokens = 1, 0
+	pr.KVTransferParams = prefillLegParams
+	st, err := gen.Generate(ctx, &pr)
+	if err != nil {
+		return nil, err
+	}
+	var params []byte
+	for {
+		d, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return params, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("vllmpd: prefill leg: %w", err)
+		}
+		if d.KVTransferParams != nil {
+			params = d.KVTransferParams
+		}
+	}
+}

@@ -1,0 +1,487 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// Config configures an upstream engine.
+type Config struct {
+	// URL is the upstream's base URL (http://host:port).
+	URL string
+	// Model is the model name the upstream serves ("": the first one
+	// /v1/models lists).
+	Model string
+	// APIKey, if set, is sent as Authorization: Bearer.
+	APIKey string
+	// BlockSize is the upstream's KV block size in tokens (vLLM
+	// --block-size; default 16): the router hashes prompts in these.
+	BlockSize int
+	// ContextLength bounds prompt plus output (0: the max_model_len
+	// /v1/models reports).
+	ContextLength int
+	// KVEventsEndpoint and KVEventsReplayEndpoint are where the upstream
+	// publishes vLLM KV events over ZMQ ("": none), for the router.
+	KVEventsEndpoint       string
+	KVEventsReplayEndpoint string
+	// Client sends the requests (nil: one with keep-alive connections).
+	Client *http.Client
+	// ProbeTimeout bounds New's /v1/models request (default 10 s).
+	ProbeTimeout time.Duration
+}
+
+// Engine is an upstream server behind the engine seam.
+type Engine struct {
+	cfg    Config
+	info   engine.Info
+	closed atomic.Bool
+}
+
+// maxErrorBody bounds how much of an error response is read.
+const maxErrorBody = 64 << 10
+
+// New checks that the upstream answers and serves the model, and learns
+// its context length.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	cfg.URL = strings.TrimRight(cfg.URL, "/")
+	if cfg.URL == "" {
+		return nil, errors.New("upstream: no URL")
+	}
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 10 * time.Second
+	}
+	e := &Engine{cfg: cfg}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
+	defer cancel()
+	if err := e.probe(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// probe reads /v1/models: the model's name and, from vLLM, max_model_len.
+func (e *Engine) probe(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.URL+"/v1/models", nil)
+	if err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	e.auth(req)
+	resp, err := e.cfg.Client.Do(req)
+	if err != nil {
+		return fmt.Errorf("upstream %s: %w: %w", e.cfg.URL, engine.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return fmt.Errorf("upstream %s: GET /v1/models: status %d: %s", e.cfg.URL, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	var list struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&list); err != nil {
+		return fmt.Errorf("upstream %s: /v1/models: %w", e.cfg.URL, err)
+	}
+	names := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		names = append(names, m.ID)
+		if e.cfg.Model == "" || m.ID == e.cfg.Model {
+			e.cfg.Model = m.ID
+			if e.cfg.ContextLength == 0 {
+				e.cfg.ContextLength = m.MaxModelLen
+			}
+			e.info = engine.Info{Kind: "upstream", Model: m.ID, BlockSize: e.cfg.BlockSize, ContextLength: e.cfg.ContextLength}
+			return nil
+		}
+	}
+	return fmt.Errorf("upstream %s serves %v, not model %q", e.cfg.URL, names, e.cfg.Model)
+}
+
+func (e *Engine) auth(r *http.Request) {
+	if e.cfg.APIKey != "" {
+		r.Header.Set("Authorization", "Bearer "+e.cfg.APIKey)
+	}
+}
+
+// Info implements engine.Engine.
+func (e *Engine) Info() engine.Info { return e.info }
+
+// Close implements engine.Engine: later requests fail with ErrClosed;
+// requests in flight finish (their contexts end them).
+func (e *Engine) Close() error {
+	e.closed.Store(true)
+	return nil
+}
+
+// KVTransferProtocol says how KV moves between upstream servers in
+// prefill and decode roles: vLLM's own P/D protocol (kv_transfer_params;
+// the servers run a KV connector such as NixlConnector).
+func (e *Engine) KVTransferProtocol() string { return "vllm" }
+
+// URL is the upstream's base URL.
+func (e *Engine) URL() string { return e.cfg.URL }
+
+// KVEventsEndpoint is where the upstream publishes KV events ("" none).
+func (e *Engine) KVEventsEndpoint() string { return e.cfg.KVEventsEndpoint }
+
+// KVEventsReplayEndpoint is the upstream's replay socket ("" none).
+func (e *Engine) KVEventsReplayEndpoint() string { return e.cfg.KVEventsReplayEndpoint }
+
+type streamOptions struct {
+	IncludeUsage         bool `json:"include_usage"`
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
+}
+
+// body is a /v1/completions request with vLLM's extensions.
+type body struct {
+	Model            string          `json:"model"`
+	Prompt           []engine.Token  `json:"prompt"`
+	MaxTokens        int             `json:"max_tokens"`
+	MinTokens        int             `json:"min_tokens,omitempty"`
+	IgnoreEOS        bool            `json:"ignore_eos,omitempty"`
+	StopTokenIDs     []engine.Token  `json:"stop_token_ids,omitempty"`
+	Temperature      float32         `json:"temperature"`
+	TopP             float32         `json:"top_p,omitempty"`
+	TopK             int             `json:"top_k,omitempty"`
+	Seed             *int64          `json:"seed,omitempty"`
+	Stream           bool            `json:"stream"`
+	StreamOptions    *streamOptions  `json:"stream_options,omitempty"`
+	ReturnTokenIDs   bool            `json:"return_token_ids"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+}
+
+// Generate implements engine.Generator. It returns once the upstream has
+// answered with a status, so refusals come back from here.
+func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	if e.closed.Load() {
+		return nil, engine.ErrClosed
+	}
+	b := body{Model: e.cfg.Model, Prompt: req.Prompt, MaxTokens: req.MaxTokens, MinTokens: req.MinTokens,
+		IgnoreEOS: req.IgnoreEOS, StopTokenIDs: req.StopTokens, Temperature: req.Sampling.Temperature,
+		TopK: req.Sampling.TopK, ReturnTokenIDs: true, KVTransferParams: req.KVTransferParams}
+	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
+		b.TopP = tp
+	}
+	if req.Sampling.HasSeed {
+		s := int64(req.Sampling.Seed & math.MaxInt64) // vLLM's seed is a signed 64-bit int
+		b.Seed = &s
+	}
+	if b.MaxTokens == 0 {
+		// Ours means "up to the context length"; vLLM's default is 16.
+		b.MaxTokens = max(e.cfg.ContextLength-len(req.Prompt), 1)
+	}
+	// vLLM returns a prefill leg's kv_transfer_params only in a whole
+	// response; everything else streams.
+	b.Stream = !remoteDecode(req.KVTransferParams)
+	if b.Stream {
+		b.StreamOptions = &streamOptions{IncludeUsage: true, ContinuousUsageStats: true}
+	}
+	payload, err := json.Marshal(&b)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: encode request: %w", err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+"/v1/completions", bytes.NewReader(payload))
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if req.ID != "" {
+		hr.Header.Set("X-Request-Id", req.ID)
+	}
+	e.auth(hr)
+	resp, err := e.cfg.Client.Do(hr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("upstream %s: %w: %w", e.cfg.URL, engine.ErrUnavailable, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, statusError(e.cfg.URL, resp)
+	}
+	if !b.Stream {
+		defer resp.Body.Close()
+		return whole(resp.Body, len(req.Prompt))
+	}
+	return &sseStream{body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)}, nil
+}
+
+// remoteDecode reports whether kv_transfer_params ask for a prefill leg.
+func remoteDecode(params json.RawMessage) bool {
+	if len(params) == 0 {
+		return false
+	}
+	var p struct {
+		DoRemoteDecode bool `json:"do_remote_decode"`
+	}
+	return json.Unmarshal(params, &p) == nil && p.DoRemoteDecode
+}
+
+// statusError maps an upstream refusal to the engine's errors.
+func statusError(url string, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+		Message string `json:"message"` // very old vLLM: a flat error object
+	}
+	_ = json.Unmarshal(b, &e)
+	msg := e.Error.Message
+	if msg == "" {
+		msg = e.Message
+	}
+	if msg == "" {
+		msg = string(bytes.TrimSpace(b))
+	}
+	code := fmt.Sprint(e.Error.Code)
+	switch {
+	case resp.StatusCode == http.StatusBadRequest && (strings.Contains(code, "context_length") ||
+		strings.Contains(msg, "context length") || strings.Contains(msg, "maximum context")):
+		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrOverloaded, msg)
+	case resp.StatusCode >= 500:
+		return fmt.Errorf("upstream %s: %w: status %d: %s", url, engine.ErrUnavailable, resp.StatusCode, msg)
+	}
+	return fmt.Errorf("upstream %s: status %d: %s", url, resp.StatusCode, msg)
+}
+
+// choice is the part of a completion (chunk) the engine reads.
+type choice struct {
+	Text         string         `json:"text"`
+	TokenIDs     []engine.Token `json:"token_ids"`
+	FinishReason *string        `json:"finish_reason"`
+}
+
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+type completion struct {
+	Choices          []choice        `json:"choices"`
+	Usage            *usage          `json:"usage"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	Error            *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// ErrNoTokenIDs: the upstream ignores return_token_ids.
+var ErrNoTokenIDs = errors.New("upstream returned text without token_ids: it must support vLLM's return_token_ids (vLLM ≥ 0.10.2)")
+
+// apply adds one completion (chunk) to d; done reports a finish reason.
+func (c *completion) apply(d *engine.Delta, promptLen int) (done bool, err error) {
+	if c.Error != nil {
+		return true, fmt.Errorf("upstream: %s", c.Error.Message)
+	}
+	if u := c.Usage; u != nil && u.PromptTokens > 0 {
+		d.PromptTokens = u.PromptTokens
+		if u.PromptTokensDetails != nil {
+			d.CachedTokens = u.PromptTokensDetails.CachedTokens
+		}
+	}
+	if c.KVTransferParams != nil && !bytes.Equal(bytes.TrimSpace(c.KVTransferParams), []byte("null")) {
+		d.KVTransferParams = c.KVTransferParams
+	}
+	if len(c.Choices) == 0 {
+		return false, nil
+	}
+	ch := c.Choices[0]
+	if ch.TokenIDs == nil && ch.Text != "" {
+		return true, ErrNoTokenIDs
+	}
+	d.Tokens = append(d.Tokens, ch.TokenIDs...)
+	if ch.FinishReason == nil {
+		return false, nil
+	}
+	switch *ch.FinishReason {
+	case "length":
+		d.Finish = engine.FinishLength
+	case "abort":
+		d.Finish = engine.FinishCancelled
+	default:
+		d.Finish = engine.FinishStop
+	}
+	if d.PromptTokens == 0 {
+		d.PromptTokens = promptLen
+	}
+	return true, nil
+}
+
+// whole reads an unstreamed response as one Delta.
+func whole(r io.Reader, promptLen int) (engine.Stream, error) {
+	var c completion
+	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&c); err != nil {
+		return nil, fmt.Errorf("upstream: response: %w", err)
+	}
+	d := engine.Delta{}
+	done, err := c.apply(&d, promptLen)
+	if err != nil {
+		return nil, err
+	}
+	if !done {
+		d.Finish = engine.FinishStop
+	}
+	if d.PromptTokens == 0 {
+		d.PromptTokens = promptLen
+	}
+	return &oneDelta{d: d}, nil
+}
+
+type oneDelta struct {
+	d    engine.Delta
+	sent bool
+}
+
+func (s *oneDelta) Recv() (engine.Delta, error) {
+	if s.sent {
+		return engine.Delta{}, io.EOF
+	}
+	s.sent = true
+	return s.d, nil
+}
+
+// sseStream reads a streamed completion: each chunk with tokens is one
+// Delta; usage-only chunks update the counts carried by the next Delta.
+type sseStream struct {
+	body      io.Closer
+	r         *bufio.Reader
+	promptLen int
+	long      []byte        // a line longer than r's buffer, reassembled
+	pending   engine.Delta  // counts from usage-only chunks
+	final     *engine.Delta // the finish Delta, held for a trailing usage chunk
+	sawUsage  bool
+	done      bool
+	started   bool
+}
+
+func (s *sseStream) fail(err error) (engine.Delta, error) {
+	s.done = true
+	s.body.Close()
+	return engine.Delta{}, err
+}
+
+// release returns the held finish Delta (once).
+func (s *sseStream) release() (engine.Delta, error) {
+	d := *s.final
+	s.final, s.done = nil, true
+	s.body.Close()
+	return d, nil
+}
+
+// maxLine bounds one SSE line: the first chunk carries the prompt's ids
+// (return_token_ids), about 8 bytes per token.
+const maxLine = 64 << 20
+
+var errLineTooLong = fmt.Errorf("an SSE line longer than %d MiB", maxLine>>20)
+
+// line reads one line; lines longer than the reader's buffer are
+// reassembled, up to maxLine.
+func (s *sseStream) line() ([]byte, error) {
+	b, err := s.r.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return b, err
+	}
+	s.long = append(s.long[:0], b...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		if len(s.long) > maxLine {
+			return nil, errLineTooLong
+		}
+		b, err = s.r.ReadSlice('\n')
+		s.long = append(s.long, b...)
+	}
+	return s.long, err
+}
+
+func (s *sseStream) Recv() (engine.Delta, error) {
+	for {
+		if s.done {
+			return engine.Delta{}, io.EOF
+		}
+		line, err := s.line()
+		if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+			if s.final != nil {
+				return s.release() // finished; only the usage chunk is missing
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return s.fail(fmt.Errorf("upstream: stream: %w", err))
+		}
+		data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
+		if !ok {
+			continue // blank separators, comments, other fields
+		}
+		data = bytes.TrimSpace(data)
+		if bytes.Equal(data, []byte("[DONE]")) {
+			if s.final != nil {
+				return s.release()
+			}
+			return s.fail(fmt.Errorf("upstream: stream ended without a finish reason: %w", io.ErrUnexpectedEOF))
+		}
+		var c completion
+		if err := json.Unmarshal(data, &c); err != nil {
+			return s.fail(fmt.Errorf("upstream: chunk: %w", err))
+		}
+		if c.Usage != nil && c.Usage.PromptTokens > 0 {
+			s.sawUsage = true
+		}
+		if s.final != nil {
+			// After the finish: the usage chunk (include_usage without
+			// continuous stats) completes the counts.
+			if _, err := c.apply(s.final, s.promptLen); err != nil {
+				return s.fail(err)
+			}
+			continue
+		}
+		d := s.pending
+		done, err := c.apply(&d, s.promptLen)
+		if err != nil {
+			return s.fail(err)
+		}
+		if len(d.Tokens) == 0 && !done {
+			s.pending = engine.Delta{PromptTokens: d.PromptTokens, CachedTokens: d.CachedTokens, KVTransferParams: d.KVTransferParams}
+			continue
+		}
+		s.pending = engine.Delta{}
+		if !s.started && d.PromptTokens == 0 {
+			d.PromptTokens = s.promptLen
+		}
+		s.started = true
+		if done && !s.sawUsage {
+			s.final = &d
+			continue
+		}
+		if done {
+			s.done = true
+			s.body.Close()
+		}
+		return d, nil
+	}
+}
