@@ -198,3 +198,64 @@ func TestMultiProcessDisaggNative(t *testing.T) {
 		t.Fatalf("disaggregated across processes %q\n  aggregated %q", got, want)
 	}
 }
+
+// TestMultiProcessVLLMProtocol: Tandem in front of vLLM servers, as OS
+// processes. Two vLLM stand-ins (`tandem worker --openai-addr
+// --kv-transfer-params`: vLLM's HTTP API and both roles of its P/D
+// protocol) are fronted twice: by fleet workers (`tandem worker --engine
+// upstream --role prefill|decode`) behind `tandem frontend`, and by
+// `tandem serve --engine upstream --upstream-prefill`. Either way the
+// router runs the prefill leg on the prefill server and the decode server
+// answers with the prompt's blocks cached.
+func TestMultiProcessVLLMProtocol(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 6 processes")
+	}
+	vllm := " --kv-transfer-params --speedup 100 --kv-bytes-per-token 2048 --kv-events off"
+	p := startProc(t, "vllm-p", "worker --openai-addr 127.0.0.1:0"+vllm, frontendReady).line
+	d := startProc(t, "vllm-d", "worker --openai-addr 127.0.0.1:0"+vllm, frontendReady).line
+	disc := " --discovery file --discovery-dir " + t.TempDir() + " --lease-ttl 2s"
+	fe := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0"+disc, frontendReady).line
+	startProc(t, "up-p", "worker --id up-p --role prefill --engine upstream --upstream "+p+disc, workerReady)
+	startProc(t, "up-d", "worker --id up-d --role decode --engine upstream --upstream "+d+disc, workerReady)
+	sv := startProc(t, "serve", "serve --http-addr 127.0.0.1:0 --engine upstream --upstream "+d+" --upstream-prefill "+p, frontendReady).line
+	deadline := time.Now().Add(20 * time.Second)
+	for len(healthWorkers(t, fe)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("frontend sees %v", healthWorkers(t, fe))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ids := make([]int, 640)
+	for i := range ids {
+		ids[i] = 2000 + i*13%30000
+	}
+	for _, url := range []string{fe, sv} {
+		ids[0]++ // a fresh prompt for each front
+		body, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": ids, "max_tokens": 5, "ignore_eos": true})
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Choices []struct{ Text string } `json:"choices"`
+			Usage   struct {
+				Prompt  int `json:"prompt_tokens"`
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&c)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 || c.Choices[0].Text == "" {
+			t.Fatalf("%s: status %d, %+v, %v", url, resp.StatusCode, c, err)
+		}
+		if c.Usage.Prompt != 640 || c.Usage.Details.Cached < 639/16*16 {
+			t.Fatalf("%s: the decode server cached %d of %d prompt tokens: the prefill leg's KV did not reach it", url, c.Usage.Details.Cached, c.Usage.Prompt)
+		}
+		if m := getBody(t, url+"/metrics"); metricSum(m, `tandem_vllmpd_prefill_legs_total{result="ok"}`) != 1 {
+			t.Fatalf("%s: prefill legs:\n%s", url, grepLines(m, "tandem_vllmpd"))
+		}
+	}
+}
