@@ -308,10 +308,18 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 
 // Layout describes eng's KV cache as far as the engine can tell. The
 // native engine knows its real shape and weights; the mocker simulates a
-// cache with no layers, so only its model, block size and tokenizer count.
+// cache with no layers, so only its model, block size and tokenizer count;
+// an upstream server's shape is its own business (its connector checks
+// it), so the upstream model's name stands in for it.
 func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 	info := eng.Info()
-	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, DType: "simulated", TokenizerHash: model.Tokenizer.Fingerprint()}
+	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, TokenizerHash: model.Tokenizer.Fingerprint()}
+	switch info.Kind {
+	case "mocker":
+		l.DType = "simulated"
+	case "upstream":
+		l.Weights = "upstream:" + info.Model
+	}
 	if p, ok := eng.(engine.KVPort); ok {
 		l.EngineLayout = p.KVLayout()
 	}
