@@ -182,6 +182,9 @@ func New(cfg Config) *Orchestrator {
 	return o
 }
 
+// Mode is the orchestrator's --disagg mode.
+func (o *Orchestrator) Mode() Mode { return o.cfg.Mode }
+
 // Close stops the link probes in flight and waits for them.
 func (o *Orchestrator) Close() {
 	o.stop()

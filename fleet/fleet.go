@@ -356,7 +356,7 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 		// vLLM servers cannot be asked what they cache or priced: like
 		// vLLM's own proxy, every request takes the prefill leg unless
 		// --disagg never.
-		if f.cfg.Disagg != string(disagg.Never) {
+		if f.Disagg.Mode() != disagg.Never {
 			gen = f.PD.Wrap(rec.ID, m.conn)
 		}
 	case rec.Role == discovery.RoleDecode:
