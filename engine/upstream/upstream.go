@@ -156,7 +156,7 @@ type streamOptions struct {
 type body struct {
 	Model            string          `json:"model"`
 	Prompt           []engine.Token  `json:"prompt"`
-	MaxTokens        int             `json:"max_tokens"`
+	MaxTokens        *int            `json:"max_tokens,omitempty"`
 	MinTokens        int             `json:"min_tokens,omitempty"`
 	IgnoreEOS        bool            `json:"ignore_eos,omitempty"`
 	StopTokenIDs     []engine.Token  `json:"stop_token_ids,omitempty"`
@@ -176,7 +176,7 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if e.closed.Load() {
 		return nil, engine.ErrClosed
 	}
-	b := body{Model: e.cfg.Model, Prompt: req.Prompt, MaxTokens: req.MaxTokens, MinTokens: req.MinTokens,
+	b := body{Model: e.cfg.Model, Prompt: req.Prompt, MinTokens: req.MinTokens,
 		IgnoreEOS: req.IgnoreEOS, StopTokenIDs: req.StopTokens, Temperature: req.Sampling.Temperature,
 		TopK: req.Sampling.TopK, ReturnTokenIDs: true, KVTransferParams: req.KVTransferParams}
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
@@ -186,9 +186,14 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		s := int64(req.Sampling.Seed & math.MaxInt64) // vLLM's seed is a signed 64-bit int
 		b.Seed = &s
 	}
-	if b.MaxTokens == 0 {
-		// Ours means "up to the context length"; vLLM's default is 16.
-		b.MaxTokens = max(e.cfg.ContextLength-len(req.Prompt), 1)
+	switch n := req.MaxTokens; {
+	case n > 0:
+		b.MaxTokens = &n
+	case e.cfg.ContextLength > 0:
+		// Ours means "up to the context length"; vLLM's completions
+		// default is 16.
+		n = max(e.cfg.ContextLength-len(req.Prompt), 1)
+		b.MaxTokens = &n
 	}
 	// vLLM returns a prefill leg's kv_transfer_params only in a whole
 	// response; everything else streams.
