@@ -1,6 +1,9 @@
 package openai
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // FuzzDecode checks that no body makes the decoders panic, and that every
 // rejection is a well-formed 4xx with a message.
@@ -23,6 +26,35 @@ func FuzzDecode(f *testing.F) {
 		} {
 			if e := dec(body); e != nil && (e.Status < 400 || e.Status >= 500 || e.Message == "") {
 				t.Fatalf("bad error for %q: %+v", body, e)
+			}
+		}
+	})
+}
+
+// FuzzPlainTokenIDs: the hand-written fast path for token-id prompts
+// accepts only what the general path accepts, with the same ids.
+func FuzzPlainTokenIDs(f *testing.F) {
+	for _, s := range []string{`[1,2,3]`, `[ 0 , 2147483647 ]`, `[2147483648]`, `[01]`, `[-1]`, `[1.0]`, `[]`, `[1,]`, `["a"]`, `[[1]]`, `[1] x`, `[1e3]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '[' {
+			return
+		}
+		ids, ok := plainTokenIDs(b)
+		if !ok {
+			return
+		}
+		var want []int64
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json rejects it: %v", b, err)
+		}
+		if len(want) != len(ids) || len(ids) == 0 {
+			t.Fatalf("%q: %v vs %v", b, ids, want)
+		}
+		for i := range ids {
+			if int64(ids[i]) != want[i] || want[i] < 0 {
+				t.Fatalf("%q: %v vs %v", b, ids, want)
 			}
 		}
 	})

@@ -395,6 +395,53 @@ func DecodeCompletion(body []byte) (*CompletionRequest, *Error) {
 	return &r, nil
 }
 
+// plainTokenIDs parses the common token-id prompt, a non-empty JSON array
+// of non-negative integers that fit int32, by hand: routers and benchmark
+// replays send thousands of ids per request, and decoding each through
+// encoding/json costs more than the rest of the request. Anything else
+// (strings, nesting, signs, fractions, exponents, leading zeros, overflow,
+// an empty array) reports ok false and takes the general path, which also
+// words the errors.
+func plainTokenIDs(p []byte) (ids []int32, ok bool) {
+	i := 1 // past '['
+	skip := func() {
+		for i < len(p) && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r') {
+			i++
+		}
+	}
+	ids = make([]int32, 0, len(p)/6)
+	for {
+		skip()
+		start := i
+		var v int64
+		for i < len(p) && p[i] >= '0' && p[i] <= '9' {
+			v = v*10 + int64(p[i]-'0')
+			if v > math.MaxInt32 {
+				return nil, false
+			}
+			i++
+		}
+		if i == start || (p[start] == '0' && i-start > 1) {
+			return nil, false
+		}
+		ids = append(ids, int32(v))
+		skip()
+		if i >= len(p) {
+			return nil, false
+		}
+		switch p[i] {
+		case ',':
+			i++
+		case ']':
+			i++
+			skip()
+			return ids, i == len(p)
+		default:
+			return nil, false
+		}
+	}
+}
+
 func (r *CompletionRequest) parsePrompt() *Error {
 	p := bytes.TrimSpace(r.Prompt)
 	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
@@ -407,6 +454,10 @@ func (r *CompletionRequest) parsePrompt() *Error {
 		}
 		return nil
 	case '[':
+		if ids, ok := plainTokenIDs(p); ok {
+			r.PromptTokens, r.HasTokens = ids, true
+			return nil
+		}
 	default:
 		return BadRequest("prompt", "invalid_type", "prompt must be a string, an array of token ids, or an array with one of those")
 	}

@@ -91,14 +91,20 @@ var benchBody = []byte(`{"model":"tandem-mock","messages":[{"role":"user","conte
 // ttftHTTP sends one streaming chat request and returns the time to the
 // first content chunk, then drains the stream.
 func ttftHTTP(c *http.Client, url string) (time.Duration, error) {
-	d, _, err := streamHTTP(c, url)
+	d, _, err := streamBody(c, url, benchBody)
 	return d, err
 }
 
 // streamHTTP is ttftHTTP that also counts the content chunks received.
 func streamHTTP(c *http.Client, url string) (time.Duration, int, error) {
+	return streamBody(c, url, benchBody)
+}
+
+// streamBody sends body (a streaming chat request) and returns the time to
+// the first content chunk and the content chunks received.
+func streamBody(c *http.Client, url string, body []byte) (time.Duration, int, error) {
 	start := time.Now()
-	resp, err := c.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(benchBody))
+	resp, err := c.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -2,8 +2,10 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +21,19 @@ import (
 // hits both; added = TTFT through the front − TTFT direct: Tandem's
 // frontend, router and the extra HTTP hop. Dynamo's frontend added 13 ms.
 func BenchmarkUpstreamOverhead(b *testing.B) {
+	// The seeds measured 512-token prompts and 128 output tokens; the
+	// short case isolates the fixed cost.
+	long, _ := json.Marshal(map[string]any{"model": "tandem-mock", "max_tokens": 128, "ignore_eos": true, "stream": true,
+		"messages": []map[string]string{{"role": "user", "content": strings.Repeat("word ", 505)}}})
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"short", benchBody}, {"512-in-128-out", long}} {
+		b.Run(tc.name, func(b *testing.B) { upstreamOverhead(b, tc.body) })
+	}
+}
+
+func upstreamOverhead(b *testing.B, body []byte) {
 	server, model, _ := startBench(b, "inproc", 1)
 	cfg := DefaultConfig()
 	cfg.HTTPAddr, cfg.Workers = "127.0.0.1:0", 1
@@ -30,25 +45,22 @@ func BenchmarkUpstreamOverhead(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = front.Shutdown(context.Background()) })
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	for range 200 { // connections and pools, both hops
-		for _, u := range []string{server.URL(), front.URL()} {
-			if _, err := ttftHTTP(c, u); err != nil {
-				b.Fatal(err)
-			}
+	ttft := func(url string) time.Duration {
+		d, _, err := streamBody(c, url, body)
+		if err != nil {
+			b.Fatal(err)
 		}
+		return d
+	}
+	for range 200 { // connections and pools, both hops
+		ttft(server.URL())
+		ttft(front.URL())
 	}
 	var via, direct []time.Duration
 	b.ResetTimer()
 	for range b.N {
-		f, err := ttftHTTP(c, front.URL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, err := ttftHTTP(c, server.URL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		via, direct = append(via, f), append(direct, d)
+		via = append(via, ttft(front.URL()))
+		direct = append(direct, ttft(server.URL()))
 	}
 	b.StopTimer()
 	if len(via) < 20 {
