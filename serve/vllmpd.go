@@ -70,7 +70,9 @@ func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
 			return fmt.Errorf("serve: prefill worker %d: %w", j, err)
 		}
 		s.pdPre = append(s.pdPre, eng)
-		s.proxy.AddPrefill(fmt.Sprintf("prefill-%d", j), eng)
+		id := fmt.Sprintf("prefill-%d", j)
+		attachBoard(eng, s.Board, id)
+		s.proxy.AddPrefill(id, eng)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
@@ -397,6 +398,14 @@ func TestRouterDrivesVLLMProtocol(t *testing.T) {
 	}
 	if m := metricsText(t, front.URL()); !strings.Contains(m, `tandem_vllmpd_prefill_legs_total{result="failed"} 1`) {
 		t.Fatalf("failed leg not counted:\n%s", grep(m, "tandem_vllmpd"))
+	}
+	// And the dead server is a diagnostic on /health, not only a counter.
+	deadline := time.Now().Add(5 * time.Second)
+	for !front.Board.IsActive(upstream.DiagUnavailable, "prefill-0") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s for prefill-0: %v", upstream.DiagUnavailable, front.Board.Active())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

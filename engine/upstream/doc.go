@@ -22,6 +22,10 @@
 // unreachable or 5xx before the first token → engine.ErrUnavailable (the
 // frontend retries elsewhere).
 //
+// The server's reachability is watched (GET /health every 5 s, and at once
+// after a request fails to reach it): a down server raises
+// upstream_unavailable on the board of the worker that fronts it.
+//
 // The upstream's KV events (vLLM --kv-events-config, ZMQ) are not read
 // here: the endpoint is reported (KVEventsEndpoint) so the router
 // subscribes to it as to any Tandem engine.

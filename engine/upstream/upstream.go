@@ -8,14 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
 )
 
 // Config configures an upstream engine.
@@ -39,15 +42,36 @@ type Config struct {
 	KVEventsReplayEndpoint string
 	// Client sends the requests (nil: one with keep-alive connections).
 	Client *http.Client
-	// ProbeTimeout bounds New's /v1/models request (default 10 s).
+	// ProbeTimeout bounds New's /v1/models request and each health check
+	// (default 10 s).
 	ProbeTimeout time.Duration
+	// HealthInterval is how often GET /health is polled (default 5 s;
+	// negative: never). A failed request also checks at once.
+	HealthInterval time.Duration
+	// Logger receives the upstream_unavailable / upstream_recovered lines.
+	Logger *slog.Logger
 }
+
+// Diagnostic codes of an upstream server.
+const (
+	DiagUnavailable = "upstream_unavailable"
+	DiagRecovered   = "upstream_recovered"
+)
 
 // Engine is an upstream server behind the engine seam.
 type Engine struct {
 	cfg    Config
 	info   engine.Info
 	closed atomic.Bool
+
+	stop  context.CancelFunc
+	done  chan struct{}
+	check chan struct{} // a failed request asks the watcher to look now
+
+	mu      sync.Mutex
+	board   *health.Board
+	subject string
+	down    error // non-nil while the server is unreachable
 }
 
 // maxErrorBody bounds how much of an error response is read.
@@ -69,13 +93,112 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = 10 * time.Second
 	}
-	e := &Engine{cfg: cfg}
-	ctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{})}
+	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
 	defer cancel()
-	if err := e.probe(ctx); err != nil {
+	if err := e.probe(pctx); err != nil {
 		return nil, err
 	}
+	wctx, stop := context.WithCancel(context.Background())
+	e.stop = stop
+	go e.watch(wctx)
 	return e, nil
+}
+
+// AttachBoard reports the server's reachability on b under subject (the
+// worker's id): a down server is a degraded state with a code, a log line,
+// a metric and a /health detail, never only failed requests.
+func (e *Engine) AttachBoard(b *health.Board, subject string) {
+	e.mu.Lock()
+	e.board, e.subject = b, subject
+	down := e.down
+	e.mu.Unlock()
+	if down != nil {
+		e.raise(b, subject, down)
+	}
+}
+
+func (e *Engine) raise(b *health.Board, subject string, err error) {
+	msg := "the upstream server does not answer; requests to this worker fail and are retried elsewhere"
+	if b != nil {
+		b.Raise(DiagUnavailable, subject, health.Error, msg, "url", e.cfg.URL, "err", err.Error())
+		return
+	}
+	e.cfg.Logger.Error(msg, "diagnostic_code", DiagUnavailable, "worker", subject, "url", e.cfg.URL, "err", err)
+}
+
+// watch polls GET /health (and looks at once after a failed request),
+// raising DiagUnavailable when the server stops answering and clearing it
+// when it answers again.
+func (e *Engine) watch(ctx context.Context) {
+	defer close(e.done)
+	var tick <-chan time.Time
+	if e.cfg.HealthInterval > 0 {
+		t := time.NewTicker(e.cfg.HealthInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		case <-e.check:
+		}
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.ProbeTimeout)
+		err := e.healthy(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		e.mu.Lock()
+		was, b, subject := e.down, e.board, e.subject
+		e.down = err
+		e.mu.Unlock()
+		switch {
+		case err != nil && was == nil:
+			e.raise(b, subject, err)
+		case err == nil && was != nil:
+			if b != nil {
+				b.Clear(DiagUnavailable, subject, DiagRecovered, "the upstream server answers again")
+			} else {
+				e.cfg.Logger.Info("the upstream server answers again", "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL)
+			}
+		}
+	}
+}
+
+// healthy is vLLM's GET /health: 200 when the engine is alive.
+func (e *Engine) healthy(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.cfg.URL+"/health", nil)
+	if err != nil {
+		return err
+	}
+	e.auth(req)
+	resp, err := e.cfg.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /health: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// suspect asks the watcher to check the server now.
+func (e *Engine) suspect() {
+	select {
+	case e.check <- struct{}{}:
+	default:
+	}
 }
 
 // probe reads /v1/models: the model's name and, from vLLM, max_model_len.
@@ -128,9 +251,14 @@ func (e *Engine) auth(r *http.Request) {
 func (e *Engine) Info() engine.Info { return e.info }
 
 // Close implements engine.Engine: later requests fail with ErrClosed;
-// requests in flight finish (their contexts end them).
+// requests in flight finish (their contexts end them). The health watcher
+// stops.
 func (e *Engine) Close() error {
-	e.closed.Store(true)
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.stop()
+	<-e.done
 	return nil
 }
 
@@ -239,11 +367,16 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		e.suspect()
 		return nil, fmt.Errorf("upstream %s: %w: %w", e.cfg.URL, engine.ErrUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, statusError(e.cfg.URL, resp)
+		err := statusError(e.cfg.URL, resp)
+		if errors.Is(err, engine.ErrUnavailable) {
+			e.suspect()
+		}
+		return nil, err
 	}
 	if !b.Stream {
 		defer resp.Body.Close()

@@ -8,16 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
 )
 
 // fakeVLLM answers /v1/models and /v1/completions the way vLLM does; the
@@ -26,6 +29,7 @@ import (
 type fakeVLLM struct {
 	mu     sync.Mutex
 	bodies []map[string]any
+	down   atomic.Bool // GET /health answers 503
 	// complete writes the /v1/completions response.
 	complete func(w http.ResponseWriter, r *http.Request, body map[string]any)
 }
@@ -35,6 +39,11 @@ func (f *fakeVLLM) start(t *testing.T) string {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"Qwen/Qwen3-0.6B","object":"model","max_model_len":4096}]}`)
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		if f.down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
 	})
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
 		var b map[string]any
@@ -47,6 +56,17 @@ func (f *fakeVLLM) start(t *testing.T) string {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// newTest is New with the engine closed at the end of the test (its
+// health watcher stops).
+func newTest(t *testing.T, cfg Config) (*Engine, error) {
+	t.Helper()
+	e, err := New(context.Background(), cfg)
+	if err == nil {
+		t.Cleanup(func() { _ = e.Close() })
+	}
+	return e, err
 }
 
 func sse(w http.ResponseWriter, chunks ...string) {
@@ -85,7 +105,7 @@ func collect(t *testing.T, st engine.Stream) ([]engine.Token, engine.Delta, erro
 
 func TestNewLearnsTheModel(t *testing.T) {
 	f := &fakeVLLM{}
-	e, err := New(context.Background(), Config{URL: f.start(t) + "/"})
+	e, err := newTest(t, Config{URL: f.start(t) + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +149,7 @@ func TestGenerate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeVLLM{complete: func(w http.ResponseWriter, _ *http.Request, _ map[string]any) { sse(w, tc.chunks...) }}
-			e, err := New(context.Background(), Config{URL: f.start(t)})
+			e, err := newTest(t, Config{URL: f.start(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,7 +180,7 @@ func TestRequestBody(t *testing.T) {
 	f := &fakeVLLM{complete: func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
 		sse(w, `{"choices":[{"index":0,"text":"x","token_ids":[5],"finish_reason":"stop"}]}`)
 	}}
-	e, err := New(context.Background(), Config{URL: f.start(t)})
+	e, err := newTest(t, Config{URL: f.start(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +216,7 @@ func TestPrefillLeg(t *testing.T) {
 			`"usage":{"prompt_tokens":40,"completion_tokens":1,"prompt_tokens_details":null},`+
 			`"kv_transfer_params":{"do_remote_prefill":true,"remote_block_ids":[1,2],"remote_engine_id":"p","remote_host":"h","remote_port":5600}}`)
 	}}
-	e, err := New(context.Background(), Config{URL: f.start(t)})
+	e, err := newTest(t, Config{URL: f.start(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +253,7 @@ func TestRefusals(t *testing.T) {
 				w.WriteHeader(tc.status)
 				fmt.Fprint(w, tc.body)
 			}}
-			e, err := New(context.Background(), Config{URL: f.start(t)})
+			e, err := newTest(t, Config{URL: f.start(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +275,7 @@ func TestCancel(t *testing.T) {
 		<-r.Context().Done()
 		close(gone)
 	}}
-	e, err := New(context.Background(), Config{URL: f.start(t)})
+	e, err := newTest(t, Config{URL: f.start(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +337,7 @@ func TestLongLines(t *testing.T) {
 		sse(w, `{"choices":[{"index":0,"text":"a","prompt_token_ids":`+string(ids)+`,"token_ids":[1],"finish_reason":null}]}`,
 			`{"choices":[{"index":0,"text":"b","token_ids":[2],"finish_reason":"stop"}]}`)
 	}}
-	e, err := New(context.Background(), Config{URL: f.start(t), ContextLength: 100000})
+	e, err := newTest(t, Config{URL: f.start(t), ContextLength: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,4 +348,52 @@ func TestLongLines(t *testing.T) {
 	if toks, d, err := collect(t, st); err != nil || !slices.Equal(toks, []engine.Token{1, 2}) || d.PromptTokens != 50000 {
 		t.Fatalf("tokens %v, delta %+v, err %v", toks, d, err)
 	}
+}
+
+func waitActive(t *testing.T, b *health.Board, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.IsActive(DiagUnavailable, "w0") != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("upstream_unavailable active = %v, want %v", !want, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHealthWatch: a server that stops answering is a diagnostic on the
+// worker's board (and so its /health and metrics), cleared when it
+// answers again; a failed request checks at once, without waiting for the
+// next poll.
+func TestHealthWatch(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	t.Run("poll", func(t *testing.T) {
+		f := &fakeVLLM{}
+		e, err := newTest(t, Config{URL: f.start(t), HealthInterval: 10 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		b := health.NewBoard(quiet, nil)
+		e.AttachBoard(b, "w0")
+		f.down.Store(true)
+		waitActive(t, b, true)
+		f.down.Store(false)
+		waitActive(t, b, false)
+	})
+	t.Run("failed request", func(t *testing.T) {
+		f := &fakeVLLM{complete: func(w http.ResponseWriter, _ *http.Request, _ map[string]any) { w.WriteHeader(http.StatusBadGateway) }}
+		e, err := newTest(t, Config{URL: f.start(t), HealthInterval: -1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		b := health.NewBoard(quiet, nil)
+		e.AttachBoard(b, "w0")
+		f.down.Store(true)
+		if _, err := e.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1}); !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("err %v", err)
+		}
+		waitActive(t, b, true)
+	})
 }
