@@ -49,6 +49,11 @@ var serviceDesc = grpc.ServiceDesc{
 	}},
 }
 
+// maxMessage bounds one request-plane message: the codec's largest prompt
+// (maxTokens ids of 4 bytes) plus room, instead of gRPC's 4 MiB default,
+// which a million-token prompt would exceed.
+const maxMessage = 4*maxTokens + 1<<20
+
 type handler struct {
 	eng  engine.Engine
 	side disagg.Side // nil: the disaggregation calls are unimplemented
@@ -61,6 +66,7 @@ type handler struct {
 func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.ForceServerCodec(codec{}),
+		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	s := grpc.NewServer(opts...)
@@ -157,7 +163,7 @@ type Client struct {
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{}), grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	cc, err := grpc.NewClient(addr, opts...)

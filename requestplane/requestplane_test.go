@@ -111,6 +111,20 @@ func TestUnreachableWorkerIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestLongPromptOverTheWire: a prompt of a million-token context fits a
+// message (gRPC's default limit is 4 MiB).
+func TestLongPromptOverTheWire(t *testing.T) {
+	eng := &enginetest.Scripted{Name: "m", Output: []engine.Token{7}, Ctx: 1<<20 + 1}
+	c := serve(t, eng)
+	s, err := c.Generate(context.Background(), &engine.Request{Prompt: make([]engine.Token, 1<<20), MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Recv(); err != nil || d.PromptTokens != 1<<20 {
+		t.Fatalf("delta %+v, %v", d, err)
+	}
+}
+
 func TestCodecRoundTrip(t *testing.T) {
 	req := engine.Request{ID: "x", Model: "m", Prompt: []engine.Token{0, 1, 1 << 30}, MaxTokens: 7, MinTokens: 2, IgnoreEOS: true,
 		StopTokens: []engine.Token{5}, Sampling: engine.Sampling{Temperature: 1.5, TopP: 0.5, TopK: 3, Seed: 1<<63 + 5, HasSeed: true}}
