@@ -15,6 +15,7 @@ import (
 
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/worker"
@@ -250,7 +251,8 @@ func TestWorkerAdmission(t *testing.T) {
 }
 
 // TestDeadWorkerRequestsRetried: a registered worker that is gone (its
-// record not yet expired) costs retries, never failed requests.
+// record not yet expired) costs a retry, never a failed request, and is
+// quarantined rather than tried again by every request.
 func TestDeadWorkerRequestsRetried(t *testing.T) {
 	h := newHarness(t, "round-robin")
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
@@ -272,9 +274,14 @@ func TestDeadWorkerRequestsRetried(t *testing.T) {
 			t.Fatalf("request %d: status %d from %q: %s", i, code, id, body)
 		}
 	}
-	// Round robin sends every other request to the dead worker first.
-	if got := retries(t, h); got < n/2 {
-		t.Fatalf("%v retries, want at least %d", got, n/2)
+	// Round robin would send every other request to the dead worker; after
+	// its first failure it is quarantined instead (one more try per
+	// doubling window at most), and the state is on /health.
+	if got := retries(t, h); got < 1 || got > 2 {
+		t.Fatalf("%v retries, want 1 (2 if a quarantine window passed)", got)
+	}
+	if !h.fe.Board.IsActive(frontend.DiagWorkerUnreachable, "dead") {
+		t.Fatalf("no %s for the dead worker: %v", frontend.DiagWorkerUnreachable, h.fe.Board.Active())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -75,7 +76,25 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 		models:  map[string]*Model{},
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	r.SetReachabilityHook(s.reachability)
 	return s
+}
+
+// DiagWorkerUnreachable: requests could not reach a worker that is still
+// registered (dead before its record expired, its server down); the
+// router quarantines it, for longer with every failure in a row.
+const DiagWorkerUnreachable = "worker_unreachable"
+
+func (s *Server) reachability(worker string, reachable bool, quarantine time.Duration) {
+	if s.board == nil {
+		return
+	}
+	if reachable {
+		s.board.Clear(DiagWorkerUnreachable, worker, "worker_reachable", "the worker answers again")
+		return
+	}
+	s.board.Raise(DiagWorkerUnreachable, worker, health.Warn,
+		fmt.Sprintf("the worker cannot be reached; it gets no new requests for %v, then one is tried", quarantine))
 }
 
 // AddModel makes m servable. Workers for it register with the router.
@@ -318,6 +337,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		}
 		if err == nil {
 			break
+		}
+		if errors.Is(err, requestplane.ErrUnavailable) && r.Context().Err() == nil {
+			route.Unreachable()
 		}
 		route.Done()
 		if errors.Is(err, requestplane.ErrUnavailable) && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,7 +24,24 @@ type Worker struct {
 type workerState struct {
 	Worker
 	active, prefilling, prefillTokens int
+	// failures counts requests in a row the worker could not be reached
+	// for; while now < quarantined it gets no new requests.
+	failures    int
+	quarantined time.Time
 }
+
+// Quarantine bounds: a worker that cannot be reached is left alone for
+// quarantineBase, doubling with every further failure up to quarantineMax,
+// so a dead worker whose record has not expired yet costs one failed
+// attempt per window instead of one per request.
+const (
+	quarantineBase = 250 * time.Millisecond
+	quarantineMax  = 30 * time.Second
+)
+
+// ReachabilityHook hears a worker become unreachable (with its quarantine)
+// or reachable again.
+type ReachabilityHook func(worker string, reachable bool, quarantine time.Duration)
 
 // Router is safe for concurrent use.
 type Router struct {
@@ -32,6 +50,9 @@ type Router struct {
 
 	decisions *prometheus.CounterVec
 	inflight  *prometheus.GaugeVec
+
+	hook ReachabilityHook
+	now  func() time.Time
 
 	mu      sync.Mutex
 	workers map[string]*workerState
@@ -54,6 +75,7 @@ func New(p Policy, reg prometheus.Registerer) *Router {
 		workers: map[string]*workerState{},
 		byModel: map[string][]*workerState{},
 		known:   map[string]bool{},
+		now:     time.Now,
 	}
 	r.observer, _ = p.(Observer)
 	if reg != nil {
@@ -61,6 +83,9 @@ func New(p Policy, reg prometheus.Registerer) *Router {
 	}
 	return r
 }
+
+// SetReachabilityHook installs h (before the router is used).
+func (r *Router) SetReachabilityHook(h ReachabilityHook) { r.hook = h }
 
 // Policy returns the routing policy.
 func (r *Router) Policy() Policy { return r.policy }
@@ -154,11 +179,16 @@ func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
 		return nil, fmt.Errorf("%w: %q", ErrNoWorker, req.Model)
 	}
 	cands := make([]Candidate, 0, len(ws))
-	for _, s := range ws {
-		if slices.Contains(exclude, s.ID) {
-			continue
+	now := r.now()
+	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
+		for _, s := range ws {
+			// Quarantined workers are skipped, unless every other one is
+			// excluded too: trying one beats refusing the request.
+			if slices.Contains(exclude, s.ID) || (pass == 0 && now.Before(s.quarantined)) {
+				continue
+			}
+			cands = append(cands, Candidate{ID: s.ID, Active: s.active, Prefilling: s.prefilling, PrefillTokens: s.prefillTokens})
 		}
-		cands = append(cands, Candidate{ID: s.ID, Active: s.active, Prefilling: s.prefilling, PrefillTokens: s.prefillTokens})
 	}
 	r.mu.Unlock()
 	if len(cands) == 0 {
@@ -215,9 +245,28 @@ func (rt *Route) FirstToken(cachedTokens int) {
 	rt.r.mu.Lock()
 	rt.s.prefilling--
 	rt.s.prefillTokens -= len(rt.req.Tokens)
+	recovered := rt.s.failures > 0
+	rt.s.failures, rt.s.quarantined = 0, time.Time{}
 	rt.r.mu.Unlock()
+	if recovered && rt.r.hook != nil {
+		rt.r.hook(rt.s.ID, true, 0)
+	}
 	if rt.r.observer != nil {
 		rt.r.observer.FirstToken(rt.req, rt.s.ID, cachedTokens)
+	}
+}
+
+// Unreachable records that the worker could not be reached for this
+// request (before its first token): it is quarantined, longer with every
+// failure in a row, until a request gets a first token from it again.
+func (rt *Route) Unreachable() {
+	rt.r.mu.Lock()
+	rt.s.failures++
+	d := min(quarantineBase<<min(rt.s.failures-1, 16), quarantineMax)
+	rt.s.quarantined = rt.r.now().Add(d)
+	rt.r.mu.Unlock()
+	if rt.r.hook != nil {
+		rt.r.hook(rt.s.ID, false, d)
 	}
 }
 

@@ -2,8 +2,10 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 func newTestRouter(p Policy, ids ...string) *Router {
@@ -128,5 +130,73 @@ func TestObserverLifecycle(t *testing.T) {
 		if o.events[i] != want[i] {
 			t.Fatalf("events %v, want %v", o.events, want)
 		}
+	}
+}
+
+// TestQuarantine: a worker that could not be reached gets no requests for
+// a window that doubles with every failure in a row (unless nothing else
+// is left), and one first token ends it.
+func TestQuarantine(t *testing.T) {
+	r := newTestRouter(&RoundRobin{}, "w0", "w1")
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	var heard []string
+	r.SetReachabilityHook(func(w string, reachable bool, d time.Duration) {
+		heard = append(heard, fmt.Sprintf("%s %v %v", w, reachable, d))
+	})
+	route := func(exclude ...string) string {
+		t.Helper()
+		rt, err := r.Route(&Request{Model: "m"}, exclude...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.Done()
+		return rt.Worker.ID
+	}
+	fail := func(id string) {
+		t.Helper()
+		for {
+			rt, err := r.Route(&Request{Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rt.Worker.ID == id {
+				rt.Unreachable()
+				rt.Done()
+				return
+			}
+			rt.Done()
+		}
+	}
+	fail("w0")
+	for range 4 {
+		if got := route(); got != "w1" {
+			t.Fatalf("quarantined w0 got a request")
+		}
+	}
+	if got := route("w1"); got != "w0" {
+		t.Fatalf("with w1 excluded, the quarantined w0 is still tried: got %s", got)
+	}
+	now = now.Add(300 * time.Millisecond) // past the first 250 ms window
+	fail("w0")
+	now = now.Add(300 * time.Millisecond) // inside the doubled 500 ms one
+	if got := route(); got != "w1" {
+		t.Fatal("w0 left quarantine before its doubled window ended")
+	}
+	now = now.Add(300 * time.Millisecond)
+	for {
+		rt, err := r.Route(&Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.FirstToken(0)
+		rt.Done()
+		if rt.Worker.ID == "w0" {
+			break
+		}
+	}
+	want := []string{"w0 false 250ms", "w0 false 500ms", "w0 true 0s"}
+	if fmt.Sprint(heard) != fmt.Sprint(want) {
+		t.Fatalf("hook heard %v, want %v", heard, want)
 	}
 }
