@@ -179,7 +179,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	}
 	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, LegTimeout: cfg.LegTimeout, Board: board,
 		Logger: f.log, Registerer: reg, OnDecision: opts.OnDecision})
-	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Logger: f.log, Registerer: reg})
+	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: mode == disagg.Always, Logger: f.log, Registerer: reg})
 	defer func() {
 		if err != nil {
 			f.cancel()
@@ -354,10 +354,11 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 	switch {
 	case rec.Role == discovery.RoleDecode && vllm:
 		// vLLM servers cannot be asked what they cache or priced: like
-		// vLLM's own proxy, every request takes the prefill leg unless
+		// vLLM's own proxy, every request takes the prefill leg, except
+		// (auto) when the router predicts a full cache hit, and unless
 		// --disagg never.
 		if f.Disagg.Mode() != disagg.Never {
-			gen = f.PD.Wrap(rec.ID, m.conn)
+			gen = f.PD.Wrap(rec.ID, m.conn, rec.KVLayout.BlockSize)
 		}
 	case rec.Role == discovery.RoleDecode:
 		if rec.KVTransfer.Addr == "" {

@@ -327,7 +327,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			s.fail(w, j.endpoint, m.Name, s.routeError(m.Name, err))
 			return
 		}
-		stream, err = route.Worker.Gen.Generate(ctx, ereq)
+		stream, err = route.Worker.Gen.Generate(router.WithDecision(ctx, route.Decision), ereq)
 		if err == nil {
 			first, err = stream.Recv()
 			if err == io.EOF {

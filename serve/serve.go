@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/frontend"
@@ -203,8 +204,8 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 				return nil, err
 			}
 		}
-		if s.proxy != nil {
-			gen = s.proxy.Wrap(w.ID, gen)
+		if s.proxy != nil && cfg.Disagg.Mode != string(disagg.Never) {
+			gen = s.proxy.Wrap(w.ID, gen, info.BlockSize)
 		}
 		s.Workers = append(s.Workers, w)
 		if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {

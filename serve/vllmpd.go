@@ -3,6 +3,7 @@ package serve
 import (
 	"fmt"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -63,7 +64,7 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 // after the decode workers', as for --prefill-workers) and the proxy that
 // drives them; Start wraps every worker with it.
 func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
-	s.proxy = vllmpd.NewProxy(vllmpd.ProxyConfig{Logger: s.log, Registerer: s.Registry})
+	s.proxy = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: cfg.Disagg.Mode == string(disagg.Always), Logger: s.log, Registerer: s.Registry})
 	for j := range cfg.PDPrefillWorkers {
 		eng, err := newEngine(cfg.Workers + j)
 		if err != nil {

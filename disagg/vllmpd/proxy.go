@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/router"
 )
 
 // Proxy is vLLM's P/D proxy inside Tandem's router: the router picks the
@@ -21,8 +22,9 @@ import (
 // upstream vLLM server (engine/upstream), or a Tandem worker wrapped in
 // Worker. Forward is the same protocol for callers that hold HTTP bodies.
 type Proxy struct {
-	log  *slog.Logger
-	legs *prometheus.CounterVec
+	always bool
+	log    *slog.Logger
+	legs   *prometheus.CounterVec
 
 	mu      sync.Mutex
 	prefill []*prefillWorker
@@ -40,10 +42,17 @@ const (
 	LegNoParams = "no_params" // the prefill worker returned no kv_transfer_params: the decode worker prefills
 	LegFailed   = "failed"    // the leg failed: the decode worker prefills (diagnostic vllmpd_prefill_failed)
 	LegNone     = "no_prefill_worker"
+	// LegCached: the router predicts the decode worker holds every whole
+	// block of the prompt; a leg could only move nothing (auto mode).
+	LegCached = "skipped_cached"
 )
 
 // ProxyConfig configures a Proxy.
 type ProxyConfig struct {
+	// Always runs the prefill leg even when the router predicts the
+	// decode worker caches the whole prompt (--disagg always, for
+	// comparisons).
+	Always     bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -53,7 +62,7 @@ func NewProxy(cfg ProxyConfig) *Proxy {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Proxy{log: cfg.Logger, legs: prometheus.NewCounterVec(prometheus.CounterOpts{
+	p := &Proxy{always: cfg.Always, log: cfg.Logger, legs: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_vllmpd_prefill_legs_total",
 		Help: "Prefill legs of vLLM's P/D protocol the router ran, by result.",
 	}, []string{"result"})}
@@ -88,9 +97,10 @@ func (p *Proxy) RemovePrefill(id string) {
 	}
 }
 
-// Wrap returns the Generator the router holds for decode worker id.
-func (p *Proxy) Wrap(id string, decode engine.Generator) engine.Generator {
-	return &pair{p: p, id: id, decode: decode}
+// Wrap returns the Generator the router holds for decode worker id, whose
+// KV blocks hold blockSize tokens.
+func (p *Proxy) Wrap(id string, decode engine.Generator, blockSize int) engine.Generator {
+	return &pair{p: p, id: id, decode: decode, bs: max(blockSize, 1)}
 }
 
 func (p *Proxy) pick() *prefillWorker {
@@ -118,6 +128,18 @@ type pair struct {
 	p      *Proxy
 	id     string
 	decode engine.Generator
+	bs     int
+}
+
+// cached reports whether the router predicts that the decode worker holds
+// every whole block of the prompt before its last token: a vLLM server's
+// cache cannot be asked, but a KV-aware router's index is a good guess,
+// and a prefill leg for a cached prompt moves nothing and costs a round
+// trip and a prefill-server step.
+func (g *pair) cached(ctx context.Context, prompt []engine.Token) bool {
+	d, ok := router.DecisionFrom(ctx)
+	full := max(len(prompt)-1, 0) / g.bs * g.bs
+	return ok && d.WorkerID == g.id && d.PredictedCachedTokens >= full
 }
 
 // Generate runs the prefill leg, then the decode leg with the parameters
@@ -127,6 +149,10 @@ func (g *pair) Generate(ctx context.Context, req *engine.Request) (engine.Stream
 	if req.KVTransferParams != nil {
 		// The client drives the protocol itself (Tandem behind another
 		// proxy): pass it through.
+		return g.decode.Generate(ctx, req)
+	}
+	if !g.p.always && g.cached(ctx, req.Prompt) {
+		g.p.legs.WithLabelValues(LegCached).Inc()
 		return g.decode.Generate(ctx, req)
 	}
 	w := g.p.pick()
