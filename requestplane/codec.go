@@ -17,8 +17,18 @@ import (
 type codec struct{}
 
 // codecVersion 2 added kv_transfer_params to requests and deltas; version
-// 1 messages (from older peers) still decode.
+// 1 messages (from older peers) still decode, and a message without
+// kv_transfer_params is written as version 1, so older peers still read
+// everything but vLLM P/D legs during a rolling upgrade.
 const codecVersion = 2
+
+// messageVersion is the oldest version that can carry params.
+func messageVersion(params []byte) byte {
+	if len(params) == 0 {
+		return 1
+	}
+	return codecVersion
+}
 
 // maxTokens bounds a decoded token list so a corrupt length cannot make the
 // decoder allocate gigabytes.
@@ -80,7 +90,8 @@ func appendTokens(b []byte, t []engine.Token) []byte {
 }
 
 func appendRequest(b []byte, r *engine.Request) []byte {
-	b = append(b, codecVersion)
+	v := messageVersion(r.KVTransferParams)
+	b = append(b, v)
 	b = appendString(b, r.ID)
 	b = appendString(b, r.Model)
 	b = appendTokens(b, r.Prompt)
@@ -99,15 +110,22 @@ func appendRequest(b []byte, r *engine.Request) []byte {
 	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.Sampling.TopP))
 	b = binary.AppendVarint(b, int64(r.Sampling.TopK))
 	b = binary.LittleEndian.AppendUint64(b, r.Sampling.Seed)
+	if v < 2 {
+		return b
+	}
 	return appendString(b, string(r.KVTransferParams))
 }
 
 func appendDelta(b []byte, d *engine.Delta) []byte {
-	b = append(b, codecVersion)
+	v := messageVersion(d.KVTransferParams)
+	b = append(b, v)
 	b = appendTokens(b, d.Tokens)
 	b = appendString(b, string(d.Finish))
 	b = binary.AppendUvarint(b, uint64(d.PromptTokens))
 	b = binary.AppendUvarint(b, uint64(d.CachedTokens))
+	if v < 2 {
+		return b
+	}
 	return appendString(b, string(d.KVTransferParams))
 }
 

@@ -163,11 +163,17 @@ func TestCodecKVTransferParams(t *testing.T) {
 	if err := (codec{}).Unmarshal(db, &dback); err != nil || string(dback.KVTransferParams) != string(d.KVTransferParams) {
 		t.Fatalf("delta params %q, %v", dback.KVTransferParams, err)
 	}
-	// A version-1 request: the same bytes without the params field.
+	if b[0] != 2 || db[0] != 2 {
+		t.Fatalf("messages with params written as versions %d, %d", b[0], db[0])
+	}
+	// Without params a message is version 1, byte for byte what an older
+	// peer writes and reads.
 	plain, _ := codec{}.Marshal(&engine.Request{ID: "x", Prompt: []engine.Token{1}})
-	v1 := append([]byte{1}, plain[1:len(plain)-1]...)
+	if plain[0] != 1 {
+		t.Fatalf("a request without params is version %d", plain[0])
+	}
 	back = engine.Request{}
-	if err := (codec{}).Unmarshal(v1, &back); err != nil || back.ID != "x" || back.KVTransferParams != nil {
+	if err := (codec{}).Unmarshal(plain, &back); err != nil || back.ID != "x" || back.KVTransferParams != nil {
 		t.Fatalf("version 1: %+v, %v", back, err)
 	}
 	if err := (codec{}).Unmarshal(append([]byte{9}, plain[1:]...), &back); err == nil {
