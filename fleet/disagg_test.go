@@ -72,6 +72,9 @@ func TestDisaggAcrossWorkers(t *testing.T) {
 	if got := h.fe.Disagg.PrefillWorkers(); len(got) != 1 || got[0] != "p0" {
 		t.Fatalf("orchestrator's prefill workers %v, want [p0]", got)
 	}
+	if got := prefillOnHealth(t, h); got != "p0:tandem" {
+		t.Fatalf("/health prefill workers %q", got)
+	}
 	// The new pair's link is probed in the background, before any request.
 	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -252,6 +255,30 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
+// prefillOnHealth renders /health's prefill workers as "id:protocol,...".
+func prefillOnHealth(t *testing.T, h *harness) string {
+	t.Helper()
+	resp, err := http.Get(h.fe.URL() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		Prefill []struct {
+			ID       string `json:"id"`
+			Protocol string `json:"kv_protocol"`
+		} `json:"prefill_workers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range rep.Prefill {
+		out = append(out, p.ID+":"+p.Protocol)
+	}
+	return strings.Join(out, ",")
+}
+
 // vllmServer is a stand-in for a vLLM server with a NixlConnector:
 // Tandem's vLLM-compatible mode playing both roles of vLLM's P/D protocol.
 func vllmServer(t *testing.T, h *harness) *serve.System {
@@ -304,6 +331,9 @@ func TestVLLMProtocolAcrossWorkers(t *testing.T) {
 		t.Fatalf("prefill record protocol %q", got)
 	}
 	waitDiag(t, h, DiagNoPrefill, "fleet", false)
+	if got := prefillOnHealth(t, h); got != "p0:vllm" {
+		t.Fatalf("/health prefill workers %q", got)
+	}
 	ids := make([]int32, 700)
 	for i := range ids {
 		ids[i] = int32(1000 + i*37%40000)

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -203,6 +204,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	}
 	f.Router = router.New(policy, reg)
 	f.Frontend = frontend.New(cfg.Frontend, f.Router, board, reg, log)
+	f.Frontend.SetPrefillWorkers(f.prefillWorkers)
 	f.Frontend.AddModel(model)
 
 	f.lis, err = net.Listen("tcp", cfg.HTTPAddr)
@@ -459,6 +461,22 @@ func (f *Frontend) refuseLocked(rec discovery.Record) string {
 		return msg
 	}
 	return ""
+}
+
+// prefillWorkers lists the prefill members for /health.
+func (f *Frontend) prefillWorkers() []frontend.PrefillWorker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []frontend.PrefillWorker
+	for _, m := range f.members {
+		if m.rec.Role != discovery.RolePrefill {
+			continue
+		}
+		p := cmp.Or(m.rec.KVTransfer.Protocol, "tandem")
+		out = append(out, frontend.PrefillWorker{ID: m.rec.ID, Model: m.rec.Model, Engine: m.rec.Engine, Protocol: p})
+	}
+	slices.SortFunc(out, func(a, b frontend.PrefillWorker) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // forgetPairingLocked drops worker id from both disaggregation drivers.

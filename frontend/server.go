@@ -64,6 +64,7 @@ type Server struct {
 
 	draining atomic.Bool
 	bufs     sync.Pool
+	prefill  func() []PrefillWorker // nil: no disaggregation
 }
 
 // New returns a Server. reg receives the frontend metrics and is what
@@ -420,11 +421,28 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 type healthReport struct {
-	Status      string              `json:"status"`
-	Models      []modelHealth       `json:"models"`
-	Workers     []workerHealth      `json:"workers"`
-	Diagnostics []health.Diagnostic `json:"diagnostics"`
+	Status  string         `json:"status"`
+	Models  []modelHealth  `json:"models"`
+	Workers []workerHealth `json:"workers"`
+	// PrefillWorkers are the disaggregation prefill workers: not routed
+	// to, so not in Workers.
+	PrefillWorkers []PrefillWorker      `json:"prefill_workers,omitempty"`
+	Diagnostics    []health.Diagnostic `json:"diagnostics"`
 }
+
+// PrefillWorker is a prefill worker as /health lists it.
+type PrefillWorker struct {
+	ID     string `json:"id"`
+	Model  string `json:"model,omitempty"`
+	Engine string `json:"engine,omitempty"`
+	// Protocol is how its KV reaches decode workers: "tandem" (the
+	// transfer plane) or "vllm" (vLLM's P/D protocol).
+	Protocol string `json:"kv_protocol"`
+}
+
+// SetPrefillWorkers installs the source of /health's prefill workers
+// (before the server is used).
+func (s *Server) SetPrefillWorkers(f func() []PrefillWorker) { s.prefill = f }
 
 type modelHealth struct {
 	Name    string `json:"name"`
@@ -448,6 +466,9 @@ type workerStates interface{ Health() map[string]string }
 // serves) but set status "degraded" and list them.
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	rep := healthReport{Status: "ok", Diagnostics: s.board.Active()}
+	if s.prefill != nil {
+		rep.PrefillWorkers = s.prefill()
+	}
 	count := map[string]int{}
 	var states map[string]string
 	if ws, ok := s.router.Policy().(workerStates); ok {

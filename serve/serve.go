@@ -88,6 +88,7 @@ type System struct {
 	pd      *vllmpdState    // nil unless VLLMPD is enabled
 	proxy   *vllmpd.Proxy   // nil unless PDPrefillWorkers > 0
 	pdPre   []engine.Engine // the proxy's prefill engines
+	pdIDs   []string        // and their worker ids
 }
 
 // RouterModes lists the values of --router-mode.
@@ -157,6 +158,9 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		if err := s.startProxy(cfg, newEngine); err != nil {
 			return nil, err
 		}
+	}
+	if pw := s.prefillHealth(model.Name); len(pw) > 0 {
+		s.Frontend.SetPrefillWorkers(func() []frontend.PrefillWorker { return pw })
 	}
 	for i := 0; i < cfg.Workers; i++ {
 		eng, err := newEngine(i)

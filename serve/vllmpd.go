@@ -6,6 +6,7 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
@@ -70,12 +71,26 @@ func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
 		if err != nil {
 			return fmt.Errorf("serve: prefill worker %d: %w", j, err)
 		}
-		s.pdPre = append(s.pdPre, eng)
 		id := fmt.Sprintf("prefill-%d", j)
+		s.pdPre, s.pdIDs = append(s.pdPre, eng), append(s.pdIDs, id)
 		attachBoard(eng, s.Board, id)
 		s.proxy.AddPrefill(id, eng)
 	}
 	return nil
+}
+
+// prefillHealth lists the prefill workers for /health (fixed at start).
+func (s *System) prefillHealth(model string) []frontend.PrefillWorker {
+	var out []frontend.PrefillWorker
+	if s.dis != nil {
+		for i, id := range s.dis.ids {
+			out = append(out, frontend.PrefillWorker{ID: id, Model: model, Engine: s.dis.prefill[i].Info().Kind, Protocol: "tandem"})
+		}
+	}
+	for j, e := range s.pdPre {
+		out = append(out, frontend.PrefillWorker{ID: s.pdIDs[j], Model: model, Engine: e.Info().Kind, Protocol: "vllm"})
+	}
+	return out
 }
 
 func (s *System) stopVLLMPD() {
