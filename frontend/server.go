@@ -426,7 +426,7 @@ type healthReport struct {
 	Workers []workerHealth `json:"workers"`
 	// PrefillWorkers are the disaggregation prefill workers: not routed
 	// to, so not in Workers.
-	PrefillWorkers []PrefillWorker      `json:"prefill_workers,omitempty"`
+	PrefillWorkers []PrefillWorker     `json:"prefill_workers,omitempty"`
 	Diagnostics    []health.Diagnostic `json:"diagnostics"`
 }
 
