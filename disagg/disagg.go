@@ -13,6 +13,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/router"
 )
 
 // Mode is --disagg.
@@ -104,6 +105,9 @@ type Decision struct {
 	// blocks); 0 if nothing moved.
 	MeasuredTransferSecond float64
 	Fallback               string // the code, when remote failed and local served
+	// Predicted: the decision rests on the KV router's prediction that
+	// the decode worker caches the prompt, without asking the workers.
+	Predicted bool
 }
 
 // Orchestrator owns the prefill workers and wraps decode workers.
@@ -410,7 +414,7 @@ func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Tok
 			"local_uncached", d.LocalUncached, "remote_uncached", d.RemoteUncached,
 			"missing_blocks", d.MissingBlocks, "transfer_bytes", d.TransferBytes,
 			"link_bytes_per_sec", d.LinkBytesPerSec, "running_decodes", d.RunningDecodes, "prefill_chunks", d.PrefillChunks,
-			"local_s", d.LocalSeconds, "remote_s", d.RemoteSeconds, "est_transfer_s", d.EstTransferSeconds)
+			"local_s", d.LocalSeconds, "remote_s", d.RemoteSeconds, "est_transfer_s", d.EstTransferSeconds, "predicted", d.Predicted)
 	}()
 	bs := dec.BlockSize()
 	// The last prompt token is always recomputed (its logits start decode),
@@ -419,6 +423,14 @@ func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Tok
 	if bs <= 0 || full == 0 {
 		// Not one whole block to move: no need to ask anyone.
 		d.LocalUncached, d.Reason = len(prompt), ReasonNothingToMove
+		return d, nil
+	}
+	if r, ok := router.DecisionFrom(ctx); ok && o.cfg.Mode == Auto && r.WorkerID == dec.ID() && r.PredictedCachedTokens >= full*bs {
+		// The KV router expects the decode worker to hold every whole
+		// block: there is nothing to move, and asking would cost a round
+		// trip per worker (a wrong guess costs a local prefill, which is
+		// what a cache miss on an aggregated worker costs too).
+		d.LocalUncached, d.Reason, d.Predicted = len(prompt)-r.PredictedCachedTokens, ReasonNothingToMove, true
 		return d, nil
 	}
 	tail := len(prompt) - full*bs

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/router"
 )
 
 // busy reports a fixed number of running decodes, to price interference
@@ -357,5 +359,57 @@ func TestStuckPrefillTimesOut(t *testing.T) {
 	got, _ := collect(t, gen, &engine.Request{Prompt: prompt(400, 2), MaxTokens: 3, IgnoreEOS: true})
 	if len(got) != 3 || d.Choice != ChoiceRemote || d.Fallback != FallbackPrefillTimeout {
 		t.Fatalf("tokens %v, decision %+v", got, d)
+	}
+}
+
+// counting is a Side that counts Assess calls (a round trip each across
+// processes).
+type counting struct {
+	*Local
+	n *atomic.Int64
+}
+
+func (c counting) Assess(ctx context.Context, p []engine.Token, tail int) (Assessment, error) {
+	c.n.Add(1)
+	return c.Local.Assess(ctx, p, tail)
+}
+
+// TestPredictedHitAsksNobody: when the KV router predicts the decode
+// worker holds every whole block, auto mode decides locally without
+// assessing anyone; a partial prediction, or always mode, still asks.
+func TestPredictedHitAsksNobody(t *testing.T) {
+	p := prompt(161, 7) // 10 whole blocks before the last token
+	for _, tc := range []struct {
+		name      string
+		mode      Mode
+		predicted int
+		wantAsks  bool
+	}{
+		{"whole prompt predicted", Auto, 160, false},
+		{"part predicted", Auto, 144, true},
+		{"always", Always, 160, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dm, pm := newMocker(t, 4096), newMocker(t, 4096)
+			var asks atomic.Int64
+			var d Decision
+			o := New(Config{Mode: tc.mode, Logger: slog.New(slog.DiscardHandler), OnDecision: func(x Decision) { d = x }})
+			defer o.Close()
+			o.AddPrefill(counting{local(t, Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)}), &asks})
+			gen := o.Wrap(counting{local(t, Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), &asks}, dm)
+			ctx := router.WithDecision(context.Background(), router.Decision{WorkerID: "d0", PredictedCachedTokens: tc.predicted})
+			st, err := gen.Generate(ctx, &engine.Request{Prompt: p, MaxTokens: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				if _, err := st.Recv(); err != nil {
+					break
+				}
+			}
+			if (asks.Load() > 0) != tc.wantAsks || d.Predicted == tc.wantAsks {
+				t.Fatalf("%d assessments, decision %+v", asks.Load(), d)
+			}
+		})
 	}
 }

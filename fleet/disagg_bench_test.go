@@ -19,10 +19,19 @@ import (
 // local. Requests alternate between the two frontends, so machine noise
 // hits both alike; the figures are the latency auto adds at p50 and p99
 // and the p50 ratio.
+//
+// With --router-mode kv the router's prediction (the prompt is cached on
+// the decode worker it picks) spares the assessments.
 func BenchmarkDisaggDecisionOverhead(b *testing.B) {
-	h := newHarnessWith(b, "round-robin", func(c *Config) { c.Disagg = "never" }, Options{})
+	for _, mode := range []string{"round-robin", "kv"} {
+		b.Run(mode, func(b *testing.B) { decisionOverhead(b, mode) })
+	}
+}
+
+func decisionOverhead(b *testing.B, mode string) {
+	h := newHarnessWith(b, mode, func(c *Config) { c.Disagg = "never" }, Options{})
 	cfg := DefaultConfig()
-	cfg.HTTPAddr, cfg.Disagg = "127.0.0.1:0", "auto"
+	cfg.HTTPAddr, cfg.Disagg, cfg.RouterMode, cfg.KV.Seed = "127.0.0.1:0", "auto", mode, 1
 	auto, err := Start(context.Background(), cfg, h.model, Options{Registry: h.reg, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
