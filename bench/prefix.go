@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -184,19 +183,10 @@ func markHits(recs []Record, c HitCriteria) []HitRow {
 	out := make([]HitRow, 0, len(order))
 	for _, k := range order {
 		row := rows[k]
-		row.FirstTTFTMs, row.HitTTFTMs, row.MissTTFTMs = round3(median(firsts[k])), round3(median(hitT[k])), round3(median(missT[k]))
+		row.FirstTTFTMs, row.HitTTFTMs, row.MissTTFTMs = round3(Median(firsts[k])), round3(Median(hitT[k])), round3(Median(missT[k]))
 		out = append(out, *row)
 	}
 	return out
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return quantile(s, 0.5)
 }
 
 // ServerStarter starts a Tandem whose router runs mode and returns its

@@ -404,7 +404,7 @@ func (r *Report) hitLines() []hitLine {
 			}
 		}
 		l.TTFT, l.Cached, l.Spread = strings.Join(ttft, " "), strings.Join(cached, " "), strings.Join(spread, " ")
-		l.First, l.Hit, l.Miss = median(first), median(hit), median(miss)
+		l.First, l.Hit, l.Miss = Median(first), Median(hit), Median(miss)
 		out = append(out, *l)
 	}
 	return out

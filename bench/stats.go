@@ -28,6 +28,17 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
 }
 
+// Median is the interpolated median of xs (0 for none); xs is not
+// modified. Tests that compare configurations use it too.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return quantile(s, 0.5)
+}
+
 func statsOf(xs []float64) Stats {
 	if len(xs) == 0 {
 		return Stats{}

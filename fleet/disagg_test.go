@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
@@ -234,7 +235,7 @@ func TestDisaggFleetSeedCase(t *testing.T) {
 	agg, _, _ := run(t, "never", "aggregated", "aggregated")
 	auto, movedAuto, full := run(t, "auto", "prefill", "decode", "decode")
 	always, movedAlways, _ := run(t, "always", "prefill", "decode", "decode")
-	ma, mu, ml := median(agg), median(auto), median(always)
+	ma, mu, ml := bench.Median(agg), bench.Median(auto), bench.Median(always)
 	t.Logf("TTFT median ms: kv-routed aggregated %.1f, disagg auto %.1f (%.2f×), disagg always %.1f (%.2f×)", ma, mu, mu/ma, ml, ml/ma)
 	t.Logf("KV moved after warm-up: auto %d B (%.1f%%), always %d B (%.1f%% of %d B)",
 		movedAuto, 100*float64(movedAuto)/float64(full), movedAlways, 100*float64(movedAlways)/float64(full), full)
@@ -244,15 +245,6 @@ func TestDisaggFleetSeedCase(t *testing.T) {
 	if movedAlways == 0 || float64(movedAlways) > 0.2*float64(full) {
 		t.Errorf("always moved %d B: want some, and at most 20%% of the full KV %d B", movedAlways, full)
 	}
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }
 
 // prefillOnHealth renders /health's prefill workers as "id:protocol,...".

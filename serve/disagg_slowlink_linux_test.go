@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine/mocker"
 )
@@ -70,8 +71,8 @@ func TestDisaggSlowLink(t *testing.T) {
 	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: "auto"})
 	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: "always"})
 
-	af, uf, lf := median(agg.fresh), median(auto.fresh), median(always.fresh)
-	ap, up, lp := median(agg.follow), median(auto.follow), median(always.follow)
+	af, uf, lf := bench.Median(agg.fresh), bench.Median(auto.fresh), bench.Median(always.fresh)
+	ap, up, lp := bench.Median(agg.follow), bench.Median(auto.follow), bench.Median(always.follow)
 	t.Logf("fresh %d-token prompt, TTFT median ms: aggregated %.1f, auto %.1f (%.2f×), always %.1f (%.1f×)",
 		promptLen, af, uf, uf/af, lf, lf/af)
 	t.Logf("follow-up (+%d tokens, prefix cached), TTFT median ms: aggregated %.1f, auto %.1f (%.2f×), always %.1f (%.1f×)",

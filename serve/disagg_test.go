@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
@@ -129,7 +130,7 @@ func TestDisaggSameHostSeedCase(t *testing.T) {
 	agg, _, _, _ := run(t, DisaggConfig{})
 	auto, movedAuto, full, _ := run(t, DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, Mode: "auto"})
 	always, movedAlways, _, dsAlways := run(t, DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, Mode: "always"})
-	ma, mu, ml := median(agg), median(auto), median(always)
+	ma, mu, ml := bench.Median(agg), bench.Median(auto), bench.Median(always)
 	t.Logf("TTFT median ms: kv-routed aggregated %.1f, disagg auto %.1f (%.2f×), disagg always %.1f (%.2f×)", ma, mu, mu/ma, ml, ml/ma)
 	t.Logf("bytes moved after warm-up: auto %d (%.1f%% of full KV), always %d (%.1f%% of full KV %d)",
 		movedAuto, 100*float64(movedAuto)/float64(full), movedAlways, 100*float64(movedAlways)/float64(full), full)
@@ -151,13 +152,4 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }
