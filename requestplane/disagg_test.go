@@ -3,7 +3,6 @@ package requestplane
 import (
 	"context"
 	"io"
-	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -47,18 +46,7 @@ func startWorker(t *testing.T, id string, listen bool) *testWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(eng, local)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	c, err := Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := serveWith(t, eng, local)
 	return &testWorker{eng: eng, node: node, side: NewSide(c, SideDesc{ID: id, Layout: local.Layout(),
 		BlockSize: local.BlockSize(), BlockBytes: local.BlockBytes(), TransferAddr: node.Addr()})}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -15,11 +16,18 @@ import (
 
 func serve(t *testing.T, eng engine.Engine) *Client {
 	t.Helper()
+	return serveWith(t, eng, nil)
+}
+
+// serveWith serves eng, and side when not nil, on a loopback request
+// plane and returns a client of it.
+func serveWith(t *testing.T, eng engine.Engine, side disagg.Side) *Client {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(eng, nil)
+	srv := NewServer(eng, side)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	c, err := Dial(lis.Addr().String())

@@ -165,29 +165,12 @@ func TestMultiProcessDisaggNative(t *testing.T) {
 	// A prompt of several blocks: the story's opening, then greedy text.
 	prompt := string(golden[:min(len(golden), 240)])
 	complete := func(url string) string {
-		body := fmt.Sprintf(`{"model":"stories260K","prompt":%q,"max_tokens":48,"temperature":0}`, prompt)
-		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
+		c := completion(t, url, map[string]any{"model": "stories260K", "prompt": prompt, "max_tokens": 48, "temperature": 0})
+		if url == disURL && c.cached < 16 {
+			t.Fatalf("decode process reused %d of %d prompt tokens: the KV did not arrive", c.cached, c.prompt)
 		}
-		defer resp.Body.Close()
-		var c struct {
-			Choices []struct{ Text string } `json:"choices"`
-			Usage   struct {
-				Prompt  int `json:"prompt_tokens"`
-				Details struct {
-					Cached int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || len(c.Choices) != 1 {
-			t.Fatalf("%s: %v %+v", url, err, c)
-		}
-		if url == disURL && c.Usage.Details.Cached < 16 {
-			t.Fatalf("decode process reused %d of %d prompt tokens: the KV did not arrive", c.Usage.Details.Cached, c.Usage.Prompt)
-		}
-		t.Logf("%s: %d prompt tokens, %d cached: %q", url, c.Usage.Prompt, c.Usage.Details.Cached, c.Choices[0].Text)
-		return c.Choices[0].Text
+		t.Logf("%s: %d prompt tokens, %d cached: %q", url, c.prompt, c.cached, c.text)
+		return c.text
 	}
 	want, got := complete(aggURL), complete(disURL)
 	m := getBody(t, disURL+"/metrics")
@@ -232,30 +215,43 @@ func TestMultiProcessVLLMProtocol(t *testing.T) {
 	}
 	for _, url := range []string{fe, sv} {
 		ids[0]++ // a fresh prompt for each front
-		body, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": ids, "max_tokens": 5, "ignore_eos": true})
-		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(string(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c struct {
-			Choices []struct{ Text string } `json:"choices"`
-			Usage   struct {
-				Prompt  int `json:"prompt_tokens"`
-				Details struct {
-					Cached int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&c)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 || c.Choices[0].Text == "" {
-			t.Fatalf("%s: status %d, %+v, %v", url, resp.StatusCode, c, err)
-		}
-		if c.Usage.Prompt != 640 || c.Usage.Details.Cached < 639/16*16 {
-			t.Fatalf("%s: the decode server cached %d of %d prompt tokens: the prefill leg's KV did not reach it", url, c.Usage.Details.Cached, c.Usage.Prompt)
+		c := completion(t, url, map[string]any{"model": "tandem-mock", "prompt": ids, "max_tokens": 5, "ignore_eos": true})
+		if c.prompt != 640 || c.cached < 639/16*16 {
+			t.Fatalf("%s: the decode server cached %d of %d prompt tokens: the prefill leg's KV did not reach it", url, c.cached, c.prompt)
 		}
 		if m := getBody(t, url+"/metrics"); metricSum(m, `tandem_vllmpd_prefill_legs_total{result="ok"}`) != 1 {
 			t.Fatalf("%s: prefill legs:\n%s", url, grepLines(m, "tandem_vllmpd"))
 		}
 	}
+}
+
+// completed is what the tests read of a non-streamed completion.
+type completed struct {
+	text           string
+	prompt, cached int
+}
+
+// completion posts body to url's /v1/completions and fails the test
+// unless one non-empty choice comes back.
+func completion(t *testing.T, url string, body map[string]any) completed {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Choices []struct{ Text string } `json:"choices"`
+		Usage   struct {
+			Prompt  int `json:"prompt_tokens"`
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 || c.Choices[0].Text == "" {
+		t.Fatalf("%s: status %d, %+v, %v", url, resp.StatusCode, c, err)
+	}
+	return completed{text: c.Choices[0].Text, prompt: c.Usage.Prompt, cached: c.Usage.Details.Cached}
 }
