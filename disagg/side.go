@@ -154,7 +154,8 @@ func (l *Local) PrefillAndSend(ctx context.Context, req *engine.Request, peer kv
 	if err != nil {
 		return Push{Transfer: st}, err
 	}
-	bps, _ := l.w.Node.Throughput(ctx, peer)
+	// The estimate as it stands (never a probe on the request's path).
+	bps, _ := l.w.Node.Estimate(peer)
 	return Push{Transfer: st, Prefill: time.Duration(took.Load()), LinkBytesPerSec: bps}, nil
 }
 

@@ -76,7 +76,8 @@ func TestDisaggAcrossWorkers(t *testing.T) {
 	if got := prefillOnHealth(t, h); got != "p0:tandem" {
 		t.Fatalf("/health prefill workers %q", got)
 	}
-	// The new pair's link is probed in the background, before any request.
+	// Let the background probe of the new pair's link finish, so the first
+	// request is priced on a measured link.
 	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := h.fe.Disagg.Probed(pctx); err != nil {

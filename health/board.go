@@ -144,3 +144,17 @@ func (b *Board) IsActive(code, subject string) bool {
 	_, ok := b.m[key{code, subject}]
 	return ok
 }
+
+// Reporter is implemented by parts that watch something outside their
+// process (an upstream server an engine fronts) and report its degraded
+// states on whichever board the hosting process owns.
+type Reporter interface {
+	AttachBoard(b *Board, subject string)
+}
+
+// Attach gives v the board, under subject, if v is a Reporter.
+func Attach(v any, b *Board, subject string) {
+	if r, ok := v.(Reporter); ok {
+		r.AttachBoard(b, subject)
+	}
+}

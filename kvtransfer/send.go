@@ -159,12 +159,20 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 	}
 	// done: computing has yielded nil (Send passes an already-closed one).
 	done := false
-	select {
-	case err, ok := <-computing:
+	// yielded takes what computing yielded: a prefill error aborts the
+	// transfer, nil (or a close) means every block is computed.
+	yielded := func(err error, ok bool) error {
 		if ok && err != nil {
-			return st, &abortError{err}
+			return &abortError{err}
 		}
 		done = true
+		return nil
+	}
+	select {
+	case err, ok := <-computing:
+		if err := yielded(err, ok); err != nil {
+			return st, err
+		}
 	default:
 	}
 	streamer, _ := port.(engine.KVStreamer)
@@ -175,10 +183,9 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 		select {
 		case err, ok := <-computing:
 			st.Waited += time.Since(t0)
-			if ok && err != nil {
-				return st, &abortError{err}
+			if err := yielded(err, ok); err != nil {
+				return st, err
 			}
-			done = true
 		case <-ctx.Done():
 			st.Waited += time.Since(t0)
 			return st, &abortError{ctx.Err()}
@@ -280,11 +287,10 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 			st.Waited += time.Since(t0)
 		case err, ok := <-computing:
 			st.Waited += time.Since(t0)
-			if ok && err != nil {
-				return st, &abortError{err}
+			// Done: one more round sends what the last chunks committed.
+			if err := yielded(err, ok); err != nil {
+				return st, err
 			}
-			// One more round sends what the last chunks committed.
-			done = true
 		case <-ctx.Done():
 			st.Waited += time.Since(t0)
 			return st, fail(wrapCtx(ctx, fmt.Errorf("kvtransfer: waiting for the engine to commit block %d: %w", next, ctx.Err())))

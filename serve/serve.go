@@ -189,7 +189,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		if i < len(cfg.WorkerIDs) {
 			w.ID = cfg.WorkerIDs[i]
 		}
-		attachBoard(eng, s.Board, w.ID)
+		health.Attach(eng, s.Board, w.ID)
 		gen := engine.Generator(eng)
 		if cfg.RequestPlane == "grpc" {
 			if gen, w.Addr, err = s.serveGRPC(eng); err != nil {
@@ -304,16 +304,6 @@ func (s *System) stopWorkers(ctx context.Context) {
 		if err := e.Close(); err != nil {
 			s.log.Warn("closing engine", "err", err)
 		}
-	}
-}
-
-// attachBoard gives engines that watch something outside the process (an
-// upstream server) the board to report it on, under the worker's id.
-func attachBoard(eng engine.Engine, b *health.Board, id string) {
-	if a, ok := eng.(interface {
-		AttachBoard(*health.Board, string)
-	}); ok {
-		a.AttachBoard(b, id)
 	}
 }
 

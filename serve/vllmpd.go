@@ -7,6 +7,7 @@ import (
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
@@ -73,7 +74,7 @@ func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
 		}
 		id := fmt.Sprintf("prefill-%d", j)
 		s.pdPre, s.pdIDs = append(s.pdPre, eng), append(s.pdIDs, id)
-		attachBoard(eng, s.Board, id)
+		health.Attach(eng, s.Board, id)
 		s.proxy.AddPrefill(id, eng)
 	}
 	return nil

@@ -156,12 +156,8 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 			return nil, fmt.Errorf("worker: host name: %w", err)
 		}
 	}
-	if a, ok := eng.(interface {
-		AttachBoard(*health.Board, string)
-	}); ok {
-		// An upstream server's reachability shows on the worker's /health.
-		a.AttachBoard(board, cfg.ID)
-	}
+	// An upstream server's reachability shows on the worker's /health.
+	health.Attach(eng, board, cfg.ID)
 	side, err := w.startTransfer(role)
 	if err != nil {
 		return nil, err
