@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,33 +43,12 @@ func TestMultiProcessDisagg(t *testing.T) {
 	}
 
 	const clients = 8
-	var (
-		mu       sync.Mutex
-		outcomes []outcome
-		wg       sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	story := strings.Repeat("The archivist sorted the letters by the color of their ink and the weight of their paper. ", 25)
-	for i := range clients {
-		wg.Go(func() {
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// A long fresh part per request, after a prefix shared per
-				// client: remote prefill moves only what the decode
-				// worker lacks.
-				prompt := fmt.Sprintf("client %d: %s request %d: %s", i%4, story, n, strings.Repeat(fmt.Sprintf("detail %d-%d ", i, n), 60))
-				o := sendOne(hc, url, prompt, 16)
-				mu.Lock()
-				outcomes = append(outcomes, o)
-				mu.Unlock()
-			}
-		})
-	}
+	stop := startLoad(url, clients, func(i, n int) (string, int) {
+		// A long fresh part per request, after a prefix shared per
+		// client: remote prefill moves only what the decode worker lacks.
+		return fmt.Sprintf("client %d: %s request %d: %s", i%4, story, n, strings.Repeat(fmt.Sprintf("detail %d-%d ", i, n), 60)), 16
+	})
 	waitMetric := func(name string, min float64) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -97,8 +75,7 @@ func TestMultiProcessDisagg(t *testing.T) {
 	}
 	left := time.Since(killed)
 	waitMetric(`tandem_disagg_decisions_total{choice="local",reason="no_prefill_worker"}`, 5)
-	close(stop)
-	wg.Wait()
+	outcomes := stop()
 
 	var ok, failed int
 	perWorker := map[string]int{}

@@ -202,6 +202,40 @@ func metricSum(body, name string) float64 {
 	return sum
 }
 
+// startLoad runs clients closed-loop streaming clients against url, each
+// sending request n with the prompt and max_tokens that next(client, n)
+// gives, until the returned stop is called; stop returns every outcome.
+func startLoad(url string, clients int, next func(client, n int) (string, int)) (stop func() []outcome) {
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		wg       sync.WaitGroup
+	)
+	done := make(chan struct{})
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	for i := range clients {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				prompt, maxTokens := next(i, n)
+				o := sendOne(hc, url, prompt, maxTokens)
+				mu.Lock()
+				outcomes = append(outcomes, o)
+				mu.Unlock()
+			}
+		})
+	}
+	return func() []outcome {
+		close(done)
+		wg.Wait()
+		return outcomes
+	}
+}
+
 // TestMultiProcessFailover starts 1 frontend and 3 workers as separate OS
 // processes under each discovery backend, sends streaming load, kills one
 // worker with SIGKILL mid-load, and checks that every request that had not
@@ -250,33 +284,11 @@ func TestMultiProcessFailover(t *testing.T) {
 			}
 
 			const clients = 24
-			var (
-				mu       sync.Mutex
-				outcomes []outcome
-				wg       sync.WaitGroup
-			)
-			stop := make(chan struct{})
-			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-			for i := 0; i < clients; i++ {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					for n := 0; ; n++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						// Shared prefixes per client, so the kv router has
-						// something to follow.
-						prompt := fmt.Sprintf("client %d shares this long system prompt with its own earlier requests; question %d", i%6, n)
-						o := sendOne(hc, url, prompt, 40+(i*7)%60)
-						mu.Lock()
-						outcomes = append(outcomes, o)
-						mu.Unlock()
-					}
-				}(i)
-			}
+			stop := startLoad(url, clients, func(i, n int) (string, int) {
+				// Shared prefixes per client, so the kv router has
+				// something to follow.
+				return fmt.Sprintf("client %d shares this long system prompt with its own earlier requests; question %d", i%6, n), 40 + (i*7)%60
+			})
 			time.Sleep(1500 * time.Millisecond)
 			victim := "w2"
 			if err := workers[victim].cmd.Process.Kill(); err != nil {
@@ -295,8 +307,7 @@ func TestMultiProcessFailover(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			time.Sleep(1500 * time.Millisecond) // load on the two survivors
-			close(stop)
-			wg.Wait()
+			outcomes := stop()
 
 			var ok, cut, failed int
 			perWorker := map[string]int{}
