@@ -38,6 +38,9 @@ const (
 // frontend). Tests check both agree. Default takes
 // on the order of 100 ms; call it once and share the result.
 func Default() (*Model, error) {
+	// tiktoken-go-loader embeds four vocabularies and links all of them (3.3 MB
+	// for the three unused): kept, because copying o200k_base into this
+	// repository would commit a file fetched from elsewhere.
 	ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe("o200k_base.tiktoken")
 	if err != nil {
 		return nil, fmt.Errorf("load embedded o200k_base: %w", err)
