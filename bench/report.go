@@ -59,6 +59,14 @@ type Report struct {
 	Ratios    []Ratio       `json:"ratios,omitempty"`
 	Hits      []HitRow      `json:"hits,omitempty"`
 	Overhead  []OverheadRow `json:"frontend_overhead,omitempty"`
+	// SLO is what goodput was judged against (empty: every success).
+	SLO SLO `json:"slo"`
+	// Sweep holds one point per load level of a sweep.
+	Sweep []SweepPoint `json:"sweep,omitempty"`
+	// Experiment is set on an experiment's report.
+	Experiment *ExperimentResult `json:"experiment,omitempty"`
+	// costs is the hourly cost per label (ApplySLO).
+	costs map[string]float64
 }
 
 // Scenario names with their own report sections.
@@ -99,6 +107,7 @@ func NewReport(scenario string, runs []*Result, crit HitCriteria) *Report {
 	if scenario == ScenarioFrontendOverhead {
 		r.Overhead = overheadRows(runs)
 	}
+	r.ApplySLO(SLO{}, nil)
 	return r
 }
 

@@ -81,6 +81,14 @@ type Summary struct {
 	Workers       map[string]int `json:"workers,omitempty"`
 	// Hits totals prefix-reuse hits over runs; nil for other workloads.
 	Hits *HitRow `json:"hits,omitempty"`
+	// Cancelled counts requests cut by the user (Ctrl-C): neither
+	// successes nor errors.
+	Cancelled int `json:"cancelled,omitempty"`
+	// Goodput is what met the report's SLO (Report.ApplySLO).
+	Goodput *Goodput `json:"goodput,omitempty"`
+	// Server holds what the target's /metrics said over the runs
+	// (nil when it was not scraped).
+	Server *ServerMetrics `json:"server,omitempty"`
 }
 
 // summarize builds a Summary per label in order of first appearance.
@@ -100,6 +108,12 @@ func summarize(runs []*Result, hits []HitRow) []Summary {
 				s.URL, s.Model = res.URLs[i], res.Models[i]
 			}
 			s.ElapsedS += res.Elapsed.Seconds()
+			if i < len(res.Cancelled) {
+				s.Cancelled += res.Cancelled[i]
+			}
+			if i < len(res.Server) && res.Server[i] != nil {
+				s.Server = mergeServer(s.Server, res.Server[i])
+			}
 		}
 		for i := range res.Records {
 			r := &res.Records[i]

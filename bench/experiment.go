@@ -1,0 +1,4 @@
+package bench
+
+// ExperimentResult placeholder
+type ExperimentResult struct{}
