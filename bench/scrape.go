@@ -20,16 +20,16 @@ import (
 // family a server does not export is listed in ServerMetrics.Missing,
 // never taken as zero.
 const (
-	famCacheQueries = "vllm:prefix_cache_queries_total"  // prompt tokens looked up in the prefix cache
-	famCacheHits    = "vllm:prefix_cache_hits_total"     // of those, tokens found cached
-	famPreemptions  = "vllm:num_preemptions_total"       // sequences preempted (KV pressure)
-	famWaiting      = "vllm:num_requests_waiting"        // engine queue depth
-	famRunning      = "vllm:num_requests_running"        // sequences in the batch
-	famQueued       = "tandem_frontend_queued_requests"  // frontend: waiting for a first token
+	famCacheQueries = "vllm:prefix_cache_queries_total"   // prompt tokens looked up in the prefix cache
+	famCacheHits    = "vllm:prefix_cache_hits_total"      // of those, tokens found cached
+	famPreemptions  = "vllm:num_preemptions_total"        // sequences preempted (KV pressure)
+	famWaiting      = "vllm:num_requests_waiting"         // engine queue depth
+	famRunning      = "vllm:num_requests_running"         // sequences in the batch
+	famQueued       = "tandem_frontend_queued_requests"   // frontend: waiting for a first token
 	famEvictions    = "tandem_kvindex_block_events_total" // op="removed": blocks the engines evicted, as their KV events told the router
-	famXferBytes    = "tandem_kv_transfer_bytes_total"   // KV bytes moved between workers
-	famXfers        = "tandem_kv_transfers_total"        // KV transfers
-	famDisagg       = "tandem_disagg_decisions_total"    // choice=local|remote, reason=...
+	famXferBytes    = "tandem_kv_transfer_bytes_total"    // KV bytes moved between workers
+	famXfers        = "tandem_kv_transfers_total"         // KV transfers
+	famDisagg       = "tandem_disagg_decisions_total"     // choice=local|remote, reason=...
 )
 
 // scrapeLimit bounds one /metrics body; a server with a million series is
