@@ -73,6 +73,8 @@ type Summary struct {
 	// CachedTokens sums cached_tokens over the requests that reported it
 	// (CachedReports of them).
 	CachedTokens  int64          `json:"cached_tokens"`
+	// OverlapTokens sums the generated overlap (Record.OverlapTokens).
+	OverlapTokens int64 `json:"overlap_tokens"`
 	CachedReports int            `json:"cached_reports"`
 	TTFT          Stats          `json:"ttft_ms"`
 	ITL           Stats          `json:"itl_ms"`
@@ -130,6 +132,7 @@ func summarize(runs []*Result, hits []HitRow) []Summary {
 			s.OK++
 			s.InputTokens += int64(r.InputTokens)
 			s.OutputTokens += int64(r.OutputTokens)
+			s.OverlapTokens += int64(r.OverlapTokens)
 			if r.CachedTokens >= 0 {
 				s.CachedTokens += int64(r.CachedTokens)
 				s.CachedReports++
