@@ -41,7 +41,7 @@ type ExperimentSpec struct {
 	// Values is the short form: one started variant per value.
 	Values []string `yaml:"values"`
 	// Variants is the long form, for URLs or own names and costs.
-	Variants []Variant   `yaml:"variants"`
+	Variants []Variant    `yaml:"variants"`
 	Workload WorkloadSpec `yaml:"workload"`
 	SLO      string       `yaml:"slo"`
 	Trials   int          `yaml:"trials"`

@@ -72,9 +72,9 @@ type Summary struct {
 	OutputTokens int64   `json:"output_tokens"`
 	// CachedTokens sums cached_tokens over the requests that reported it
 	// (CachedReports of them).
-	CachedTokens  int64          `json:"cached_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
 	// OverlapTokens sums the generated overlap (Record.OverlapTokens).
-	OverlapTokens int64 `json:"overlap_tokens"`
+	OverlapTokens int64          `json:"overlap_tokens"`
 	CachedReports int            `json:"cached_reports"`
 	TTFT          Stats          `json:"ttft_ms"`
 	ITL           Stats          `json:"itl_ms"`
