@@ -184,14 +184,18 @@ func goodputOf(recs []Record, slo SLO, elapsedS, costPerHour float64) Goodput {
 func (r *Report) ApplySLO(slo SLO, costs map[string]float64) {
 	r.SLO, r.costs = slo, costs
 	byLabel := map[string][]Record{}
+	elapsed := map[string]float64{}
 	for _, res := range r.Runs {
+		for _, l := range res.Labels {
+			elapsed[l] += res.Elapsed.Seconds()
+		}
 		for i := range res.Records {
 			byLabel[res.Records[i].Label] = append(byLabel[res.Records[i].Label], res.Records[i])
 		}
 	}
 	for i := range r.Summaries {
 		s := &r.Summaries[i]
-		g := goodputOf(byLabel[s.Label], slo, s.ElapsedS, costs[s.Label])
+		g := goodputOf(byLabel[s.Label], slo, elapsed[s.Label], costs[s.Label])
 		s.Goodput = &g
 	}
 	r.Sweep = r.sweepPoints()

@@ -111,7 +111,7 @@ func (sw *Sweep) x(v string) float64 {
 }
 
 // point returns the workload and options of one point.
-func (sw *Sweep) point(wl Workload, o Options, v string) (Workload, Options, error) {
+func (sw *Sweep) point(wl Workload, o Options, k int, v string) (Workload, Options, error) {
 	switch sw.Var {
 	case SweepConcurrency:
 		o.Concurrency, _ = strconv.Atoi(v)
@@ -119,6 +119,21 @@ func (sw *Sweep) point(wl Workload, o Options, v string) (Workload, Options, err
 	case SweepRate:
 		o.Rate, _ = strconv.ParseFloat(v, 64)
 		o.Concurrency = 0
+	}
+	// Every point gets prompts of its own: a server measured at the last
+	// point would otherwise serve this one from its prefix cache, and the
+	// generated overlap would no longer be what it found.
+	switch w := wl.(type) {
+	case *Synthetic:
+		c := *w
+		c.Seed += uint64(k) * 1_000_003
+		wl = &c
+	case *MultiTurn:
+		c := *w
+		c.Seed += uint64(k) * 1_000_003
+		wl = &c
+	}
+	switch sw.Var {
 	case SweepPrefix, SweepInput:
 		syn, ok := wl.(*Synthetic)
 		if !ok {
@@ -152,7 +167,7 @@ func RunSweep(ctx context.Context, wl Workload, o Options, sw Sweep) ([]*Result,
 			break
 		}
 		v := values[k]
-		pwl, po, err := sw.point(wl, o, v)
+		pwl, po, err := sw.point(wl, o, k, v)
 		if err != nil {
 			return out, err
 		}

@@ -40,6 +40,10 @@ type benchFlags struct {
 	workerHeader string
 	out          string
 	progress     string
+	slo          string
+	costPerHour  []float64
+	scrapeEvery  time.Duration
+	serve        []string
 }
 
 func (b *benchFlags) register(f *pflag.FlagSet) {
@@ -61,11 +65,15 @@ func (b *benchFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.workerHeader, "worker-header", bench.DefaultWorkerHeader, "response header naming the worker that served a request")
 	f.StringVar(&b.out, "out", "", "directory for records.jsonl, records.csv, summary.json and report.html")
 	f.StringVar(&b.progress, "progress", "auto", "progress display on stderr: auto, bar, plain or off")
+	f.StringVar(&b.slo, "slo", "", "latency SLO for goodput: ttft=500ms,itl=50ms,e2e=10s (any subset; itl bounds a request's mean gap)")
+	f.Float64SliceVar(&b.costPerHour, "cost-per-hour", nil, "hourly cost of the deployment (one for all targets, or one per target): reports the cost per million output tokens delivered within the SLO")
+	f.DurationVar(&b.scrapeEvery, "scrape-every", time.Second, "poll each target's /metrics this often during a run (cache hits, evictions, queues, transfers, disagg decisions; 0: off)")
+	f.StringArrayVar(&b.serve, "serve", nil, "start an in-process 'tandem serve' with these flags as a target (e.g. --serve '--workers 2 --timing qwen3-0.6b'; repeat for an A/B run)")
 }
 
 func (b *benchFlags) targets() ([]bench.Target, error) {
-	if len(b.labels) > len(b.urls) {
-		return nil, fmt.Errorf("%d --label values for %d --url values", len(b.labels), len(b.urls))
+	if len(b.labels) > len(b.urls)+len(b.serve) {
+		return nil, fmt.Errorf("%d --label values for %d --url and --serve values", len(b.labels), len(b.urls)+len(b.serve))
 	}
 	key := b.apiKey
 	if key == "" {
@@ -91,7 +99,10 @@ func (b *benchFlags) options(cmd *cobra.Command, defRequests int) (bench.Options
 	}
 	o := bench.Options{Targets: ts, Concurrency: b.concurrency, Rate: b.rate, Duration: b.duration, Requests: b.requests,
 		NoStream: b.noStream, Timeout: b.timeout, Order: bench.Order(b.order), MaxInFlight: b.maxInFlight, Warmup: b.warmup,
-		Seed: b.seed, WorkerHeader: b.workerHeader}
+		Seed: b.seed, WorkerHeader: b.workerHeader, ScrapeEvery: b.scrapeEvery}
+	if b.scrapeEvery < 0 {
+		return o, errors.New("--scrape-every must not be negative")
+	}
 	if o.Requests == 0 && o.Duration == 0 {
 		o.Requests = defRequests
 	}
@@ -138,6 +149,11 @@ func (b *benchFlags) runSingle(cmd *cobra.Command, wl interface {
 	if tune != nil {
 		tune(&o)
 	}
+	stop, err := b.startTargets(cmd, &o)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	res, err := bench.Run(cmd.Context(), wl, o)
 	if err != nil {
 		return err
@@ -148,6 +164,17 @@ func (b *benchFlags) runSingle(cmd *cobra.Command, wl interface {
 func (b *benchFlags) finish(cmd *cobra.Command, rep *bench.Report) error {
 	rep.Command = "tandem " + strings.Join(os.Args[1:], " ")
 	rep.Settings = settings(cmd)
+	if b.slo != "" || len(b.costPerHour) > 0 {
+		slo, err := b.sloValue()
+		if err != nil {
+			return err
+		}
+		costs, err := b.costs(rep)
+		if err != nil {
+			return err
+		}
+		rep.ApplySLO(slo, costs)
+	}
 	if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
 		return err
 	}
@@ -202,7 +229,8 @@ and a self-contained HTML report with charts.`,
 	}
 	b.register(cmd.PersistentFlags())
 	cmd.AddCommand(newBenchSyntheticCmd(&b), newBenchMultiTurnCmd(&b), newBenchPrefixReuseCmd(&b),
-		newBenchOverheadCmd(&b), newBenchTraceCmd(&b), newBenchDisaggTTFTCmd(&b))
+		newBenchOverheadCmd(&b), newBenchTraceCmd(&b), newBenchDisaggTTFTCmd(&b), newBenchSweepCmd(&b), newBenchDatasetCmd(&b),
+		newBenchExperimentCmd(&b), newBenchCompareCmd(&b))
 	return cmd
 }
 
