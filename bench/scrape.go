@@ -131,7 +131,7 @@ func parseMetrics(r io.Reader) (snapshot, error) {
 			s.counters[name] = sumFamily(mf, func(m *dto.Metric) bool { return label(m, "op") == "removed" })
 		case famDisagg:
 			for _, m := range mf.GetMetric() {
-				s.disagg[label(m, "choice")] += m.GetCounter().GetValue()
+				s.disagg[label(m, "choice")] += sumFamily(&dto.MetricFamily{Metric: []*dto.Metric{m}}, nil)
 			}
 		case famWaiting:
 			s.sample.Waiting = sumFamily(mf, nil)

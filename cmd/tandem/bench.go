@@ -178,6 +178,7 @@ func (b *benchFlags) finish(cmd *cobra.Command, rep *bench.Report) error {
 	if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
 		return err
 	}
+	warnScrapes(cmd.ErrOrStderr(), rep)
 	if b.out != "" {
 		if err := rep.WriteDir(b.out); err != nil {
 			return err
@@ -590,4 +591,21 @@ fills the caches, is left out), then the usual summary.`,
 	f.IntSliceVar(&wl.LongWords, "long-words", wl.LongWords, "lengths in words of the fresh prompts of each round")
 	f.IntVar(&wl.Output, "output", wl.Output, "max_tokens per request")
 	return cmd
+}
+
+// warnScrapes says on stderr which targets' /metrics could not be read:
+// the report then holds no server-side figures for them, and a reader of
+// the summary table alone should not take "not scraped" for a typo.
+func warnScrapes(w io.Writer, rep *bench.Report) {
+	seen := map[string]bool{}
+	for _, res := range rep.Runs {
+		for _, m := range res.Server {
+			if m == nil || m.Failed == 0 || seen[m.URL] {
+				continue
+			}
+			seen[m.URL] = true
+			fmt.Fprintf(w, "warning: %d of %d scrapes of %s failed (last: %s); server-side figures are missing for it (--scrape-every 0 turns scraping off)\n",
+				m.Failed, m.Scrapes, m.URL, m.LastError)
+		}
+	}
 }
