@@ -12,8 +12,8 @@ import (
 // goodput. A zero bound is no bound. ITL is judged on the request's mean
 // inter-token gap, as vLLM's `bench serve --goodput tpot:` and AIPerf's
 // inter_token_latency goodput constraint judge it
-// (https://docs.vllm.ai/en/latest/cli/bench/serve.html,
-// https://github.com/ai-dynamo/aiperf/blob/main/docs/tutorials/goodput.md):
+// (https://docs.vllm.ai/en/v0.15.0/api/vllm/benchmarks/serve/,
+// https://docs.nvidia.com/aiperf/tutorials/metrics-analysis/benchmark-goodput-with-ai-perf):
 // one slow gap in a long stream does not fail a request, a slow stream does.
 type SLO struct {
 	TTFTMs float64 `json:"ttft_ms,omitempty"`
