@@ -376,6 +376,7 @@ var experimentFigures = []string{
 	"ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
 	"errors", "cancelled", "generated_overlap", "observed_cached_share",
 	"server_cache_hit_rate", "server_evicted_blocks", "server_preemptions", "server_transfer_bytes", "server_disagg_remote",
+	"server_kv_usage_max",
 }
 
 // trialFigures is one label's figures in one run.
@@ -425,6 +426,9 @@ func trialFigures(res *Result, label string, slo SLO, cost float64) map[string]f
 		}
 		if !slices.Contains(m.Missing, famDisagg) {
 			f["server_disagg_remote"] = m.DisaggDecisions["remote"]
+		}
+		if !slices.Contains(m.Missing, famKVUsage) {
+			f["server_kv_usage_max"] = m.KVUsageMax
 		}
 	}
 	return f

@@ -693,6 +693,7 @@ func serverRows(r *Report) []summaryRow {
 		{"server: frontend queue max / mean", "", cell(famQueued, func(m *ServerMetrics) string {
 			return fmt.Sprintf("%s / %s", num(m.QueuedMax), num(m.QueuedMean))
 		})},
+		{"server: KV cache usage max", "", cell(famKVUsage, func(m *ServerMetrics) string { return fmt.Sprintf("%.1f%%", 100*m.KVUsageMax) })},
 	}
 }
 

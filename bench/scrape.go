@@ -25,6 +25,7 @@ const (
 	famPreemptions  = "vllm:num_preemptions_total"        // sequences preempted (KV pressure)
 	famWaiting      = "vllm:num_requests_waiting"         // engine queue depth
 	famRunning      = "vllm:num_requests_running"         // sequences in the batch
+	famKVUsage      = "vllm:kv_cache_usage_perc"          // share of KV blocks in use (0-1): the accelerator-memory figure of a GPU-less run
 	famQueued       = "tandem_frontend_queued_requests"   // frontend: waiting for a first token
 	famEvictions    = "tandem_kvindex_block_events_total" // op="removed": blocks the engines evicted, as their KV events told the router
 	famXferBytes    = "tandem_kv_transfer_bytes_total"    // KV bytes moved between workers
@@ -43,6 +44,8 @@ type MetricSample struct {
 	Waiting float64 `json:"waiting"`
 	Running float64 `json:"running"`
 	Queued  float64 `json:"queued"`
+	// KVUsage is the highest vllm:kv_cache_usage_perc over the workers.
+	KVUsage float64 `json:"kv_usage"`
 }
 
 // ServerMetrics is what one target's /metrics said during a run: counter
@@ -72,6 +75,7 @@ type ServerMetrics struct {
 	QueuedMax       float64            `json:"queued_max"`
 	QueuedMean      float64            `json:"queued_mean"`
 	RunningMax      float64            `json:"running_max"`
+	KVUsageMax      float64            `json:"kv_usage_max"`
 	Series          []MetricSample     `json:"series,omitempty"`
 }
 
@@ -139,6 +143,10 @@ func parseMetrics(r io.Reader) (snapshot, error) {
 			s.sample.Running = sumFamily(mf, nil)
 		case famQueued:
 			s.sample.Queued = sumFamily(mf, nil)
+		case famKVUsage:
+			for _, m := range mf.GetMetric() {
+				s.sample.KVUsage = max(s.sample.KVUsage, sumFamily(&dto.MetricFamily{Metric: []*dto.Metric{m}}, nil))
+			}
 		}
 	}
 	return s, nil
@@ -243,7 +251,7 @@ func (s *scraper) stop(ctx context.Context) *ServerMetrics {
 		}
 		return d
 	}
-	for _, n := range []string{famCacheQueries, famCacheHits, famEvictions, famPreemptions, famXferBytes, famXfers, famDisagg, famWaiting, famQueued} {
+	for _, n := range []string{famCacheQueries, famCacheHits, famEvictions, famPreemptions, famXferBytes, famXfers, famDisagg, famWaiting, famQueued, famKVUsage} {
 		if !s.last.present[n] {
 			out.Missing = append(out.Missing, n)
 		}
@@ -267,6 +275,7 @@ func (s *scraper) stop(ctx context.Context) *ServerMetrics {
 	var wsum, qsum float64
 	for _, p := range out.Series {
 		out.WaitingMax, out.QueuedMax, out.RunningMax = max(out.WaitingMax, p.Waiting), max(out.QueuedMax, p.Queued), max(out.RunningMax, p.Running)
+		out.KVUsageMax = max(out.KVUsageMax, p.KVUsage)
 		wsum, qsum = wsum+p.Waiting, qsum+p.Queued
 	}
 	if n := float64(len(out.Series)); n > 0 {
@@ -311,6 +320,7 @@ func mergeServer(a, b *ServerMetrics) *ServerMetrics {
 		a.DisaggDecisions[k] += v
 	}
 	a.WaitingMax, a.QueuedMax, a.RunningMax = max(a.WaitingMax, b.WaitingMax), max(a.QueuedMax, b.QueuedMax), max(a.RunningMax, b.RunningMax)
+	a.KVUsageMax = max(a.KVUsageMax, b.KVUsageMax)
 	a.WaitingMean, a.QueuedMean = round3((a.WaitingMean+b.WaitingMean)/2), round3((a.QueuedMean+b.QueuedMean)/2)
 	return a
 }

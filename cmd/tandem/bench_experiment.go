@@ -312,7 +312,11 @@ first's, the whole interval above it.`,
 			if len(o.Targets) > 0 {
 				return errors.New("experiment: the file names the deployments; drop --url")
 			}
-			o.Targets = []bench.Target{{APIKey: b.apiKey, Model: b.model}}
+			key := b.apiKey
+			if key == "" {
+				key = os.Getenv("OPENAI_API_KEY")
+			}
+			o.Targets = []bench.Target{{APIKey: key, Model: b.model}}
 			log, err := newLogger(cmd)
 			if err != nil {
 				return err
