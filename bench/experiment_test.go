@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -72,7 +73,7 @@ func TestExperimentEndToEnd(t *testing.T) {
 		mu.Lock()
 		order = append(order, serve["speed"])
 		mu.Unlock()
-		gap := 4 * time.Millisecond
+		gap := 10 * time.Millisecond
 		if serve["speed"] == "fast" {
 			gap = time.Millisecond
 		}
@@ -117,8 +118,12 @@ cost_per_worker_hour: 1
 	if _, ok := x.Variants[0].Figures["server_cache_hit_rate"]; !ok {
 		t.Fatal("scraped cache hit rate missing")
 	}
+	// The fast variant's goodput is several times the slow one's; with
+	// three trials on a loaded machine (the race detector, other tests)
+	// the interval may still reach 1, so the verdict may be inconclusive,
+	// never "does not pay" (TestBreakEven covers the rule itself).
 	v := x.Verdicts[0]
-	if v.CostRatio != 1 || v.Outcome != "pays" || v.GoodputRatio.Lo() <= 1 {
+	if v.CostRatio != 1 || v.GoodputRatio.N != 3 || v.GoodputRatio.Mean < 1.5 || (v.Outcome != "pays" && v.Outcome != "inconclusive") {
 		t.Fatalf("verdict %+v", v)
 	}
 	rep := NewReport("experiment", runs, DefaultHitCriteria())
@@ -128,7 +133,7 @@ cost_per_worker_hour: 1
 	if err := rep.WriteText(&sb); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(sb.String(), "PAYS") || !strings.Contains(sb.String(), "±") {
+	if !strings.Contains(sb.String(), "break-even") || !strings.Contains(sb.String(), "±") {
 		t.Fatalf("text report:\n%s", sb.String())
 	}
 	// Saved and loaded, the two variants compare the same way.
@@ -157,7 +162,8 @@ cost_per_worker_hour: 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cx.Verdicts[0].Outcome != "pays" || cx.Verdicts[0].GoodputRatio.N != 3 {
+	// The saved trials compare as they ran: the same paired ratios.
+	if cx.Verdicts[0].GoodputRatio.N != 3 || math.Abs(cx.Verdicts[0].GoodputRatio.Mean-v.GoodputRatio.Mean) > 0.01*v.GoodputRatio.Mean {
 		t.Fatalf("compare verdict %+v", cx.Verdicts[0])
 	}
 }
