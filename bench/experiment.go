@@ -150,6 +150,9 @@ func (s *ExperimentSpec) Plan(resources ResourceFunc, resourceFlags []string) ([
 	if s.Trials < 1 || s.Trials > 100 {
 		return nil, fmt.Errorf("experiment: trials %d must be in [1, 100]", s.Trials)
 	}
+	if !(s.CostPerWorkerHour >= 0) || math.IsInf(s.CostPerWorkerHour, 0) || !(s.Base.CostPerHour >= 0) || math.IsInf(s.Base.CostPerHour, 0) {
+		return nil, errors.New("experiment: costs must be non-negative numbers")
+	}
 	vs := s.Variants
 	if len(s.Values) > 0 {
 		if len(vs) > 0 {

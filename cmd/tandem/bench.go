@@ -352,8 +352,8 @@ the per-mode table. A mode the router does not support is an error row.`,
 			var results []*bench.Result
 			switch {
 			case startServer:
-				if len(b.urls) > 0 {
-					return errors.New("--start-server starts its own servers: drop --url")
+				if len(b.urls) > 0 || len(b.serve) > 0 {
+					return errors.New("--start-server starts its own servers: drop --url and --serve")
 				}
 				log, err := newLogger(cmd)
 				if err != nil {
@@ -466,6 +466,9 @@ adds to TTFT and E2E, and both throughputs. --requests counts requests per targe
 				}
 				ls = append(ls, n)
 			}
+			if len(b.serve) > 0 {
+				return errors.New("frontend-overhead compares a worker with the frontend in front of it: give both as --url")
+			}
 			if len(b.urls) != 2 {
 				return fmt.Errorf("frontend-overhead needs exactly two --url values (the worker's, then the frontend's), got %d", len(b.urls))
 			}
@@ -550,8 +553,8 @@ fills the caches, is left out), then the usual summary.`,
     --url http://127.0.0.1:8001 --label auto --url http://127.0.0.1:8002 --label always`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(b.urls) == 0 {
-				return errors.New("disagg-ttft needs --url (one per configuration: the first is the baseline)")
+			if len(b.urls)+len(b.serve) == 0 {
+				return errors.New("disagg-ttft needs --url or --serve (one per configuration: the first is the baseline)")
 			}
 			ep, err := b.endpointValue()
 			if err != nil {
@@ -572,6 +575,11 @@ fills the caches, is left out), then the usual summary.`,
 			if o.Concurrency == 0 && o.Rate == 0 {
 				o.Concurrency = 1 // TTFT without queueing behind our own requests
 			}
+			stop, err := b.startTargets(cmd, &o)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			res, err := bench.Run(cmd.Context(), &wl, o)
 			if err != nil {
 				return err

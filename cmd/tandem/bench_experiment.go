@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -130,6 +131,9 @@ func (b *benchFlags) costs(rep *bench.Report) (map[string]float64, error) {
 	if len(b.costPerHour) == 0 {
 		return nil, nil
 	}
+	if err := b.checkCosts(); err != nil {
+		return nil, err
+	}
 	out := map[string]float64{}
 	for _, res := range rep.Runs {
 		if len(b.costPerHour) != 1 && len(b.costPerHour) != len(res.Labels) {
@@ -144,6 +148,16 @@ func (b *benchFlags) costs(rep *bench.Report) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkCosts refuses a negative, NaN or infinite --cost-per-hour.
+func (b *benchFlags) checkCosts() error {
+	for _, c := range b.costPerHour {
+		if !(c >= 0) || math.IsInf(c, 0) {
+			return fmt.Errorf("--cost-per-hour %v: want a non-negative number", c)
+		}
+	}
+	return nil
 }
 
 func (b *benchFlags) sloValue() (bench.SLO, error) { return bench.ParseSLO(b.slo) }
@@ -309,8 +323,8 @@ first's, the whole interval above it.`,
 				return err
 			}
 			o.Concurrency, o.Rate, o.Requests, o.Duration, o.Warmup = wo.Concurrency, wo.Rate, wo.Requests, wo.Duration, wo.Warmup
-			if len(o.Targets) > 0 {
-				return errors.New("experiment: the file names the deployments; drop --url")
+			if len(o.Targets) > 0 || len(b.serve) > 0 {
+				return errors.New("experiment: the file names the deployments; drop --url and --serve")
 			}
 			key := b.apiKey
 			if key == "" {
@@ -368,6 +382,9 @@ against the cost ratio (--cost-per-hour A,B) for the break-even verdict. --slo r
 				if slo, err = b.sloValue(); err != nil {
 					return err
 				}
+			}
+			if err := b.checkCosts(); err != nil {
+				return err
 			}
 			var ca, cb float64
 			switch len(b.costPerHour) {
