@@ -200,14 +200,19 @@ func Run(ctx context.Context, wl Workload, o Options) (*Result, error) {
 	}
 	r.prog = o.Progress.begin(wl.Name()+o.LabelSuffix, total, o.Duration)
 	r.cancel = make([]atomic.Int64, len(r.eps))
-	r.origin = time.Now()
+	// The baseline scrapes come before the run's clock starts: a slow
+	// /metrics must not count as the run's time.
 	var scrapers []*scraper
 	if o.ScrapeEvery > 0 {
 		for _, ep := range r.eps {
 			sc := newScraper(httpc, ep.base, ep.APIKey, o.ScrapeEvery)
-			sc.start(ctx, r.origin)
+			sc.baseline(ctx)
 			scrapers = append(scrapers, sc)
 		}
+	}
+	r.origin = time.Now()
+	for _, sc := range scrapers {
+		sc.start(ctx, r.origin)
 	}
 	if o.Duration > 0 {
 		r.stopAt = r.origin.Add(o.Duration)

@@ -213,10 +213,16 @@ func (s *scraper) scrape(ctx context.Context) {
 	s.out.Series = append(s.out.Series, snap.sample)
 }
 
-// start takes the baseline scrape and polls until stop.
-func (s *scraper) start(ctx context.Context, origin time.Time) {
-	s.origin = origin
+// baseline takes the scrape the run's counters are counted from; its
+// sample sits at 0 ms.
+func (s *scraper) baseline(ctx context.Context) {
+	s.origin = time.Now()
 	s.scrape(ctx)
+}
+
+// start polls every s.every until stop, on the run's clock.
+func (s *scraper) start(ctx context.Context, origin time.Time) {
+	s.origin = origin // before the goroutine starts: it reads it
 	s.wg.Go(func() {
 		t := time.NewTicker(s.every)
 		defer t.Stop()
