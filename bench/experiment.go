@@ -400,7 +400,7 @@ func trialFigures(res *Result, label string, slo SLO, cost float64) map[string]f
 			recs = append(recs, res.Records[i])
 		}
 	}
-	g := goodputOf(recs, slo, s.ElapsedS, cost)
+	g := goodputOf(recs, slo, res.Elapsed.Seconds(), cost)
 	ov, ca := overlapShares(recs)
 	f := map[string]float64{
 		"goodput_tok_per_s": g.TokPerS, "slo_attainment": g.Attainment, "out_tok_per_s": s.OutTokPerS, "req_per_s": s.ReqPerS,

@@ -258,7 +258,7 @@ func (r *Report) sweepPoints() []SweepPoint {
 					}
 				}
 				p.ReqPerS, p.OutTokPerS, p.Errors, p.TTFT, p.ITL, p.E2E = s.ReqPerS, s.OutTokPerS, s.Errors, s.TTFT, s.ITL, s.E2E
-				p.Goodput = goodputOf(recs, r.SLO, s.ElapsedS, r.costs[l])
+				p.Goodput = goodputOf(recs, r.SLO, res.Elapsed.Seconds(), r.costs[l])
 				p.Overlap, p.CachedShare = overlapShares(recs)
 			}
 			out = append(out, p)
