@@ -249,3 +249,35 @@ func TestBenchAgainstVLLMWorkerAndPlainServer(t *testing.T) {
 		}
 	}
 }
+
+// TestServeResources checks what an experiment counts as a started
+// deployment's resources.
+func TestServeResources(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		workers float64
+	}{
+		{nil, 2},
+		{[]string{"--workers=3"}, 3},
+		{[]string{"--prefill-workers=1", "--decode-workers=2"}, 3},
+		{[]string{"--prefill-workers=1", "--workers=2"}, 3}, // decode workers default to --workers
+		{[]string{"--prefill-workers=1", "--decode-workers=1", "--disagg=never"}, 2},
+	} {
+		s, err := parseServe(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := s.resources(); r["workers"] != tc.workers || r["kv_capacity_tokens"] <= 0 {
+			t.Errorf("%v: resources %v, want %v workers", tc.args, r, tc.workers)
+		}
+		if s.cfg.HTTPAddr != "127.0.0.1:0" {
+			t.Errorf("%v: a started server listens on %s, want a fresh loopback port", tc.args, s.cfg.HTTPAddr)
+		}
+	}
+	if _, err := parseServe([]string{"--no-such-flag"}); err == nil {
+		t.Error("an unknown flag was accepted")
+	}
+	if _, err := parseServe([]string{"stray"}); err == nil {
+		t.Error("a stray argument was accepted")
+	}
+}
