@@ -60,6 +60,10 @@ type Deployment struct {
 	// derives it for started servers and needs it for URLs.
 	Resources   map[string]float64 `yaml:"resources"`
 	CostPerHour float64            `yaml:"cost_per_hour"`
+	// Config describes a URL deployment (engine, model, router, ...) so
+	// bench can check that URL variants differ in the variable alone, as
+	// it checks started ones by their flags.
+	Config map[string]string `yaml:"config"`
 }
 
 // Variant is one value of the variable.
@@ -132,6 +136,7 @@ type VariantPlan struct {
 	Serve       map[string]string  `json:"serve,omitempty"`
 	Resources   map[string]float64 `json:"resources"`
 	CostPerHour float64            `json:"cost_per_hour"`
+	Config      map[string]string  `json:"config,omitempty"`
 }
 
 // ResourceFunc tells what a started deployment would use, and whether
@@ -198,6 +203,17 @@ func (s *ExperimentSpec) Plan(resources ResourceFunc, resourceFlags []string) ([
 			if len(p.Resources) == 0 {
 				p.Resources = s.Base.Resources
 			}
+			p.Config = maps.Clone(s.Base.Config)
+			if p.Config == nil {
+				p.Config = map[string]string{}
+			}
+			maps.Copy(p.Config, x.Config)
+			if x.Value != "" {
+				if cv, ok := x.Config[v]; ok && cv != x.Value {
+					return nil, fmt.Errorf("experiment: variant %s sets config %s to %q and its value to %q", p.Name, v, cv, x.Value)
+				}
+				p.Config[v] = x.Value
+			}
 			if len(p.Resources) == 0 {
 				return nil, fmt.Errorf("experiment: variant %s is a URL: say what it uses (resources: {workers: N})", p.Name)
 			}
@@ -231,6 +247,14 @@ func (s *ExperimentSpec) Plan(resources ResourceFunc, resourceFlags []string) ([
 		}
 		plans = append(plans, p)
 	}
+	// Described URL deployments must differ in the variable alone.
+	for _, p := range plans[1:] {
+		for _, k := range slices.Sorted(maps.Keys(mergeKeys(p.Config, plans[0].Config))) {
+			if k != v && p.Config[k] != plans[0].Config[k] {
+				return nil, fmt.Errorf("experiment: %s and %s differ in %s as well as %s; an experiment changes one thing", p.Name, plans[0].Name, k, v)
+			}
+		}
+	}
 	if !slices.Contains(resourceFlags, v) && v != "resources" {
 		for _, p := range plans[1:] {
 			if !maps.Equal(p.Resources, plans[0].Resources) {
@@ -240,6 +264,18 @@ func (s *ExperimentSpec) Plan(resources ResourceFunc, resourceFlags []string) ([
 		}
 	}
 	return plans, nil
+}
+
+// mergeKeys is the union of two maps' keys.
+func mergeKeys(a, b map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
 }
 
 func resText(m map[string]float64) string {

@@ -33,6 +33,8 @@ func TestExperimentPlanRefusals(t *testing.T) {
 		{"url without resources", "variable: engine\nvariants:\n- {name: a, url: 'http://127.0.0.1:1'}\n- {name: b, url: 'http://127.0.0.1:2'}\n", "resources"},
 		{"urls with unequal resources", "variable: engine\nvariants:\n- {name: a, url: 'http://127.0.0.1:1', resources: {gpus: 2}}\n- {name: b, url: 'http://127.0.0.1:2', resources: {gpus: 4}}\n", "equal resources"},
 		{"no variable", "values: [a, b]\n", "one thing"},
+		{"urls described as differing twice", "variable: engine\nbase: {resources: {gpus: 1}}\nvariants:\n- {name: a, value: vllm, url: 'http://h:1', config: {model: m1}}\n- {name: b, value: sglang, url: 'http://h:2', config: {model: m2}}\n", "differ in model as well as engine"},
+		{"urls described as differing once", "variable: engine\nbase: {resources: {gpus: 1}, config: {model: m}}\nvariants:\n- {name: a, value: vllm, url: 'http://h:1'}\n- {name: b, value: sglang, url: 'http://h:2'}\n", ""},
 		{"duplicate names", "variable: x\nvariants:\n- {name: a, value: '1'}\n- {name: a, value: '2'}\n", "two variants"},
 	} {
 		spec, err := ParseExperiment(strings.NewReader(tc.yaml))
