@@ -192,17 +192,26 @@ func RunSweep(ctx context.Context, wl Workload, o Options, sw Sweep) ([]*Result,
 	return out, nil
 }
 
-// saturated reports whether any target fell behind the offered rate or
-// missed the SLO too often at this point.
+// saturated reports whether any target fell behind the offered load or
+// missed the SLO too often at this point. The offered load is the rate the
+// Poisson arrivals actually had (requests over the last scheduled time),
+// not the nominal rate: a short run's arrival count is itself random
+// (±1/√n), and against the nominal rate that noise alone would read as
+// saturation.
 func (sw *Sweep) saturated(res *Result) bool {
 	for _, s := range summarize([]*Result{res}, nil) {
-		if res.Rate > 0 && s.ReqPerS < sw.SatThroughput*res.Rate {
-			return true
-		}
 		var recs []Record
+		last := 0.0
 		for i := range res.Records {
 			if res.Records[i].Label == s.Label {
 				recs = append(recs, res.Records[i])
+				last = max(last, res.Records[i].ScheduledMs)
+			}
+		}
+		if res.Rate > 0 && last > 0 && len(recs) > 0 {
+			offered := float64(len(recs)) / (last / 1000)
+			if s.ReqPerS < sw.SatThroughput*offered {
+				return true
 			}
 		}
 		if g := goodputOf(recs, sw.SLO, s.ElapsedS, 0); !sw.SLO.IsZero() && g.Attainment < sw.SatAttainment {

@@ -90,7 +90,7 @@ func TestSweepSaturates(t *testing.T) {
 	s := f.start(t)
 	wl := &Synthetic{Endpoint: Chat, Input: FixedDist(10), Output: FixedDist(1), Seed: 1}
 	sw, _ := ParseSweep("rate=saturate:10")
-	o := Options{Targets: []Target{{URL: s.URL}}, Duration: 400 * time.Millisecond, Timeout: 5 * time.Second}
+	o := Options{Targets: []Target{{URL: s.URL}}, Duration: 800 * time.Millisecond, Timeout: 5 * time.Second}
 	runs, err := RunSweep(context.Background(), wl, o, sw)
 	if err != nil {
 		t.Fatal(err)
