@@ -110,6 +110,10 @@ func TestMaxRateWithCollection(t *testing.T) {
 	url := cannedServer(t).URL
 	rate := maxRate(t, url, 16, 2000, true)
 	t.Logf("ceiling with all collection on: %.0f req/s (%.0f× the fastest scenario's %d req/s)", rate, rate/highestScenarioRate, highestScenarioRate)
+	if raceEnabled {
+		t.Log("race detector on: its slowdown is not the tool's, so the floor is not held")
+		return
+	}
 	if rate < 5*highestScenarioRate {
 		t.Fatalf("ceiling %.0f req/s is below 5 × %d req/s", rate, highestScenarioRate)
 	}
