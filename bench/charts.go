@@ -304,3 +304,92 @@ func (r *Report) charts() []chart {
 			SVG: r.hitChart("chart-hits")},
 	}
 }
+
+// extraCharts are the figures only some reports have: sweep curves, the
+// per-trial spread of an experiment, and the servers' queues over time.
+func (r *Report) extraCharts() []chart {
+	var out []chart
+	if len(r.Sweep) > 0 {
+		xl := r.Sweep[0].Var
+		if xl == SweepInput {
+			xl = "mean input length (tokens)"
+		}
+		curve := func(get func(p *SweepPoint) float64, suffix string) []chartSeries {
+			var order []string
+			by := map[string]*chartSeries{}
+			for i := range r.Sweep {
+				p := &r.Sweep[i]
+				if p.Error != "" {
+					continue
+				}
+				s := by[p.Target]
+				if s == nil {
+					s = &chartSeries{Name: p.Target + suffix}
+					by[p.Target] = s
+					order = append(order, p.Target)
+				}
+				s.X, s.Y = append(s.X, p.X), append(s.Y, get(p))
+			}
+			var ss []chartSeries
+			for _, t := range order {
+				ss = append(ss, *by[t])
+			}
+			return ss
+		}
+		ttft := append(curve(func(p *SweepPoint) float64 { return p.TTFT.P50 }, " p50"), curve(func(p *SweepPoint) float64 { return p.TTFT.P99 }, " p99")...)
+		itl := append(curve(func(p *SweepPoint) float64 { return p.ITL.P50 }, " p50"), curve(func(p *SweepPoint) float64 { return p.ITL.P99 }, " p99")...)
+		good := append(curve(func(p *SweepPoint) float64 { return p.Goodput.TokPerS }, " goodput"), curve(func(p *SweepPoint) float64 { return p.OutTokPerS }, " all output")...)
+		out = append(out,
+			chart{ID: "chart-sweep-ttft", Caption: "TTFT p50 and p99 at each point of the sweep; the dashed line is the SLO.",
+				SVG: lineChart("chart-sweep-ttft", "TTFT against "+xl, axis{Label: xl}, axis{Label: "TTFT (ms)", Ref: r.SLO.TTFTMs, RefLabel: "SLO"}, ttft)},
+			chart{ID: "chart-sweep-itl", Caption: "Inter-token gap p50 and p99 at each point; the dashed line is the SLO (a request's mean gap).",
+				SVG: lineChart("chart-sweep-itl", "ITL against "+xl, axis{Label: xl}, axis{Label: "ITL (ms)", Ref: r.SLO.ITLMs, RefLabel: "SLO"}, itl)},
+			chart{ID: "chart-sweep-goodput", Caption: "Output tokens/s of requests that met every SLO bound, beside all successful output.",
+				SVG: lineChart("chart-sweep-goodput", "Goodput against "+xl, axis{Label: xl}, axis{Label: "output tokens/s"}, good)})
+	}
+	if x := r.Experiment; x != nil && len(x.Variants) > 0 {
+		n := 0
+		for _, v := range x.Variants {
+			n = max(n, len(v.Figures["goodput_tok_per_s"].Values))
+		}
+		var cats []string
+		for t := range n {
+			cats = append(cats, fmt.Sprintf("trial %d", t+1))
+		}
+		var ss []chartSeries
+		for _, v := range x.Variants {
+			s := chartSeries{Name: v.Name}
+			vals := v.Figures["goodput_tok_per_s"].Values
+			for t := range n {
+				y := 0.0
+				if t < len(vals) {
+					y = vals[t]
+				}
+				s.Y = append(s.Y, y)
+			}
+			ss = append(ss, s)
+		}
+		out = append(out, chart{ID: "chart-trials", Caption: "Goodput of every trial of every variant: the spread behind the intervals.",
+			SVG: barChart("chart-trials", "Goodput per trial", cats, ss, "goodput tok/s", 0, nil)})
+	}
+	var qs []chartSeries
+	seen := map[string]bool{}
+	for _, res := range r.Runs {
+		for i, l := range res.Labels {
+			if seen[l] || i >= len(res.Server) || res.Server[i] == nil || len(res.Server[i].Series) == 0 {
+				continue
+			}
+			seen[l] = true
+			s := chartSeries{Name: l}
+			for _, p := range res.Server[i].Series {
+				s.X, s.Y = append(s.X, p.Ms/1000), append(s.Y, p.Waiting+p.Queued)
+			}
+			qs = append(qs, s)
+		}
+	}
+	if len(qs) > 0 {
+		out = append(out, chart{ID: "chart-server-queue", Caption: "Requests waiting in the server (engine queue + frontend queue, from /metrics) on the records' clock; first run of each target.",
+			SVG: lineChart("chart-server-queue", "Server queue over time", axis{Label: "time since start (s)"}, axis{Label: "requests waiting"}, qs)})
+	}
+	return out
+}

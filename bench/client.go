@@ -213,7 +213,8 @@ func errorMessage(body []byte) string {
 // user stopped the run, and the request says nothing about the target.
 func (c *client) do(ctx context.Context, ep *endpoint, req *Request, due, origin time.Time) (rec Record, reply Reply, cancelled bool) {
 	rec = Record{Target: ep.index, Label: ep.Label, URL: ep.base, Session: req.Tag.Session, Turn: req.Tag.Turn,
-		Prefix: req.Tag.Prefix, Round: req.Tag.Round, TTFTMs: -1, CachedTokens: -1, InputTokens: req.InputTokens}
+		Prefix: req.Tag.Prefix, Round: req.Tag.Round, TTFTMs: -1, CachedTokens: -1, InputTokens: req.InputTokens,
+		OverlapTokens: req.OverlapTokens}
 	body, err := c.body(ep.Model, req)
 	if err != nil {
 		rec.ErrorKind, rec.Error = ErrDecode, err.Error()

@@ -28,6 +28,13 @@ type fakeServer struct {
 	Cut       int // every Nth request's stream stops half-way, no [DONE]
 	ErrEvent  int // every Nth request gets an SSE error event
 	Serialize bool
+	// Metrics serves GET /metrics with vLLM's prefix-cache counters and
+	// queue gauge; Plain leaves out every extension a bare OpenAI server
+	// lacks (usage in streams, cached_tokens, the worker header).
+	Metrics bool
+	Plain   bool
+
+	queries, hits, inflight atomic.Int64
 
 	n      atomic.Int64
 	mu     sync.Mutex
@@ -44,6 +51,14 @@ func (f *fakeServer) start(t testing.TB) *httptest.Server {
 	})
 	mux.HandleFunc("POST /v1/chat/completions", f.generate)
 	mux.HandleFunc("POST /v1/completions", f.generate)
+	if f.Metrics {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintf(w, "# HELP vllm:prefix_cache_queries_total q\n# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{model_name=\"fake-model\"} %d\n"+
+				"# HELP vllm:prefix_cache_hits_total h\n# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{model_name=\"fake-model\"} %d\n"+
+				"# HELP vllm:num_requests_waiting w\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"fake-model\"} %d\n",
+				f.queries.Load(), f.hits.Load(), f.inflight.Load())
+		})
+	}
 	s := httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -108,7 +123,11 @@ func (f *fakeServer) generate(w http.ResponseWriter, r *http.Request) {
 		f.seen[key] = true
 		f.mu.Unlock()
 	}
-	if f.Worker != "" {
+	f.queries.Add(int64(inTok))
+	f.hits.Add(int64(cached))
+	f.inflight.Add(1)
+	defer f.inflight.Add(-1)
+	if f.Worker != "" && !f.Plain {
 		w.Header().Set("X-Tandem-Worker", f.Worker)
 	}
 	stream, _ := body["stream"].(bool)
@@ -151,6 +170,10 @@ func (f *fakeServer) generate(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, `data: {"choices":[{"index":0,"text":" tok%d","finish_reason":null}]}`+"\n\n", k)
 		}
 		fl.Flush()
+	}
+	if f.Plain {
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		return
 	}
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":%s}\n\ndata: [DONE]\n\n", usage)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -61,6 +62,23 @@ figcaption { font-size: 12px; color: #555; padding: 4px 6px; }
 {{end}}{{end}}</table>
 <p class="note">{{.Criteria}}. "Workers per prefix" sums, over prefixes, the distinct workers that served it: equal to the number of prefixes when routing kept every prefix on one worker.</p>{{end}}
 
+{{if .Experiment}}<h2>Experiment: {{.Experiment.Name}}</h2>
+<p class="note">One variable: <b>{{.Experiment.Variable}}</b>; {{.Experiment.Trials}} trial(s) in interleaved order; every figure is the mean over trials ± the 95% confidence interval (Student's t).</p>
+<table id="experiment">
+<tr><th>figure</th>{{range .Experiment.Variants}}<th>{{.Name}}</th>{{end}}</tr>
+{{range .ExpRows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+<table id="verdict"><tr><th>variant</th><th>baseline</th><th>goodput ratio (95% CI)</th><th>cost ratio D/A</th><th>verdict</th><th>why</th></tr>
+{{range .Experiment.Verdicts}}<tr><td>{{.Variant}}</td><td>{{.Baseline}}</td><td>{{.GoodputRatio}}</td><td>{{f2 .CostRatio}}</td><td><b>{{.Outcome}}</b></td><td style="text-align:left">{{.Reason}}</td></tr>
+{{end}}</table>
+<p class="note">Break-even: a variant pays when its goodput ÷ the baseline's is above its cost ÷ the baseline's, with the whole interval above the line.</p>{{end}}
+
+{{if .Sweep}}<h2>Sweep</h2>
+<table id="sweep"><tr><th>target</th><th>{{(index .Sweep 0).Var}}</th><th>req/s</th><th>out tok/s</th><th>goodput tok/s</th><th>SLO met</th><th>TTFT p50</th><th>TTFT p99</th><th>ITL p50</th><th>ITL p99</th><th>E2E p99</th><th>errors</th><th>generated overlap</th><th>observed cached</th></tr>
+{{range .Sweep}}{{if .Error}}<tr><td>{{.Target}}</td><td>{{.Value}}</td><td class="err" colspan="12">error: {{.Error}}</td></tr>
+{{else}}<tr><td>{{.Target}}</td><td>{{.Value}}</td><td>{{f2 .ReqPerS}}</td><td>{{f1 .OutTokPerS}}</td><td>{{f1 .Goodput.TokPerS}}</td><td>{{pct .Goodput.Attainment}}</td><td>{{f1 .TTFT.P50}}</td><td>{{f1 .TTFT.P99}}</td><td>{{f2 .ITL.P50}}</td><td>{{f2 .ITL.P99}}</td><td>{{f1 .E2E.P99}}</td><td>{{.Errors}}</td><td>{{pct .Overlap}}</td><td>{{if lt .CachedShare 0.0}}not reported{{else}}{{pct .CachedShare}}{{end}}</td></tr>
+{{end}}{{end}}</table>{{end}}
+
 <h2>Charts</h2>
 <div class="charts">
 {{range .Charts}}<figure id="fig-{{.ID}}">{{.SVG}}<figcaption>{{.Caption}}</figcaption></figure>
@@ -100,12 +118,16 @@ type htmlData struct {
 		ID, Caption string
 		SVG         template.HTML
 	}
-	Errors []errorLine
+	Errors     []errorLine
+	Experiment *ExperimentResult
+	ExpRows    [][]string
+	Sweep      []SweepPoint
 }
 
 // WriteHTML writes the self-contained HTML report.
 func (r *Report) WriteHTML(w io.Writer) error {
-	t, err := template.New("report").Funcs(template.FuncMap{"f1": f1, "f2": f2, "ms": msOrDash}).Parse(htmlPage)
+	t, err := template.New("report").Funcs(template.FuncMap{"f1": f1, "f2": f2, "ms": msOrDash,
+		"pct": func(v float64) string { return f1(100*v) + "%" }}).Parse(htmlPage)
 	if err != nil {
 		return fmt.Errorf("report template: %w", err)
 	}
@@ -137,7 +159,27 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	if len(r.Hits) > 0 {
 		d.HitLines = r.hitLines()
 	}
-	for _, c := range r.charts() {
+	d.Experiment, d.Sweep = r.Experiment, r.Sweep
+	if x := r.Experiment; x != nil {
+		res := []string{"resources"}
+		cost := []string{"cost per hour"}
+		for _, v := range x.Variants {
+			res, cost = append(res, resText(v.Resources)), append(cost, strconv.FormatFloat(v.CostPerHour, 'f', -1, 64))
+		}
+		d.ExpRows = append(d.ExpRows, res, cost)
+		for _, f := range x.sortedFigures() {
+			row := []string{f}
+			for _, v := range x.Variants {
+				if c, ok := v.Figures[f]; ok {
+					row = append(row, c.String())
+				} else {
+					row = append(row, "-")
+				}
+			}
+			d.ExpRows = append(d.ExpRows, row)
+		}
+	}
+	for _, c := range append(r.charts(), r.extraCharts()...) {
 		// The SVG is built by svg.go, which escapes every text it embeds.
 		d.Charts = append(d.Charts, struct {
 			ID, Caption string

@@ -56,6 +56,9 @@ func (p *PrefixReuse) NewSession(i, _ int) Session {
 	appendWords(&sb, newRNG(p.Seed, 8, uint64(i)), p.TailWords)
 	req := &Request{Endpoint: p.Endpoint, MaxTokens: p.Output, IgnoreEOS: p.IgnoreEOS, InputTokens: p.PrefixWords + p.TailWords,
 		Tag: Tag{Session: i, Prefix: prefix, Round: round}}
+	if round > 0 {
+		req.OverlapTokens = p.PrefixWords
+	}
 	if p.Endpoint == Completions {
 		req.Prompt = sb.String()
 	} else {

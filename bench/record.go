@@ -30,6 +30,11 @@ type Record struct {
 	ITLMs        []float64 `json:"itl_ms"`
 	InputTokens  int       `json:"input_tokens"`
 	OutputTokens int       `json:"output_tokens"`
+	// OverlapTokens is how much of the prompt the workload built to be
+	// shared with an earlier request (a common prefix, a conversation's
+	// history): the generated overlap. Whether the server found it cached
+	// is CachedTokens, which may be less (capacity, routing, eviction).
+	OverlapTokens int `json:"overlap_tokens"`
 	// CachedTokens is usage.prompt_tokens_details.cached_tokens, -1 when
 	// the server did not report it.
 	CachedTokens int `json:"cached_tokens"`

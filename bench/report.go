@@ -59,6 +59,14 @@ type Report struct {
 	Ratios    []Ratio       `json:"ratios,omitempty"`
 	Hits      []HitRow      `json:"hits,omitempty"`
 	Overhead  []OverheadRow `json:"frontend_overhead,omitempty"`
+	// SLO is what goodput was judged against (empty: every success).
+	SLO SLO `json:"slo"`
+	// Sweep holds one point per load level of a sweep.
+	Sweep []SweepPoint `json:"sweep,omitempty"`
+	// Experiment is set on an experiment's report.
+	Experiment *ExperimentResult `json:"experiment,omitempty"`
+	// costs is the hourly cost per label (ApplySLO).
+	costs map[string]float64
 }
 
 // Scenario names with their own report sections.
@@ -99,6 +107,7 @@ func NewReport(scenario string, runs []*Result, crit HitCriteria) *Report {
 	if scenario == ScenarioFrontendOverhead {
 		r.Overhead = overheadRows(runs)
 	}
+	r.ApplySLO(SLO{}, nil)
 	return r
 }
 
@@ -215,6 +224,17 @@ func summaryRows(r *Report) []summaryRow {
 			}
 			return fmt.Sprintf("%d (%.1f%% of input)", s.CachedTokens, 100*float64(s.CachedTokens)/float64(s.InputTokens))
 		}})
+	rows = append(rows, summaryRow{"generated overlap", "", func(s *Summary) string {
+		if s.OK == 0 || s.InputTokens == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d (%.1f%% of input)", s.OverlapTokens, 100*float64(s.OverlapTokens)/float64(s.InputTokens))
+	}})
+	rows = append(rows, goodputRows(r)...)
+	rows = append(rows, serverRows(r)...)
+	if slices.ContainsFunc(r.Summaries, func(s Summary) bool { return s.Cancelled > 0 }) {
+		rows = append(rows, summaryRow{"cancelled", "", func(s *Summary) string { return strconv.Itoa(s.Cancelled) }})
+	}
 	if slices.ContainsFunc(r.Summaries, func(s Summary) bool { return s.SendLag.P99 > 1 }) {
 		rows = append(rows, stat("send lag p99 ms", "", func(s *Summary) float64 { return s.SendLag.P99 }))
 	}
@@ -341,6 +361,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if len(r.Hits) > 0 {
 		r.writeHits(bw)
+	}
+	if len(r.Sweep) > 0 {
+		r.writeSweep(bw)
+	}
+	if r.Experiment != nil {
+		r.Experiment.writeText(bw)
 	}
 	r.writeErrors(bw)
 	if err := bw.Flush(); err != nil {
@@ -578,4 +604,173 @@ func (r *Report) writeCSV(w io.Writer) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// goodputRows are the SLO rows of the summary table.
+func goodputRows(r *Report) []summaryRow {
+	name := "goodput tok/s (every success)"
+	if !r.SLO.IsZero() {
+		name = "goodput tok/s (SLO " + r.SLO.String() + ")"
+	}
+	has := func(s *Summary) bool { return s.Goodput != nil && s.OK > 0 }
+	rows := []summaryRow{
+		{name, "goodput_tok_per_s", func(s *Summary) string {
+			if !has(s) {
+				return "-"
+			}
+			return f2(s.Goodput.TokPerS)
+		}},
+	}
+	if !r.SLO.IsZero() {
+		rows = append(rows, summaryRow{"SLO met", "", func(s *Summary) string {
+			if !has(s) {
+				return "-"
+			}
+			return fmt.Sprintf("%d/%d (%.1f%%)", s.Goodput.Met, s.Requests, 100*s.Goodput.Attainment)
+		}})
+	}
+	if slices.ContainsFunc(r.Summaries, func(s Summary) bool { return s.Goodput != nil && s.Goodput.CostPerHour > 0 }) {
+		rows = append(rows, summaryRow{"cost per M good tokens", "", func(s *Summary) string {
+			if !has(s) || s.Goodput.CostPerHour <= 0 {
+				return "-"
+			}
+			return costText(s.Goodput.CostPerMTok)
+		}})
+	}
+	return rows
+}
+
+func costText(c float64) string {
+	if c < 0 {
+		return "∞ (nothing met the SLO)"
+	}
+	return "$" + strconv.FormatFloat(c, 'f', 4, 64)
+}
+
+// serverRows are the rows from the targets' /metrics, when scraped.
+func serverRows(r *Report) []summaryRow {
+	if !slices.ContainsFunc(r.Summaries, func(s Summary) bool { return s.Server != nil }) {
+		return nil
+	}
+	cell := func(fam string, v func(m *ServerMetrics) string) func(s *Summary) string {
+		return func(s *Summary) string {
+			m := s.Server
+			switch {
+			case m == nil:
+				return "-"
+			case m.Scrapes == m.Failed:
+				return "not scraped"
+			case fam != "" && slices.Contains(m.Missing, fam):
+				return "not exported"
+			}
+			return v(m)
+		}
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	return []summaryRow{
+		{"server: prefix-cache hits / queries (tokens)", "", cell(famCacheHits, func(m *ServerMetrics) string {
+			return fmt.Sprintf("%s / %s (%.1f%%)", num(m.CacheHitTokens), num(m.CacheQueryTokens), 100*m.CacheHitRate)
+		})},
+		{"server: evicted blocks", "", cell(famEvictions, func(m *ServerMetrics) string { return num(m.Evictions) })},
+		{"server: preemptions", "", cell(famPreemptions, func(m *ServerMetrics) string { return num(m.Preemptions) })},
+		{"server: KV transfer bytes (transfers)", "", cell(famXferBytes, func(m *ServerMetrics) string {
+			return fmt.Sprintf("%s (%s)", num(m.TransferBytes), num(m.Transfers))
+		})},
+		{"server: disagg decisions", "", cell(famDisagg, func(m *ServerMetrics) string {
+			if len(m.DisaggDecisions) == 0 {
+				return "none"
+			}
+			var ks []string
+			for k, v := range m.DisaggDecisions {
+				ks = append(ks, k+" "+num(v))
+			}
+			sort.Strings(ks)
+			return strings.Join(ks, ", ")
+		})},
+		{"server: engine queue max / mean", "", cell(famWaiting, func(m *ServerMetrics) string {
+			return fmt.Sprintf("%s / %s", num(m.WaitingMax), num(m.WaitingMean))
+		})},
+		{"server: frontend queue max / mean", "", cell(famQueued, func(m *ServerMetrics) string {
+			return fmt.Sprintf("%s / %s", num(m.QueuedMax), num(m.QueuedMean))
+		})},
+		{"server: KV cache usage max", "", cell(famKVUsage, func(m *ServerMetrics) string { return fmt.Sprintf("%.1f%%", 100*m.KVUsageMax) })},
+	}
+}
+
+// writeSweep prints one line per target and point.
+func (r *Report) writeSweep(w io.Writer) {
+	fmt.Fprintf(w, "\nsweep of %s", r.Sweep[0].Var)
+	if !r.SLO.IsZero() {
+		fmt.Fprintf(w, " (SLO %s)", r.SLO)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tvalue\treq/s\tout tok/s\tgoodput tok/s\tSLO met\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tE2E p99\terrors\toverlap\tcached\t")
+	for _, p := range r.Sweep {
+		if p.Error != "" {
+			fmt.Fprintf(tw, "%s\t%s\terror\t\t\t\t\t\t\t\t\t\t\t\t\n", p.Target, p.Value)
+			continue
+		}
+		cached := "n/a"
+		if p.CachedShare >= 0 {
+			cached = fmt.Sprintf("%.1f%%", 100*p.CachedShare)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f%%\t%s\t\n", p.Target, p.Value, f2(p.ReqPerS), f1(p.OutTokPerS),
+			f1(p.Goodput.TokPerS), 100*p.Goodput.Attainment, f1(p.TTFT.P50), f1(p.TTFT.P99), f2(p.ITL.P50), f2(p.ITL.P99), f1(p.E2E.P99),
+			p.Errors, 100*p.Overlap, cached)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "latencies in ms; overlap: prompt tokens the workload shared with earlier requests; cached: what the server reported cached")
+}
+
+// LoadReport reads a report directory WriteDir wrote (summary.json and
+// records.jsonl), for `tandem bench compare`.
+func LoadReport(dir string) (*Report, error) {
+	f, err := os.Open(filepath.Join(dir, FileSummary))
+	if err != nil {
+		return nil, fmt.Errorf("loading a saved run: %w", err)
+	}
+	defer f.Close()
+	var r Report
+	if err := json.NewDecoder(io.LimitReader(f, 1<<30)).Decode(&r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, FileSummary), err)
+	}
+	rf, err := os.Open(filepath.Join(dir, FileRecordsJSONL))
+	if err != nil {
+		return nil, fmt.Errorf("loading a saved run: %w", err)
+	}
+	defer rf.Close()
+	type key struct {
+		run   int
+		label string
+	}
+	byRun := map[key]*Result{}
+	for _, res := range r.Runs {
+		if res == nil {
+			continue
+		}
+		for _, l := range res.Labels {
+			byRun[key{res.Run, l}] = res
+		}
+	}
+	sc := bufio.NewScanner(rf)
+	// A record holds every inter-token gap: a long stream is a long line.
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		var rec Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", filepath.Join(dir, FileRecordsJSONL), line, err)
+		}
+		res := byRun[key{rec.Run, rec.Label}]
+		if res == nil {
+			return nil, fmt.Errorf("%s line %d: run %d of %q is not in %s", filepath.Join(dir, FileRecordsJSONL), line, rec.Run, rec.Label, FileSummary)
+		}
+		res.Records = append(res.Records, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, FileRecordsJSONL), err)
+	}
+	return &r, nil
 }

@@ -148,15 +148,14 @@ func findChromium() string {
 	return ""
 }
 
-// TestReportRendersInChromium loads the HTML report in headless Chromium
-// and checks the rendered DOM holds every chart with drawn marks: the page
-// must work in a real browser, offline.
-func TestReportRendersInChromium(t *testing.T) {
+// chromiumDOM writes rep and returns the DOM headless Chromium renders
+// from it, skipping the test when no Chromium is installed.
+func chromiumDOM(t *testing.T, rep *Report) string {
+	t.Helper()
 	bin := findChromium()
 	if bin == "" {
 		t.Skip("chromium not installed (Debian: apt-get install -y chromium); skipping the browser check")
 	}
-	rep := sampleReport(t)
 	dir := t.TempDir()
 	if err := rep.WriteDir(dir); err != nil {
 		t.Fatal(err)
@@ -173,19 +172,110 @@ func TestReportRendersInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chromium: %v\n%s", err, stderr.String())
 	}
-	dom := string(out)
-	for _, id := range chartIDs() {
+	return string(out)
+}
+
+// checkCharts fails unless every chart id is an svg in dom with drawn
+// series or bars.
+func checkCharts(t *testing.T, dom string, ids []string) {
+	t.Helper()
+	for _, id := range ids {
 		re := regexp.MustCompile(`(?s)<svg[^>]*id="` + id + `".*?</svg>`)
 		svg := re.FindString(dom)
 		if svg == "" {
-			t.Errorf("rendered DOM has no svg#%s", id)
+			t.Errorf("DOM has no svg#%s", id)
 			continue
 		}
 		if !strings.Contains(svg, `class="series"`) && !strings.Contains(svg, `class="bar"`) {
 			t.Errorf("svg#%s has no drawn series or bars", id)
 		}
 	}
+}
+
+// TestReportRendersInChromium loads the HTML report in headless Chromium
+// and checks the rendered DOM holds every chart with drawn marks: the page
+// must work in a real browser, offline.
+func TestReportRendersInChromium(t *testing.T) {
+	dom := chromiumDOM(t, sampleReport(t))
+	checkCharts(t, dom, chartIDs())
 	if !strings.Contains(dom, `id="hits"`) || !strings.Contains(dom, "6/6") {
 		t.Error("the hit table did not render")
+	}
+}
+
+// experimentReport runs a two-variant experiment of two trials over fake
+// servers that serve /metrics, as a sweep-free report with every extra
+// section: intervals, verdict, per-trial spread and server queues.
+func experimentReport(t *testing.T) *Report {
+	t.Helper()
+	start := func(_ context.Context, serve map[string]string) (string, func(), error) {
+		f := &fakeServer{TTFT: 2 * time.Millisecond, TokenGap: time.Millisecond, Metrics: true}
+		s := f.start(t)
+		return s.URL, s.Close, nil
+	}
+	spec, err := ParseExperiment(strings.NewReader("name: x\nvariable: v\nvalues: [a, b]\nworkload: {input: 10, output: 4, requests: 4}\ntrials: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans, err := spec.Plan(fakeResources, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, o, _ := spec.Workload.Build(1)
+	o.ScrapeEvery = 5 * time.Millisecond
+	runs := RunExperiment(context.Background(), wl, o, plans, 2, start)
+	rep := NewReport("experiment", runs, DefaultHitCriteria())
+	rep.ApplySLO(SLO{TTFTMs: 500}, nil)
+	rep.Experiment = Analyze("x", "v", plans, runs, rep.SLO)
+	return rep
+}
+
+func sweepReport(t *testing.T) *Report {
+	t.Helper()
+	f := &fakeServer{TTFT: 2 * time.Millisecond, TokenGap: time.Millisecond, Metrics: true}
+	s := f.start(t)
+	sw, _ := ParseSweep("concurrency=1,2,3")
+	runs, err := RunSweep(context.Background(), &Synthetic{Endpoint: Chat, Input: FixedDist(10), Output: FixedDist(4), Seed: 1},
+		Options{Targets: []Target{{URL: s.URL}}, Requests: 6, ScrapeEvery: 5 * time.Millisecond}, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := NewReport("sweep", runs, DefaultHitCriteria())
+	rep.ApplySLO(SLO{TTFTMs: 50, ITLMs: 5}, nil)
+	return rep
+}
+
+// TestReportSweepAndExperimentSections checks the HTML of a sweep and of
+// an experiment: curves with the SLO line, the interval table, the
+// verdict, the per-trial bars and the server queue.
+func TestReportSweepAndExperimentSections(t *testing.T) {
+	for _, tc := range []struct {
+		rep    *Report
+		charts []string
+		want   []string
+	}{
+		{sweepReport(t), []string{"chart-sweep-ttft", "chart-sweep-itl", "chart-sweep-goodput", "chart-server-queue"}, []string{`id="sweep"`, `class="ref"`}},
+		{experimentReport(t), []string{"chart-trials", "chart-server-queue"}, []string{`id="experiment"`, `id="verdict"`, "±", "Break-even"}},
+	} {
+		var sb strings.Builder
+		if err := tc.rep.WriteHTML(&sb); err != nil {
+			t.Fatal(err)
+		}
+		checkCharts(t, sb.String(), tc.charts)
+		for _, w := range tc.want {
+			if !strings.Contains(sb.String(), w) {
+				t.Errorf("%s report: no %q in the HTML", tc.rep.Scenario, w)
+			}
+		}
+	}
+}
+
+func TestSweepAndExperimentRenderInChromium(t *testing.T) {
+	dom := chromiumDOM(t, sweepReport(t))
+	checkCharts(t, dom, []string{"chart-sweep-ttft", "chart-sweep-itl", "chart-sweep-goodput"})
+	dom = chromiumDOM(t, experimentReport(t))
+	checkCharts(t, dom, []string{"chart-trials"})
+	if !strings.Contains(dom, `id="verdict"`) {
+		t.Error("the verdict did not render")
 	}
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// experiment (several modes, several concurrency levels).
 	Run         int
 	LabelSuffix string
+	// ScrapeEvery, when positive, polls every target's /metrics this
+	// often during the run (plus once at its start and end) and puts what
+	// the server counted beside the records (Result.Server).
+	ScrapeEvery time.Duration
 }
 
 // Result is one run's records.
@@ -79,6 +83,16 @@ type Result struct {
 	// that failed to start); Records is then empty.
 	Error   string   `json:"error,omitempty"`
 	Records []Record `json:"-"`
+	// Cancelled counts, per target, requests cut by cancelling the run.
+	Cancelled []int `json:"cancelled,omitempty"`
+	// SweepVar, SweepValue and SweepX place a sweep's run: the variable,
+	// its value as given, and its position on the sweep's axis.
+	SweepVar   string  `json:"sweep_var,omitempty"`
+	SweepValue string  `json:"sweep_value,omitempty"`
+	SweepX     float64 `json:"sweep_x,omitempty"`
+	// Server is each target's /metrics over the run (Options.ScrapeEvery);
+	// nil entries when it was not scraped.
+	Server []*ServerMetrics `json:"server,omitempty"`
 }
 
 // isOpenLoop reports whether arrivals follow a schedule rather than
@@ -127,6 +141,7 @@ type runner struct {
 	seq     atomic.Int64
 	sem     chan struct{}
 	prog    *progressRun
+	cancel  []atomic.Int64
 	mu      sync.Mutex
 	records []Record
 }
@@ -184,7 +199,21 @@ func Run(ctx context.Context, wl Workload, o Options) (*Result, error) {
 		total = 0 // sessions have several turns: the request count is unknown
 	}
 	r.prog = o.Progress.begin(wl.Name()+o.LabelSuffix, total, o.Duration)
+	r.cancel = make([]atomic.Int64, len(r.eps))
+	// The baseline scrapes come before the run's clock starts: a slow
+	// /metrics must not count as the run's time.
+	var scrapers []*scraper
+	if o.ScrapeEvery > 0 {
+		for _, ep := range r.eps {
+			sc := newScraper(httpc, ep.base, ep.APIKey, o.ScrapeEvery)
+			sc.baseline(ctx)
+			scrapers = append(scrapers, sc)
+		}
+	}
 	r.origin = time.Now()
+	for _, sc := range scrapers {
+		sc.start(ctx, r.origin)
+	}
 	if o.Duration > 0 {
 		r.stopAt = r.origin.Add(o.Duration)
 	}
@@ -194,6 +223,12 @@ func Run(ctx context.Context, wl Workload, o Options) (*Result, error) {
 		r.closedLoop(ctx, limit)
 	}
 	res.Elapsed = time.Since(r.origin)
+	for _, sc := range scrapers {
+		res.Server = append(res.Server, sc.stop(ctx))
+	}
+	for i := range r.cancel {
+		res.Cancelled = append(res.Cancelled, int(r.cancel[i].Load()))
+	}
 	r.prog.end()
 	res.Start, res.Records, res.Interrupted = r.origin, r.records, ctx.Err() != nil
 	// Completion order is an accident of timing; issue order is the run.
@@ -358,6 +393,7 @@ func (r *runner) session(ctx context.Context, i int, ep *endpoint, due time.Time
 			<-r.sem
 		}
 		if cancelled {
+			r.cancel[ep.index].Add(1)
 			return
 		}
 		rec.Seq = seq

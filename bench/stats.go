@@ -72,7 +72,9 @@ type Summary struct {
 	OutputTokens int64   `json:"output_tokens"`
 	// CachedTokens sums cached_tokens over the requests that reported it
 	// (CachedReports of them).
-	CachedTokens  int64          `json:"cached_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+	// OverlapTokens sums the generated overlap (Record.OverlapTokens).
+	OverlapTokens int64          `json:"overlap_tokens"`
 	CachedReports int            `json:"cached_reports"`
 	TTFT          Stats          `json:"ttft_ms"`
 	ITL           Stats          `json:"itl_ms"`
@@ -81,6 +83,14 @@ type Summary struct {
 	Workers       map[string]int `json:"workers,omitempty"`
 	// Hits totals prefix-reuse hits over runs; nil for other workloads.
 	Hits *HitRow `json:"hits,omitempty"`
+	// Cancelled counts requests cut by the user (Ctrl-C): neither
+	// successes nor errors.
+	Cancelled int `json:"cancelled,omitempty"`
+	// Goodput is what met the report's SLO (Report.ApplySLO).
+	Goodput *Goodput `json:"goodput,omitempty"`
+	// Server holds what the target's /metrics said over the runs
+	// (nil when it was not scraped).
+	Server *ServerMetrics `json:"server,omitempty"`
 }
 
 // summarize builds a Summary per label in order of first appearance.
@@ -100,6 +110,12 @@ func summarize(runs []*Result, hits []HitRow) []Summary {
 				s.URL, s.Model = res.URLs[i], res.Models[i]
 			}
 			s.ElapsedS += res.Elapsed.Seconds()
+			if i < len(res.Cancelled) {
+				s.Cancelled += res.Cancelled[i]
+			}
+			if i < len(res.Server) && res.Server[i] != nil {
+				s.Server = mergeServer(s.Server, res.Server[i])
+			}
 		}
 		for i := range res.Records {
 			r := &res.Records[i]
@@ -116,6 +132,7 @@ func summarize(runs []*Result, hits []HitRow) []Summary {
 			s.OK++
 			s.InputTokens += int64(r.InputTokens)
 			s.OutputTokens += int64(r.OutputTokens)
+			s.OverlapTokens += int64(r.OverlapTokens)
 			if r.CachedTokens >= 0 {
 				s.CachedTokens += int64(r.CachedTokens)
 				s.CachedReports++

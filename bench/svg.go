@@ -38,6 +38,10 @@ type axis struct {
 	Label    string
 	Log      bool
 	Min, Max float64 // both zero: from the data
+	// Ref, when positive, is drawn as a dashed line across the plot (an
+	// SLO bound) and labelled RefLabel.
+	Ref      float64
+	RefLabel string
 }
 
 // niceStep returns a step of 1, 2 or 5 × 10^k near span/n.
@@ -188,11 +192,19 @@ func lineChart(id, title string, xa, ya axis, ss []chartSeries) string {
 	if len(xs) == 0 {
 		return emptyChart(id, title, "no data")
 	}
+	if ya.Ref > 0 {
+		ys = append(ys, ya.Ref)
+	}
 	sx := newScale(xa, xs, plotX0, plotX1, false)
 	sy := newScale(ya, ys, plotY1, plotY0, true)
 	var w svgWriter
 	w.open(id, title)
 	w.grid(sx, sy, xa, ya)
+	if ya.Ref > 0 {
+		y := sy.px(ya.Ref)
+		w.f(`<line class="ref" x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#b00" stroke-dasharray="6 4"/>`, plotX0, y, plotX1, y)
+		w.f(`<text x="%d" y="%.1f" text-anchor="end" fill="#b00">%s</text>`, plotX1-4, y-4, esc(ya.RefLabel))
+	}
 	var names []string
 	for i, s := range ss {
 		names = append(names, s.Name)

@@ -152,13 +152,19 @@ func TestTandemTraceSharesExactBlocks(t *testing.T) {
 	hits := 0
 	for i, r := range res.Records {
 		req := firstRequest(t, tr, i, 0)
-		want := 0
+		want, shared := 0, 0
 		for _, p := range prompts {
 			n := 0
 			for n < len(p) && n < len(req.PromptIDs) && p[n] == req.PromptIDs[n] {
 				n++
 			}
 			want = max(want, min(n, len(req.PromptIDs)-1)/16*16)
+			shared = max(shared, n)
+		}
+		// The generated overlap is the shared run itself, from the hash ids
+		// alone (a chance equal token after it may add one or two).
+		if r.OverlapTokens > shared || shared-r.OverlapTokens > 2 {
+			t.Fatalf("request %d: generated overlap %d, the prompt shares %d leading tokens with an earlier one", i, r.OverlapTokens, shared)
 		}
 		prompts = append(prompts, req.PromptIDs)
 		if !r.OK() || r.CachedTokens != want || r.InputTokens != len(req.PromptIDs) {

@@ -94,10 +94,50 @@ type Trace struct {
 	MaxOutput int
 	IgnoreEOS bool
 	Seed      uint64
+
+	// overlap[i] is entry i's generated overlap in tokens, set by Validate
+	// (which every run calls before its first session).
+	overlap []int
 }
 
 // Name implements Workload.
 func (*Trace) Name() string { return "trace" }
+
+// promptLen is entry e's prompt length after MaxInput.
+func (t *Trace) promptLen(e TraceEntry) int {
+	if t.MaxInput > 0 {
+		return min(e.InputLength, t.MaxInput)
+	}
+	return e.InputLength
+}
+
+// computeOverlap walks the trace in order: an entry's leading blocks whose
+// hash ids an earlier entry sent are tokens it repeats (the ids map to the
+// same token runs), up to the length that earlier entry sent of the block
+// (its last block may have been cut); the walk stops at the first block
+// that is new or longer than sent before.
+func (t *Trace) computeOverlap() {
+	sent := map[int64]int{}
+	t.overlap = make([]int, len(t.Entries))
+	for i, e := range t.Entries {
+		n := t.promptLen(e)
+		ov, matching := 0, true
+		for b, h := range e.HashIDs {
+			blk := min(t.BlockSize, n-b*t.BlockSize)
+			if blk <= 0 {
+				break
+			}
+			if prev := sent[h]; matching && prev > 0 {
+				ov += min(prev, blk)
+				matching = prev >= blk
+			} else {
+				matching = false
+			}
+			sent[h] = max(sent[h], blk)
+		}
+		t.overlap[i] = ov
+	}
+}
 
 // Sessions implements Workload.
 func (t *Trace) Sessions() int { return len(t.Entries) }
@@ -118,6 +158,7 @@ func (t *Trace) Validate() error {
 	if t.Prompt != TraceIDs && t.Prompt != TraceWords {
 		return fmt.Errorf("unknown trace prompt kind %q (want ids or words)", t.Prompt)
 	}
+	t.computeOverlap()
 	return nil
 }
 
@@ -133,6 +174,9 @@ func (t *Trace) NewSession(i, _ int) Session {
 		out = min(out, t.MaxOutput)
 	}
 	req := &Request{Endpoint: Completions, MaxTokens: out, IgnoreEOS: t.IgnoreEOS, InputTokens: n, Tag: noTag(i)}
+	if i < len(t.overlap) {
+		req.OverlapTokens = t.overlap[i]
+	}
 	// block returns the generator of prompt block b: the hash id's own
 	// stream, or, past the listed ids, one private to this request.
 	block := func(b int) *rng {

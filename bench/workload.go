@@ -63,7 +63,9 @@ type Request struct {
 	// InputTokens is the intended prompt length, recorded when the server
 	// reports no usage.
 	InputTokens int
-	Tag         Tag
+	// OverlapTokens is the prompt's generated overlap (Record.OverlapTokens).
+	OverlapTokens int
+	Tag           Tag
 }
 
 // Reply is what a session learns from the previous turn.
@@ -176,8 +178,8 @@ func (s *Synthetic) Validate() error {
 	if err := s.Output.validate(); err != nil {
 		return fmt.Errorf("output length: %w", err)
 	}
-	if s.PrefixRatio < 0 || s.PrefixRatio >= 1 {
-		return fmt.Errorf("shared-prefix ratio %v must be in [0, 1)", s.PrefixRatio)
+	if !(s.PrefixRatio >= 0 && s.PrefixRatio <= 1) {
+		return fmt.Errorf("shared-prefix ratio %v must be in [0, 1]", s.PrefixRatio)
 	}
 	if s.TokenIDs && s.Endpoint != Completions {
 		return fmt.Errorf("token-id prompts need the completions endpoint")
@@ -200,6 +202,9 @@ func (s *Synthetic) NewSession(i, target int) Session {
 	pr := newRNG(s.Seed, 2)
 	tail := newRNG(s.Seed, 3, uint64(i), salt)
 	req := &Request{Endpoint: s.Endpoint, MaxTokens: out, IgnoreEOS: s.IgnoreEOS, InputTokens: in, Tag: noTag(i)}
+	if i > 0 {
+		req.OverlapTokens = shared // the first request has nobody to share with
+	}
 	if s.TokenIDs {
 		v := s.Vocab.orDefault()
 		ids := make([]int32, 0, in)
@@ -297,6 +302,12 @@ func (c *conversation) Next(prev *Reply) (*Request, time.Duration, bool) {
 	if c.turn == 0 {
 		d = c.m.FirstInput
 	}
+	// Everything before the new user message was sent before: by this
+	// conversation's earlier turns, or (the system prompt) by others.
+	overlap := c.inTokens
+	if c.turn == 0 && c.i == 0 {
+		overlap = 0
+	}
 	n := d.sample(c.r)
 	c.msgs = append(c.msgs, Message{Role: "user", Content: words(c.r, n)})
 	c.inTokens += n
@@ -304,6 +315,6 @@ func (c *conversation) Next(prev *Reply) (*Request, time.Duration, bool) {
 	tag.Turn = c.turn
 	c.turn++
 	req := &Request{Endpoint: Chat, Messages: append([]Message(nil), c.msgs...), MaxTokens: c.m.Output.sample(c.r),
-		IgnoreEOS: c.m.IgnoreEOS, InputTokens: c.inTokens, Tag: tag}
+		IgnoreEOS: c.m.IgnoreEOS, InputTokens: c.inTokens, OverlapTokens: overlap, Tag: tag}
 	return req, think, true
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -24,6 +25,9 @@ func TestParseDist(t *testing.T) {
 		{"uniform:20,10", Dist{}, true},
 		{"normal:5", Dist{}, true},
 		{"zipf:1,2", Dist{}, true},
+		{"zipf:1.2,64,4096", Dist{Kind: Zipf, A: 1.2, B: 64, C: 4096}, false},
+		{"zipf:0,1,10", Dist{}, true},
+		{"zipf:1,10,5", Dist{}, true},
 		{"fixed:0", Dist{}, true},
 		{"x", Dist{}, true},
 	} {
@@ -49,6 +53,9 @@ func TestDistSamples(t *testing.T) {
 		{Dist{Kind: Uniform, A: 10, B: 20}, 10, 20, 15, 0.5},
 		{Dist{Kind: Normal, A: 500, B: 50}, 1, 1 << 30, 500, 10},
 		{Dist{Kind: LogNormal, A: 500, B: 0.5}, 1, 1 << 30, 500, 25},
+		{Dist{Kind: Zipf, A: 1.2, B: 64, C: 4096}, 64, 4096, Dist{Kind: Zipf, A: 1.2, B: 64, C: 4096}.Mean(), 15},
+		{Dist{Kind: Zipf, A: 1, B: 1, C: 1000}, 1, 1000, Dist{Kind: Zipf, A: 1, B: 1, C: 1000}.Mean(), 8}, // sd 221: 8 is 5 standard errors
+		{Dist{Kind: Zipf, A: 0.5, B: 10, C: 20}, 10, 20, Dist{Kind: Zipf, A: 0.5, B: 10, C: 20}.Mean(), 0.2},
 	} {
 		r := newRNG(1)
 		sum := 0
@@ -62,6 +69,31 @@ func TestDistSamples(t *testing.T) {
 		}
 		if m := float64(sum) / n; m < tc.mean-tc.to || m > tc.mean+tc.to {
 			t.Errorf("%v: mean %.1f, want %.1f±%.1f", tc.d, m, tc.mean, tc.to)
+		}
+	}
+}
+
+// TestZipfPMF checks the rejection-inversion sampler against the exact
+// probabilities of a small Zipf law.
+func TestZipfPMF(t *testing.T) {
+	for _, s := range []float64{0.7, 1, 1.5, 3} {
+		const n, draws = 8, 200000
+		r := newRNG(7)
+		var counts [n + 1]int
+		for range draws {
+			counts[zipfRank(r, s, n)]++
+		}
+		norm := 0.0
+		for k := 1; k <= n; k++ {
+			norm += math.Pow(float64(k), -s)
+		}
+		for k := 1; k <= n; k++ {
+			p := math.Pow(float64(k), -s) / norm
+			got := float64(counts[k]) / draws
+			// 5 standard errors of a binomial share.
+			if tol := 5 * math.Sqrt(p*(1-p)/draws); math.Abs(got-p) > tol {
+				t.Errorf("s=%v: P(%d) = %.4f, want %.4f ± %.4f", s, k, got, p, tol)
+			}
 		}
 	}
 }

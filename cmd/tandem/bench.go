@@ -40,6 +40,10 @@ type benchFlags struct {
 	workerHeader string
 	out          string
 	progress     string
+	slo          string
+	costPerHour  []float64
+	scrapeEvery  time.Duration
+	serve        []string
 }
 
 func (b *benchFlags) register(f *pflag.FlagSet) {
@@ -61,11 +65,15 @@ func (b *benchFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&b.workerHeader, "worker-header", bench.DefaultWorkerHeader, "response header naming the worker that served a request")
 	f.StringVar(&b.out, "out", "", "directory for records.jsonl, records.csv, summary.json and report.html")
 	f.StringVar(&b.progress, "progress", "auto", "progress display on stderr: auto, bar, plain or off")
+	f.StringVar(&b.slo, "slo", "", "latency SLO for goodput: ttft=500ms,itl=50ms,e2e=10s (any subset; itl bounds a request's mean gap)")
+	f.Float64SliceVar(&b.costPerHour, "cost-per-hour", nil, "hourly cost of the deployment (one for all targets, or one per target): reports the cost per million output tokens delivered within the SLO")
+	f.DurationVar(&b.scrapeEvery, "scrape-every", time.Second, "poll each target's /metrics this often during a run (cache hits, evictions, queues, transfers, disagg decisions; 0: off)")
+	f.StringArrayVar(&b.serve, "serve", nil, "start an in-process 'tandem serve' with these flags as a target (e.g. --serve '--workers 2 --timing qwen3-0.6b'; repeat for an A/B run)")
 }
 
 func (b *benchFlags) targets() ([]bench.Target, error) {
-	if len(b.labels) > len(b.urls) {
-		return nil, fmt.Errorf("%d --label values for %d --url values", len(b.labels), len(b.urls))
+	if len(b.labels) > len(b.urls)+len(b.serve) {
+		return nil, fmt.Errorf("%d --label values for %d --url and --serve values", len(b.labels), len(b.urls)+len(b.serve))
 	}
 	key := b.apiKey
 	if key == "" {
@@ -91,7 +99,10 @@ func (b *benchFlags) options(cmd *cobra.Command, defRequests int) (bench.Options
 	}
 	o := bench.Options{Targets: ts, Concurrency: b.concurrency, Rate: b.rate, Duration: b.duration, Requests: b.requests,
 		NoStream: b.noStream, Timeout: b.timeout, Order: bench.Order(b.order), MaxInFlight: b.maxInFlight, Warmup: b.warmup,
-		Seed: b.seed, WorkerHeader: b.workerHeader}
+		Seed: b.seed, WorkerHeader: b.workerHeader, ScrapeEvery: b.scrapeEvery}
+	if b.scrapeEvery < 0 {
+		return o, errors.New("--scrape-every must not be negative")
+	}
 	if o.Requests == 0 && o.Duration == 0 {
 		o.Requests = defRequests
 	}
@@ -138,6 +149,11 @@ func (b *benchFlags) runSingle(cmd *cobra.Command, wl interface {
 	if tune != nil {
 		tune(&o)
 	}
+	stop, err := b.startTargets(cmd, &o)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	res, err := bench.Run(cmd.Context(), wl, o)
 	if err != nil {
 		return err
@@ -148,9 +164,21 @@ func (b *benchFlags) runSingle(cmd *cobra.Command, wl interface {
 func (b *benchFlags) finish(cmd *cobra.Command, rep *bench.Report) error {
 	rep.Command = "tandem " + strings.Join(os.Args[1:], " ")
 	rep.Settings = settings(cmd)
+	if b.slo != "" || len(b.costPerHour) > 0 {
+		slo, err := b.sloValue()
+		if err != nil {
+			return err
+		}
+		costs, err := b.costs(rep)
+		if err != nil {
+			return err
+		}
+		rep.ApplySLO(slo, costs)
+	}
 	if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
 		return err
 	}
+	warnScrapes(cmd.ErrOrStderr(), rep)
 	if b.out != "" {
 		if err := rep.WriteDir(b.out); err != nil {
 			return err
@@ -202,7 +230,8 @@ and a self-contained HTML report with charts.`,
 	}
 	b.register(cmd.PersistentFlags())
 	cmd.AddCommand(newBenchSyntheticCmd(&b), newBenchMultiTurnCmd(&b), newBenchPrefixReuseCmd(&b),
-		newBenchOverheadCmd(&b), newBenchTraceCmd(&b), newBenchDisaggTTFTCmd(&b))
+		newBenchOverheadCmd(&b), newBenchTraceCmd(&b), newBenchDisaggTTFTCmd(&b), newBenchSweepCmd(&b), newBenchDatasetCmd(&b),
+		newBenchExperimentCmd(&b), newBenchCompareCmd(&b))
 	return cmd
 }
 
@@ -323,8 +352,8 @@ the per-mode table. A mode the router does not support is an error row.`,
 			var results []*bench.Result
 			switch {
 			case startServer:
-				if len(b.urls) > 0 {
-					return errors.New("--start-server starts its own servers: drop --url")
+				if len(b.urls) > 0 || len(b.serve) > 0 {
+					return errors.New("--start-server starts its own servers: drop --url and --serve")
 				}
 				log, err := newLogger(cmd)
 				if err != nil {
@@ -437,6 +466,9 @@ adds to TTFT and E2E, and both throughputs. --requests counts requests per targe
 				}
 				ls = append(ls, n)
 			}
+			if len(b.serve) > 0 {
+				return errors.New("frontend-overhead compares a worker with the frontend in front of it: give both as --url")
+			}
 			if len(b.urls) != 2 {
 				return fmt.Errorf("frontend-overhead needs exactly two --url values (the worker's, then the frontend's), got %d", len(b.urls))
 			}
@@ -521,8 +553,8 @@ fills the caches, is left out), then the usual summary.`,
     --url http://127.0.0.1:8001 --label auto --url http://127.0.0.1:8002 --label always`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(b.urls) == 0 {
-				return errors.New("disagg-ttft needs --url (one per configuration: the first is the baseline)")
+			if len(b.urls)+len(b.serve) == 0 {
+				return errors.New("disagg-ttft needs --url or --serve (one per configuration: the first is the baseline)")
 			}
 			ep, err := b.endpointValue()
 			if err != nil {
@@ -543,6 +575,11 @@ fills the caches, is left out), then the usual summary.`,
 			if o.Concurrency == 0 && o.Rate == 0 {
 				o.Concurrency = 1 // TTFT without queueing behind our own requests
 			}
+			stop, err := b.startTargets(cmd, &o)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			res, err := bench.Run(cmd.Context(), &wl, o)
 			if err != nil {
 				return err
@@ -562,4 +599,21 @@ fills the caches, is left out), then the usual summary.`,
 	f.IntSliceVar(&wl.LongWords, "long-words", wl.LongWords, "lengths in words of the fresh prompts of each round")
 	f.IntVar(&wl.Output, "output", wl.Output, "max_tokens per request")
 	return cmd
+}
+
+// warnScrapes says on stderr which targets' /metrics could not be read:
+// the report then holds no server-side figures for them, and a reader of
+// the summary table alone should not take "not scraped" for a typo.
+func warnScrapes(w io.Writer, rep *bench.Report) {
+	seen := map[string]bool{}
+	for _, res := range rep.Runs {
+		for _, m := range res.Server {
+			if m == nil || m.Failed == 0 || seen[m.URL] {
+				continue
+			}
+			seen[m.URL] = true
+			fmt.Fprintf(w, "warning: %d of %d scrapes of %s failed (last: %s); server-side figures are missing for it (--scrape-every 0 turns scraping off)\n",
+				m.Failed, m.Scrapes, m.URL, m.LastError)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -14,10 +15,57 @@ import (
 	"github.com/tandemllm/tandem/serve"
 )
 
+// serveSetup is the configuration of `tandem serve`: its flags and how
+// to start the system they describe. `tandem bench --serve` and bench
+// experiments start servers through it, so a started variant is exactly
+// the `tandem serve` with the same flags.
+type serveSetup struct {
+	cfg serve.Config
+	eng engineFlags
+	rf  routerFlags
+}
+
+// newServeSetup registers the flags of `tandem serve` on cmd.
+func newServeSetup(cmd *cobra.Command) *serveSetup {
+	s := &serveSetup{cfg: serve.DefaultConfig()}
+	cfg := &s.cfg
+	f := cmd.Flags()
+	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of in-process workers")
+	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
+	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
+	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
+	s.eng.register(cmd)
+	f.StringArrayVar(&s.eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
+	s.rf.register(cmd, cfg.RouterMode)
+	registerDisaggFlags(cmd, cfg)
+	return s
+}
+
+// start builds the engines and starts the system.
+func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
+	model, factory, err := s.eng.build(log)
+	if err != nil {
+		return nil, "", err
+	}
+	if s.eng.kind == "upstream" {
+		s.cfg.Workers, s.cfg.PDPrefillWorkers = len(s.eng.up.urls), len(s.eng.up.prefill)
+	} else if len(s.eng.up.prefill) > 0 {
+		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
+	}
+	if err := s.rf.apply(&s.cfg.RouterMode, &s.cfg.KV); err != nil {
+		return nil, "", err
+	}
+	sys, err := serve.Start(s.cfg, model, factory, log)
+	if err != nil {
+		return nil, "", err
+	}
+	return sys, model.Name, nil
+}
+
 func newServeCmd() *cobra.Command {
-	cfg := serve.DefaultConfig()
-	var eng engineFlags
-	var rf routerFlags
+	var setup *serveSetup
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -27,23 +75,12 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			model, factory, err := eng.build(log)
+			sys, model, err := setup.start(log)
 			if err != nil {
 				return err
 			}
-			if eng.kind == "upstream" {
-				cfg.Workers, cfg.PDPrefillWorkers = len(eng.up.urls), len(eng.up.prefill)
-			} else if len(eng.up.prefill) > 0 {
-				return errors.New("--upstream-prefill needs --engine upstream")
-			}
-			if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
-				return err
-			}
-			sys, err := serve.Start(cfg, model, factory, log)
-			if err != nil {
-				return err
-			}
-			printBanner(cmd.OutOrStdout(), sys, model.Name, cfg.RouterMode)
+			cfg := setup.cfg
+			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 			ctx := cmd.Context()
 			select {
 			case <-ctx.Done():
@@ -62,17 +99,7 @@ func newServeCmd() *cobra.Command {
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
-	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of in-process workers")
-	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
-	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
-	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
-	eng.register(cmd)
-	f.StringArrayVar(&eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
-	rf.register(cmd, cfg.RouterMode)
-	registerDisaggFlags(cmd, &cfg)
+	setup = newServeSetup(cmd)
 	return cmd
 }
 
