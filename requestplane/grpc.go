@@ -38,7 +38,9 @@ const legacyService = "tandem.requestplane.Worker"
 // Stop on.
 type Server struct {
 	*grpc.Server
-	health *health.Server
+	health   *health.Server
+	stopping context.Context // done from GracefulStop or Stop on
+	stop     context.CancelFunc
 }
 
 // NewServer returns a gRPC server exposing eng and, when side is not nil,
@@ -53,8 +55,9 @@ func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *
 		grpc.UnknownServiceHandler(unknownService),
 	}, opts...)
 	s := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	rpv1.RegisterWorkerServer(s.Server, &handler{eng: eng, side: side})
-	healthpb.RegisterHealthServer(s.Server, s.health)
+	healthpb.RegisterHealthServer(s.Server, healthService{s})
 	s.SetServing(false)
 	return s
 }
@@ -71,19 +74,53 @@ func (s *Server) SetServing(ready bool) {
 	s.health.SetServingStatus(ServiceName, st)
 }
 
-// GracefulStop reports NOT_SERVING for good (health watchers hear it
-// before their stream ends), then stops taking streams and waits for the
-// in-flight ones.
+// GracefulStop reports NOT_SERVING for good and ends the health watches,
+// then stops taking streams and waits for the in-flight ones.
 func (s *Server) GracefulStop() {
 	s.health.Shutdown()
+	s.stop()
 	s.Server.GracefulStop()
 }
 
 // Stop reports NOT_SERVING for good and cuts every stream.
 func (s *Server) Stop() {
 	s.health.Shutdown()
+	s.stop()
 	s.Server.Stop()
 }
+
+// healthService is grpc-go's health server, except that its Watch streams
+// end when the server stops: grpc-go's run until the client leaves, and
+// GracefulStop waits for every stream, so one watcher (a load balancer, a
+// probe) would hold every drain until its timeout.
+type healthService struct{ s *Server }
+
+func (h healthService) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return h.s.health.Check(ctx, r)
+}
+
+func (h healthService) List(ctx context.Context, r *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	return h.s.health.List(ctx, r)
+}
+
+func (h healthService) Watch(r *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(h.s.stopping, cancel)()
+	err := h.s.health.Watch(r, watchStream{stream, ctx})
+	if h.s.stopping.Err() != nil {
+		return status.Error(codes.Unavailable, "requestplane: the server is stopping")
+	}
+	return err
+}
+
+// watchStream is a Watch stream whose context also ends with the server.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }
 
 // unknownService answers calls of services this server lacks, naming the
 // schema it serves, so that a peer of an older release gets a status it
