@@ -6,19 +6,22 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
+	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
 )
 
@@ -38,10 +41,22 @@ const legacyService = "tandem.requestplane.Worker"
 // Stop on.
 type Server struct {
 	*grpc.Server
-	health   *health.Server
+	health   *grpchealth.Server
 	stopping context.Context // done from GracefulStop or Stop on
 	stop     context.CancelFunc
+
+	mu      sync.Mutex
+	board   *health.Board // nil: refusals of older peers are not reported
+	subject string
+	quiet   time.Duration // without older peers' calls, clears DiagSchemaMismatch
+	last    time.Time     // an older peer's last call
+	clear   *time.Timer   // non-nil while DiagSchemaMismatch is raised
 }
+
+// DiagSchemaMismatch: peers of an older release (the request plane from
+// before the .proto) call this worker, and their calls are refused. It
+// clears after a minute without such calls.
+const DiagSchemaMismatch = "request_plane_schema_mismatch"
 
 // NewServer returns a gRPC server exposing eng and, when side is not nil,
 // the worker's part in disaggregated prefill (Assess, Link, Prefill). opts
@@ -49,12 +64,13 @@ type Server struct {
 // credentials and interceptors go there. The caller owns Serve and
 // GracefulStop (which lets in-flight streams finish: that is the drain).
 func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *Server {
+	s := &Server{health: grpchealth.NewServer(), quiet: time.Minute}
 	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.UnknownServiceHandler(unknownService),
+		grpc.UnknownServiceHandler(s.unknownService),
 	}, opts...)
-	s := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
+	s.Server = grpc.NewServer(opts...)
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	rpv1.RegisterWorkerServer(s.Server, &handler{eng: eng, side: side})
 	healthpb.RegisterHealthServer(s.Server, healthService{s})
@@ -87,6 +103,40 @@ func (s *Server) Stop() {
 	s.health.Shutdown()
 	s.stop()
 	s.Server.Stop()
+}
+
+// AttachBoard implements health.Reporter: calls of older peers are
+// raised on b as DiagSchemaMismatch for subject (the worker).
+func (s *Server) AttachBoard(b *health.Board, subject string) {
+	s.mu.Lock()
+	s.board, s.subject = b, subject
+	s.mu.Unlock()
+}
+
+// olderPeer notes a call of an older peer, raising DiagSchemaMismatch
+// until s.quiet passes without one.
+func (s *Server) olderPeer(method, from string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = time.Now()
+	if s.board == nil || s.clear != nil {
+		return
+	}
+	s.board.Raise(DiagSchemaMismatch, s.subject, health.Warn,
+		fmt.Sprintf("a peer of an older release (%s) calls %s, the request plane from before the .proto; its calls are refused: run it at this worker's release", from, method),
+		"peer", from, "method", method)
+	s.clear = time.AfterFunc(s.quiet, s.quietCheck)
+}
+
+func (s *Server) quietCheck() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if left := s.quiet - time.Since(s.last); left > 0 {
+		s.clear.Reset(left)
+		return
+	}
+	s.clear = nil
+	s.board.Clear(DiagSchemaMismatch, s.subject, "request_plane_schema_match", "no peer of an older release called the request plane for "+s.quiet.String())
 }
 
 // healthService is grpc-go's health server, except that its Watch streams
@@ -125,9 +175,14 @@ func (w watchStream) Context() context.Context { return w.ctx }
 // unknownService answers calls of services this server lacks, naming the
 // schema it serves, so that a peer of an older release gets a status it
 // can act on instead of gRPC's bare "unknown service".
-func unknownService(_ any, stream grpc.ServerStream) error {
+func (s *Server) unknownService(_ any, stream grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(stream)
 	if strings.HasPrefix(method, "/"+legacyService+"/") {
+		from := "unknown"
+		if p, ok := peer.FromContext(stream.Context()); ok && p.Addr != nil {
+			from = p.Addr.String()
+		}
+		s.olderPeer(method, from)
 		return status.Errorf(codes.Unimplemented, "requestplane: %s is the request plane of older releases (codec tandem-rp1, versions 1 and 2); this worker serves %s (protobuf): run the frontend at the worker's release", method, ServiceName)
 	}
 	return status.Errorf(codes.Unimplemented, "requestplane: unknown method %s; this worker serves %s", method, ServiceName)

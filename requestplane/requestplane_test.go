@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
+	"github.com/tandemllm/tandem/health"
 )
 
 func serve(t *testing.T, eng engine.Engine) *Client {
@@ -267,7 +269,11 @@ func TestHealthService(t *testing.T) {
 // serves; this frontend calling an older worker gets ErrSchema, which is
 // ErrUnavailable, so the frontend routes around that worker.
 func TestOlderPeers(t *testing.T) {
-	c := serve(t, &enginetest.Scripted{Name: "m", Output: []engine.Token{7}})
+	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil)
+	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
+	srv.quiet = 100 * time.Millisecond
+	health.Attach(srv, board, "w0")
+	c := listen(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	old, err := c.cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/"+legacyService+"/Generate", grpc.ForceCodec(handCodec{}))
@@ -281,6 +287,15 @@ func TestOlderPeers(t *testing.T) {
 	err = old.RecvMsg(&engine.Delta{})
 	if st := status.Convert(err); st.Code() != codes.Unimplemented || !strings.Contains(st.Message(), "tandem-rp1") || !strings.Contains(st.Message(), ServiceName) {
 		t.Fatalf("older frontend got %v", err)
+	}
+	// The worker raises it, and clears it once older peers are quiet.
+	if !board.IsActive(DiagSchemaMismatch, "w0") {
+		t.Fatalf("%s not raised: %v", DiagSchemaMismatch, board.Active())
+	}
+	for deadline := time.Now().Add(3 * time.Second); board.IsActive(DiagSchemaMismatch, "w0"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still raised 3 s after the last older call", DiagSchemaMismatch)
+		}
 	}
 
 	// An older worker: its server forced the hand-written codec and knew

@@ -167,6 +167,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
 	w.grpc = requestplane.NewServer(eng, side)
+	health.Attach(w.grpc, board, cfg.ID)
 	go func() { w.served <- w.grpc.Serve(lis) }()
 	defer func() {
 		if err != nil {
