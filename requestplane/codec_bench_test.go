@@ -276,6 +276,9 @@ var legacyDesc = grpc.ServiceDesc{
 				if err == io.EOF {
 					return nil
 				}
+				if err != nil {
+					return toStatus(err)
+				}
 				if err := stream.SendMsg(&d); err != nil {
 					return err
 				}
