@@ -163,3 +163,10 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestServiceName: the name health checks use is the generated service's.
+func TestServiceName(t *testing.T) {
+	if ServiceName != rpv1.Worker_ServiceDesc.ServiceName {
+		t.Fatalf("ServiceName %q, the .proto's service %q", ServiceName, rpv1.Worker_ServiceDesc.ServiceName)
+	}
+}
