@@ -45,9 +45,11 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type WorkerClient interface {
-	// Generate runs one sequence and streams its progress. A refusal
-	// (overload, prompt too long, worker closing) is the stream's status,
-	// before any Delta: RESOURCE_EXHAUSTED, OUT_OF_RANGE, UNAVAILABLE.
+	// Generate runs one sequence and streams its progress. A refusal is the
+	// stream's status, before any Delta: RESOURCE_EXHAUSTED (overloaded),
+	// OUT_OF_RANGE (prompt and max_tokens exceed the context), UNAVAILABLE
+	// (the worker is closing), INVALID_ARGUMENT (more than 4 Mi ids in
+	// prompt or stop_tokens).
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Delta], error)
 	// Info describes the worker's engine.
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*EngineInfo, error)
@@ -134,9 +136,11 @@ func (c *workerClient) Prefill(ctx context.Context, in *PrefillRequest, opts ...
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
 type WorkerServer interface {
-	// Generate runs one sequence and streams its progress. A refusal
-	// (overload, prompt too long, worker closing) is the stream's status,
-	// before any Delta: RESOURCE_EXHAUSTED, OUT_OF_RANGE, UNAVAILABLE.
+	// Generate runs one sequence and streams its progress. A refusal is the
+	// stream's status, before any Delta: RESOURCE_EXHAUSTED (overloaded),
+	// OUT_OF_RANGE (prompt and max_tokens exceed the context), UNAVAILABLE
+	// (the worker is closing), INVALID_ARGUMENT (more than 4 Mi ids in
+	// prompt or stop_tokens).
 	Generate(*GenerateRequest, grpc.ServerStreamingServer[Delta]) error
 	// Info describes the worker's engine.
 	Info(context.Context, *InfoRequest) (*EngineInfo, error)
