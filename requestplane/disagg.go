@@ -2,19 +2,18 @@ package requestplane
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
+	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
 )
 
 // The disaggregation calls: a frontend's orchestrator asks a worker about
@@ -23,93 +22,55 @@ import (
 // ride the request plane rather than a service of their own so that one
 // connection, one address in discovery and one drain cover everything a
 // frontend asks of a worker.
-const (
-	assessMethod  = "/" + serviceName + "/Assess"
-	linkMethod    = "/" + serviceName + "/Link"
-	prefillMethod = "/" + serviceName + "/Prefill"
-)
 
-// assessRequest asks for a disagg.Assessment of Prompt.
-type assessRequest struct {
-	Prompt []engine.Token
-	Tail   int
-}
+// errNoSide is the status of a disaggregation call on a worker that takes
+// no part in it.
+var errNoSide = status.Error(codes.Unimplemented, "this worker takes no part in disaggregated prefill (no KV transfer node)")
 
-// linkRequest asks for the link estimate to Peer; linkReply answers.
-type linkRequest struct {
-	Peer kvtransfer.Peer `json:"peer"`
-}
-
-type linkReply struct {
-	BytesPerSec float64 `json:"bytes_per_sec"`
-	Code        string  `json:"code,omitempty"`
-	Message     string  `json:"message,omitempty"`
-}
-
-// pushRequest is a prefill leg: Request's prompt is prefilled and blocks
-// [From, full) are sent to Peer.
-type pushRequest struct {
-	Request engine.Request
-	Peer    kvtransfer.Peer
-	From    int
-}
-
-// pushReply carries a disagg.Push, or the diagnostic code of a failure:
-// the code, not a gRPC status, is what the orchestrator counts and logs.
-type pushReply struct {
-	Blocks      int     `json:"blocks"`
-	Bytes       int64   `json:"bytes"`
-	Wanted      int     `json:"wanted"`
-	DurationNs  int64   `json:"duration_ns"`
-	WaitedNs    int64   `json:"waited_ns"`
-	PrefillNs   int64   `json:"prefill_ns"`
-	BytesPerSec float64 `json:"bytes_per_sec"`
-	Code        string  `json:"code,omitempty"`
-	Message     string  `json:"message,omitempty"`
-}
-
-func unary[Req, Rep any](h func(*handler, context.Context, *Req) (*Rep, error)) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
-	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-		hd := srv.(*handler)
-		if hd.side == nil {
-			return nil, status.Error(codes.Unimplemented, "this worker takes no part in disaggregated prefill (no KV transfer node)")
-		}
-		var req Req
-		if err := dec(&req); err != nil {
-			return nil, err
-		}
-		return h(hd, ctx, &req)
+func (h *handler) Assess(ctx context.Context, m *rpv1.AssessRequest) (*rpv1.Assessment, error) {
+	if h.side == nil {
+		return nil, errNoSide
 	}
+	if len(m.Prompt) > maxTokens {
+		return nil, status.Errorf(codes.InvalidArgument, "requestplane: assess %d tokens: at most %d", len(m.Prompt), maxTokens)
+	}
+	a, err := h.side.Assess(ctx, m.Prompt, int(m.Tail))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return wireAssessment(a), nil
 }
 
-var disaggMethods = []grpc.MethodDesc{
-	{MethodName: "Assess", Handler: unary(func(h *handler, ctx context.Context, r *assessRequest) (*disagg.Assessment, error) {
-		a, err := h.side.Assess(ctx, r.Prompt, r.Tail)
-		if err != nil {
-			return nil, toStatus(err)
+func (h *handler) Link(ctx context.Context, m *rpv1.LinkRequest) (*rpv1.LinkReply, error) {
+	if h.side == nil {
+		return nil, errNoSide
+	}
+	bps, err := h.side.LinkThroughput(ctx, enginePeer(m.Peer))
+	if err != nil {
+		return &rpv1.LinkReply{Code: codeOf(err), Message: err.Error()}, nil
+	}
+	return &rpv1.LinkReply{BytesPerSec: bps}, nil
+}
+
+func (h *handler) Prefill(ctx context.Context, m *rpv1.PrefillRequest) (*rpv1.PrefillReply, error) {
+	if h.side == nil {
+		return nil, errNoSide
+	}
+	req, err := engineRequest(m.GetRequest())
+	if err != nil {
+		return nil, err
+	}
+	p, err := h.side.PrefillAndSend(ctx, req, enginePeer(m.Peer), int(m.From))
+	st := p.Transfer
+	rep := &rpv1.PrefillReply{Blocks: int32Of(st.Blocks), Bytes: st.Bytes, Wanted: int32Of(st.Wanted), DurationNs: int64(st.Duration),
+		WaitedNs: int64(st.Waited), PrefillNs: int64(p.Prefill), BytesPerSec: p.LinkBytesPerSec}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, toStatus(ctx.Err())
 		}
-		return &a, nil
-	})},
-	{MethodName: "Link", Handler: unary(func(h *handler, ctx context.Context, r *linkRequest) (*linkReply, error) {
-		bps, err := h.side.LinkThroughput(ctx, r.Peer)
-		if err != nil {
-			return &linkReply{Code: codeOf(err), Message: err.Error()}, nil
-		}
-		return &linkReply{BytesPerSec: bps}, nil
-	})},
-	{MethodName: "Prefill", Handler: unary(func(h *handler, ctx context.Context, r *pushRequest) (*pushReply, error) {
-		p, err := h.side.PrefillAndSend(ctx, &r.Request, r.Peer, r.From)
-		st := p.Transfer
-		rep := &pushReply{Blocks: st.Blocks, Bytes: st.Bytes, Wanted: st.Wanted, DurationNs: int64(st.Duration),
-			WaitedNs: int64(st.Waited), PrefillNs: int64(p.Prefill), BytesPerSec: p.LinkBytesPerSec}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, toStatus(ctx.Err())
-			}
-			rep.Code, rep.Message = codeOf(err), err.Error()
-		}
-		return rep, nil
-	})},
+		rep.Code, rep.Message = codeOf(err), err.Error()
+	}
+	return rep, nil
 }
 
 func codeOf(err error) string {
@@ -162,11 +123,11 @@ func (s *Side) TransferAddr() string { return s.desc.TransferAddr }
 
 // Assess implements disagg.Side.
 func (s *Side) Assess(ctx context.Context, prompt []engine.Token, tail int) (disagg.Assessment, error) {
-	var a disagg.Assessment
-	if err := s.c.cc.Invoke(ctx, assessMethod, &assessRequest{Prompt: prompt, Tail: tail}, &a); err != nil {
-		return a, fmt.Errorf("requestplane: assess on %s: %w", s.desc.ID, fromStatus(err))
+	m, err := s.c.w.Assess(ctx, &rpv1.AssessRequest{Prompt: prompt, Tail: int32Of(tail)})
+	if err != nil {
+		return disagg.Assessment{}, fmt.Errorf("requestplane: assess on %s: %w", s.desc.ID, fromStatus(err))
 	}
-	return a, nil
+	return engineAssessment(m), nil
 }
 
 // LinkThroughput implements disagg.Side; the worker's answer is reused
@@ -178,8 +139,8 @@ func (s *Side) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float6
 	if ok && time.Since(e.at) < linkTTL {
 		return e.bps, nil
 	}
-	var rep linkReply
-	if err := s.c.cc.Invoke(ctx, linkMethod, &linkRequest{Peer: peer}, &rep); err != nil {
+	rep, err := s.c.w.Link(ctx, &rpv1.LinkRequest{Peer: wirePeer(peer)})
+	if err != nil {
 		return 0, &kvtransfer.Error{Code: kvtransfer.CodeFailed, Err: fmt.Errorf("requestplane: link from %s: %w", s.desc.ID, fromStatus(err))}
 	}
 	if rep.Code != "" {
@@ -203,8 +164,8 @@ func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvt
 	if req.ID != "" {
 		ctx = withRequestID(ctx, req.ID)
 	}
-	var rep pushReply
-	if err := s.c.cc.Invoke(ctx, prefillMethod, &pushRequest{Request: *req, Peer: peer, From: from}, &rep); err != nil {
+	rep, err := s.c.w.Prefill(ctx, &rpv1.PrefillRequest{Request: wireRequest(req), Peer: wirePeer(peer), From: int32Of(from)})
+	if err != nil {
 		err = fromStatus(err)
 		if ctx.Err() != nil {
 			return disagg.Push{}, err
@@ -213,7 +174,7 @@ func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvt
 			Err: fmt.Errorf("requestplane: prefill on %s: %w", s.desc.ID, err)}
 	}
 	p := disagg.Push{
-		Transfer: kvtransfer.Stats{Blocks: rep.Blocks, Bytes: rep.Bytes, Wanted: rep.Wanted,
+		Transfer: kvtransfer.Stats{Blocks: int(rep.Blocks), Bytes: rep.Bytes, Wanted: int(rep.Wanted),
 			Duration: time.Duration(rep.DurationNs), Waited: time.Duration(rep.WaitedNs)},
 		Prefill: time.Duration(rep.PrefillNs), LinkBytesPerSec: rep.BytesPerSec,
 	}
@@ -222,34 +183,4 @@ func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvt
 	}
 	s.note(peer, rep.BytesPerSec)
 	return p, nil
-}
-
-func appendAssess(b []byte, r *assessRequest) []byte {
-	b = append(b, codecVersion)
-	b = appendTokens(b, r.Prompt)
-	return binary.AppendVarint(b, int64(r.Tail))
-}
-
-func decodeAssess(b []byte, m *assessRequest) error {
-	r := reader{b: b}
-	r.version()
-	m.Prompt = r.tokens()
-	m.Tail = r.int()
-	return r.done()
-}
-
-func appendPush(b []byte, p *pushRequest) []byte {
-	b = appendRequest(b, &p.Request)
-	b = appendString(b, p.Peer.ID)
-	b = appendString(b, p.Peer.Addr)
-	return binary.AppendVarint(b, int64(p.From))
-}
-
-func decodePush(b []byte, m *pushRequest) error {
-	r := reader{b: b}
-	r.request(&m.Request)
-	m.Peer.ID = r.str()
-	m.Peer.Addr = r.str()
-	m.From = r.int()
-	return r.done()
 }

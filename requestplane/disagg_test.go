@@ -138,27 +138,3 @@ func TestSideUnimplemented(t *testing.T) {
 		t.Fatalf("prefill on an aggregated worker: %v", err)
 	}
 }
-
-func TestDisaggCodecRoundTrip(t *testing.T) {
-	ar := assessRequest{Prompt: []engine.Token{1, 2, 1 << 30}, Tail: 7}
-	pr := pushRequest{Request: engine.Request{ID: "x", Prompt: []engine.Token{5, 6}, MaxTokens: 1}, Peer: kvtransfer.Peer{ID: "d0", Addr: "h:9"}, From: 3}
-	for _, tc := range []struct {
-		in, out any
-	}{{&ar, &assessRequest{}}, {&pr, &pushRequest{}}} {
-		b, err := codec{}.Marshal(tc.in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := (codec{}).Unmarshal(b, tc.out); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(tc.in, tc.out) {
-			t.Fatalf("round trip %+v -> %+v", tc.in, tc.out)
-		}
-		for i := range b {
-			if err := (codec{}).Unmarshal(b[:i], tc.out); err == nil {
-				t.Fatalf("%T truncated at %d accepted", tc.in, i)
-			}
-		}
-	}
-}

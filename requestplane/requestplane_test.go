@@ -4,14 +4,22 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
-	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/health"
 )
 
 func serve(t *testing.T, eng engine.Engine) *Client {
@@ -23,14 +31,20 @@ func serve(t *testing.T, eng engine.Engine) *Client {
 // plane and returns a client of it.
 func serveWith(t *testing.T, eng engine.Engine, side disagg.Side) *Client {
 	t.Helper()
+	return listen(t, NewServer(eng, side))
+}
+
+// listen serves srv on a loopback port until the test ends and returns a
+// client of it, dialed with opts.
+func listen(t *testing.T, srv *Server, opts ...grpc.DialOption) *Client {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(eng, side)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	c, err := Dial(lis.Addr().String())
+	c, err := Dial(lis.Addr().String(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,98 +147,176 @@ func TestLongPromptOverTheWire(t *testing.T) {
 	}
 }
 
-func TestCodecRoundTrip(t *testing.T) {
-	req := engine.Request{ID: "x", Model: "m", Prompt: []engine.Token{0, 1, 1 << 30}, MaxTokens: 7, MinTokens: 2, IgnoreEOS: true,
-		StopTokens: []engine.Token{5}, Sampling: engine.Sampling{Temperature: 1.5, TopP: 0.5, TopK: 3, Seed: 1<<63 + 5, HasSeed: true}}
-	b, err := codec{}.Marshal(&req)
+// TestInterceptorsRun: interceptors given to NewServer and Dial run on
+// the unary calls and on the Generate stream (the hand-written service
+// descriptor of earlier releases dropped unary ones).
+func TestInterceptorsRun(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	note := func(kind, method string) {
+		mu.Lock()
+		seen[kind+" "+method]++
+		mu.Unlock()
+	}
+	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil,
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			note("server-unary", info.FullMethod)
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			note("server-stream", info.FullMethod)
+			return h(srv, ss)
+		}))
+	c := listen(t, srv,
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			note("client-unary", method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			note("client-stream", method)
+			return streamer(ctx, desc, cc, method, opts...)
+		}))
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back engine.Request
-	if err := (codec{}).Unmarshal(b, &back); err != nil {
+	for {
+		if _, err := s.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"server-unary /" + ServiceName + "/Info", "client-unary /" + ServiceName + "/Info",
+		"server-stream /" + ServiceName + "/Generate", "client-stream /" + ServiceName + "/Generate"} {
+		if seen[k] != 1 {
+			t.Errorf("%s ran %d times, want 1 (seen %v)", k, seen[k], seen)
+		}
+	}
+}
+
+// TestHealthService: grpc.health.v1, asked with its own generated client,
+// says NOT_SERVING until the worker is ready, SERVING then, NOT_SERVING
+// again once it drains; a watcher hears the drain and does not hold
+// GracefulStop.
+func TestHealthService(t *testing.T) {
+	srv := NewServer(&enginetest.Scripted{Name: "m"}, nil)
+	c := listen(t, srv)
+	hc := healthpb.NewHealthClient(c.Conn())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	check := func(service string, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil || r.Status != want {
+			t.Fatalf("check %q: %v, %v; want %v", service, r.GetStatus(), err, want)
+		}
+	}
+	for _, svc := range []string{"", ServiceName} {
+		check(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "other"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown service: %v, want NotFound", err)
+	}
+	srv.SetServing(true)
+	for _, svc := range []string{"", ServiceName} {
+		check(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if back.ID != req.ID || back.Sampling != req.Sampling || len(back.Prompt) != 3 || back.Prompt[2] != 1<<30 || !back.IgnoreEOS || back.MinTokens != 2 {
-		t.Fatalf("got %+v", back)
+	if r, err := w.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch: %v, %v", r.GetStatus(), err)
 	}
-	for i := 0; i < len(b); i++ {
-		if err := (codec{}).Unmarshal(b[:i], &back); err == nil {
-			t.Fatalf("truncated at %d accepted", i)
+	srv.SetServing(false) // the drain starts
+	if r, err := w.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("watch after the drain began: %v, %v", r.GetStatus(), err)
+	}
+	check("", healthpb.HealthCheckResponse_NOT_SERVING)
+	// GracefulStop ends the watch (grpc-go's own would hold the drain
+	// until the client leaves).
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	for {
+		r, err := w.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("watch ended with %v, want Unavailable", err)
+			}
+			break
 		}
+		if r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("watch of a stopping server: %v", r.Status)
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("GracefulStop still waiting 5s after the watch ended")
 	}
 }
 
-// TestCodecKVTransferParams: vLLM's kv_transfer_params cross the request
-// plane both ways, and version-1 messages (older peers, no params) still
-// decode.
-func TestCodecKVTransferParams(t *testing.T) {
-	params := []byte(`{"do_remote_decode":true}`)
-	req := engine.Request{ID: "x", Prompt: []engine.Token{1}, KVTransferParams: params}
-	b, _ := codec{}.Marshal(&req)
-	var back engine.Request
-	if err := (codec{}).Unmarshal(b, &back); err != nil || string(back.KVTransferParams) != string(params) {
-		t.Fatalf("request params %q, %v", back.KVTransferParams, err)
+// TestOlderPeers: across the change to the .proto, peers of older
+// releases get statuses that name the mismatch (docs/ARCHITECTURE.md,
+// "Rolling upgrades"). An older frontend (the hand-written codec, the
+// unversioned service) calling this worker is told which schema it
+// serves; this frontend calling an older worker gets ErrSchema, which is
+// ErrUnavailable, so the frontend routes around that worker.
+func TestOlderPeers(t *testing.T) {
+	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil)
+	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
+	srv.quiet = 100 * time.Millisecond
+	health.Attach(srv, board, "w0")
+	c := listen(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	old, err := c.cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/"+legacyService+"/Generate", grpc.ForceCodec(handCodec{}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	d := engine.Delta{Tokens: []engine.Token{2}, Finish: "length", KVTransferParams: []byte(`{"remote_block_ids":[1]}`)}
-	db, _ := codec{}.Marshal(&d)
-	var dback engine.Delta
-	if err := (codec{}).Unmarshal(db, &dback); err != nil || string(dback.KVTransferParams) != string(d.KVTransferParams) {
-		t.Fatalf("delta params %q, %v", dback.KVTransferParams, err)
+	if err := old.SendMsg(&engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1}); err != nil {
+		t.Fatal(err)
 	}
-	if b[0] != 2 || db[0] != 2 {
-		t.Fatalf("messages with params written as versions %d, %d", b[0], db[0])
+	_ = old.CloseSend()
+	err = old.RecvMsg(&engine.Delta{})
+	if st := status.Convert(err); st.Code() != codes.Unimplemented || !strings.Contains(st.Message(), "tandem-rp1") || !strings.Contains(st.Message(), ServiceName) {
+		t.Fatalf("older frontend got %v", err)
 	}
-	// Without params a message is version 1, byte for byte what an older
-	// peer writes and reads.
-	plain, _ := codec{}.Marshal(&engine.Request{ID: "x", Prompt: []engine.Token{1}})
-	if plain[0] != 1 {
-		t.Fatalf("a request without params is version %d", plain[0])
+	// The worker raises it, and clears it once older peers are quiet.
+	if !board.IsActive(DiagSchemaMismatch, "w0") {
+		t.Fatalf("%s not raised: %v", DiagSchemaMismatch, board.Active())
 	}
-	back = engine.Request{}
-	if err := (codec{}).Unmarshal(plain, &back); err != nil || back.ID != "x" || back.KVTransferParams != nil {
-		t.Fatalf("version 1: %+v, %v", back, err)
+	for deadline := time.Now().Add(3 * time.Second); board.IsActive(DiagSchemaMismatch, "w0"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still raised 3 s after the last older call", DiagSchemaMismatch)
+		}
 	}
-	if err := (codec{}).Unmarshal(append([]byte{9}, plain[1:]...), &back); err == nil {
-		t.Fatal("unknown version accepted")
-	}
-}
 
-func FuzzCodec(f *testing.F) {
-	b, _ := codec{}.Marshal(&engine.Request{ID: "a", Prompt: []engine.Token{1, 2}})
-	f.Add(b)
-	d, _ := codec{}.Marshal(&engine.Delta{Tokens: []engine.Token{3}, Finish: "stop", CachedTokens: 16})
-	f.Add(d)
-	a, _ := codec{}.Marshal(&assessRequest{Prompt: []engine.Token{1, 2, 3}, Tail: 2})
-	f.Add(a)
-	p, _ := codec{}.Marshal(&pushRequest{Request: engine.Request{ID: "r", Prompt: []engine.Token{4}}, Peer: kvtransfer.Peer{ID: "d", Addr: "h:1"}, From: 1})
-	f.Add(p)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var r engine.Request
-		if codec.Unmarshal(codec{}, b, &r) == nil {
-			out, _ := codec{}.Marshal(&r)
-			var r2 engine.Request
-			if err := (codec{}).Unmarshal(out, &r2); err != nil {
-				t.Fatalf("re-decode: %v", err)
-			}
-		}
-		var dl engine.Delta
-		_ = codec{}.Unmarshal(b, &dl)
-		var ar assessRequest
-		if codec.Unmarshal(codec{}, b, &ar) == nil {
-			out, _ := codec{}.Marshal(&ar)
-			if err := (codec{}).Unmarshal(out, &assessRequest{}); err != nil {
-				t.Fatalf("re-decode assess: %v", err)
-			}
-		}
-		var pr pushRequest
-		if codec.Unmarshal(codec{}, b, &pr) == nil {
-			out, _ := codec{}.Marshal(&pr)
-			if err := (codec{}).Unmarshal(out, &pushRequest{}); err != nil {
-				t.Fatalf("re-decode push: %v", err)
-			}
-		}
-		for _, v := range []any{&linkReply{}, &pushReply{}, &linkRequest{}} {
-			_ = codec{}.Unmarshal(b, v)
-		}
-	})
+	// An older worker: its server forced the hand-written codec and knew
+	// only the unversioned service.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.ForceServerCodec(handCodec{}))
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	oc, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close()
+	_, err = oc.Generate(ctx, &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1})
+	if !errors.Is(err, ErrSchema) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("older worker: %v, want ErrSchema", err)
+	}
+	if _, err := oc.Info(ctx); !errors.Is(err, ErrSchema) {
+		t.Fatalf("older worker's Info: %v, want ErrSchema", err)
+	}
 }

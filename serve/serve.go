@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
@@ -82,7 +81,7 @@ type System struct {
 	served  chan error
 	engines []engine.Engine
 	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
-	grpcs   []*grpc.Server
+	grpcs   []*requestplane.Server
 	clients []*requestplane.Client
 	dis     *disaggState    // nil unless Disagg is enabled
 	pd      *vllmpdState    // nil unless VLLMPD is enabled
@@ -242,6 +241,7 @@ func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) 
 		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
 	}
 	srv := requestplane.NewServer(eng, nil)
+	srv.SetServing(true)
 	s.grpcs = append(s.grpcs, srv)
 	go func() { _ = srv.Serve(lis) }()
 	c, err := requestplane.Dial(lis.Addr().String())

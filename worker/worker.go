@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
 
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
@@ -105,7 +104,7 @@ type Worker struct {
 	board *health.Board
 	rec   discovery.Record
 
-	grpc    *grpc.Server
+	grpc    *requestplane.Server
 	served  chan error
 	reg     *prometheus.Registry
 	metrics *http.Server
@@ -168,6 +167,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
 	w.grpc = requestplane.NewServer(eng, side)
+	health.Attach(w.grpc, board, cfg.ID)
 	go func() { w.served <- w.grpc.Serve(lis) }()
 	defer func() {
 		if err != nil {
@@ -206,6 +206,9 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if w.lease, err = w.disc.Register(ctx, w.rec); err != nil {
 		return nil, fmt.Errorf("worker: register: %w", err)
 	}
+	// Ready: grpc.health.v1 on the request plane says SERVING from here
+	// until the drain starts.
+	w.grpc.SetServing(true)
 	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
 	return w, nil
@@ -457,6 +460,8 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 
 func (w *Worker) shutdown(ctx context.Context) error {
 	var errs []error
+	// Health checks hear of the drain first, with the registry.
+	w.grpc.SetServing(false)
 	if err := w.lease.Revoke(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("worker: deregister: %w", err))
 	}

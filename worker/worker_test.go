@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
@@ -122,9 +125,22 @@ func TestShutdownDeregistersFirst(t *testing.T) {
 			}
 		})
 	}()
+	// grpc.health.v1 on the request plane: SERVING once registered, and
+	// NOT_SERVING as soon as the drain starts, while streams still run.
+	hw, err := healthpb.NewHealthClient(c.Conn()).Watch(watchCtx, &healthpb.HealthCheckRequest{Service: requestplane.ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := hw.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of a registered worker: %v, %v", r.GetStatus(), err)
+	}
 	time.Sleep(20 * time.Millisecond)
 	shut := make(chan error, 1)
 	go func() { shut <- w.Shutdown(context.Background()) }()
+	if r, err := hw.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health of a draining worker: %v, %v", r.GetStatus(), err)
+	}
+	note("not serving")
 	tokens := 0
 	for {
 		d, err := s.Recv()
@@ -145,8 +161,8 @@ func TestShutdownDeregistersFirst(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(order) != 2 || order[0] != "deregistered" {
-		t.Fatalf("order %v: want deregistration before the stream ends", order)
+	if len(order) != 3 || order[2] != "stream finished" || !slices.Contains(order, "deregistered") {
+		t.Fatalf("order %v: want deregistration and NOT_SERVING before the stream ends", order)
 	}
 	// The frontend retries exactly this error elsewhere.
 	if _, err := c.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1, 2}, MaxTokens: 1}); !errors.Is(err, requestplane.ErrUnavailable) {

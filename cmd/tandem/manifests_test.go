@@ -251,13 +251,11 @@ func TestKubernetesManifests(t *testing.T) {
 				if flag(t, cmd, "id") != "" {
 					t.Error("--id must be left to POD_NAME")
 				}
+				// Readiness is grpc.health.v1 on the request plane, which
+				// turns NOT_SERVING when the worker starts draining.
 				rp := portOf(flag(t, cmd, "rp-addr"))
-				found := false
-				for _, p := range ctr.Ports {
-					found = found || (p.Name == ctr.ReadinessProbe.TCPSocket.Port.StrVal && strconv.Itoa(int(p.ContainerPort)) == rp)
-				}
-				if !found {
-					t.Errorf("the readiness probe must check the request-plane port %s", rp)
+				if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.GRPC == nil || strconv.Itoa(int(ctr.ReadinessProbe.GRPC.Port)) != rp {
+					t.Errorf("the readiness probe must be a gRPC health check of the request-plane port %s", rp)
 				}
 			} else {
 				front := m.services["tandem-frontend"]

@@ -2,27 +2,23 @@ package requestplane
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 )
 
-// codec encodes the request plane's messages. Format (all little-endian):
-// a version byte, then fields in fixed order; strings and token lists are
-// length-prefixed with uvarints.
-type codec struct{}
+// handCodec is the request plane's codec before the .proto, kept (for the
+// hot messages, engine.Request and engine.Delta) as the baseline of
+// BenchmarkCodec and as the older peer of TestOlderPeers. Format (all
+// little-endian): a version byte, then fields in fixed order; strings and
+// token lists are length-prefixed with uvarints; version 2 added
+// kv_transfer_params, and a message without them was written as version 1.
+type handCodec struct{}
 
-// codecVersion 2 added kv_transfer_params to requests and deltas; version
-// 1 messages (from older peers) still decode, and a message without
-// kv_transfer_params is written as version 1, so older peers still read
-// everything but vLLM P/D legs during a rolling upgrade.
 const codecVersion = 2
 
-// messageVersion is the oldest version that can carry params.
 func messageVersion(params []byte) byte {
 	if len(params) == 0 {
 		return 1
@@ -30,47 +26,27 @@ func messageVersion(params []byte) byte {
 	return codecVersion
 }
 
-// maxTokens bounds a decoded token list so a corrupt length cannot make the
-// decoder allocate gigabytes.
-const maxTokens = 1 << 22
-
 var errCorrupt = errors.New("requestplane: corrupt message")
 
-func (codec) Name() string { return "tandem-rp1" }
+func (handCodec) Name() string { return "tandem-rp1" }
 
-func (codec) Marshal(v any) ([]byte, error) {
+func (handCodec) Marshal(v any) ([]byte, error) {
 	switch m := v.(type) {
 	case *engine.Request:
 		return appendRequest(make([]byte, 0, 64+4*len(m.Prompt)), m), nil
 	case *engine.Delta:
 		return appendDelta(make([]byte, 0, 16+4*len(m.Tokens)), m), nil
-	case *assessRequest:
-		return appendAssess(make([]byte, 0, 16+4*len(m.Prompt)), m), nil
-	case *pushRequest:
-		return appendPush(make([]byte, 0, 96+4*len(m.Request.Prompt)), m), nil
-	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply:
-		// Small control messages: JSON keeps them readable and versionless.
-		return json.Marshal(m)
 	default:
 		return nil, fmt.Errorf("requestplane: cannot marshal %T", v)
 	}
 }
 
-func (codec) Unmarshal(b []byte, v any) error {
+func (handCodec) Unmarshal(b []byte, v any) error {
 	switch m := v.(type) {
 	case *engine.Request:
 		return decodeRequest(b, m)
 	case *engine.Delta:
 		return decodeDelta(b, m)
-	case *assessRequest:
-		return decodeAssess(b, m)
-	case *pushRequest:
-		return decodePush(b, m)
-	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply:
-		if err := json.Unmarshal(b, m); err != nil {
-			return fmt.Errorf("%w: %w", errCorrupt, err)
-		}
-		return nil
 	default:
 		return fmt.Errorf("requestplane: cannot unmarshal into %T", v)
 	}
