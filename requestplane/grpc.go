@@ -57,20 +57,27 @@ const maxMessage = 4*maxTokens + 1<<20
 type handler struct {
 	eng  engine.Engine
 	side disagg.Side // nil: the disaggregation calls are unimplemented
+	// vocab bounds the token ids a caller may send (0: unchecked). The
+	// worker checks what the frontend checks, because anything that can
+	// reach the port can call Generate.
+	vocab int
 }
 
 // NewServer returns a gRPC server exposing eng and, when side is not nil,
-// the worker's part in disaggregated prefill (Assess, Link, Prefill). The
+// the worker's part in disaggregated prefill (Assess, Link, Prefill).
+// Every Generate is checked against eng's limits and vocab (the tokenizer's
+// vocabulary size; 0 skips the upper bound on ids) before the engine sees
+// it. The
 // caller owns Serve and GracefulStop (which lets in-flight streams finish:
 // that is the drain).
-func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *grpc.Server {
+func NewServer(eng engine.Engine, side disagg.Side, vocab int, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.ForceServerCodec(codec{}),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	s := grpc.NewServer(opts...)
-	s.RegisterService(&serviceDesc, &handler{eng: eng, side: side})
+	s.RegisterService(&serviceDesc, &handler{eng: eng, side: side, vocab: vocab})
 	return s
 }
 
@@ -85,6 +92,9 @@ func (h *handler) generate(stream grpc.ServerStream) error {
 				req.ID = v[0]
 			}
 		}
+	}
+	if _, err := engine.CheckRequest(&req, h.eng.Info(), h.vocab); err != nil {
+		return toStatus(err)
 	}
 	s, err := h.eng.Generate(stream.Context(), &req)
 	if err != nil {
@@ -112,6 +122,8 @@ func toStatus(err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return status.Error(codes.OutOfRange, err.Error())
+	case errors.Is(err, engine.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, engine.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
@@ -132,6 +144,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", engine.ErrOverloaded, st.Message())
 	case codes.OutOfRange:
 		return fmt.Errorf("%w: %s", engine.ErrPromptTooLong, st.Message())
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", engine.ErrInvalidRequest, st.Message())
 	case codes.Unavailable:
 		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
 	case codes.Canceled:

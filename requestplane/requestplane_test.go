@@ -27,7 +27,7 @@ func serveWith(t *testing.T, eng engine.Engine, side disagg.Side) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(eng, side)
+	srv := NewServer(eng, side, 0)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	c, err := Dial(lis.Addr().String())

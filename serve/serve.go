@@ -192,7 +192,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		health.Attach(eng, s.Board, w.ID)
 		gen := engine.Generator(eng)
 		if cfg.RequestPlane == "grpc" {
-			if gen, w.Addr, err = s.serveGRPC(eng); err != nil {
+			if gen, w.Addr, err = s.serveGRPC(eng, model.Tokenizer.VocabSize()); err != nil {
 				return nil, err
 			}
 		} else if cfg.RequestPlane != "inproc" && cfg.RequestPlane != "" {
@@ -236,12 +236,12 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	return s, nil
 }
 
-func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) {
+func (s *System) serveGRPC(eng engine.Engine, vocab int) (engine.Generator, string, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
 	}
-	srv := requestplane.NewServer(eng, nil)
+	srv := requestplane.NewServer(eng, nil, vocab)
 	s.grpcs = append(s.grpcs, srv)
 	go func() { _ = srv.Serve(lis) }()
 	c, err := requestplane.Dial(lis.Addr().String())
