@@ -211,8 +211,9 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	f.http = &http.Server{Handler: f.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { f.served <- f.http.Serve(f.lis) }()
+	var lis net.Listener
+	f.http, lis = f.Frontend.NewHTTPServer(f.lis)
+	go func() { f.served <- f.http.Serve(lis) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
 	return f, nil
 }

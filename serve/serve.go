@@ -231,8 +231,9 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	s.http = &http.Server{Handler: s.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { s.served <- s.http.Serve(s.lis) }()
+	var lis net.Listener
+	s.http, lis = s.Frontend.NewHTTPServer(s.lis)
+	go func() { s.served <- s.http.Serve(lis) }()
 	return s, nil
 }
 
