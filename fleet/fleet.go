@@ -166,6 +166,10 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if board == nil {
 		board = health.NewBoard(log, reg)
 	}
+	if c, ok := opts.Registry.(interface{ Collector() prometheus.Collector }); ok {
+		// The file backend's junk-file count.
+		_ = reg.Register(c.Collector())
+	}
 	f := &Frontend{
 		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
