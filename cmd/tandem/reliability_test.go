@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,14 +168,59 @@ func TestFaultSuite(t *testing.T) {
 	}
 	waitHealthy(t, fe.line, 3, 20*time.Second)
 
+	// Finding 1 of issue 12: across processes, a max_tokens of 2^63-1 was a
+	// 500 and wedged the worker; bad ids reached it.
+	for _, body := range []string{
+		`{"model":"tandem-mock","prompt":"x","max_tokens":9223372036854775807}`,
+		`{"model":"tandem-mock","prompt":"x","min_tokens":9223372036854775807}`,
+		`{"model":"tandem-mock","prompt":[1,999999999]}`,
+		`{"model":"tandem-mock","prompt":[null,null,5]}`,
+	} {
+		resp, err := http.Post(fe.line+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Fatalf("%s: status %d, want 400: %s", body, resp.StatusCode, b)
+		}
+	}
+
 	stop := faultLoad(func() string { return url.Load().(string) }, 12)
 	type window struct {
 		name       string
 		start, end time.Time
 		recovered  time.Duration
+		raised     []string
 	}
 	var windows []window
+	// A poller notes every diagnostic /health shows, so each phase can
+	// say what it raised (and waitHealthy that it cleared).
+	var seenMu sync.Mutex
+	seen := map[string]bool{}
+	pollDone := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-pollDone:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			if h, err := readHealth(url.Load().(string)); err == nil {
+				seenMu.Lock()
+				for _, d := range h.Diagnostics {
+					seen[d.Code] = true
+				}
+				seenMu.Unlock()
+			}
+		}
+	}()
+	defer close(pollDone)
 	phase := func(name string, fault func(), heal func()) {
+		seenMu.Lock()
+		clear(seen)
+		seenMu.Unlock()
 		w := window{name: name, start: time.Now()}
 		fault()
 		time.Sleep(hold)
@@ -183,6 +229,12 @@ func TestFaultSuite(t *testing.T) {
 		}
 		w.end = time.Now()
 		w.recovered = waitHealthy(t, url.Load().(string), 3, 20*time.Second)
+		seenMu.Lock()
+		for c := range seen {
+			w.raised = append(w.raised, c)
+		}
+		seenMu.Unlock()
+		slices.Sort(w.raised)
 		windows = append(windows, w)
 	}
 	recordFiles := func(f func(p string)) {
@@ -264,7 +316,15 @@ func TestFaultSuite(t *testing.T) {
 		}
 	}
 	for _, w := range windows {
-		t.Logf("fault %-95q held %v, /health ok again %v after it ended", w.name, w.end.Sub(w.start).Round(time.Millisecond), w.recovered.Round(time.Millisecond))
+		t.Logf("fault %q: held %v, raised %v, /health ok with no diagnostic %v after it ended",
+			w.name, w.end.Sub(w.start).Round(time.Millisecond), w.raised, w.recovered.Round(time.Millisecond))
+	}
+	for _, want := range []struct{ phase, code string }{{"flood", "discovery_junk_files"}, {"SIGSTOP", "worker_stuck"}} {
+		for _, w := range windows {
+			if strings.Contains(w.name, want.phase) && !slices.Contains(w.raised, want.code) {
+				t.Errorf("%s: %s never showed on /health", w.name, want.code)
+			}
+		}
 	}
 	t.Logf("fault suite: %d requests: %d succeeded, %d streams cut on the killed worker, %d failed during the frontend outage, %d failed otherwise",
 		len(outcomes), ok, cut, outage, failed)
