@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -374,4 +375,64 @@ func TestReadTimeoutSparesStreams(t *testing.T) {
 	if !strings.Contains(string(b), `"finish_reason":"length"`) || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
 		t.Fatalf("a 500 ms stream under a 200 ms read timeout was cut:\n%s", b)
 	}
+}
+
+// Finding 3 of issue 12: a client that stops reading a stream is cut after
+// the write-idle timeout, and its sequence stops, instead of holding a
+// handler, a connection and an engine slot forever.
+func TestWriteIdleTimeoutCutsStalledReader(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HTTP.WriteIdleTimeout = 200 * time.Millisecond
+	cfg.MaxTokensDefault = 0
+	eng := &enginetest.Scripted{Name: "m", Output: toks("abcdefgh"), Ctx: 1 << 20}
+	f := newFixtureCfg(t, cfg, 1<<20, map[string]engine.Generator{"w0": eng})
+	// Small socket buffers on both sides, so that a megabyte of stream
+	// cannot hide in the kernel.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, l := f.srv.NewHTTPServer(smallSendBuf{lis})
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	addr := lis.Addr().String()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"m","prompt":"hi","max_tokens":1000000,"stream":true}`
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Never read. The server's writes block once the socket buffers fill;
+	// the handler must give up, releasing its admission slot.
+	adm := f.srv.model("m").adm
+	deadline := time.Now().Add(10 * time.Second)
+	for eng.Started.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for {
+		if inflight, _, _ := adm.state(); inflight == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the handler of a stalled reader still runs")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type smallSendBuf struct{ net.Listener }
+
+func (l smallSendBuf) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(4096)
+	}
+	return c, err
 }

@@ -223,8 +223,8 @@ func (s *Server) lookup(w http.ResponseWriter, endpoint, name string) *Model {
 // form encoding unless told otherwise, and many scripts never set one).
 func checkContentType(r *http.Request) *openai.Error {
 	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return nil
+	if ct == "" || ct == "application/json" {
+		return nil // the common cases, without parsing
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
