@@ -172,6 +172,8 @@ func TestAdmissionControl(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("the refusal took %v; it must be immediate", d)
+	} else {
+		t.Logf("past the limit and the queue: 429 in %v", d.Round(time.Microsecond))
 	}
 	var h healthReport
 	json.Unmarshal([]byte(getHealth(t, f.url)), &h)
