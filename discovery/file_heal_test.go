@@ -263,3 +263,30 @@ func TestFileRoutingHijackRefused(t *testing.T) {
 		t.Error("w1 left when a stranger overwrote its record")
 	}
 }
+
+// FuzzFileRecord: no record file content makes a watcher panic, and a
+// file is either a valid record of its name, a tombstone, or refused.
+func FuzzFileRecord(f *testing.F) {
+	good, _ := json.Marshal(fileEntry{Record: testRecord("w1"), PID: 1, Instance: "x"})
+	for _, s := range []string{string(good), "", "{", "null", `{"record":{"id":"w1"}}`, `{"revoked":true}`, "\x00\xff"} {
+		f.Add([]byte(s))
+	}
+	dir := f.TempDir()
+	fl, err := NewFile(FileConfig{Dir: dir, Common: Common{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	p := filepath.Join(dir, "w1.json")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e, err := fl.readEntry(p, "w1")
+		if err == nil && !e.Revoked && (e.Record.ID != "w1" || e.Record.Validate() != nil) {
+			t.Fatalf("accepted %q as %+v", b, e.Record)
+		}
+		if len(b) > MaxRecordBytes && err == nil {
+			t.Fatalf("accepted a %d-byte record", len(b))
+		}
+	})
+}
