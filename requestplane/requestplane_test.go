@@ -23,11 +23,18 @@ func serve(t *testing.T, eng engine.Engine) *Client {
 // plane and returns a client of it.
 func serveWith(t *testing.T, eng engine.Engine, side disagg.Side) *Client {
 	t.Helper()
+	return serveVocab(t, eng, side, 0)
+}
+
+// serveVocab is serveWith with the server checking token ids against a
+// vocabulary of vocab.
+func serveVocab(t *testing.T, eng engine.Engine, side disagg.Side, vocab int) *Client {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(eng, side, 0)
+	srv := NewServer(eng, side, vocab)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	c, err := Dial(lis.Addr().String())

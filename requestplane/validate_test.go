@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"math"
-	"net"
 	"testing"
 
 	"github.com/tandemllm/tandem/engine"
@@ -19,18 +18,7 @@ import (
 // keeps serving.
 func TestWorkerRefusesWhatTheFrontendRefuses(t *testing.T) {
 	eng := &enginetest.Scripted{Name: "m", Output: []engine.Token{7}, Ctx: 4096}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(eng, nil, 1000)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	c, err := Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := serveVocab(t, eng, nil, 1000)
 	gen := func(r engine.Request) error {
 		r.Model = "m"
 		s, err := c.Generate(context.Background(), &r)

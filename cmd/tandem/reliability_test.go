@@ -93,48 +93,6 @@ func waitHealthy(t *testing.T, url string, nWorkers int, within time.Duration) t
 	return 0
 }
 
-// stamped is one request's outcome with when it started and ended.
-type stamped struct {
-	outcome
-	start, end time.Time
-}
-
-// faultLoad runs closed-loop streaming clients that record when each
-// request ran, so failures can be matched to the fault that was active.
-func faultLoad(url func() string, clients int) (stop func() []stamped) {
-	var (
-		mu  sync.Mutex
-		out []stamped
-		wg  sync.WaitGroup
-	)
-	done := make(chan struct{})
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
-	for i := range clients {
-		wg.Go(func() {
-			for n := 0; ; n++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				start := time.Now()
-				o := sendOne(hc, url(), fmt.Sprintf("client %d shares this prefix; question %d", i%4, n), 16+(i*5)%24)
-				mu.Lock()
-				out = append(out, stamped{o, start, time.Now()})
-				mu.Unlock()
-				if o.err != nil && !o.started {
-					time.Sleep(20 * time.Millisecond) // an outage: don't spin
-				}
-			}
-		})
-	}
-	return func() []stamped {
-		close(done)
-		wg.Wait()
-		return out
-	}
-}
-
 // TestFaultSuite runs a frontend and three workers as OS processes under
 // streaming load and, one after another, corrupts, deletes, replaces and
 // floods the file discovery directory, removes it, SIGSTOPs a worker,
@@ -188,7 +146,10 @@ func TestFaultSuite(t *testing.T) {
 		}
 	}
 
-	stop := faultLoad(func() string { return url.Load().(string) }, 12)
+	// The frontend restarts on the same address, so the URL stays valid.
+	stop := startLoad(fe.line, 12, func(i, n int) (string, int) {
+		return fmt.Sprintf("client %d shares this prefix; question %d", i%4, n), 16 + (i*5)%24
+	})
 	type window struct {
 		name       string
 		start, end time.Time
