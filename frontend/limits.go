@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/openai"
 )
 
@@ -51,7 +52,8 @@ func DefaultHTTPLimits() HTTPLimits {
 func (s *Server) NewHTTPServer(lis net.Listener) (*http.Server, net.Listener) {
 	l := s.cfg.HTTP
 	if l.MaxConns > 0 {
-		lis = &capListener{Listener: lis, sem: make(chan struct{}, l.MaxConns), refused: s.metrics.connsRefused}
+		lis = &capListener{Listener: lis, sem: make(chan struct{}, l.MaxConns), refused: s.metrics.connsRefused,
+			diag: flag{board: s.board, code: DiagConnCap, recovered: "frontend_connections_available", msg: fmt.Sprintf("%d client connections are open (--max-connections); new ones get 503", l.MaxConns)}}
 	}
 	srv := &http.Server{
 		Handler:           s.Handler(),
@@ -64,6 +66,38 @@ func (s *Server) NewHTTPServer(lis net.Listener) (*http.Server, net.Listener) {
 	return srv, lis
 }
 
+// Diagnostic codes of the HTTP limits (subject "http").
+const (
+	// DiagConnCap: the connection cap was reached and connections are
+	// being refused; cleared when open connections fall below 90% of it.
+	DiagConnCap = "frontend_connections_capped"
+	// DiagBodyBudget: request bodies filled the server's body budget and
+	// requests are being refused; cleared when half of it is free again.
+	DiagBodyBudget = "frontend_body_budget_exhausted"
+)
+
+// flag is a limit's diagnostic: raised when the limit refuses work,
+// cleared (once) when the pressure is gone.
+type flag struct {
+	board     *health.Board
+	code      string
+	recovered string
+	msg       string
+	active    atomic.Bool
+}
+
+func (f *flag) raise() {
+	if f.board != nil && f.active.CompareAndSwap(false, true) {
+		f.board.Raise(f.code, "http", health.Warn, f.msg)
+	}
+}
+
+func (f *flag) clear() {
+	if f.board != nil && f.active.Load() && f.active.CompareAndSwap(true, false) {
+		f.board.Clear(f.code, "http", f.recovered, "the limit has room again")
+	}
+}
+
 // capListener refuses connections past its cap: it accepts them (the
 // kernel already did), writes a 503 and closes, rather than leaving them
 // in the backlog where a client's timeout is the only answer.
@@ -71,6 +105,7 @@ type capListener struct {
 	net.Listener
 	sem     chan struct{}
 	refused interface{ Inc() }
+	diag    flag
 }
 
 var tooManyConns = func() []byte {
@@ -86,15 +121,23 @@ func (l *capListener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.sem <- struct{}{}:
-			return &capConn{Conn: c, release: func() { <-l.sem }}, nil
+			return &capConn{Conn: c, release: l.release}, nil
 		default:
 		}
 		l.refused.Inc()
+		l.diag.raise()
 		go func() {
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = c.Write(tooManyConns)
 			_ = c.Close()
 		}()
+	}
+}
+
+func (l *capListener) release() {
+	<-l.sem
+	if len(l.sem) < cap(l.sem)*9/10 {
+		l.diag.clear()
 	}
 }
 
@@ -114,6 +157,7 @@ func (c *capConn) Close() error {
 type bodyBudget struct {
 	max  int64
 	used atomic.Int64
+	diag flag
 }
 
 func (b *bodyBudget) take(n int64) bool {
@@ -129,7 +173,9 @@ func (b *bodyBudget) take(n int64) bool {
 
 func (b *bodyBudget) give(n int64) {
 	if b != nil && b.max > 0 {
-		b.used.Add(-n)
+		if b.used.Add(-n) < b.max/2 {
+			b.diag.clear()
+		}
 	}
 }
 
@@ -162,6 +208,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	if !grow(size) {
 		s.metrics.bodyRefused.Inc()
+		s.budget.diag.raise()
 		return nil, release, openai.Unavailable("server_busy", s.cfg.RetryAfter, "the server is reading too many request bodies; retry shortly")
 	}
 	buf := make([]byte, 0, size)
@@ -170,6 +217,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		if len(buf) == cap(buf) {
 			if !grow(bodyChunk) {
 				s.metrics.bodyRefused.Inc()
+				s.budget.diag.raise()
 				return nil, release, openai.Unavailable("server_busy", s.cfg.RetryAfter, "the server is reading too many request bodies; retry shortly")
 			}
 			nb := make([]byte, len(buf), cap(buf)+bodyChunk)

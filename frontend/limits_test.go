@@ -259,10 +259,19 @@ func TestConnectionCap(t *testing.T) {
 	if err != nil || !strings.Contains(line, "503") {
 		t.Fatalf("third connection: %q %v, want a 503", line, err)
 	}
+	if !f.board.IsActive(DiagConnCap, "http") {
+		t.Fatalf("no %s diagnostic: %+v", DiagConnCap, f.board.Active())
+	}
 	held[0].Close()
 	waitOK(t, "http://"+addr+"/health")
 	held[1].Close()
 	waitOK(t, "http://"+addr+"/live")
+	http.DefaultClient.CloseIdleConnections()
+	for deadline := time.Now().Add(5 * time.Second); f.board.IsActive(DiagConnCap, "http"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection-cap diagnostic did not clear once connections closed")
+		}
+	}
 	if m := metricsText(t, "http://"+addr); !regexp.MustCompile(`(?m)^tandem_frontend_connections_refused_total [1-9]`).MatchString(m) {
 		t.Fatalf("no refusal metric:\n%.400s", m)
 	}
@@ -341,6 +350,9 @@ func TestBodyBudget(t *testing.T) {
 	if err != nil || !strings.Contains(line, "503") {
 		t.Fatalf("second large body: %q %v, want 503", line, err)
 	}
+	if !f.board.IsActive(DiagBodyBudget, "http") {
+		t.Fatalf("no %s diagnostic", DiagBodyBudget)
+	}
 	a.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for f.srv.budget.used.Load() != 0 {
@@ -357,6 +369,9 @@ func TestBodyBudget(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("after the slow clients left: %d", resp.StatusCode)
+	}
+	if f.board.IsActive(DiagBodyBudget, "http") {
+		t.Fatal("the body-budget diagnostic did not clear once the budget was free")
 	}
 }
 

@@ -99,7 +99,8 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 		metrics: newMetrics(reg), gather: reg,
 		created: time.Now().Unix(),
 		models:  map[string]*Model{},
-		budget:  &bodyBudget{max: cfg.HTTP.BodyBudget},
+		budget: &bodyBudget{max: cfg.HTTP.BodyBudget, diag: flag{board: board, code: DiagBodyBudget, recovered: "frontend_body_budget_available",
+			msg: fmt.Sprintf("request bodies fill the server's %d-byte budget (--body-budget-bytes); new requests get 503", cfg.HTTP.BodyBudget)}},
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r.SetReachabilityHook(s.reachability)
