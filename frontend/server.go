@@ -55,13 +55,17 @@ type Config struct {
 	// StuckAfter is how long a worker may hold requests without producing
 	// a token before the router skips it (--stuck-after; 0: never).
 	StuckAfter time.Duration
+	// FirstTokenTimeout bounds the wait for a request's first token on
+	// one worker (--first-token-timeout; 0: no bound); past it the request
+	// is tried on another worker (--max-retries), else answered 504.
+	FirstTokenTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
 func DefaultConfig() Config {
 	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1, MaxTokensDefault: 4096,
 		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, HTTP: DefaultHTTPLimits(),
-		StuckAfter: router.DefaultStuckAfter}
+		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute}
 }
 
 // Model is one served model as the frontend sees it.
@@ -412,14 +416,30 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		firstOK bool
 		tried   []string
 	)
+	var lastErr error // the previous attempt's failure
 	for attempt := 0; ; attempt++ {
 		var err error
 		route, err = s.router.Route(rreq, tried...)
 		if err != nil {
+			if lastErr != nil {
+				// Every worker was tried: the client hears why the last
+				// attempt failed, not that none is left.
+				s.fail(w, j.endpoint, m.Name, s.engineError(lastErr))
+				return
+			}
 			s.fail(w, j.endpoint, m.Name, s.routeError(m.Name, err))
 			return
 		}
-		stream, err = route.Worker.Gen.Generate(router.WithDecision(ctx, route.Decision), ereq)
+		// Each attempt has its own context, so that a worker that sends
+		// no first token within --first-token-timeout can be given up on
+		// alone and the request tried elsewhere.
+		actx, acancel := context.WithCancel(ctx)
+		var timedOut atomic.Bool
+		var timer *time.Timer
+		if d := s.cfg.FirstTokenTimeout; d > 0 {
+			timer = time.AfterFunc(d, func() { timedOut.Store(true); acancel() })
+		}
+		stream, err = route.Worker.Gen.Generate(router.WithDecision(actx, route.Decision), ereq)
 		if err == nil {
 			first, err = stream.Recv()
 			if err == io.EOF {
@@ -427,15 +447,21 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			}
 			firstOK = err == nil
 		}
+		if timer != nil && !timer.Stop() && timedOut.Load() {
+			err = fmt.Errorf("%w: worker %s sent no first token within %v", errFirstTokenTimeout, route.Worker.ID, s.cfg.FirstTokenTimeout)
+		}
 		if err == nil {
+			defer acancel()
 			break
 		}
+		acancel()
 		if errors.Is(err, requestplane.ErrUnavailable) && r.Context().Err() == nil {
 			route.Unreachable()
 		}
 		route.Done()
-		if errors.Is(err, requestplane.ErrUnavailable) && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
-			tried = append(tried, route.Worker.ID)
+		retryable := errors.Is(err, requestplane.ErrUnavailable) || errors.Is(err, errFirstTokenTimeout)
+		if retryable && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
+			tried, lastErr = append(tried, route.Worker.ID), err
 			mm.retries.Inc()
 			s.log.Warn("worker failed before the first token; retrying on another worker",
 				"diagnostic_code", "worker_retry", "request_id", j.id, "worker", route.Worker.ID, "err", err)
@@ -487,8 +513,14 @@ func (s *Server) routeError(model string, err error) *openai.Error {
 	return openai.Unavailable("no_worker", s.cfg.RetryAfter, "no live worker serves model %q", model)
 }
 
+// errFirstTokenTimeout: a worker sent no first token within
+// --first-token-timeout.
+var errFirstTokenTimeout = errors.New("first token timeout")
+
 func (s *Server) engineError(err error) *openai.Error {
 	switch {
+	case errors.Is(err, errFirstTokenTimeout):
+		return &openai.Error{Status: http.StatusGatewayTimeout, Type: "timeout", Code: "first_token_timeout", Message: err.Error()}
 	case errors.Is(err, engine.ErrOverloaded):
 		return openai.Unavailable("overloaded", s.cfg.RetryAfter, "the worker is overloaded: %v", err)
 	case errors.Is(err, engine.ErrPromptTooLong):
