@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tandemllm/tandem/health"
 )
 
@@ -62,7 +64,7 @@ func TestFileLiveness(t *testing.T) {
 			if err := os.Chtimes(p, mt, mt); err != nil {
 				t.Fatal(err)
 			}
-			recs, err := f.scan(map[string]bool{})
+			recs, err := f.scan(newScanState())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,9 +75,10 @@ func TestFileLiveness(t *testing.T) {
 	}
 }
 
-// TestFileInvalidRecords: a broken file raises discovery_record_invalid
-// (the worker is ignored, not the directory), and the diagnostic clears
-// when the file is fixed.
+// TestFileInvalidRecords: broken files raise one discovery_junk_files and
+// one discovery_record_invalid for the directory (the workers are ignored,
+// not the directory), counted in one metric; both clear when the files are
+// fixed or gone.
 func TestFileInvalidRecords(t *testing.T) {
 	dir := t.TempDir()
 	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
@@ -87,42 +90,57 @@ func TestFileInvalidRecords(t *testing.T) {
 	wrongName, _ := json.Marshal(fileEntry{Record: testRecord("w3"), Instance: "x"})
 	files := []struct {
 		name, content string
-		invalid       bool
+		junk          bool
 	}{
 		{"w1.json", string(good), false},
 		{"w2.json", "{not json", true},
 		{"w4.json", string(wrongName), true},
 		{".w5.json.tmp-1", "{partial", false},
-		{"notes.txt", "hello", false},
+		{"notes.txt", "hello", true},
 	}
 	for _, fl := range files {
 		if err := os.WriteFile(filepath.Join(dir, fl.name), []byte(fl.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	invalid := map[string]bool{}
-	recs, err := f.scan(invalid)
+	st := newScanState()
+	recs, err := f.scan(st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) != 1 {
 		t.Fatalf("live %v, want only w1", recs)
 	}
+	subject := "file:" + dir
+	if !board.IsActive(DiagRecordInvalid, subject) || !board.IsActive(DiagJunk, subject) {
+		t.Fatalf("diagnostics %+v", board.Active())
+	}
+	if n := len(board.Active()); n != 2 {
+		t.Fatalf("%d diagnostics, want one of each code for the directory: %+v", n, board.Active())
+	}
 	for _, fl := range files {
-		if got := board.IsActive(DiagRecordInvalid, "file:"+fl.name); got != fl.invalid {
-			t.Errorf("%s: invalid diagnostic %v, want %v", fl.name, got, fl.invalid)
+		if _, ok := st.junk[fl.name]; ok != fl.junk {
+			t.Errorf("%s: junk %v, want %v", fl.name, ok, fl.junk)
 		}
 	}
+	if got := testutil.ToFloat64(f.junk); got != 3 {
+		t.Fatalf("junk metric %v, want 3", got)
+	}
 	_ = os.Remove(filepath.Join(dir, "w2.json"))
+	_ = os.Remove(filepath.Join(dir, "notes.txt"))
 	_ = os.WriteFile(filepath.Join(dir, "w4.json"), good, 0o644) // still the wrong id for its name
-	if _, err := f.scan(invalid); err != nil {
+	if _, err := f.scan(st); err != nil {
 		t.Fatal(err)
 	}
-	if board.IsActive(DiagRecordInvalid, "file:w2.json") {
-		t.Error("diagnostic of a removed file still active")
-	}
-	if !board.IsActive(DiagRecordInvalid, "file:w4.json") {
+	if !board.IsActive(DiagRecordInvalid, subject) {
 		t.Error("w4.json still names w1 and should stay invalid")
+	}
+	_ = os.Remove(filepath.Join(dir, "w4.json"))
+	if _, err := f.scan(st); err != nil {
+		t.Fatal(err)
+	}
+	if board.IsActive(DiagRecordInvalid, subject) || board.IsActive(DiagJunk, subject) || testutil.ToFloat64(f.junk) != 0 {
+		t.Errorf("diagnostics after cleaning up: %+v", board.Active())
 	}
 }
 
@@ -157,8 +175,8 @@ func TestFileKeepaliveRewritesVanishedRecord(t *testing.T) {
 	if err := l.Revoke(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(p); !os.IsNotExist(err) {
-		t.Fatalf("record still there after Revoke: %v", err)
+	if recs, _ := f.scan(newScanState()); len(recs) != 0 {
+		t.Fatalf("record still live after Revoke: %v", recs)
 	}
 }
 
@@ -173,7 +191,10 @@ func TestFileDirectoryUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.Register(context.Background(), testRecord("w1")); err != nil {
+	// The record is written by hand: a registered worker would recreate
+	// the directory.
+	b, _ := json.Marshal(fileEntry{Record: testRecord("w1"), PID: os.Getpid(), Instance: "x"})
+	if err := os.WriteFile(filepath.Join(dir, "w1.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	w := startWatch(t, f)

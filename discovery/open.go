@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -28,12 +29,24 @@ type Config struct {
 	KubeNamespace, KubeSelector, KubeService string
 }
 
-// DefaultConfig returns the flag defaults: the file backend in a directory
-// under the system's temporary directory, so that a frontend and workers
-// started on one host with no flags find each other.
+// DefaultConfig returns the flag defaults: the file backend in a private
+// per-user directory (DefaultDir), so that a frontend and workers started
+// on one host by one user with no flags find each other, and nobody else
+// can plant records there.
 func DefaultConfig() Config {
-	return Config{Backend: "file", Dir: filepath.Join(os.TempDir(), "tandem-discovery"), Prefix: "/tandem/", TTL: DefaultTTL,
+	return Config{Backend: "file", Dir: DefaultDir(), Prefix: "/tandem/", TTL: DefaultTTL,
 		KubeSelector: "app.kubernetes.io/component=tandem-worker", KubeService: "tandem-workers"}
+}
+
+// DefaultDir is $XDG_RUNTIME_DIR/tandem-discovery when XDG_RUNTIME_DIR is
+// set (a per-user 0700 tmpfs on systemd hosts), else
+// tandem-discovery-<uid> under the temporary directory. NewFile creates it
+// 0700 and refuses it if another user owns it.
+func DefaultDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "tandem-discovery")
+	}
+	return filepath.Join(os.TempDir(), "tandem-discovery-"+strconv.Itoa(os.Geteuid()))
 }
 
 // Open returns the backend cfg names. mem is refused: it cannot reach

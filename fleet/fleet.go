@@ -166,6 +166,10 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if board == nil {
 		board = health.NewBoard(log, reg)
 	}
+	if c, ok := opts.Registry.(interface{ Collector() prometheus.Collector }); ok {
+		// The file backend's junk-file count.
+		_ = reg.Register(c.Collector())
+	}
 	f := &Frontend{
 		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
@@ -211,8 +215,9 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	f.http = &http.Server{Handler: f.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { f.served <- f.http.Serve(f.lis) }()
+	var lis net.Listener
+	f.http, lis = f.Frontend.NewHTTPServer(f.lis)
+	go func() { f.served <- f.http.Serve(lis) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
 	return f, nil
 }

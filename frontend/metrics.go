@@ -13,6 +13,11 @@ type metrics struct {
 	inflight *prometheus.GaugeVec
 	queued   *prometheus.GaugeVec
 	retries  *prometheus.CounterVec
+	// Limits: requests refused by admission control, connections past
+	// the cap, bodies past the memory budget.
+	admissionRejected *prometheus.CounterVec
+	connsRefused      prometheus.Counter
+	bodyRefused       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,9 +55,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_frontend_retries_total", Help: "Requests re-routed because their worker failed before the first token.",
 		}, []string{"model"}),
+		admissionRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_admission_rejected_total", Help: "Requests refused with 429 by a model's admission limit, by reason (queue_full, queue_timeout; client_gone: left while queued).",
+		}, []string{"model", "reason"}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_connections_refused_total", Help: "Client connections closed with a 503 because the connection cap was reached.",
+		}),
+		bodyRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_body_budget_refused_total", Help: "Requests refused with 503 because request bodies in memory reached the server's budget.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries)
+		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries,
+			m.admissionRejected, m.connsRefused, m.bodyRefused)
 	}
 	return m
 }

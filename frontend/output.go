@@ -10,6 +10,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/openai"
+	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -19,6 +20,7 @@ type output struct {
 	j       *job
 	m       *Model
 	stream  engine.Stream
+	route   *router.Route
 	first   engine.Delta
 	firstOK bool // first holds a delta (false: the stream ended at once)
 	cancel  func()
@@ -57,6 +59,7 @@ func (o *output) next() (text string, done bool, err error) {
 			return "", true, err
 		}
 		now := time.Now()
+		o.route.Progress(now)
 		if n := len(d.Tokens); n > 0 {
 			gap := now.Sub(o.last).Seconds() / float64(n)
 			for range n {
@@ -239,6 +242,11 @@ func (o *output) stream_(w http.ResponseWriter) {
 			buf = append(buf, openai.Done...)
 		}
 		if len(buf) > 0 {
+			if idle := o.s.cfg.HTTP.WriteIdleTimeout; idle > 0 {
+				// Each write gets its own deadline: a client that stops
+				// reading is cut after idle, a long stream is not.
+				_ = rc.SetWriteDeadline(o.last.Add(idle))
+			}
 			if _, err := w.Write(buf); err != nil {
 				o.cancel() // the client is gone
 				*bp = buf
@@ -291,6 +299,9 @@ func (o *output) collect(w http.ResponseWriter) int {
 			Usage:   o.usage(), KVTransferParams: o.kvParams}
 	}
 	b, _ := json.Marshal(v) // plain structs of strings and ints
+	if idle := o.s.cfg.HTTP.WriteIdleTimeout; idle > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(idle))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)

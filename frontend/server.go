@@ -9,8 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"mime"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,13 +36,36 @@ type Config struct {
 	// MaxRetries is how many other workers a request is tried on when its
 	// worker fails before streaming any token.
 	MaxRetries int
-	// RetryAfter is the Retry-After hint, in seconds, on 503s.
+	// RetryAfter is the Retry-After hint, in seconds, on 503s and 429s.
 	RetryAfter int
+	// MaxTokensDefault caps the tokens generated for a request that sets
+	// no max_tokens (--max-tokens-default; 0: up to the context length).
+	MaxTokensDefault int
+	// MaxTokensLimit refuses requests asking for more tokens than this
+	// (--max-tokens-limit; 0: only the context length bounds them).
+	MaxTokensLimit int
+	// MaxInflight is each model's concurrency limit (--max-inflight; 0: none)
+	// and MaxQueue how many more requests may wait for a slot (--max-queue),
+	// each at most QueueTimeout; past them a request is a 429.
+	MaxInflight  int
+	MaxQueue     int
+	QueueTimeout time.Duration
+	// HTTP bounds connections, timeouts and request-body memory.
+	HTTP HTTPLimits
+	// StuckAfter is how long a worker may hold requests without producing
+	// a token before the router skips it (--stuck-after; 0: never).
+	StuckAfter time.Duration
+	// FirstTokenTimeout bounds the wait for a request's first token on
+	// one worker (--first-token-timeout; 0: no bound); past it the request
+	// is tried on another worker (--max-retries), else answered 504.
+	FirstTokenTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
 func DefaultConfig() Config {
-	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1}
+	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1, MaxTokensDefault: 4096,
+		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, HTTP: DefaultHTTPLimits(),
+		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute}
 }
 
 // Model is one served model as the frontend sees it.
@@ -47,6 +73,7 @@ type Model struct {
 	*tokenizer.Model
 	eos     []engine.Token
 	metrics *modelMetrics
+	adm     *admission
 }
 
 // Server serves the OpenAI API. Create it with New.
@@ -63,6 +90,7 @@ type Server struct {
 	models map[string]*Model
 
 	draining atomic.Bool
+	budget   *bodyBudget
 	bufs     sync.Pool
 	prefill  func() []PrefillWorker // nil: no disaggregation
 }
@@ -75,10 +103,30 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 		metrics: newMetrics(reg), gather: reg,
 		created: time.Now().Unix(),
 		models:  map[string]*Model{},
+		budget: &bodyBudget{max: cfg.HTTP.BodyBudget, diag: flag{board: board, code: DiagBodyBudget, recovered: "frontend_body_budget_available",
+			msg: fmt.Sprintf("request bodies fill the server's %d-byte budget (--body-budget-bytes); new requests get 503", cfg.HTTP.BodyBudget)}},
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r.SetReachabilityHook(s.reachability)
+	r.SetStuckHook(s.stuck)
+	r.SetStuckAfter(cfg.StuckAfter)
 	return s
+}
+
+// DiagWorkerStuck: a worker holds requests but has produced nothing for
+// the router's stuck threshold; the router skips it until it progresses.
+const DiagWorkerStuck = "worker_stuck"
+
+func (s *Server) stuck(worker string, stuck bool, idle time.Duration) {
+	if s.board == nil {
+		return
+	}
+	if !stuck {
+		s.board.Clear(DiagWorkerStuck, worker, "worker_progressing", "the worker produces tokens again, or holds no work")
+		return
+	}
+	s.board.Raise(DiagWorkerStuck, worker, health.Error,
+		fmt.Sprintf("the worker holds requests but produced nothing for %v; new requests go to other workers", idle.Round(time.Millisecond)))
 }
 
 // DiagWorkerUnreachable: requests could not reach a worker that is still
@@ -91,7 +139,7 @@ func (s *Server) reachability(worker string, reachable bool, quarantine time.Dur
 		return
 	}
 	if reachable {
-		s.board.Clear(DiagWorkerUnreachable, worker, "worker_reachable", "the worker answers again")
+		s.board.Clear(DiagWorkerUnreachable, worker, "worker_reachable", "the worker answers again, or left the router")
 		return
 	}
 	s.board.Raise(DiagWorkerUnreachable, worker, health.Warn,
@@ -102,7 +150,9 @@ func (s *Server) reachability(worker string, reachable bool, quarantine time.Dur
 func (s *Server) AddModel(m *tokenizer.Model) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.models[m.Name] = &Model{Model: m, eos: m.Tokenizer.EOS(), metrics: s.metrics.forModel(m.Name)}
+	rejected := s.metrics.admissionRejected
+	s.models[m.Name] = &Model{Model: m, eos: m.Tokenizer.EOS(), metrics: s.metrics.forModel(m.Name),
+		adm: newAdmission(m.Name, s.cfg, s.board, func(reason string) { rejected.WithLabelValues(m.Name, reason).Inc() })}
 }
 
 func (s *Server) model(name string) *Model {
@@ -159,18 +209,6 @@ func newRequestID(r *http.Request) string {
 	return hex.EncodeToString(b[:])
 }
 
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *openai.Error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, openai.TooLarge("", "request_too_large", "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
-		}
-		return nil, openai.BadRequest("", "invalid_body", "reading the request body: %v", err)
-	}
-	return body, nil
-}
-
 func (s *Server) fail(w http.ResponseWriter, endpoint, model string, e *openai.Error) {
 	s.metrics.requests.WithLabelValues(endpoint, model, strconv.Itoa(e.Status)).Inc()
 	openai.WriteError(w, e)
@@ -185,14 +223,35 @@ func (s *Server) lookup(w http.ResponseWriter, endpoint, name string) *Model {
 	return m
 }
 
+// checkContentType refuses bodies that say they are not JSON, as OpenAI's
+// API does. A request without Content-Type is read as JSON (curl -d sends
+// form encoding unless told otherwise, and many scripts never set one).
+func checkContentType(r *http.Request) *openai.Error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" || ct == "application/json" {
+		return nil // the common cases, without parsing
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return &openai.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+		Message: fmt.Sprintf("Content-Type %q is not supported; send application/json", ct)}
+}
+
 // accept reads and decodes a request body and resolves its model. On any
 // failure it has already answered, and ok is false.
 func accept[R any](s *Server, w http.ResponseWriter, r *http.Request, endpoint string,
 	decode func([]byte) (R, *openai.Error), model func(R) string) (req R, m *Model, ok bool) {
-	body, e := s.readBody(w, r)
+	if e := checkContentType(r); e != nil {
+		s.fail(w, endpoint, "", e)
+		return req, nil, false
+	}
+	body, release, e := s.readBody(w, r)
 	if e == nil {
 		req, e = decode(body)
 	}
+	release()
 	if e != nil {
 		s.fail(w, endpoint, "", e)
 		return req, nil, false
@@ -228,8 +287,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	if req.HasTokens {
 		vocab := m.Tokenizer.VocabSize()
 		for i, t := range prompt {
-			if int(t) >= vocab {
-				s.fail(w, endpoint, m.Name, openai.BadRequest("prompt", "invalid_value", "token id %d at position %d is outside the vocabulary (size %d)", t, i, vocab))
+			if t < 0 || int(t) >= vocab {
+				s.fail(w, endpoint, m.Name, openai.BadRequest(fmt.Sprintf("prompt[%d]", i), "invalid_value", "token id %d at position %d is outside the vocabulary (size %d)", t, i, vocab))
 				return
 			}
 		}
@@ -248,6 +307,44 @@ func (s *Server) encode(m *Model, text string) []engine.Token {
 	return ids
 }
 
+// maxNewTokens range-checks the requested output length against the
+// per-request limit and the context, before any arithmetic (a max_tokens of
+// 2^63-1 must be a 400, not a sum that wraps), and applies the default cap
+// when the request sets none.
+func (s *Server) maxNewTokens(j *job, promptParam string) (int, *openai.Error) {
+	m := j.model
+	asked := j.sampling.MaxNewTokens()
+	param := "max_tokens"
+	if j.sampling.MaxCompletionTokens != nil {
+		param = "max_completion_tokens"
+	}
+	if lim := s.cfg.MaxTokensLimit; lim > 0 && asked > lim {
+		return 0, openai.BadRequest(param, "invalid_value", "%s is %d; this server allows at most %d", param, asked, lim)
+	}
+	maxNew := asked
+	if ctxLen := m.ContextLength; ctxLen > 0 {
+		if len(j.prompt) >= ctxLen {
+			return 0, openai.TooLarge(promptParam, "context_length_exceeded",
+				"the prompt is %d tokens; this model's context length is %d tokens", len(j.prompt), ctxLen)
+		}
+		room := ctxLen - len(j.prompt)
+		if asked > room {
+			return 0, openai.BadRequest(param, "context_length_exceeded",
+				"the prompt (%d tokens) plus %d requested tokens exceed the context length of %d tokens", len(j.prompt), asked, ctxLen)
+		}
+		if maxNew == 0 {
+			maxNew = room
+		}
+	}
+	if asked == 0 && s.cfg.MaxTokensDefault > 0 && (maxNew == 0 || maxNew > s.cfg.MaxTokensDefault) {
+		maxNew = s.cfg.MaxTokensDefault
+	}
+	if j.sampling.MinTokens > maxNew && maxNew > 0 {
+		return 0, openai.BadRequest("min_tokens", "invalid_value", "min_tokens (%d) exceeds the %d tokens this request may generate", j.sampling.MinTokens, maxNew)
+	}
+	return maxNew, nil
+}
+
 // run routes and serves a validated job.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam string) {
 	m := j.model
@@ -255,27 +352,25 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		s.fail(w, j.endpoint, m.Name, openai.BadRequest(promptParam, "invalid_value", "the prompt is empty"))
 		return
 	}
-	ctxLen := m.ContextLength
-	maxNew := j.sampling.MaxNewTokens()
-	if ctxLen > 0 {
-		if len(j.prompt) >= ctxLen {
-			s.fail(w, j.endpoint, m.Name, openai.TooLarge(promptParam, "context_length_exceeded",
-				"the prompt is %d tokens; this model's context length is %d tokens", len(j.prompt), ctxLen))
-			return
-		}
-		if maxNew > 0 && len(j.prompt)+maxNew > ctxLen {
-			param := "max_tokens"
-			if j.sampling.MaxCompletionTokens != nil {
-				param = "max_completion_tokens"
+	maxNew, e := s.maxNewTokens(j, promptParam)
+	if e != nil {
+		s.fail(w, j.endpoint, m.Name, e)
+		return
+	}
+	if vocab := m.Tokenizer.VocabSize(); vocab > 0 {
+		for i, t := range j.sampling.StopTokenIDs {
+			if int(t) >= vocab {
+				s.fail(w, j.endpoint, m.Name, openai.BadRequest(fmt.Sprintf("stop_token_ids[%d]", i), "invalid_value", "token id %d is outside the vocabulary (size %d)", t, vocab))
+				return
 			}
-			s.fail(w, j.endpoint, m.Name, openai.BadRequest(param, "context_length_exceeded",
-				"the prompt (%d tokens) plus %d requested tokens exceed the context length of %d tokens", len(j.prompt), maxNew, ctxLen))
-			return
-		}
-		if maxNew == 0 {
-			maxNew = ctxLen - len(j.prompt)
 		}
 	}
+	release, e := m.adm.acquire(r.Context(), s.cfg.RetryAfter)
+	if e != nil {
+		s.fail(w, j.endpoint, m.Name, e)
+		return
+	}
+	defer release()
 	ereq := &engine.Request{
 		ID: j.id, Model: m.Name, Prompt: j.prompt, MaxTokens: maxNew,
 		MinTokens: j.sampling.MinTokens, IgnoreEOS: j.sampling.IgnoreEOS, StopTokens: j.sampling.StopTokenIDs,
@@ -321,14 +416,30 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		firstOK bool
 		tried   []string
 	)
+	var lastErr error // the previous attempt's failure
 	for attempt := 0; ; attempt++ {
 		var err error
 		route, err = s.router.Route(rreq, tried...)
 		if err != nil {
+			if lastErr != nil {
+				// Every worker was tried: the client hears why the last
+				// attempt failed, not that none is left.
+				s.fail(w, j.endpoint, m.Name, s.engineError(lastErr))
+				return
+			}
 			s.fail(w, j.endpoint, m.Name, s.routeError(m.Name, err))
 			return
 		}
-		stream, err = route.Worker.Gen.Generate(router.WithDecision(ctx, route.Decision), ereq)
+		// Each attempt has its own context, so that a worker that sends
+		// no first token within --first-token-timeout can be given up on
+		// alone and the request tried elsewhere.
+		actx, acancel := context.WithCancel(ctx)
+		var timedOut atomic.Bool
+		var timer *time.Timer
+		if d := s.cfg.FirstTokenTimeout; d > 0 {
+			timer = time.AfterFunc(d, func() { timedOut.Store(true); acancel() })
+		}
+		stream, err = route.Worker.Gen.Generate(router.WithDecision(actx, route.Decision), ereq)
 		if err == nil {
 			first, err = stream.Recv()
 			if err == io.EOF {
@@ -336,15 +447,21 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			}
 			firstOK = err == nil
 		}
+		if timer != nil && !timer.Stop() && timedOut.Load() {
+			err = fmt.Errorf("%w: worker %s sent no first token within %v", errFirstTokenTimeout, route.Worker.ID, s.cfg.FirstTokenTimeout)
+		}
 		if err == nil {
+			defer acancel()
 			break
 		}
+		acancel()
 		if errors.Is(err, requestplane.ErrUnavailable) && r.Context().Err() == nil {
 			route.Unreachable()
 		}
 		route.Done()
-		if errors.Is(err, requestplane.ErrUnavailable) && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
-			tried = append(tried, route.Worker.ID)
+		retryable := errors.Is(err, requestplane.ErrUnavailable) || errors.Is(err, errFirstTokenTimeout)
+		if retryable && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
+			tried, lastErr = append(tried, route.Worker.ID), err
 			mm.retries.Inc()
 			s.log.Warn("worker failed before the first token; retrying on another worker",
 				"diagnostic_code", "worker_retry", "request_id", j.id, "worker", route.Worker.ID, "err", err)
@@ -369,7 +486,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	h.Set("X-Tandem-Worker", route.Worker.ID)
 
 	out := &output{
-		s: s, j: j, m: m, stream: stream, first: first, firstOK: firstOK, cancel: cancel,
+		s: s, j: j, m: m, stream: stream, route: route, first: first, firstOK: firstOK, cancel: cancel,
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
@@ -396,12 +513,20 @@ func (s *Server) routeError(model string, err error) *openai.Error {
 	return openai.Unavailable("no_worker", s.cfg.RetryAfter, "no live worker serves model %q", model)
 }
 
+// errFirstTokenTimeout: a worker sent no first token within
+// --first-token-timeout.
+var errFirstTokenTimeout = errors.New("first token timeout")
+
 func (s *Server) engineError(err error) *openai.Error {
 	switch {
+	case errors.Is(err, errFirstTokenTimeout):
+		return &openai.Error{Status: http.StatusGatewayTimeout, Type: "timeout", Code: "first_token_timeout", Message: err.Error()}
 	case errors.Is(err, engine.ErrOverloaded):
 		return openai.Unavailable("overloaded", s.cfg.RetryAfter, "the worker is overloaded: %v", err)
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return openai.BadRequest("max_tokens", "context_length_exceeded", "%v", err)
+	case errors.Is(err, engine.ErrInvalidRequest):
+		return openai.BadRequest("", "invalid_value", "%v", err)
 	case errors.Is(err, requestplane.ErrUnavailable), errors.Is(err, engine.ErrClosed):
 		return openai.Unavailable("worker_unavailable", s.cfg.RetryAfter, "the worker is unavailable: %v", err)
 	case errors.Is(err, context.Canceled):
@@ -447,6 +572,12 @@ func (s *Server) SetPrefillWorkers(f func() []PrefillWorker) { s.prefill = f }
 type modelHealth struct {
 	Name    string `json:"name"`
 	Workers int    `json:"live_workers"`
+	// Admission: requests holding a slot, waiting for one, the limit, and
+	// whether requests are being refused (429) for want of one.
+	Inflight    int  `json:"inflight"`
+	Queued      int  `json:"queued"`
+	MaxInflight int  `json:"max_inflight,omitempty"`
+	Saturated   bool `json:"saturated"`
 }
 
 type workerHealth struct {
@@ -455,6 +586,8 @@ type workerHealth struct {
 	Engine string `json:"engine"`
 	// KVEvents is the worker's KV event stream state under the kv policies.
 	KVEvents string `json:"kv_events,omitempty"`
+	// Stuck: it holds requests but produces nothing; the router skips it.
+	Stuck bool `json:"stuck,omitempty"`
 }
 
 // workerStates is implemented by policies that track per-worker state
@@ -465,7 +598,7 @@ type workerStates interface{ Health() map[string]string }
 // server is not draining. Degraded diagnostics keep it 200 (the system still
 // serves) but set status "degraded" and list them.
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	rep := healthReport{Status: "ok", Diagnostics: s.board.Active()}
+	rep := healthReport{Status: "ok"}
 	if s.prefill != nil {
 		rep.PrefillWorkers = s.prefill()
 	}
@@ -474,14 +607,18 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	if ws, ok := s.router.Policy().(workerStates); ok {
 		states = ws.Health()
 	}
+	stuck := s.router.CheckStuck()
 	for _, wk := range s.router.Workers() {
 		count[wk.Model]++
-		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID]})
+		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
+			Stuck: slices.Contains(stuck, wk.ID)})
 	}
 	code := http.StatusOK
 	s.mu.RLock()
 	for name := range s.models {
-		rep.Models = append(rep.Models, modelHealth{Name: name, Workers: count[name]})
+		mh := modelHealth{Name: name, Workers: count[name], MaxInflight: s.cfg.MaxInflight}
+		mh.Inflight, mh.Queued, mh.Saturated = s.models[name].adm.state()
+		rep.Models = append(rep.Models, mh)
 		if count[name] == 0 {
 			rep.Status, code = "unavailable", http.StatusServiceUnavailable
 		}
@@ -490,6 +627,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 		rep.Status, code = "unavailable", http.StatusServiceUnavailable
 	}
 	s.mu.RUnlock()
+	rep.Diagnostics = s.board.Active() // after CheckStuck, which may raise
 	if code == http.StatusOK && len(rep.Diagnostics) > 0 {
 		rep.Status = "degraded"
 	}

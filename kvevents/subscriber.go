@@ -180,6 +180,13 @@ type Subscriber struct {
 	dupFloor uint64
 	live     bool // a live message arrived in order in this session
 	corrupts uint64
+	// started is set once any batch was delivered. Before that the
+	// subscription is new: it starts at whatever seq the publisher is at,
+	// and what was published before it subscribed is not a loss (a router
+	// or worker restart must not raise kv_events_lost). A publisher reset
+	// later does not clear it: events of the new publisher that were
+	// missed are a loss.
+	started bool
 }
 
 // NewSubscriber validates cfg; Run does the work.
@@ -361,7 +368,7 @@ func (s *Subscriber) applyReplayed(entries []replayEntry) {
 		switch {
 		case e.seq < want:
 			continue
-		case e.seq > want:
+		case e.seq > want && s.started:
 			s.loss(want, e.seq, errors.New("no longer in the publisher's replay buffer"))
 		}
 		s.deliver(e.seq, e.payload)
@@ -396,6 +403,10 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) {
 		if seq > 0 {
 			s.recoverGap(ctx, 0, seq)
 		}
+	case !s.started:
+		// A new subscription joins the stream where it is; catchUp already
+		// replayed what the publisher still buffers.
+		s.log.Debug("KV event subscription starts mid-stream", "seq", seq)
 	default: // seq > want
 		s.recoverGap(ctx, want, seq)
 	}
@@ -456,7 +467,7 @@ func (s *Subscriber) corrupt(err error) {
 // payload that does not decode is consumed (replaying it would return the
 // same bytes) and reported as a loss of one batch.
 func (s *Subscriber) deliver(seq uint64, payload []byte) {
-	s.has, s.last, s.lastDigest = true, seq, xxh3.Hash(payload)
+	s.has, s.started, s.last, s.lastDigest = true, true, seq, xxh3.Hash(payload)
 	if err := s.dec.Decode(payload, &s.batch); err != nil {
 		s.corrupt(err)
 		s.state(StreamStatus{State: StreamLoss, Seq: seq, Lost: 1, Err: err})

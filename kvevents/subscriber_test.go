@@ -421,23 +421,27 @@ func TestSubscriberRecovery(t *testing.T) {
 	}
 }
 
-// TestSubscriberWithoutReplay: with no replay socket, the first live batch
-// after missed ones is a loss, never silent.
+// TestSubscriberWithoutReplay: with no replay socket, a new subscription
+// starts clean at whatever seq the publisher is at (a frontend or worker
+// restart is not a loss: finding 5 of issue 12), and a later gap is a
+// loss, never silent.
 func TestSubscriberWithoutReplay(t *testing.T) {
 	f := newFakePublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", false)
 	pubEP, _ := f.endpoints()
 	rec := startSubscriber(t, t.Context(), SubscriberConfig{Worker: "w", Endpoint: pubEP, Topic: "t"})
-	for s := uint64(3); ; s++ {
+	s := uint64(3)
+	for ; ; s++ {
 		f.publish(s, payloadTS(float64(s)))
 		if _, _, st := rec.snapshot(); hasState(st, StreamLive) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	_, _, states := rec.snapshot()
-	if !hasState(states, StreamLoss) {
-		t.Fatalf("no loss reported: %v", stateNames(states))
+	if _, _, states := rec.snapshot(); hasState(states, StreamLoss) {
+		t.Fatalf("a new subscription reported a loss: %v", stateNames(states))
 	}
+	f.publish(s+2, payloadTS(float64(s+2))) // s+1 never arrives
+	rec.waitFor(t, "loss", func(_ []uint64, st []StreamStatus) bool { return hasState(st, StreamLoss) })
 }
 
 func TestSubscriberConfigErrors(t *testing.T) {

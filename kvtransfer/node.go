@@ -226,11 +226,27 @@ func (n *Node) serveConn(c net.Conn) {
 				return
 			}
 		case frameBegin:
-			p, err := rd.payload(size)
+			// The frame is bounded by the staging budget before a byte of
+			// it is allocated, and its reservation is held through the
+			// transfer (the decoded token list is as large): a peer
+			// cannot make the worker hold more than --transfer-budget by
+			// sending large control frames on many connections.
+			bctx, cancel := context.WithTimeout(n.ctx, n.cfg.Timeout)
+			p, err := n.budget.Acquire(bctx, size)
+			cancel()
+			n.noteBudget()
 			if err != nil {
+				n.cfg.Logger.Warn("refusing a KV transfer header beyond the staging budget", "bytes", size, "peer", c.RemoteAddr().String(), "err", err)
+				return
+			}
+			if _, err := io.ReadFull(rd.r, p); err != nil {
+				n.budget.Release(p)
+				n.noteBudget()
 				return
 			}
 			res, keep := n.receive(rd, p)
+			n.budget.Release(p)
+			n.noteBudget()
 			if _, err := c.Write(encodeResult(res)); err != nil || !keep {
 				return
 			}

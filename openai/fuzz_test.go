@@ -16,6 +16,11 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"m","prompt":[7,8],"return_token_ids":true,"stream":true}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":"true"}`,
 		`{"model":`, `[]`, `null`, `{"messages":{}}`,
+		// Issue 12's lax inputs.
+		`{"model":"m","prompt":[null,null,5]}`, `{"model":"m","prompt":[[[[[7]]]]]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[1,"x",null]}`,
+		`{"model":"m","prompt":"x","n":-1,"max_tokens":9223372036854775807}`,
+		`{"model":"m","prompt":"x","stop_token_ids":[-1],"min_tokens":-9223372036854775808}`,
 	} {
 		f.Add([]byte(s))
 	}

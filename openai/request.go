@@ -187,8 +187,16 @@ func (s *Sampling) validate() *Error {
 			return BadRequest(name, "invalid_value", "%s must be between -2 and 2, got %v", name, *p)
 		}
 	}
+	if s.N != nil && *s.N < 1 {
+		return BadRequest("n", "invalid_value", "n must be at least 1, got %d", *s.N)
+	}
 	if s.N != nil && *s.N != 1 {
 		return BadRequest("n", "unsupported_value", "only n=1 is supported; send %d separate requests instead", *s.N)
+	}
+	for i, t := range s.StopTokenIDs {
+		if t < 0 {
+			return BadRequest(fmt.Sprintf("stop_token_ids[%d]", i), "invalid_value", "token ids must be non-negative, got %d", t)
+		}
 	}
 	if s.MinTokens < 0 {
 		return BadRequest("min_tokens", "invalid_value", "min_tokens must not be negative")
@@ -243,14 +251,46 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 	}
 	r.Messages = msgs
 	if len(r.Tools) > 0 && !bytes.Equal(r.Tools, []byte("null")) {
-		var tools []json.RawMessage
-		if err := json.Unmarshal(r.Tools, &tools); err != nil {
-			return nil, BadRequest("tools", "invalid_type", "tools must be an array")
+		if e := checkTools(r.Tools); e != nil {
+			return nil, e
 		}
 	} else {
 		r.Tools = nil
 	}
 	return &r, nil
+}
+
+// checkTools accepts what OpenAI's API accepts for tools: an array of
+// {"type":"function","function":{"name":...}} objects (the function's other
+// fields are the template's business). Anything else is a 400 naming the
+// element, as OpenAI answers (param "tools[0]").
+func checkTools(raw json.RawMessage) *Error {
+	var tools []json.RawMessage
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return BadRequest("tools", "invalid_type", "tools must be an array of tool objects")
+	}
+	for i, t := range tools {
+		var tool struct {
+			Type     *string `json:"type"`
+			Function *struct {
+				Name *string `json:"name"`
+			} `json:"function"`
+		}
+		param := fmt.Sprintf("tools[%d]", i)
+		if t = bytes.TrimSpace(t); len(t) == 0 || t[0] != '{' {
+			return BadRequest(param, "invalid_type", "each tool must be an object, got %.32s", t)
+		}
+		if err := json.Unmarshal(t, &tool); err != nil {
+			return BadRequest(param, "invalid_type", "tool: %v", err)
+		}
+		if tool.Type == nil || *tool.Type != "function" {
+			return BadRequest(param+".type", "invalid_value", "tool type must be \"function\"")
+		}
+		if tool.Function == nil || tool.Function.Name == nil || *tool.Function.Name == "" {
+			return BadRequest(param+".function.name", "missing_field", "a function tool needs function.name")
+		}
+	}
+	return nil
 }
 
 var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
@@ -442,7 +482,12 @@ func plainTokenIDs(p []byte) (ids []int32, ok bool) {
 	}
 }
 
-func (r *CompletionRequest) parsePrompt() *Error {
+// parsePrompt accepts the shapes OpenAI's completions API accepts for one
+// prompt: a string, an array of token ids, or an array holding exactly one
+// of those. Deeper nesting and non-integer ids (null included) are 400s.
+func (r *CompletionRequest) parsePrompt() *Error { return r.parsePromptAt(0) }
+
+func (r *CompletionRequest) parsePromptAt(depth int) *Error {
 	p := bytes.TrimSpace(r.Prompt)
 	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
 		return BadRequest("prompt", "missing_field", "prompt is required")
@@ -474,12 +519,24 @@ func (r *CompletionRequest) parsePrompt() *Error {
 		if len(items) != 1 {
 			return BadRequest("prompt", "unsupported_value", "batched prompts are not supported; send %d requests", len(items))
 		}
+		if depth > 0 {
+			return BadRequest("prompt", "invalid_type", "prompt must be a string, an array of token ids, or an array with one of those; got a deeper nesting")
+		}
 		r.Prompt = first
-		return r.parsePrompt()
+		return r.parsePromptAt(depth + 1)
 	default:
 		ids := make([]int32, 0, len(items))
 		for i, it := range items {
 			var v int64
+			// json.Unmarshal of null into an int64 is no error and
+			// leaves 0: only a bare integer is a token id.
+			it = bytes.TrimSpace(it)
+			if len(it) == 0 || it[0] < '0' || it[0] > '9' {
+				if len(it) > 0 && it[0] == '-' {
+					return BadRequest(fmt.Sprintf("prompt[%d]", i), "invalid_value", "token ids must be non-negative integers, got %.32s", it)
+				}
+				return BadRequest(fmt.Sprintf("prompt[%d]", i), "invalid_type", "token ids must be non-negative integers, got %.32s", it)
+			}
 			if err := json.Unmarshal(it, &v); err != nil || v < 0 || v > math.MaxInt32 {
 				return BadRequest(fmt.Sprintf("prompt[%d]", i), "invalid_value", "token ids must be non-negative integers")
 			}

@@ -187,7 +187,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := NewServer(eng, nil)
+			srv := NewServer(eng, nil, 0)
 			go func() { _ = srv.Serve(lis) }()
 			defer srv.Stop()
 			c, err := Dial(lis.Addr().String())

@@ -61,9 +61,12 @@ const DiagSchemaMismatch = "request_plane_schema_mismatch"
 // NewServer returns a gRPC server exposing eng and, when side is not nil,
 // the worker's part in disaggregated prefill (Assess, Link, Prefill). opts
 // come after the request plane's own (message size, keepalive policy):
-// credentials and interceptors go there. The caller owns Serve and
-// GracefulStop (which lets in-flight streams finish: that is the drain).
-func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *Server {
+// credentials and interceptors go there. Every Generate is checked against
+// eng's limits and vocab (the tokenizer's vocabulary size; 0 skips the upper
+// bound on ids) before the engine sees it, because anything that can reach
+// the port can call Generate. The caller owns Serve and GracefulStop (which
+// lets in-flight streams finish: that is the drain).
+func NewServer(eng engine.Engine, side disagg.Side, vocab int, opts ...grpc.ServerOption) *Server {
 	s := &Server{health: grpchealth.NewServer(), quiet: time.Minute}
 	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage),
@@ -72,7 +75,7 @@ func NewServer(eng engine.Engine, side disagg.Side, opts ...grpc.ServerOption) *
 	}, opts...)
 	s.Server = grpc.NewServer(opts...)
 	s.stopping, s.stop = context.WithCancel(context.Background())
-	rpv1.RegisterWorkerServer(s.Server, &handler{eng: eng, side: side})
+	rpv1.RegisterWorkerServer(s.Server, &handler{eng: eng, side: side, vocab: vocab})
 	healthpb.RegisterHealthServer(s.Server, healthService{s})
 	s.SetServing(false)
 	return s
@@ -192,6 +195,10 @@ type handler struct {
 	rpv1.UnimplementedWorkerServer
 	eng  engine.Engine
 	side disagg.Side // nil: the disaggregation calls are unimplemented
+	// vocab bounds the token ids a caller may send (0: unchecked). The
+	// worker checks what the frontend checks, because anything that can
+	// reach the port can call Generate.
+	vocab int
 }
 
 func (h *handler) Info(context.Context, *rpv1.InfoRequest) (*rpv1.EngineInfo, error) {
@@ -209,6 +216,9 @@ func (h *handler) Generate(m *rpv1.GenerateRequest, stream grpc.ServerStreamingS
 				req.ID = v[0]
 			}
 		}
+	}
+	if _, err := engine.CheckRequest(req, h.eng.Info(), h.vocab); err != nil {
+		return toStatus(err)
 	}
 	s, err := h.eng.Generate(stream.Context(), req)
 	if err != nil {
@@ -240,6 +250,8 @@ func toStatus(err error) error {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return status.Error(codes.OutOfRange, err.Error())
+	case errors.Is(err, engine.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, engine.ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
@@ -267,6 +279,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", engine.ErrOverloaded, st.Message())
 	case codes.OutOfRange:
 		return fmt.Errorf("%w: %s", engine.ErrPromptTooLong, st.Message())
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", engine.ErrInvalidRequest, st.Message())
 	case codes.Unavailable:
 		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
 	case codes.Canceled:

@@ -242,8 +242,11 @@ func (r *reader) request(m *engine.Request) {
 	m.ID = r.str()
 	m.Model = r.str()
 	m.Prompt = r.tokens()
-	m.MaxTokens = r.int()
-	m.MinTokens = r.int()
+	// Lengths are carried whole and range-checked by the worker
+	// (engine.CheckRequest), which words the refusal: a wire-level
+	// failure would reach the client as a 500.
+	m.MaxTokens = int(r.varint())
+	m.MinTokens = int(r.varint())
 	flags := r.byte()
 	m.IgnoreEOS = flags&1 != 0
 	m.Sampling.HasSeed = flags&2 != 0

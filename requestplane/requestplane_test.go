@@ -31,7 +31,14 @@ func serve(t *testing.T, eng engine.Engine) *Client {
 // plane and returns a client of it.
 func serveWith(t *testing.T, eng engine.Engine, side disagg.Side) *Client {
 	t.Helper()
-	return listen(t, NewServer(eng, side))
+	return serveVocab(t, eng, side, 0)
+}
+
+// serveVocab is serveWith with the server checking token ids against a
+// vocabulary of vocab.
+func serveVocab(t *testing.T, eng engine.Engine, side disagg.Side, vocab int) *Client {
+	t.Helper()
+	return listen(t, NewServer(eng, side, vocab))
 }
 
 // listen serves srv on a loopback port until the test ends and returns a
@@ -158,7 +165,7 @@ func TestInterceptorsRun(t *testing.T) {
 		seen[kind+" "+method]++
 		mu.Unlock()
 	}
-	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil,
+	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil, 0,
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			note("server-unary", info.FullMethod)
 			return h(ctx, req)
@@ -205,7 +212,7 @@ func TestInterceptorsRun(t *testing.T) {
 // again once it drains; a watcher hears the drain and does not hold
 // GracefulStop.
 func TestHealthService(t *testing.T) {
-	srv := NewServer(&enginetest.Scripted{Name: "m"}, nil)
+	srv := NewServer(&enginetest.Scripted{Name: "m"}, nil, 0)
 	c := listen(t, srv)
 	hc := healthpb.NewHealthClient(c.Conn())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -269,7 +276,7 @@ func TestHealthService(t *testing.T) {
 // serves; this frontend calling an older worker gets ErrSchema, which is
 // ErrUnavailable, so the frontend routes around that worker.
 func TestOlderPeers(t *testing.T) {
-	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil)
+	srv := NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil, 0)
 	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
 	srv.quiet = 100 * time.Millisecond
 	health.Attach(srv, board, "w0")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,12 @@ type workerState struct {
 	// for; while now < quarantined it gets no new requests.
 	failures    int
 	quarantined time.Time
+	// progress is when the worker last showed progress (a token, a
+	// finish) or took work while idle, in Unix nanoseconds; written per
+	// token without the router's lock. stuck is set while it holds
+	// requests and progress is older than the stuck threshold.
+	progress atomic.Int64
+	stuck    atomic.Bool
 }
 
 // Quarantine bounds: a worker that cannot be reached is left alone for
@@ -38,6 +45,16 @@ const (
 	quarantineBase = 250 * time.Millisecond
 	quarantineMax  = 30 * time.Second
 )
+
+// DefaultStuckAfter is how long a worker may hold requests without
+// producing a token before it counts as stuck. It is well above the
+// longest prefill step of the engines Tandem runs (the mocker's 32k-token
+// prefill at the seeds' timing takes under 3 s).
+const DefaultStuckAfter = 30 * time.Second
+
+// StuckHook hears a worker become stuck (holding requests, no progress for
+// idle) or progress again (or leave, or hold no more work).
+type StuckHook func(worker string, stuck bool, idle time.Duration)
 
 // ReachabilityHook hears a worker become unreachable (with its quarantine)
 // or reachable again.
@@ -51,8 +68,10 @@ type Router struct {
 	decisions *prometheus.CounterVec
 	inflight  *prometheus.GaugeVec
 
-	hook ReachabilityHook
-	now  func() time.Time
+	hook       ReachabilityHook
+	stuckHook  StuckHook
+	stuckAfter time.Duration
+	now        func() time.Time
 
 	mu      sync.Mutex
 	workers map[string]*workerState
@@ -72,10 +91,11 @@ func New(p Policy, reg prometheus.Registerer) *Router {
 			Name: "tandem_router_worker_active_requests",
 			Help: "Requests routed to the worker and not yet finished.",
 		}, []string{"worker"}),
-		workers: map[string]*workerState{},
-		byModel: map[string][]*workerState{},
-		known:   map[string]bool{},
-		now:     time.Now,
+		workers:    map[string]*workerState{},
+		byModel:    map[string][]*workerState{},
+		known:      map[string]bool{},
+		now:        time.Now,
+		stuckAfter: DefaultStuckAfter,
 	}
 	r.observer, _ = p.(Observer)
 	if reg != nil {
@@ -87,23 +107,93 @@ func New(p Policy, reg prometheus.Registerer) *Router {
 // SetReachabilityHook installs h (before the router is used).
 func (r *Router) SetReachabilityHook(h ReachabilityHook) { r.hook = h }
 
+// SetStuckHook installs h (before the router is used).
+func (r *Router) SetStuckHook(h StuckHook) { r.stuckHook = h }
+
+// SetStuckAfter sets the stuck threshold (before the router is used; 0
+// disables stuck detection).
+func (r *Router) SetStuckAfter(d time.Duration) { r.stuckAfter = d }
+
+// checkStuckLocked flags s stuck when it holds requests and has shown no
+// progress for the threshold; it returns true on the transition, for the
+// caller to report outside the lock.
+func (r *Router) checkStuckLocked(s *workerState, now time.Time) (idle time.Duration, raised bool) {
+	if r.stuckAfter <= 0 || s.active == 0 || s.stuck.Load() {
+		return 0, false
+	}
+	idle = now.Sub(time.Unix(0, s.progress.Load()))
+	if idle < r.stuckAfter {
+		return 0, false
+	}
+	s.stuck.Store(true)
+	return idle, true
+}
+
+// CheckStuck evaluates every worker now (Route does so for the workers it
+// considers; /health calls this so that a stuck worker shows even when no
+// request arrives) and returns the stuck ones.
+func (r *Router) CheckStuck() []string {
+	now := r.now()
+	type ev struct {
+		id   string
+		idle time.Duration
+	}
+	var raised []ev
+	var out []string
+	r.mu.Lock()
+	for _, s := range r.workers {
+		if idle, ok := r.checkStuckLocked(s, now); ok {
+			raised = append(raised, ev{s.ID, idle})
+		}
+		if s.stuck.Load() {
+			out = append(out, s.ID)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range raised {
+		r.reportStuck(e.id, true, e.idle)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *Router) reportStuck(id string, stuck bool, idle time.Duration) {
+	if r.stuckHook != nil {
+		r.stuckHook(id, stuck, idle)
+	}
+}
+
+// unflag clears s's stuck flag and reports it, if it was set.
+func (r *Router) unflag(s *workerState) {
+	if s.stuck.CompareAndSwap(true, false) {
+		r.reportStuck(s.ID, false, 0)
+	}
+}
+
 // Policy returns the routing policy.
 func (r *Router) Policy() Policy { return r.policy }
 
 // AddWorker registers w, replacing any worker with the same id.
 func (r *Router) AddWorker(w Worker) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if old, ok := r.workers[w.ID]; ok {
+	old, replaced := r.workers[w.ID]
+	if replaced {
 		r.dropLocked(old)
 	}
 	s := &workerState{Worker: w}
+	s.progress.Store(r.now().UnixNano())
 	r.workers[w.ID] = s
 	list := append(r.byModel[w.Model], s)
 	slices.SortFunc(list, func(a, b *workerState) int { return strings.Compare(a.ID, b.ID) })
 	r.byModel[w.Model] = list
 	r.known[w.Model] = true
+	r.mu.Unlock()
 	r.inflight.WithLabelValues(w.ID).Set(0)
+	if replaced {
+		// The new registration starts with a clean record: flags raised
+		// against the old one clear.
+		r.forget(old)
+	}
 }
 
 // RemoveWorker forgets the worker. Requests already routed to it keep their
@@ -117,10 +207,24 @@ func (r *Router) RemoveWorker(id string) {
 	r.mu.Unlock()
 	if ok {
 		r.inflight.DeleteLabelValues(id)
+		r.forget(s)
 		if r.observer != nil {
 			r.observer.WorkerRemoved(id)
 		}
 	}
+}
+
+// forget clears the flags a departed worker state carried: a worker that
+// left is neither unreachable nor stuck any more.
+func (r *Router) forget(s *workerState) {
+	r.mu.Lock()
+	failed := s.failures > 0
+	s.failures, s.quarantined = 0, time.Time{}
+	r.mu.Unlock()
+	if failed && r.hook != nil {
+		r.hook(s.ID, true, 0)
+	}
+	r.unflag(s)
 }
 
 func (r *Router) dropLocked(s *workerState) {
@@ -180,17 +284,28 @@ func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
 	}
 	cands := make([]Candidate, 0, len(ws))
 	now := r.now()
+	var stuck []string
+	var idles []time.Duration
+	for _, s := range ws {
+		if idle, ok := r.checkStuckLocked(s, now); ok {
+			stuck, idles = append(stuck, s.ID), append(idles, idle)
+		}
+	}
 	for pass := 0; pass < 2 && len(cands) == 0; pass++ {
 		for _, s := range ws {
-			// Quarantined workers are skipped, unless every other one is
-			// excluded too: trying one beats refusing the request.
-			if slices.Contains(exclude, s.ID) || (pass == 0 && now.Before(s.quarantined)) {
+			// Quarantined and stuck workers are skipped, unless every
+			// other one is excluded too: trying one beats refusing the
+			// request.
+			if slices.Contains(exclude, s.ID) || (pass == 0 && (now.Before(s.quarantined) || s.stuck.Load())) {
 				continue
 			}
 			cands = append(cands, Candidate{ID: s.ID, Active: s.active, Prefilling: s.prefilling, PrefillTokens: s.prefillTokens})
 		}
 	}
 	r.mu.Unlock()
+	for i, id := range stuck {
+		r.reportStuck(id, true, idles[i])
+	}
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("%w: %q (all excluded)", ErrNoWorker, req.Model)
 	}
@@ -206,6 +321,10 @@ func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
 	if !ok {
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: policy chose unknown worker %q", ErrNoWorker, d.WorkerID)
+	}
+	if s.active == 0 {
+		// Idle until now: the stuck clock starts with this request.
+		s.progress.Store(r.now().UnixNano())
 	}
 	s.active++
 	s.prefilling++
@@ -233,6 +352,19 @@ type Route struct {
 	gotFirst, done bool
 }
 
+// Progress records that the worker produced something for this request at
+// now. It is called per delta: one atomic store, no lock, unless the worker
+// was flagged stuck.
+func (rt *Route) Progress(now time.Time) {
+	if rt == nil {
+		return
+	}
+	rt.s.progress.Store(now.UnixNano())
+	if rt.s.stuck.Load() {
+		rt.r.unflag(rt.s)
+	}
+}
+
 // FirstToken records that prefill finished, with the engine's cached tokens.
 func (rt *Route) FirstToken(cachedTokens int) {
 	rt.mu.Lock()
@@ -248,6 +380,7 @@ func (rt *Route) FirstToken(cachedTokens int) {
 	recovered := rt.s.failures > 0
 	rt.s.failures, rt.s.quarantined = 0, time.Time{}
 	rt.r.mu.Unlock()
+	rt.Progress(rt.r.now())
 	if recovered && rt.r.hook != nil {
 		rt.r.hook(rt.s.ID, true, 0)
 	}
@@ -261,6 +394,12 @@ func (rt *Route) FirstToken(cachedTokens int) {
 // failure in a row, until a request gets a first token from it again.
 func (rt *Route) Unreachable() {
 	rt.r.mu.Lock()
+	if rt.r.workers[rt.s.ID] != rt.s {
+		// The worker left (or re-registered) while this request failed:
+		// nothing to quarantine, and a flag raised now would never clear.
+		rt.r.mu.Unlock()
+		return
+	}
 	rt.s.failures++
 	d := min(quarantineBase<<min(rt.s.failures-1, 16), quarantineMax)
 	rt.s.quarantined = rt.r.now().Add(d)
@@ -289,6 +428,9 @@ func (rt *Route) Done() {
 	active := rt.s.active
 	_, live := rt.r.workers[rt.s.ID]
 	rt.r.mu.Unlock()
+	if active == 0 {
+		rt.r.unflag(rt.s) // holds no work: nothing to be stuck on
+	}
 	if live {
 		rt.r.inflight.WithLabelValues(rt.s.ID).Set(float64(active))
 	}

@@ -83,7 +83,7 @@ func TestLoadAccountingReturnsToZero(t *testing.T) {
 	wg.Wait()
 	for _, s := range r.workers {
 		if s.active != 0 || s.prefilling != 0 || s.prefillTokens != 0 {
-			t.Fatalf("%s: load left %+v", s.ID, *s)
+			t.Fatalf("%s: load left active %d prefilling %d tokens %d", s.ID, s.active, s.prefilling, s.prefillTokens)
 		}
 	}
 }

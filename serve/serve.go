@@ -191,7 +191,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		health.Attach(eng, s.Board, w.ID)
 		gen := engine.Generator(eng)
 		if cfg.RequestPlane == "grpc" {
-			if gen, w.Addr, err = s.serveGRPC(eng); err != nil {
+			if gen, w.Addr, err = s.serveGRPC(eng, model.Tokenizer.VocabSize()); err != nil {
 				return nil, err
 			}
 		} else if cfg.RequestPlane != "inproc" && cfg.RequestPlane != "" {
@@ -230,17 +230,18 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	s.http = &http.Server{Handler: s.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { s.served <- s.http.Serve(s.lis) }()
+	var lis net.Listener
+	s.http, lis = s.Frontend.NewHTTPServer(s.lis)
+	go func() { s.served <- s.http.Serve(lis) }()
 	return s, nil
 }
 
-func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) {
+func (s *System) serveGRPC(eng engine.Engine, vocab int) (engine.Generator, string, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
 	}
-	srv := requestplane.NewServer(eng, nil)
+	srv := requestplane.NewServer(eng, nil, vocab)
 	srv.SetServing(true)
 	s.grpcs = append(s.grpcs, srv)
 	go func() { _ = srv.Serve(lis) }()

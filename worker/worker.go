@@ -166,7 +166,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		w.closeNode()
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
-	w.grpc = requestplane.NewServer(eng, side)
+	w.grpc = requestplane.NewServer(eng, side, model.Tokenizer.VocabSize())
 	health.Attach(w.grpc, board, cfg.ID)
 	go func() { w.served <- w.grpc.Serve(lis) }()
 	defer func() {

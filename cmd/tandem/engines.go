@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -66,7 +68,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.kvEvents, "kv-events", "on", "publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
 	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
 	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
-	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (empty: no replay)")
+	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "auto", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (auto: the PUB endpoint's host, any free port; off: no replay, so a gap in the stream is a loss)")
 	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
 	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "KV events: the first N workers publish no KV events (to test the router's detection)")
 }
@@ -186,6 +188,20 @@ func (e *engineFlags) newMocker(cfg mocker.Config, i int) (engine.Engine, error)
 	return mocker.New(cfg)
 }
 
+// autoReplay is the replay endpoint beside pub: the same host, any free
+// port (tcp), or a sibling name (inproc).
+func autoReplay(pub string) string {
+	if rest, ok := strings.CutPrefix(pub, "tcp://"); ok {
+		if host, _, err := net.SplitHostPort(rest); err == nil {
+			return "tcp://" + net.JoinHostPort(host, "0")
+		}
+	}
+	if strings.HasPrefix(pub, "inproc://") {
+		return pub + "_replay"
+	}
+	return ""
+}
+
 // eventsFor gives worker i its KV event settings: off for the first
 // --kv-events-off workers, and its own ports (base port + i) otherwise.
 func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.EngineConfig, error) {
@@ -199,7 +215,14 @@ func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.Engin
 	if ev.Endpoint, err = kvevents.OffsetEndpointPort(ev.Endpoint, i); err != nil {
 		return ev, fmt.Errorf("--kv-events-endpoint: %w", err)
 	}
-	if ev.ReplayEndpoint != "" {
+	switch ev.ReplayEndpoint {
+	case "off", "":
+		ev.ReplayEndpoint = ""
+	case "auto":
+		// On by default: Tandem owns this publisher, and replay is what
+		// turns a dropped batch or a reconnect into no loss at all.
+		ev.ReplayEndpoint = autoReplay(ev.Endpoint)
+	default:
 		if ev.ReplayEndpoint, err = kvevents.OffsetEndpointPort(ev.ReplayEndpoint, i); err != nil {
 			return ev, fmt.Errorf("--kv-events-replay-endpoint: %w", err)
 		}

@@ -120,11 +120,12 @@ var (
 
 // outcome is one client request under load.
 type outcome struct {
-	worker  string
-	status  int
-	started bool // a content chunk arrived before any error
-	cut     bool // the stream ended with an error event
-	err     error
+	worker     string
+	status     int
+	started    bool // a content chunk arrived before any error
+	cut        bool // the stream ended with an error event
+	err        error
+	start, end time.Time
 }
 
 func sendOne(c *http.Client, url, prompt string, maxTokens int) outcome {
@@ -222,10 +223,15 @@ func startLoad(url string, clients int, next func(client, n int) (string, int)) 
 				default:
 				}
 				prompt, maxTokens := next(i, n)
+				start := time.Now()
 				o := sendOne(hc, url, prompt, maxTokens)
+				o.start, o.end = start, time.Now()
 				mu.Lock()
 				outcomes = append(outcomes, o)
 				mu.Unlock()
+				if o.err != nil && !o.started {
+					time.Sleep(20 * time.Millisecond) // an outage: don't spin
+				}
 			}
 		})
 	}

@@ -41,8 +41,9 @@ func (s *Scripted) Close() error { return nil }
 // Generate implements engine.Generator.
 func (s *Scripted) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	info := s.Info()
-	if len(req.Prompt)+req.MaxTokens > info.ContextLength {
-		return nil, engine.ErrPromptTooLong
+	max, err := engine.CheckRequest(req, info, 0)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	s.Seen = append(s.Seen, req)
@@ -52,10 +53,6 @@ func (s *Scripted) Generate(ctx context.Context, req *engine.Request) (engine.St
 	out := s.Output
 	if len(out) == 0 {
 		out = req.Prompt
-	}
-	max := req.MaxTokens
-	if max == 0 {
-		max = info.ContextLength - len(req.Prompt)
 	}
 	cached := min(s.Cached, len(req.Prompt))
 	run := func() {

@@ -177,18 +177,12 @@ func (e *Engine) Load() Load {
 // carries PromptTokens and CachedTokens (the prefix-cache hit at first
 // admission).
 func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	n := len(req.Prompt)
-	if n == 0 {
+	if len(req.Prompt) == 0 {
 		return nil, ErrEmptyPrompt
 	}
-	ctxLen := e.cfg.ContextLength
-	maxTokens := req.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = ctxLen - n
-	}
-	if maxTokens <= 0 || n+maxTokens > ctxLen {
-		return nil, fmt.Errorf("%w: %d prompt + %d output tokens > %d (context length, bounded by %d KV tokens)",
-			engine.ErrPromptTooLong, n, maxTokens, ctxLen, e.cfg.NumBlocks*e.cfg.BlockSize)
+	maxTokens, err := engine.CheckRequest(req, e.info, 0)
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -184,6 +184,11 @@ func TestRejections(t *testing.T) {
 		{"prompt+max over context", e, engine.Request{Prompt: prompt(0, 60), MaxTokens: 41}, engine.ErrPromptTooLong},
 		{"prompt fills context", e, engine.Request{Prompt: prompt(0, 100)}, engine.ErrPromptTooLong},
 		{"never fits the KV", small, engine.Request{Prompt: prompt(0, 60), MaxTokens: 10}, engine.ErrPromptTooLong},
+		// Issue 12, finding 1: n+maxTokens wrapped and the sequence ran
+		// past the context until preempted forever.
+		{"max tokens 2^63-1", e, engine.Request{Prompt: prompt(0, 10), MaxTokens: math.MaxInt}, engine.ErrPromptTooLong},
+		{"negative max tokens", e, engine.Request{Prompt: prompt(0, 10), MaxTokens: -1}, engine.ErrInvalidRequest},
+		{"min tokens 2^63-1", e, engine.Request{Prompt: prompt(0, 10), MinTokens: math.MaxInt}, engine.ErrInvalidRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := tc.e.Generate(context.Background(), &tc.req); !errors.Is(err, tc.want) {

@@ -235,19 +235,11 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if len(req.Prompt) == 0 {
 		return nil, errors.New("native: empty prompt")
 	}
-	for _, t := range req.Prompt {
-		if t < 0 || int(t) >= e.m.Config.Vocab {
-			return nil, fmt.Errorf("native: prompt token %d outside the vocabulary [0,%d)", t, e.m.Config.Vocab)
-		}
+	maxNew, err := engine.CheckRequest(req, e.info, e.m.Config.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
 	}
-	ctxLen := e.info.ContextLength
-	maxLen := ctxLen
-	if req.MaxTokens > 0 {
-		maxLen = len(req.Prompt) + req.MaxTokens
-	}
-	if len(req.Prompt) >= ctxLen || maxLen > ctxLen {
-		return nil, fmt.Errorf("%w: %d prompt tokens + %d max tokens > %d", engine.ErrPromptTooLong, len(req.Prompt), req.MaxTokens, ctxLen)
-	}
+	maxLen := len(req.Prompt) + maxNew
 	s := &seq{
 		req: req, ctx: ctx, pipe: engine.NewPipe(ctx),
 		tokens:    append(make([]int32, 0, maxLen), req.Prompt...),
