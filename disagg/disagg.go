@@ -535,7 +535,17 @@ func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine
 	full := (len(req.Prompt) - 1) / dec.BlockSize()
 	lctx, cancel := context.WithTimeout(ctx, o.cfg.LegTimeout)
 	defer cancel()
-	push, err := p.PrefillAndSend(lctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}, full-d.MissingBlocks)
+	from := full - d.MissingBlocks
+	// The token binds the leg to this prompt, this prefill worker and
+	// this decode worker: the decode worker refuses blocks without it.
+	tok, err := dec.TransferToken(lctx, p.ID(), req.Prompt[:full*dec.BlockSize()], from)
+	if err != nil {
+		o.mu.Lock()
+		*p.queue -= l.seconds
+		o.mu.Unlock()
+		return kvtransfer.CodeFailed, fmt.Errorf("transfer token from %s: %w", dec.ID(), err)
+	}
+	push, err := p.PrefillAndSend(lctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr(), Token: tok}, from)
 	o.mu.Lock()
 	*p.queue -= l.seconds
 	o.mu.Unlock()

@@ -48,7 +48,7 @@ func (codec) Marshal(v any) ([]byte, error) {
 		return appendAssess(make([]byte, 0, 16+4*len(m.Prompt)), m), nil
 	case *pushRequest:
 		return appendPush(make([]byte, 0, 96+4*len(m.Request.Prompt)), m), nil
-	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply:
+	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply, *keyReply:
 		// Small control messages: JSON keeps them readable and versionless.
 		return json.Marshal(m)
 	default:
@@ -66,7 +66,7 @@ func (codec) Unmarshal(b []byte, v any) error {
 		return decodeAssess(b, m)
 	case *pushRequest:
 		return decodePush(b, m)
-	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply:
+	case *engine.Info, *disagg.Assessment, *linkRequest, *linkReply, *pushReply, *keyReply:
 		if err := json.Unmarshal(b, m); err != nil {
 			return fmt.Errorf("%w: %w", errCorrupt, err)
 		}

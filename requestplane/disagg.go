@@ -27,7 +27,18 @@ const (
 	assessMethod  = "/" + serviceName + "/Assess"
 	linkMethod    = "/" + serviceName + "/Link"
 	prefillMethod = "/" + serviceName + "/Prefill"
+	keyMethod     = "/" + serviceName + "/TransferKey"
 )
+
+// keyReply carries the key a decode worker's transfer tokens are signed
+// with. Only a frontend may ask (with mTLS, the request plane admits only
+// frontends' certificates).
+type keyReply struct {
+	Key []byte
+}
+
+// tokenKeyer is a Side that can hand out its token key (disagg.Local).
+type tokenKeyer interface{ TokenKey() []byte }
 
 // assessRequest asks for a disagg.Assessment of Prompt.
 type assessRequest struct {
@@ -83,6 +94,13 @@ func unary[Req, Rep any](h func(*handler, context.Context, *Req) (*Rep, error)) 
 }
 
 var disaggMethods = []grpc.MethodDesc{
+	{MethodName: "TransferKey", Handler: unary(func(h *handler, _ context.Context, _ *keyReply) (*keyReply, error) {
+		k, ok := h.side.(tokenKeyer)
+		if !ok || h.side.TransferAddr() == "" {
+			return nil, status.Error(codes.FailedPrecondition, "this worker receives no KV transfers")
+		}
+		return &keyReply{Key: k.TokenKey()}, nil
+	})},
 	{MethodName: "Assess", Handler: unary(func(h *handler, ctx context.Context, r *assessRequest) (*disagg.Assessment, error) {
 		a, err := h.side.Assess(ctx, r.Prompt, r.Tail)
 		if err != nil {
@@ -128,6 +146,7 @@ type Side struct {
 
 	mu    sync.Mutex
 	links map[string]linkEstimate // by peer address
+	key   []byte                  // the worker's token key, once fetched
 }
 
 // SideDesc is what the worker's record says about its KV.
@@ -198,6 +217,28 @@ func (s *Side) note(peer kvtransfer.Peer, bps float64) {
 	s.mu.Unlock()
 }
 
+// TransferToken implements disagg.Side: the worker's token key is
+// fetched once, then every token is minted here without a round trip.
+func (s *Side) TransferToken(ctx context.Context, sender string, tokens []engine.Token, from int) ([]byte, error) {
+	s.mu.Lock()
+	key := s.key
+	s.mu.Unlock()
+	if key == nil {
+		var rep keyReply
+		if err := s.c.cc.Invoke(ctx, keyMethod, &keyReply{}, &rep); err != nil {
+			return nil, fmt.Errorf("requestplane: transfer key of %s: %w", s.desc.ID, fromStatus(err))
+		}
+		if len(rep.Key) != kvtransfer.KeyLen {
+			return nil, fmt.Errorf("requestplane: transfer key of %s: %d bytes", s.desc.ID, len(rep.Key))
+		}
+		key = rep.Key
+		s.mu.Lock()
+		s.key = key
+		s.mu.Unlock()
+	}
+	return kvtransfer.MintToken(key, s.desc.ID, sender, tokens, from)
+}
+
 // PrefillAndSend implements disagg.Side.
 func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (disagg.Push, error) {
 	if req.ID != "" {
@@ -242,7 +283,8 @@ func appendPush(b []byte, p *pushRequest) []byte {
 	b = appendRequest(b, &p.Request)
 	b = appendString(b, p.Peer.ID)
 	b = appendString(b, p.Peer.Addr)
-	return binary.AppendVarint(b, int64(p.From))
+	b = binary.AppendVarint(b, int64(p.From))
+	return appendString(b, string(p.Peer.Token))
 }
 
 func decodePush(b []byte, m *pushRequest) error {
@@ -251,5 +293,8 @@ func decodePush(b []byte, m *pushRequest) error {
 	m.Peer.ID = r.str()
 	m.Peer.Addr = r.str()
 	m.From = r.int()
+	if tok := r.str(); tok != "" {
+		m.Peer.Token = []byte(tok)
+	}
 	return r.done()
 }

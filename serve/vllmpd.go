@@ -45,7 +45,7 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 		return nil, fmt.Errorf("serve: %s: the %s engine cannot transfer KV", id, eng.Info().Kind)
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: port, Budget: kvtransfer.NewBudget(c.TransferBudget),
-		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log})
+		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log, RequireToken: true})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
