@@ -100,11 +100,16 @@ type fixture struct {
 
 func newFixture(t *testing.T, ctxLen int, engines map[string]engine.Generator) *fixture {
 	t.Helper()
+	return newFixtureWith(t, DefaultConfig(), ctxLen, engines)
+}
+
+func newFixtureWith(t *testing.T, cfg Config, ctxLen int, engines map[string]engine.Generator) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
 	board := health.NewBoard(log, reg)
 	r := router.New(&router.RoundRobin{}, reg)
-	s := New(DefaultConfig(), r, board, reg, log)
+	s := New(cfg, r, board, reg, log)
 	s.AddModel(&tokenizer.Model{Name: "m", Tokenizer: byteTok{}, Template: chatML{}, ContextLength: ctxLen})
 	for id, g := range engines {
 		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: g, Info: engine.Info{Kind: "scripted"}})

@@ -3,7 +3,8 @@ package frontend
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	requests *prometheus.CounterVec
+	authFailures *prometheus.CounterVec
+	requests     *prometheus.CounterVec
 	ttft     *prometheus.HistogramVec
 	itl      *prometheus.HistogramVec
 	duration *prometheus.HistogramVec
@@ -54,6 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries)
 	}
+	m.authFailures = newAuthFailures(reg)
 	return m
 }
 

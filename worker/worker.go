@@ -20,7 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
@@ -72,7 +74,26 @@ type Config struct {
 	TransferBudget int64
 	// TransferTimeout bounds one KV transfer (0: kvtransfer's default).
 	TransferTimeout time.Duration
+	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
+	// when set, the request plane admits only frontends' certificates and
+	// the KV transfer plane only workers', both signed by the cluster CA.
+	MTLS authn.Files
+	// TransferPeers is where a prefill worker may send KV and probes:
+	// "discovery" (the default: only transfer addresses published in
+	// discovery) or "any" (whatever address the frontend names).
+	TransferPeers string
 }
+
+// Transfer destination policies (Config.TransferPeers).
+const (
+	PeersDiscovery = "discovery"
+	PeersAny       = "any"
+)
+
+// peerWait is how long a send to an address discovery has not shown this
+// worker yet waits for it: a frontend may hear of a new decode worker
+// before this worker's watch does.
+const peerWait = 3 * time.Second
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
@@ -112,6 +133,9 @@ type Worker struct {
 	lease   discovery.Lease
 	node    *kvtransfer.Node // nil for aggregated workers
 
+	tls        *authn.Cluster
+	peers      *publishedPeers
+	watchStop  context.CancelFunc
 	nats       *nats.Conn
 	natsServer *eventplane.Server
 	relay      *eventplane.Relay
@@ -140,6 +164,15 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if opts.Registry == nil {
 		return nil, errors.New("worker: no discovery registry")
 	}
+	switch cfg.TransferPeers {
+	case "", PeersDiscovery, PeersAny:
+	default:
+		return nil, fmt.Errorf("worker: transfer peers %q: want discovery or any", cfg.TransferPeers)
+	}
+	cluster, err := authn.Load(cfg.MTLS)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -149,7 +182,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		board = health.NewBoard(log, nil)
 	}
 	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
-		served: make(chan error, 1), reg: prometheus.NewRegistry()}
+		served: make(chan error, 1), reg: prometheus.NewRegistry(), tls: cluster}
 	host := cfg.AdvertiseHost
 	if host == "" {
 		if host, err = os.Hostname(); err != nil {
@@ -167,7 +200,13 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		w.closeNode()
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
-	w.grpc = requestplane.NewServer(eng, side)
+	var gopts []grpc.ServerOption
+	if cluster != nil {
+		// Only frontends call a worker: Generate, and the disaggregation
+		// calls that make it send or hand out its transfer key.
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cluster.Server(authn.RoleFrontend))))
+	}
+	w.grpc = requestplane.NewServer(eng, side, gopts...)
 	go func() { w.served <- w.grpc.Serve(lis) }()
 	defer func() {
 		if err != nil {
@@ -350,8 +389,17 @@ func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
 	if !ok {
 		return nil, fmt.Errorf("worker: role %s needs an engine that can move KV; the %s engine cannot", role, w.eng.Info().Kind)
 	}
+	var allow func(context.Context, string) error
+	if role == discovery.RolePrefill && w.cfg.TransferPeers != PeersAny {
+		w.peers = newPublishedPeers()
+		ctx, cancel := context.WithCancel(context.Background())
+		w.watchStop = cancel
+		go w.watchPeers(ctx)
+		allow = w.peers.allow
+	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
-		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log})
+		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -380,8 +428,86 @@ func vllmProtocol(eng engine.Engine) string {
 }
 
 func (w *Worker) closeNode() {
+	if w.watchStop != nil {
+		w.watchStop()
+	}
 	if w.node != nil {
 		_ = w.node.Close()
+	}
+}
+
+// watchPeers keeps the set of KV transfer addresses discovery publishes,
+// the only destinations a prefill worker sends to.
+func (w *Worker) watchPeers(ctx context.Context) {
+	for ctx.Err() == nil {
+		addrs := map[string]string{} // id → address
+		err := w.disc.Watch(ctx, func(e discovery.Event) {
+			switch e.Type {
+			case discovery.EventPut:
+				if a := e.Record.KVTransfer.Addr; a != "" {
+					addrs[e.Record.ID] = a
+				} else {
+					delete(addrs, e.Record.ID)
+				}
+			case discovery.EventDelete:
+				delete(addrs, e.Record.ID)
+			default:
+				return
+			}
+			w.peers.set(addrs)
+		})
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("watching discovery for KV transfer peers failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// publishedPeers is the set of transfer addresses discovery publishes.
+type publishedPeers struct {
+	mu      sync.Mutex
+	addrs   map[string]bool
+	changed chan struct{} // closed and replaced on every change
+}
+
+func newPublishedPeers() *publishedPeers {
+	return &publishedPeers{addrs: map[string]bool{}, changed: make(chan struct{})}
+}
+
+func (p *publishedPeers) set(byID map[string]string) {
+	m := make(map[string]bool, len(byID))
+	for _, a := range byID {
+		m[a] = true
+	}
+	p.mu.Lock()
+	p.addrs = m
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// allow is kvtransfer.Config.AllowPeer: addr must be published, or
+// become so within peerWait.
+func (p *publishedPeers) allow(ctx context.Context, addr string) error {
+	t := time.NewTimer(peerWait)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		ok, ch := p.addrs[addr], p.changed
+		p.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return fmt.Errorf("%s is not a KV transfer address published in discovery", addr)
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not a KV transfer address published in discovery: %w", addr, ctx.Err())
+		}
 	}
 }
 
