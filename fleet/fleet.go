@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/discovery"
@@ -60,6 +61,13 @@ type Config struct {
 	InterferenceWeight float64
 	// LegTimeout bounds a remote prefill leg (0: disagg's default).
 	LegTimeout time.Duration
+	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
+	TLS frontend.TLSFiles
+	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
+	// workers' request planes are dialled over mutual TLS with it, and
+	// only servers with a worker's certificate of the cluster CA are
+	// trusted.
+	MTLS authn.Files
 }
 
 // DefaultConfig returns the flag defaults.
@@ -132,6 +140,8 @@ type Frontend struct {
 	synced  chan struct{}
 	http    *http.Server
 	lis     net.Listener
+	scheme  string
+	cluster *authn.Cluster // nil: plaintext request planes
 	served  chan error
 
 	mu       sync.Mutex
@@ -173,6 +183,16 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
 		ctxLen: model.ContextLength,
 	}
+	if f.cluster, err = authn.Load(cfg.MTLS); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if f.cluster != nil && f.cluster.Role() != authn.RoleFrontend {
+		return nil, fmt.Errorf("fleet: --mtls-cert has role %s; a frontend needs a frontend certificate", f.cluster.Role())
+	}
+	tc, err := frontend.ServerTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	mode, err := disagg.ParseMode(cfg.Disagg)
 	if err != nil {
@@ -212,7 +232,11 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
 	f.http = &http.Server{Handler: f.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { f.served <- f.http.Serve(f.lis) }()
+	f.scheme = "http://"
+	if tc != nil {
+		f.scheme = "https://"
+	}
+	go func() { f.served <- frontend.Serve(f.http, f.lis, tc) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
 	return f, nil
 }
@@ -326,7 +350,7 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 		old.conn.retire()
 	}
 	if m.conn == nil {
-		c, err := dial(rec.RequestPlane)
+		c, err := dial(rec.RequestPlane, f.cluster)
 		if err != nil {
 			f.Board.Raise(DiagWorkerRefused, rec.ID, health.Error, "cannot set up the worker's request plane: "+err.Error())
 			return
@@ -577,7 +601,7 @@ func (f *Frontend) Members() []string {
 }
 
 // URL is the frontend's base URL.
-func (f *Frontend) URL() string { return "http://" + f.lis.Addr().String() }
+func (f *Frontend) URL() string { return f.scheme + f.lis.Addr().String() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
 // if that fails for good.

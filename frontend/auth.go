@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -124,4 +126,38 @@ func newAuthFailures(reg prometheus.Registerer) *prometheus.CounterVec {
 		reg.MustRegister(c)
 	}
 	return c
+}
+
+// TLSFiles are --tls-cert and --tls-key: the OpenAI server's certificate
+// chain and key, PEM.
+type TLSFiles struct {
+	Cert string
+	Key  string
+}
+
+// ServerTLS loads f into a server configuration (nil, nil when f is
+// empty), so a bad certificate fails at start rather than at the first
+// handshake.
+func ServerTLS(f TLSFiles) (*tls.Config, error) {
+	if f.Cert == "" && f.Key == "" {
+		return nil, nil
+	}
+	if f.Cert == "" || f.Key == "" {
+		return nil, fmt.Errorf("frontend: TLS needs both --tls-cert and --tls-key")
+	}
+	c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: TLS: %w", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{c}}, nil
+}
+
+// Serve runs srv on lis, over TLS when tc is set (HTTP/2 is negotiated
+// by ALPN as net/http does for ServeTLS).
+func Serve(srv *http.Server, lis net.Listener, tc *tls.Config) error {
+	if tc == nil {
+		return srv.Serve(lis)
+	}
+	srv.TLSConfig = tc
+	return srv.ServeTLS(lis, "", "")
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
@@ -35,6 +37,13 @@ type Config struct {
 	Frontend     frontend.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
+	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
+	TLS frontend.TLSFiles
+	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
+	// request plane over mutual TLS: the frontend's end presents MTLS (a
+	// frontend's certificate), the worker's end MTLSWorker (a worker's),
+	// as across processes; it exists to measure what mTLS costs.
+	MTLS, MTLSWorker authn.Files
 	// Disagg enables disaggregated prefill (serve/disagg.go); the zero
 	// value is aggregated serving.
 	Disagg DisaggConfig
@@ -79,6 +88,7 @@ type System struct {
 
 	http    *http.Server
 	lis     net.Listener
+	scheme  string
 	served  chan error
 	engines []engine.Engine
 	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
@@ -227,12 +237,20 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 
 	s.waitProbes()
+	tc, err := frontend.ServerTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	s.lis, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
 	}
+	s.scheme = "http://"
+	if tc != nil {
+		s.scheme = "https://"
+	}
 	s.http = &http.Server{Handler: s.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { s.served <- s.http.Serve(s.lis) }()
+	go func() { s.served <- frontend.Serve(s.http, s.lis, tc) }()
 	return s, nil
 }
 
@@ -241,10 +259,24 @@ func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) 
 	if err != nil {
 		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
 	}
-	srv := requestplane.NewServer(eng, nil)
+	var sopts []grpc.ServerOption
+	var copts []grpc.DialOption
+	if s.cfg.MTLS.Enabled() {
+		cli, err := authn.Load(s.cfg.MTLS)
+		if err != nil {
+			return nil, "", fmt.Errorf("serve: %w", err)
+		}
+		srv, err := authn.Load(s.cfg.MTLSWorker)
+		if err != nil {
+			return nil, "", fmt.Errorf("serve: %w", err)
+		}
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(srv.Server(authn.RoleFrontend))))
+		copts = append(copts, grpc.WithTransportCredentials(credentials.NewTLS(cli.Client(authn.RoleWorker))))
+	}
+	srv := requestplane.NewServer(eng, nil, sopts...)
 	s.grpcs = append(s.grpcs, srv)
 	go func() { _ = srv.Serve(lis) }()
-	c, err := requestplane.Dial(lis.Addr().String())
+	c, err := requestplane.Dial(lis.Addr().String(), copts...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -256,7 +288,7 @@ func (s *System) serveGRPC(eng engine.Engine) (engine.Generator, string, error) 
 func (s *System) Engine(i int) engine.Engine { return s.engines[i] }
 
 // URL is the frontend's base URL.
-func (s *System) URL() string { return "http://" + s.lis.Addr().String() }
+func (s *System) URL() string { return s.scheme + s.lis.Addr().String() }
 
 // Addr is the frontend's listening address.
 func (s *System) Addr() net.Addr { return s.lis.Addr() }

@@ -173,6 +173,9 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if cluster != nil && cluster.Role() != authn.RoleWorker {
+		return nil, fmt.Errorf("worker: --mtls-cert has role %s; a worker needs a worker certificate", cluster.Role())
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()

@@ -18,6 +18,7 @@ func newServeCmd() *cobra.Command {
 	cfg := serve.DefaultConfig()
 	var eng engineFlags
 	var rf routerFlags
+	var auth clientAuthFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -37,6 +38,9 @@ func newServeCmd() *cobra.Command {
 				return errors.New("--upstream-prefill needs --engine upstream")
 			}
 			if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
+				return err
+			}
+			if err := auth.apply(); err != nil {
 				return err
 			}
 			sys, err := serve.Start(cfg, model, factory, log)
@@ -68,6 +72,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
 	f.Int64Var(&cfg.Frontend.MaxBodyBytes, "max-body-bytes", cfg.Frontend.MaxBodyBytes, "largest accepted request body")
+	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	f.IntVar(&cfg.Frontend.MaxRetries, "max-retries", cfg.Frontend.MaxRetries, "other workers to try when a worker fails before the first token")
 	eng.register(cmd)
 	f.StringArrayVar(&eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
