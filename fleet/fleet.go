@@ -268,13 +268,13 @@ func (f *Frontend) connectNATS(log *slog.Logger) error {
 	ep := f.cfg.EventPlane
 	url := ep.NATS
 	if url == "embedded" {
-		srv, err := eventplane.StartServer(ep.EmbeddedAddr)
+		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
 		if err != nil {
 			return fmt.Errorf("fleet: %w", err)
 		}
 		f.natsServer, url = srv, srv.URL()
 	}
-	nc, err := eventplane.Connect(f.ctx, url, "tandem-frontend", f.Board, log)
+	nc, err := eventplane.ConnectWith(f.ctx, url, "tandem-frontend", ep.Auth, f.Board, log)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}

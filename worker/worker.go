@@ -259,13 +259,13 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	ep := w.cfg.EventPlane
 	url := ep.NATS
 	if url == "embedded" {
-		srv, err := eventplane.StartServer(ep.EmbeddedAddr)
+		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		w.natsServer, url = srv, srv.URL()
 	}
-	nc, err := eventplane.Connect(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, w.board, log)
+	nc, err := eventplane.ConnectWith(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, ep.Auth, w.board, log)
 	if err != nil {
 		w.stopRelay()
 		return fmt.Errorf("worker: %w", err)

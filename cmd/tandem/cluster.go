@@ -65,6 +65,10 @@ func registerEventPlane(cmd *cobra.Command, c *eventplane.Config) {
 	f.StringVar(&c.NATS, "nats", c.NATS, "nats: server URL, or embedded to run a NATS server in this process (on --nats-addr)")
 	f.StringVar(&c.EmbeddedAddr, "nats-addr", c.EmbeddedAddr, "nats embedded: listen address of the in-process NATS server")
 	f.StringVar(&c.SubjectPrefix, "nats-subject-prefix", c.SubjectPrefix, "nats: subject prefix, so deployments can share a NATS")
+	f.StringVar(&c.Auth.TokenFile, "nats-token-file", "", "nats: file holding the NATS token; the embedded server refuses clients without it, clients send it")
+	f.StringVar(&c.Auth.CA, "nats-tls-ca", "", "nats: PEM CA that signs the NATS server's certificate (clients) and, for the embedded server, the clients' (then required)")
+	f.StringVar(&c.Auth.Cert, "nats-tls-cert", "", "nats: PEM certificate: the embedded server's (it then serves TLS), or a client's")
+	f.StringVar(&c.Auth.Key, "nats-tls-key", "", "nats: PEM private key of --nats-tls-cert")
 }
 
 // addConfigFlag adds --config: a YAML file whose keys are the command's
