@@ -7,6 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,8 +20,10 @@ import (
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/tokenizer"
 )
 
 // The attacker's own address: a second address on the loopback interface
@@ -290,3 +295,92 @@ func drain(t *testing.T, e engine.Engine, p []engine.Token) {
 	}
 }
 
+
+// leakSink collects what a stranger subscribed to a worker's KV event
+// socket learns.
+type leakSink struct {
+	mu     sync.Mutex
+	stored int
+	tokens []engine.Token
+}
+
+func (l *leakSink) HandleBatch(_ uint64, b *kvevents.Batch) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range b.Events {
+		if e.Type == kvevents.TypeBlockStored {
+			l.stored++
+			l.tokens = append(l.tokens, e.TokenIDs...)
+		}
+	}
+}
+func (l *leakSink) HandleState(kvevents.StreamStatus) {}
+
+func (l *leakSink) snapshot() (int, []engine.Token) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stored, slices.Clone(l.tokens)
+}
+
+// TestPromptLeakKVEvents: a stranger subscribed to a worker's KV event
+// socket reads another client's prompt from the token ids in the events;
+// with --kv-events-token-ids=false it gets block hashes only, and the
+// frontend's KV router still indexes the worker's cache from them.
+func TestPromptLeakKVEvents(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts 2 processes")
+	}
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the vault passphrase is marmalade-tangerine-47"
+	for _, tc := range []struct {
+		name  string
+		flags string
+		leaks bool
+	}{{"token ids", "", true}, {"hashes only", " --kv-events-token-ids=false", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			disc := " --discovery file --discovery-dir " + dir + " --lease-ttl 2s"
+			url := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv"+disc, frontendReady).line
+			startProc(t, "w1", "worker --id w1 --speedup 100 --deregister-delay 0s --kv-events-endpoint tcp://"+victimHost+":0"+tc.flags+disc, workerReady)
+			rec := readRecord(t, dir, "w1")
+			sink := &leakSink{}
+			sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{Worker: "stranger", Endpoint: rec.KVEvents.Endpoint, Handler: sink})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go sub.Run(ctx)
+			deadline := time.Now().Add(20 * time.Second)
+			for !slices.Equal(healthWorkers(t, url), []string{"w1"}) {
+				if time.Now().After(deadline) {
+					t.Fatal("the frontend never saw the worker")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // the stranger's and the router's subscriptions settle
+			prompt := strings.Repeat("Some context before the secret. ", 8) + secret + strings.Repeat(" And some after it.", 8)
+			for i := 0; i < 20; i++ {
+				completion(t, url, map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 2})
+				if n, _ := sink.snapshot(); n > 0 && metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total") > 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			stored, toks := sink.snapshot()
+			if stored == 0 {
+				t.Fatal("the stranger received no BlockStored events at all")
+			}
+			leaked := strings.Contains(model.Tokenizer.Decode(toks), "marmalade-tangerine")
+			if leaked != tc.leaks {
+				t.Fatalf("prompt read from the events: %v (want %v); %d token ids", leaked, tc.leaks, len(toks))
+			}
+			if n := metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total"); n == 0 {
+				t.Fatal("the frontend's router indexed nothing from the worker's events")
+			}
+		})
+	}
+}
