@@ -5,15 +5,15 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	authFailures *prometheus.CounterVec
 	requests     *prometheus.CounterVec
-	ttft     *prometheus.HistogramVec
-	itl      *prometheus.HistogramVec
-	duration *prometheus.HistogramVec
-	isl      *prometheus.HistogramVec
-	osl      *prometheus.HistogramVec
-	cached   *prometheus.HistogramVec
-	inflight *prometheus.GaugeVec
-	queued   *prometheus.GaugeVec
-	retries  *prometheus.CounterVec
+	ttft         *prometheus.HistogramVec
+	itl          *prometheus.HistogramVec
+	duration     *prometheus.HistogramVec
+	isl          *prometheus.HistogramVec
+	osl          *prometheus.HistogramVec
+	cached       *prometheus.HistogramVec
+	inflight     *prometheus.GaugeVec
+	queued       *prometheus.GaugeVec
+	retries      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

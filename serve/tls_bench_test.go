@@ -154,4 +154,3 @@ func (t bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+t.key)
 	return t.RoundTripper.RoundTrip(r)
 }
-

@@ -295,7 +295,6 @@ func drain(t *testing.T, e engine.Engine, p []engine.Token) {
 	}
 }
 
-
 // leakSink collects what a stranger subscribed to a worker's KV event
 // socket learns.
 type leakSink struct {
