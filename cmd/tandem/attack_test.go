@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -382,4 +384,117 @@ func TestPromptLeakKVEvents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNATSStranger: an anonymous client of the frontend's embedded NATS
+// server subscribes to tandem.> and reads the KV events (token ids
+// included) and the routers' load messages; with a token and mutual TLS
+// it cannot connect, while frontend and worker still exchange events.
+// Load messages never carry the prompt, protected or not.
+func TestNATSStranger(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts 2 processes")
+	}
+	certs := t.TempDir()
+	if _, err := authn.Init(certs, 1, 1, []string{victimHost}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tokFile := filepath.Join(certs, "nats-token")
+	if err := os.WriteFile(tokFile, []byte("nats-attack-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	natsAuth := func(name string) string {
+		return " --nats-token-file " + tokFile + " --nats-tls-ca " + filepath.Join(certs, "ca.crt") +
+			" --nats-tls-cert " + filepath.Join(certs, name+".crt") + " --nats-tls-key " + filepath.Join(certs, name+".key")
+	}
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the vault passphrase is marmalade-tangerine-47"
+	prompt := strings.Repeat("Some context before the secret. ", 8) + secret + strings.Repeat(" And some after it.", 8)
+	secretIDs := model.Tokenizer.Encode("marmalade")
+	for _, tc := range []struct {
+		name      string
+		protected bool
+	}{{"open", false}, {"protected", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", victimHost+":0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			natsAddr := l.Addr().String()
+			l.Close()
+			dir := t.TempDir()
+			disc := " --discovery file --discovery-dir " + dir + " --lease-ttl 2s"
+			feAuth, wAuth := "", ""
+			if tc.protected {
+				feAuth, wAuth = natsAuth("frontend-1"), natsAuth("worker-1")
+			}
+			url := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv --event-plane nats --nats embedded --nats-addr "+natsAddr+feAuth+disc, frontendReady).line
+			startProc(t, "w1", "worker --id w1 --speedup 100 --deregister-delay 0s --event-plane nats --nats nats://"+natsAddr+wAuth+disc, workerReady)
+			deadline := time.Now().Add(20 * time.Second)
+			for !slices.Equal(healthWorkers(t, url), []string{"w1"}) {
+				if time.Now().After(deadline) {
+					t.Fatal("the frontend never saw the worker")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			dialer := attackerDialer()
+			nc, err := nats.Connect("nats://"+natsAddr, nats.SetCustomDialer(dialer), nats.Timeout(3*time.Second))
+			if tc.protected {
+				if err == nil {
+					nc.Close()
+					t.Fatal("an anonymous client connected to the protected NATS")
+				}
+			} else if err != nil {
+				t.Fatalf("the open NATS refused an anonymous client: %v", err)
+			}
+			got := make(chan *nats.Msg, 1024)
+			if nc != nil {
+				defer nc.Close()
+				if _, err := nc.ChanSubscribe("tandem.>", got); err != nil {
+					t.Fatal(err)
+				}
+				_ = nc.Flush()
+			}
+			for i := 0; i < 20 && metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total") == 0; i++ {
+				completion(t, url, map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 2})
+				time.Sleep(100 * time.Millisecond)
+			}
+			if metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total") == 0 {
+				t.Fatal("the frontend received no KV events over NATS")
+			}
+			if tc.protected {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			var kv, load int
+			for len(got) > 0 {
+				m := <-got
+				switch {
+				case strings.HasPrefix(m.Subject, "tandem.kv."):
+					kv++
+				case strings.HasPrefix(m.Subject, "tandem.load."):
+					load++
+					if containsIDs(m.Data, secretIDs) {
+						t.Fatalf("a load message carries the prompt's token ids")
+					}
+				}
+			}
+			if kv == 0 || load == 0 {
+				t.Fatalf("the anonymous subscriber got %d KV and %d load messages", kv, load)
+			}
+			t.Logf("open: the anonymous subscriber read %d KV event and %d load messages", kv, load)
+		})
+	}
+}
+
+// containsIDs reports whether ids appear in b as consecutive u32 LE.
+func containsIDs(b []byte, ids []engine.Token) bool {
+	want := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		want = append(want, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+	}
+	return len(want) > 0 && bytes.Contains(b, want)
 }
