@@ -19,15 +19,18 @@ const (
 	RoleFrontend Role = "frontend"
 	// RoleWorker serves a request plane and sends or receives KV blocks.
 	RoleWorker Role = "worker"
+	// RoleMonitor may only read workers' /metrics and /health (a
+	// Prometheus scraper).
+	RoleMonitor Role = "monitor"
 )
 
 // ParseRole checks a role name.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case RoleFrontend, RoleWorker:
+	case RoleFrontend, RoleWorker, RoleMonitor:
 		return r, nil
 	}
-	return "", fmt.Errorf("authn: role %q: want frontend or worker", s)
+	return "", fmt.Errorf("authn: role %q: want frontend, worker or monitor", s)
 }
 
 // Files are the --mtls-ca, --mtls-cert and --mtls-key flags: PEM files of

@@ -540,8 +540,17 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 		rw.Header().Set("Content-Type", "application/json")
 		_, _ = rw.Write(b)
 	})
-	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = w.metrics.Serve(lis) }()
+	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+	if w.tls != nil {
+		// With the cluster identity the metrics port is HTTPS and admits
+		// only monitors' certificates (tandem certs issue --role monitor)
+		// and frontends'.
+		w.metrics.TLSConfig = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
+		go func() { _ = w.metrics.ServeTLS(lis, "", "") }()
+	} else {
+		go func() { _ = w.metrics.Serve(lis) }()
+	}
 	return lis.Addr().String(), nil
 }
 

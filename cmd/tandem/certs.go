@@ -69,7 +69,7 @@ serving hosts; ` + "`tandem certs issue`" + ` signs more certificates with it.`,
 	g := issue.Flags()
 	g.StringVar(&dir, "dir", "tandem-certs", "directory holding ca.crt and ca.key; the pair is written there")
 	g.StringVar(&name, "name", "", "the process's name (CommonName, shown in the peers' logs)")
-	g.StringVar(&role, "role", "worker", "frontend or worker")
+	g.StringVar(&role, "role", "worker", "frontend, worker or monitor (reads workers' /metrics only: a Prometheus scraper)")
 	g.StringSliceVar(&hosts, "hosts", []string{"localhost", "127.0.0.1"}, "host names and IPs put in the certificate")
 	g.DurationVar(&validity, "validity", 365*24*time.Hour, "how long the certificate is valid")
 	_ = issue.MarkFlagRequired("name")
