@@ -43,6 +43,27 @@ func attackerDialer() *net.Dialer {
 	return &net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(attackerHost)}}
 }
 
+// attackNet is where the attacks run: the host the workers listen on, how
+// their processes start, and how the attacker (this test process) opens
+// sockets on its own host.
+type attackNet struct {
+	victimHost   string
+	attackerHost string
+	start        func(t *testing.T, name, args string) *osProc
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	listen       func(network, addr string) (net.Listener, error)
+}
+
+// loopbackNet: workers on 127.0.0.2, the attacker on 127.0.0.3.
+func loopbackNet() attackNet {
+	return attackNet{
+		victimHost: victimHost, attackerHost: attackerHost,
+		start:  func(t *testing.T, name, args string) *osProc { return startProc(t, name, args, workerReady) },
+		dial:   attackerDialer().DialContext,
+		listen: net.Listen,
+	}
+}
+
 // TestAttacks runs each finding of the security review against real
 // worker processes, first with the protections off (the attack works),
 // then on (it is refused). Protections: mutual TLS on the request and KV
@@ -61,6 +82,11 @@ func TestAttacks(t *testing.T) {
 	} else {
 		l.Close()
 	}
+	runAttacks(t, loopbackNet())
+}
+
+// runAttacks is TestAttacks on an attackNet.
+func runAttacks(t *testing.T, an attackNet) {
 	certs := t.TempDir()
 	if _, err := authn.Init(certs, 1, 1, nil, time.Hour); err != nil {
 		t.Fatal(err)
@@ -83,19 +109,21 @@ func TestAttacks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			flags := " --discovery file --discovery-dir " + dir + " --speedup 100 --kv-bytes-per-token 1024 --deregister-delay 0s" +
-				" --rp-addr " + victimHost + ":0 --kv-transfer-addr " + victimHost + ":0"
+				" --rp-addr " + an.victimHost + ":0 --kv-transfer-addr " + an.victimHost + ":0"
 			if tc.protected {
 				flags += mtlsFlags
 			} else {
 				flags += " --transfer-peers any"
 			}
-			startProc(t, "d1", "worker --id d1 --role decode"+flags, workerReady)
-			startProc(t, "p1", "worker --id p1 --role prefill"+flags, workerReady)
+			an.start(t, "d1", "worker --id d1 --role decode"+flags)
+			an.start(t, "p1", "worker --id p1 --role prefill"+flags)
 			dec, pre := readRecord(t, dir, "d1"), readRecord(t, dir, "p1")
 
 			// What a frontend sees of the decode worker's cache: in the
 			// protected run, over the frontend's own mTLS identity.
-			var legit []grpc.DialOption
+			legit := []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+				return an.dial(ctx, "tcp", a)
+			})}
 			if tc.protected {
 				legit = append(legit, grpc.WithTransportCredentials(credentials.NewTLS(frontendID.Client(authn.RoleWorker))))
 			}
@@ -115,7 +143,7 @@ func TestAttacks(t *testing.T) {
 			}
 			stranger := func(addr string) *requestplane.Client {
 				c, err := requestplane.Dial(addr, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-					return attackerDialer().DialContext(ctx, "tcp", a)
+					return an.dial(ctx, "tcp", a)
 				}))
 				if err != nil {
 					t.Fatal(err)
@@ -155,7 +183,7 @@ func TestAttacks(t *testing.T) {
 				defer eng.Close()
 				drain(t, eng, victim)
 				n, err := kvtransfer.NewNode(kvtransfer.Config{ID: "p1", Port: eng, Timeout: 5 * time.Second,
-					Dial: attackerDialer().DialContext})
+					Dial: an.dial})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -178,7 +206,7 @@ func TestAttacks(t *testing.T) {
 			})
 
 			t.Run("SSRF through Link", func(t *testing.T) {
-				lis, err := net.Listen("tcp", attackerHost+":0")
+				lis, err := an.listen("tcp", an.attackerHost+":0")
 				if err != nil {
 					t.Fatal(err)
 				}

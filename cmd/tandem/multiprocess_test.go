@@ -36,12 +36,20 @@ type osProc struct {
 // ready; it returns the first submatch.
 func startProc(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
 	t.Helper()
+	return startProcWith(t, name, args, ready, nil)
+}
+
+// startProcWith is startProc with the process started through wrap (e.g.
+// "ip netns exec NS").
+func startProcWith(t *testing.T, name, args string, ready *regexp.Regexp, wrap []string) *osProc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	argv := append(slices.Clone(wrap), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
 	cmd.Stderr = logf
 	stdout, _ := cmd.StdoutPipe()
