@@ -119,7 +119,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/kv/pull", w.handlePull)
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() { _ = w.srv.Serve(lis) }()
 	return w, nil
 }
