@@ -1,14 +1,18 @@
 package discovery
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/internal/etcdtest"
 )
 
 func TestEtcdAuth(t *testing.T) {
@@ -42,4 +46,89 @@ func TestEtcdAuth(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// TestEtcdTLSAndUser runs the etcd backend against a real etcd serving
+// TLS with client certificates required and role-based auth on: only a
+// client with the CA, a certificate and the user registers.
+func TestEtcdTLSAndUser(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := authn.Init(dir, 1, 1, []string{"127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	f := func(n string) string { return filepath.Join(dir, n) }
+	srv := etcdtest.StartTLS(t, etcdtest.TLS{Cert: f("worker-1.crt"), Key: f("worker-1.key"), CA: f("ca.crt")})
+	admin := EtcdAuth{CA: f("ca.crt"), Cert: f("frontend-1.crt"), Key: f("frontend-1.key")}
+	var acfg clientv3.Config
+	if err := admin.apply(&acfg); err != nil {
+		t.Fatal(err)
+	}
+	acfg.Endpoints, acfg.DialTimeout = []string{srv.Endpoint()}, 5*time.Second
+	cli, err := clientv3.New(acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, step := range []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "root-pass-0123"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "tandem"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "tandem", "/tandem/", clientv3.GetPrefixRangeEnd("/tandem/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, "tandem", "tandem-pass-0123"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "tandem", "tandem"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	user := write(t, dir, "user", "tandem:tandem-pass-0123")
+	wrong := write(t, dir, "wrong", "tandem:not-the-password")
+	for _, tc := range []struct {
+		name string
+		auth EtcdAuth
+		ok   bool
+	}{
+		{"no TLS", EtcdAuth{}, false},
+		{"CA, no client certificate", EtcdAuth{CA: f("ca.crt"), UserFile: user}, false},
+		{"certificate, no user", admin, false},
+		{"certificate, wrong password", EtcdAuth{CA: admin.CA, Cert: admin.Cert, Key: admin.Key, UserFile: wrong}, false},
+		{"certificate and user", EtcdAuth{CA: admin.CA, Cert: admin.Cert, Key: admin.Key, UserFile: user}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := srv.Endpoint()
+			if tc.auth.CA == "" {
+				ep = "http://" + strings.TrimPrefix(ep, "https://")
+			}
+			e, err := NewEtcd(EtcdConfig{Endpoints: []string{ep}, Auth: tc.auth, DialTimeout: time.Second,
+				Common: Common{TTL: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)}})
+			if err != nil {
+				if tc.ok {
+					t.Fatal(err)
+				}
+				return
+			}
+			defer e.Close()
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+			defer rcancel()
+			_, err = e.Register(rctx, testRecord("w-"+strings.ReplaceAll(tc.name, " ", "")[:4]))
+			if (err == nil) != tc.ok {
+				t.Fatalf("register: %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, dir, name, s string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
