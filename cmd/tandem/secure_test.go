@@ -14,14 +14,15 @@ import (
 
 // TANDEM_TEST_SECURE=1 runs this package's multi-process tests with
 // every protection on: mutual TLS between frontend and workers, API keys
-// and HTTPS on the OpenAI servers. The processes get the flags from
+// and HTTPS on the OpenAI servers, NATS with a token and mutual TLS. The processes get the flags from
 // secureArgs; the tests' HTTP clients present the key and trust the CA
 // through http.DefaultTransport (setUpSecure) and testTransport.
 var secure struct {
-	on    bool
-	dir   string
-	key   string
-	trust *tls.Config
+	on        bool
+	dir       string
+	key       string
+	natsToken string
+	trust     *tls.Config
 }
 
 const testAPIKey = "tk-multiprocess-test-key-0001"
@@ -43,6 +44,11 @@ func setUpSecure() (func(), error) {
 	}
 	secure.key = filepath.Join(dir, "keys")
 	if err := os.WriteFile(secure.key, []byte("# test clients\n"+testAPIKey+"\n"), 0o600); err != nil {
+		cleanup()
+		return nil, err
+	}
+	secure.natsToken = filepath.Join(dir, "nats-token")
+	if err := os.WriteFile(secure.natsToken, []byte("multiprocess-nats-token-0001\n"), 0o600); err != nil {
 		cleanup()
 		return nil, err
 	}
@@ -89,15 +95,22 @@ func secureArgs(args string) string {
 	}
 	https := fmt.Sprintf(" --api-key-file %s --tls-cert %s --tls-key %s", secure.key,
 		filepath.Join(secure.dir, "frontend-1.crt"), filepath.Join(secure.dir, "frontend-1.key"))
+	natsAuth := func(name string) string {
+		if !strings.Contains(args, "--event-plane nats") {
+			return ""
+		}
+		return fmt.Sprintf(" --nats-token-file %s --nats-tls-ca %s --nats-tls-cert %s --nats-tls-key %s", secure.natsToken,
+			filepath.Join(secure.dir, "ca.crt"), filepath.Join(secure.dir, name+".crt"), filepath.Join(secure.dir, name+".key"))
+	}
 	switch strings.Fields(args)[0] {
 	case "frontend":
-		return args + mtls("frontend-1") + https
+		return args + mtls("frontend-1") + https + natsAuth("frontend-1")
 	case "serve":
 		return args + https
 	case "worker":
 		// A worker with --openai-addr stays plain HTTP: it stands in for
 		// a vLLM server that other tests point an upstream engine at.
-		return args + mtls("worker-1")
+		return args + mtls("worker-1") + natsAuth("worker-1")
 	}
 	return args
 }
