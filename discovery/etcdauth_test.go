@@ -105,7 +105,13 @@ func TestEtcdTLSAndUser(t *testing.T) {
 			if tc.auth.CA == "" {
 				ep = "http://" + strings.TrimPrefix(ep, "https://")
 			}
-			e, err := NewEtcd(EtcdConfig{Endpoints: []string{ep}, Auth: tc.auth, DialTimeout: time.Second,
+			// With a user the client authenticates inside NewEtcd; give the
+			// one that should succeed time for it under -race and load.
+			dial := time.Second
+			if tc.ok {
+				dial = 10 * time.Second
+			}
+			e, err := NewEtcd(EtcdConfig{Endpoints: []string{ep}, Auth: tc.auth, DialTimeout: dial,
 				Common: Common{TTL: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)}})
 			if err != nil {
 				if tc.ok {
@@ -114,7 +120,7 @@ func TestEtcdTLSAndUser(t *testing.T) {
 				return
 			}
 			defer e.Close()
-			rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+			rctx, rcancel := context.WithTimeout(context.Background(), dial)
 			defer rcancel()
 			_, err = e.Register(rctx, testRecord("w-"+strings.ReplaceAll(tc.name, " ", "")[:4]))
 			if (err == nil) != tc.ok {
