@@ -106,3 +106,24 @@ func TestLoadAPIKeysErrors(t *testing.T) {
 		t.Fatal("missing file loaded")
 	}
 }
+
+func FuzzParseAPIKeys(f *testing.F) {
+	f.Add([]byte("# keys\n" + key1 + "\n" + key2 + "\n"))
+	f.Add([]byte("short\n"))
+	f.Add([]byte("\n\n#\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := ParseAPIKeys(b)
+		if err != nil {
+			return
+		}
+		if k.Len() == 0 {
+			t.Fatal("a key set with no key")
+		}
+		// Every accepted line is a valid key.
+		for _, line := range strings.Split(string(b), "\n") {
+			if s := strings.TrimSpace(line); s != "" && !strings.HasPrefix(s, "#") && !k.Valid(s) {
+				t.Fatalf("line %q accepted but not valid", s)
+			}
+		}
+	})
+}

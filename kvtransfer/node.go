@@ -431,6 +431,12 @@ func inboundSubject(id string) string { return "->" + id }
 // the next accepted transfer, logs the peer and counts it.
 func (n *Node) refused(c net.Conn, sender, reason string, err error) {
 	n.cfg.Metrics.refused.WithLabelValues(n.cfg.ID, reason).Inc()
+	if errors.Is(err, io.EOF) {
+		// Connected and hung up without a byte (a port check): counted,
+		// not a diagnostic.
+		n.cfg.Logger.Debug("KV transfer connection closed before its TLS handshake", "remote", c.RemoteAddr().String())
+		return
+	}
 	msg := "refused a KV transfer connection or transfer: nothing was imported"
 	if n.cfg.Board != nil {
 		n.cfg.Board.Raise(CodeRejected, inboundSubject(n.cfg.ID), health.Warn, msg,

@@ -198,6 +198,8 @@ func FuzzCodec(f *testing.F) {
 	f.Add(a)
 	p, _ := codec{}.Marshal(&pushRequest{Request: engine.Request{ID: "r", Prompt: []engine.Token{4}}, Peer: kvtransfer.Peer{ID: "d", Addr: "h:1"}, From: 1})
 	f.Add(p)
+	pt, _ := codec{}.Marshal(&pushRequest{Request: engine.Request{ID: "r", Prompt: []engine.Token{4}}, Peer: kvtransfer.Peer{ID: "d", Addr: "h:1", Token: make([]byte, 56)}, From: 1})
+	f.Add(pt)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r engine.Request
 		if codec.Unmarshal(codec{}, b, &r) == nil {
@@ -223,7 +225,7 @@ func FuzzCodec(f *testing.F) {
 				t.Fatalf("re-decode push: %v", err)
 			}
 		}
-		for _, v := range []any{&linkReply{}, &pushReply{}, &linkRequest{}} {
+		for _, v := range []any{&linkReply{}, &pushReply{}, &linkRequest{}, &keyReply{}} {
 			_ = codec{}.Unmarshal(b, v)
 		}
 	})
