@@ -557,6 +557,11 @@ func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine
 		if code == "" {
 			code = kvtransfer.CodeFailed
 		}
+		if r, ok := dec.(interface{ ResetTransferKey() }); ok && code == kvtransfer.CodeRejected {
+			// The token may be stale (the decode worker restarted with a
+			// new key under the same record): fetch the key again.
+			r.ResetTransferKey()
+		}
 		return code, err
 	}
 	if !l.estimated {

@@ -239,6 +239,16 @@ func (s *Side) TransferToken(ctx context.Context, sender string, tokens []engine
 	return kvtransfer.MintToken(key, s.desc.ID, sender, tokens, from)
 }
 
+// ResetTransferKey forgets the fetched token key, so the next token is
+// minted with a fresh one: the orchestrator calls it when the worker
+// rejected a transfer (a worker restarted under the same address has a
+// new key).
+func (s *Side) ResetTransferKey() {
+	s.mu.Lock()
+	s.key = nil
+	s.mu.Unlock()
+}
+
 // PrefillAndSend implements disagg.Side.
 func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (disagg.Push, error) {
 	if req.ID != "" {
