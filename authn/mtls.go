@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -169,4 +170,24 @@ func PeerName(cs tls.ConnectionState) string {
 		return ""
 	}
 	return cs.PeerCertificates[0].Subject.CommonName
+}
+
+// DiagOpenPlane is raised by a process for each of its listeners that is
+// reachable beyond this host with no authentication configured: the
+// deployment serves, but anyone who reaches the port is served too. It
+// stays while the configuration does.
+const DiagOpenPlane = "plane_unauthenticated"
+
+// Exposed reports whether a bound address (host:port) is reachable from
+// other hosts: not a loopback address (a wildcard counts as exposed).
+func Exposed(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }

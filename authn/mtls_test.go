@@ -131,3 +131,14 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("issued role %s", c.Role())
 	}
 }
+
+func TestExposed(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:80": false, "127.0.0.2:9": false, "[::1]:80": false, "localhost:80": false,
+		"0.0.0.0:80": true, "[::]:80": true, ":80": true, "10.0.0.5:9000": true, "node-a:9000": true,
+	} {
+		if got := Exposed(addr); got != want {
+			t.Errorf("Exposed(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -231,6 +231,10 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
+	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil {
+		board.Raise(authn.DiagOpenPlane, "openai-api", health.Warn,
+			"the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served", "addr", f.lis.Addr().String())
+	}
 	f.http = &http.Server{Handler: f.Frontend.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	f.scheme = "http://"
 	if tc != nil {
@@ -271,6 +275,10 @@ func (f *Frontend) connectNATS(log *slog.Logger) error {
 		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
 		if err != nil {
 			return fmt.Errorf("fleet: %w", err)
+		}
+		if authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
+			f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
+				"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
 		}
 		f.natsServer, url = srv, srv.URL()
 	}

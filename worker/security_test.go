@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -116,5 +118,33 @@ func TestWorkerMTLS(t *testing.T) {
 	}
 	if code, err := get(load("prometheus").Client(authn.RoleWorker), "https://"); err != nil || code != 200 {
 		t.Errorf("the monitor's scrape: %d %v", code, err)
+	}
+}
+
+// TestOpenPlaneDiagnostic: a worker listening beyond loopback without
+// mTLS says so on its board; on loopback, or with mTLS, it does not.
+func TestOpenPlaneDiagnostic(t *testing.T) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{{"0.0.0.0:0", true}, {"127.0.0.1:0", false}} {
+		e := newMocker(t, model, false)
+		cfg := DefaultConfig()
+		cfg.ID, cfg.RequestPlaneAddr, cfg.DeregisterDelay = "w1", tc.addr, 0
+		reg := discovery.NewMem()
+		board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
+		w, err := Start(context.Background(), cfg, e, model, Options{Registry: reg, Board: board})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := board.IsActive(authn.DiagOpenPlane, "request-plane"); got != tc.want {
+			t.Errorf("%s: %s raised %v, want %v", tc.addr, authn.DiagOpenPlane, got, tc.want)
+		}
+		_ = w.Shutdown(context.Background())
+		reg.Close()
 	}
 }

@@ -228,6 +228,18 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		metricsAddr = advertise(metricsAddr, host)
 	}
+	if cluster == nil {
+		open := map[string]string{"request-plane": lis.Addr().String(), "metrics": metricsAddr}
+		if w.node != nil {
+			open["kv-transfer"] = w.node.Addr()
+		}
+		for plane, addr := range open {
+			if addr != "" && authn.Exposed(addr) {
+				board.Raise(authn.DiagOpenPlane, plane, health.Warn,
+					"listens beyond this host without --mtls-*: anyone who reaches the port is served", "addr", addr)
+			}
+		}
+	}
 	w.rec = Record(cfg, eng, model)
 	w.rec.Role = role
 	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
