@@ -93,6 +93,9 @@ func (e *EngineEvents) EndStep(ts float64) {
 	}
 }
 
+// TokenIDs reports whether the published events carry token ids.
+func (e *EngineEvents) TokenIDs() bool { return !e.omitTokens }
+
 // Endpoint is the bound PUB address (with the real port when 0 was asked).
 func (e *EngineEvents) Endpoint() string { return e.pub.Endpoint() }
 

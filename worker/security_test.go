@@ -15,6 +15,7 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -143,6 +144,37 @@ func TestOpenPlaneDiagnostic(t *testing.T) {
 		}
 		if got := board.IsActive(authn.DiagOpenPlane, "request-plane"); got != tc.want {
 			t.Errorf("%s: %s raised %v, want %v", tc.addr, authn.DiagOpenPlane, got, tc.want)
+		}
+		_ = w.Shutdown(context.Background())
+		reg.Close()
+	}
+}
+
+// TestOpenKVEventsDiagnostic: a KV event socket on a wildcard address is
+// flagged while its events carry token ids, not with hashes only.
+func TestOpenKVEventsDiagnostic(t *testing.T) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, omit := range []bool{false, true} {
+		cfgm := mocker.DefaultConfig()
+		cfgm.Model, cfgm.EOS = model.Name, model.Tokenizer.EOS()
+		cfgm.KVEvents.Enabled, cfgm.KVEvents.Endpoint, cfgm.KVEvents.OmitTokenIDs = true, "tcp://*:0", omit
+		e, err := mocker.New(cfgm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.ID, cfg.DeregisterDelay = "w1", 0
+		reg := discovery.NewMem()
+		board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
+		w, err := Start(context.Background(), cfg, e, model, Options{Registry: reg, Board: board})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := board.IsActive(authn.DiagOpenPlane, "kv-events"); got == omit {
+			t.Errorf("token ids omitted %v: kv-events flagged %v", omit, got)
 		}
 		_ = w.Shutdown(context.Background())
 		reg.Close()

@@ -228,18 +228,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		metricsAddr = advertise(metricsAddr, host)
 	}
-	if cluster == nil {
-		open := map[string]string{"request-plane": lis.Addr().String(), "metrics": metricsAddr}
-		if w.node != nil {
-			open["kv-transfer"] = w.node.Addr()
-		}
-		for plane, addr := range open {
-			if addr != "" && authn.Exposed(addr) {
-				board.Raise(authn.DiagOpenPlane, plane, health.Warn,
-					"listens beyond this host without --mtls-*: anyone who reaches the port is served", "addr", addr)
-			}
-		}
-	}
+	w.raiseOpenPlanes(lis.Addr().String(), metricsAddr)
 	w.rec = Record(cfg, eng, model)
 	w.rec.Role = role
 	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
@@ -263,6 +252,40 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
 	return w, nil
+}
+
+// raiseOpenPlanes raises plane_unauthenticated for each listener bound
+// beyond loopback that serves anyone: the request plane, the transfer
+// node and the metrics port without mTLS, and a KV event socket whose
+// events carry token ids (ZMQ has no authentication; hashes-only events
+// give no prompt away).
+func (w *Worker) raiseOpenPlanes(rp, metrics string) {
+	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
+	open := map[string]string{}
+	if w.tls == nil {
+		open["request-plane"], open["metrics"] = rp, metrics
+		if w.node != nil {
+			open["kv-transfer"] = w.node.Addr()
+		}
+	}
+	msgs := map[string]string{}
+	if te, ok := w.eng.(interface {
+		KVEventsTokenIDs() bool
+		KVEventsEndpoint() string
+	}); ok && te.KVEventsTokenIDs() {
+		open["kv-events"] = strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://")
+		msgs["kv-events"] = "the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)"
+	}
+	for plane, addr := range open {
+		if addr == "" || !authn.Exposed(addr) {
+			continue
+		}
+		msg := msgs[plane]
+		if msg == "" {
+			msg = noMTLS
+		}
+		w.board.Raise(authn.DiagOpenPlane, plane, health.Warn, msg, "addr", addr)
+	}
 }
 
 // startRelay connects to NATS (or starts the embedded server) and relays
