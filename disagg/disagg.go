@@ -535,7 +535,17 @@ func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine
 	full := (len(req.Prompt) - 1) / dec.BlockSize()
 	lctx, cancel := context.WithTimeout(ctx, o.cfg.LegTimeout)
 	defer cancel()
-	push, err := p.PrefillAndSend(lctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr()}, full-d.MissingBlocks)
+	from := full - d.MissingBlocks
+	// The token binds the leg to this prompt, this prefill worker and
+	// this decode worker: the decode worker refuses blocks without it.
+	tok, err := dec.TransferToken(lctx, p.ID(), req.Prompt[:full*dec.BlockSize()], from)
+	if err != nil {
+		o.mu.Lock()
+		*p.queue -= l.seconds
+		o.mu.Unlock()
+		return kvtransfer.CodeFailed, fmt.Errorf("transfer token from %s: %w", dec.ID(), err)
+	}
+	push, err := p.PrefillAndSend(lctx, req, kvtransfer.Peer{ID: dec.ID(), Addr: dec.TransferAddr(), Token: tok}, from)
 	o.mu.Lock()
 	*p.queue -= l.seconds
 	o.mu.Unlock()
@@ -546,6 +556,11 @@ func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine
 		code := kvtransfer.CodeOf(err)
 		if code == "" {
 			code = kvtransfer.CodeFailed
+		}
+		if r, ok := dec.(interface{ ResetTransferKey() }); ok && code == kvtransfer.CodeRejected {
+			// The token may be stale (the decode worker restarted with a
+			// new key under the same record): fetch the key again.
+			r.ResetTransferKey()
 		}
 		return code, err
 	}

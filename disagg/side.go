@@ -40,6 +40,10 @@ type Side interface {
 	// Errors carry a code (kvtransfer.CodeOf): FallbackPrefillFailed or a
 	// transfer code.
 	PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (Push, error)
+	// TransferToken authorizes sender to send this worker blocks
+	// [from, ...) of tokens (whole blocks), once (kvtransfer.MintToken).
+	// Only a decode worker, which receives, can issue one.
+	TransferToken(ctx context.Context, sender string, tokens []engine.Token, from int) ([]byte, error)
 }
 
 // Assessment is a worker's view of one prompt.
@@ -122,6 +126,15 @@ func (l *Local) Assess(ctx context.Context, prompt []engine.Token, tail int) (As
 	}
 	return a, nil
 }
+
+// TransferToken implements Side.
+func (l *Local) TransferToken(_ context.Context, sender string, tokens []engine.Token, from int) ([]byte, error) {
+	return l.w.Node.MintToken(sender, tokens, from)
+}
+
+// TokenKey is the key the worker's transfer tokens are signed with: the
+// request plane hands it to frontends, which mint tokens themselves.
+func (l *Local) TokenKey() []byte { return l.w.Node.TokenKey() }
 
 // LinkThroughput implements Side.
 func (l *Local) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error) {

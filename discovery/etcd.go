@@ -2,9 +2,12 @@ package discovery
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +38,63 @@ type EtcdConfig struct {
 	// 30 s), so a watch that silently stalled, or an etcd that came back
 	// empty between two probes, cannot leave a frontend wrong for long.
 	ResyncInterval time.Duration
+	// Auth is etcd's TLS and user (--etcd-ca, --etcd-cert, --etcd-key,
+	// --etcd-user-file).
+	Auth EtcdAuth
+}
+
+// EtcdAuth is how a process authenticates to etcd: TLS with the CA that
+// signs etcd's certificate and, for etcd's --client-cert-auth, a client
+// certificate; and/or etcd's role-based user (a file holding
+// "user:password"), see https://etcd.io/docs/v3.5/op-guide/security/ and
+// https://etcd.io/docs/v3.5/op-guide/authentication/rbac/.
+type EtcdAuth struct {
+	CA, Cert, Key string
+	UserFile      string
+}
+
+// apply fills c's TLS and credentials from a.
+func (a EtcdAuth) apply(c *clientv3.Config) error {
+	if a.CA != "" || a.Cert != "" || a.Key != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if a.CA != "" {
+			b, err := os.ReadFile(a.CA)
+			if err != nil {
+				return fmt.Errorf("discovery: etcd CA: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(b) {
+				return fmt.Errorf("discovery: etcd CA %s holds no PEM certificate", a.CA)
+			}
+		}
+		if a.Cert != "" || a.Key != "" {
+			cert, err := tls.LoadX509KeyPair(a.Cert, a.Key)
+			if err != nil {
+				return fmt.Errorf("discovery: etcd client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		c.TLS = tc
+	}
+	if a.UserFile != "" {
+		fi, err := os.Stat(a.UserFile)
+		if err != nil {
+			return fmt.Errorf("discovery: etcd user: %w", err)
+		}
+		if fi.Size() > 4096 {
+			return fmt.Errorf("discovery: etcd user file %s is %d bytes", a.UserFile, fi.Size())
+		}
+		b, err := os.ReadFile(a.UserFile)
+		if err != nil {
+			return fmt.Errorf("discovery: etcd user: %w", err)
+		}
+		user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+		if !ok || user == "" || pass == "" {
+			return fmt.Errorf("discovery: etcd user file %s: want user:password", a.UserFile)
+		}
+		c.Username, c.Password = user, pass
+	}
+	return nil
 }
 
 // Etcd is the etcd backend. Each record is a key attached to a lease that
@@ -77,7 +137,7 @@ func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = 30 * time.Second
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout,
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
 		// The client's own logger would print every retry; outages are
@@ -89,7 +149,11 @@ func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
 			Backoff:           gbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: cfg.DialTimeout,
 		})},
-	})
+	}
+	if err := cfg.Auth.apply(&ccfg); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: etcd client: %w", err)
 	}

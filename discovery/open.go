@@ -27,6 +27,9 @@ type Config struct {
 	// KubeNamespace, KubeSelector and KubeService configure the kube
 	// backend (--kube-namespace, --kube-selector, --kube-service).
 	KubeNamespace, KubeSelector, KubeService string
+	// EtcdAuth is etcd's TLS and user (--etcd-ca, --etcd-cert,
+	// --etcd-key, --etcd-user-file).
+	EtcdAuth EtcdAuth
 }
 
 // DefaultConfig returns the flag defaults: the file backend in a private
@@ -58,7 +61,7 @@ func Open(cfg Config, c Common) (Registry, error) {
 	case "file":
 		return NewFile(FileConfig{Common: c, Dir: cfg.Dir, PollInterval: cfg.PollInterval})
 	case "etcd":
-		return NewEtcd(EtcdConfig{Common: c, Endpoints: cfg.EtcdEndpoints, Prefix: cfg.Prefix})
+		return NewEtcd(EtcdConfig{Common: c, Endpoints: cfg.EtcdEndpoints, Prefix: cfg.Prefix, Auth: cfg.EtcdAuth})
 	case "kube":
 		clients, err := NewInClusterClients()
 		if err != nil {

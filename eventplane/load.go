@@ -25,7 +25,19 @@ const (
 	hdrRequest   = "Tandem-Request"
 	hdrPredicted = "Tandem-Predicted"
 	hdrCached    = "Tandem-Cached"
+	hdrLen       = "Tandem-Prompt-Len"
+	hdrBlockSize = "Tandem-Block-Size"
 )
+
+// prompter is a policy that indexes prompts by block hashes (router.KV):
+// replicas exchange those hashes, never the prompt's tokens.
+type prompter interface {
+	BlockSize() int
+	PromptHashes(tokens []engine.Token) []uint64
+}
+
+// maxLoadHashes bounds the hashes a peer's Routed message may carry.
+const maxLoadHashes = 1 << 20
 
 // DefaultRemoteTTL bounds how long a peer's request counts as load without
 // finishing: a router that died mid-request never sends its Finished.
@@ -129,12 +141,22 @@ func (s *LoadShare) Routed(req *router.Request, d router.Decision) {
 	if s.obs != nil {
 		s.obs.Routed(req, d)
 	}
-	data := make([]byte, 4*len(req.Tokens))
-	for i, t := range req.Tokens {
-		binary.LittleEndian.PutUint32(data[4*i:], uint32(t))
+	// The message carries the prompt's length and, for a kv policy, its
+	// block hashes: NATS subscribers never see the prompt itself.
+	var data []byte
+	bs := 0
+	if p, ok := s.inner.(prompter); ok {
+		bs = p.BlockSize()
+		hs := p.PromptHashes(req.Tokens)
+		data = make([]byte, 8*len(hs))
+		for i, v := range hs {
+			binary.LittleEndian.PutUint64(data[8*i:], v)
+		}
 	}
 	s.publish(kindRouted, req, d.WorkerID, func(h nats.Header) {
 		h.Set(hdrPredicted, strconv.Itoa(d.PredictedCachedTokens))
+		h.Set(hdrLen, strconv.Itoa(req.Len()))
+		h.Set(hdrBlockSize, strconv.Itoa(bs))
 	}, data)
 }
 
@@ -207,11 +229,18 @@ func (s *LoadShare) apply(model string, m *nats.Msg) {
 	)
 	switch h.Get(hdrKind) {
 	case kindRouted:
-		tokens := make([]engine.Token, len(m.Data)/4)
-		for i := range tokens {
-			tokens[i] = engine.Token(binary.LittleEndian.Uint32(m.Data[4*i:]))
+		n, err := strconv.Atoi(h.Get(hdrLen))
+		bs, err2 := strconv.Atoi(h.Get(hdrBlockSize))
+		if err != nil || err2 != nil || n < 0 || n > 1<<30 || bs < 0 || len(m.Data)%8 != 0 || len(m.Data)/8 > maxLoadHashes {
+			s.dropped.Add(1)
+			s.mu.Unlock()
+			return
 		}
-		r = &remoteReq{req: &router.Request{ID: key, Model: model, Tokens: tokens}, worker: worker, at: now}
+		rp := &router.RemotePrompt{Len: n, BlockSize: bs, Hashes: make([]uint64, len(m.Data)/8)}
+		for i := range rp.Hashes {
+			rp.Hashes[i] = binary.LittleEndian.Uint64(m.Data[8*i:])
+		}
+		r = &remoteReq{req: &router.Request{ID: key, Model: model, Remote: rp}, worker: worker, at: now}
 		if old := s.remote[key]; old != nil {
 			s.unloadLocked(old)
 		}
@@ -219,7 +248,7 @@ func (s *LoadShare) apply(model string, m *nats.Msg) {
 		l := s.loadLocked(worker)
 		l.active++
 		l.prefilling++
-		l.prefillTokens += len(tokens)
+		l.prefillTokens += n
 		predicted, _ := strconv.Atoi(h.Get(hdrPredicted))
 		call = func() {
 			if s.obs != nil {
@@ -233,7 +262,7 @@ func (s *LoadShare) apply(model string, m *nats.Msg) {
 		r.first = true
 		l := s.loadLocked(r.worker)
 		l.prefilling--
-		l.prefillTokens -= len(r.req.Tokens)
+		l.prefillTokens -= r.req.Len()
 		cached, _ := strconv.Atoi(h.Get(hdrCached))
 		call = func() {
 			if s.obs != nil {
@@ -275,7 +304,7 @@ func (s *LoadShare) unloadLocked(r *remoteReq) {
 	l.active--
 	if !r.first {
 		l.prefilling--
-		l.prefillTokens -= len(r.req.Tokens)
+		l.prefillTokens -= r.req.Len()
 	}
 	if l.active <= 0 {
 		delete(s.load, r.worker)

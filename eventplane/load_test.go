@@ -17,7 +17,17 @@ type recorder struct {
 	router.LeastLoaded
 	mu    sync.Mutex
 	calls []string
-	toks  map[string][]engine.Token
+	toks  map[string]*router.Request
+}
+
+// The recorder indexes prompts by blocks of 2, its hash the pair's sum.
+func (r *recorder) BlockSize() int { return 2 }
+func (r *recorder) PromptHashes(tokens []engine.Token) []uint64 {
+	var hs []uint64
+	for i := 0; i+2 <= len(tokens); i += 2 {
+		hs = append(hs, uint64(tokens[i]+tokens[i+1]))
+	}
+	return hs
 }
 
 func (r *recorder) note(s string) {
@@ -28,9 +38,9 @@ func (r *recorder) note(s string) {
 func (r *recorder) Routed(req *router.Request, d router.Decision) {
 	r.mu.Lock()
 	if r.toks == nil {
-		r.toks = map[string][]engine.Token{}
+		r.toks = map[string]*router.Request{}
 	}
-	r.toks[req.ID] = req.Tokens
+	r.toks[req.ID] = req
 	r.mu.Unlock()
 	r.note("routed " + req.ID + " " + d.WorkerID)
 }
@@ -47,7 +57,8 @@ func (r *recorder) snapshot() []string {
 }
 
 // TestLoadShare: a request routed by replica A reaches replica B's policy
-// as Routed, FirstToken and Finished, with its tokens, and counts as load
+// as Routed, FirstToken and Finished, with its length and block hashes
+// (never its tokens), and counts as load
 // in B's picks while it runs.
 func TestLoadShare(t *testing.T) {
 	srv, err := StartServer("127.0.0.1:0")
@@ -92,8 +103,10 @@ func TestLoadShare(t *testing.T) {
 	if got := recB.snapshot(); !slices.Equal(got, want) {
 		t.Fatalf("B's policy saw %v, want %v", got, want)
 	}
-	if got := recB.toks["router-a/r1"]; !slices.Equal(got, req.Tokens) {
-		t.Fatalf("tokens %v", got)
+	// B knows the prompt by its length and block hashes, never its tokens.
+	if got := recB.toks["router-a/r1"]; got.Tokens != nil || got.Remote == nil || got.Remote.Len != 3 || got.Remote.BlockSize != 2 ||
+		!slices.Equal(got.Remote.Hashes, []uint64{11}) {
+		t.Fatalf("B's request %+v (remote %+v)", got, got.Remote)
 	}
 	if b.PeerRequests() != 0 {
 		t.Fatal("finished request still counted")

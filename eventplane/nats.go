@@ -2,10 +2,13 @@ package eventplane
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +32,93 @@ type Config struct {
 	// SubjectPrefix scopes subjects, so deployments can share a NATS
 	// (--nats-subject-prefix).
 	SubjectPrefix string
+	// Auth is how this process authenticates to NATS and, when it embeds
+	// the server, what the server demands of its clients.
+	Auth Auth
+}
+
+// Auth is NATS's client authentication and TLS (--nats-token-file,
+// --nats-tls-ca, --nats-tls-cert, --nats-tls-key). With a token, the
+// embedded server refuses connections without it (NATS token auth:
+// https://docs.nats.io/running-a-nats-service/configuration/securing_nats/auth_intro/tokens);
+// with a certificate it serves TLS, and with a CA as well it requires
+// and verifies client certificates (mutual TLS:
+// https://docs.nats.io/running-a-nats-service/configuration/securing_nats/tls).
+// A client sends the token, trusts the CA (host names are checked, as
+// for any NATS server) and presents its certificate when given one.
+type Auth struct {
+	TokenFile string
+	CA        string
+	Cert      string
+	Key       string
+}
+
+func (a Auth) token() (string, error) {
+	if a.TokenFile == "" {
+		return "", nil
+	}
+	fi, err := os.Stat(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("eventplane: NATS token: %w", err)
+	}
+	if fi.Size() > 4096 {
+		return "", fmt.Errorf("eventplane: NATS token file %s is %d bytes", a.TokenFile, fi.Size())
+	}
+	b, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("eventplane: NATS token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if len(t) < 16 {
+		return "", fmt.Errorf("eventplane: NATS token in %s is %d characters; 16 or more", a.TokenFile, len(t))
+	}
+	return t, nil
+}
+
+func (a Auth) pool() (*x509.CertPool, error) {
+	if a.CA == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(a.CA)
+	if err != nil {
+		return nil, fmt.Errorf("eventplane: NATS CA: %w", err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("eventplane: NATS CA %s holds no PEM certificate", a.CA)
+	}
+	return p, nil
+}
+
+func (a Auth) cert() ([]tls.Certificate, error) {
+	if a.Cert == "" && a.Key == "" {
+		return nil, nil
+	}
+	if a.Cert == "" || a.Key == "" {
+		return nil, errors.New("eventplane: NATS TLS needs both --nats-tls-cert and --nats-tls-key")
+	}
+	c, err := tls.LoadX509KeyPair(a.Cert, a.Key)
+	if err != nil {
+		return nil, fmt.Errorf("eventplane: NATS TLS: %w", err)
+	}
+	return []tls.Certificate{c}, nil
+}
+
+// clientTLS is the client side's TLS (nil: plaintext, unless the URL says
+// tls://, which uses the system roots).
+func (a Auth) clientTLS() (*tls.Config, error) {
+	pool, err := a.pool()
+	if err != nil {
+		return nil, err
+	}
+	certs, err := a.cert()
+	if err != nil {
+		return nil, err
+	}
+	if pool == nil && certs == nil {
+		return nil, nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: certs}, nil
 }
 
 // DefaultConfig returns the flag defaults.
@@ -103,6 +193,26 @@ const (
 // event_plane_disconnected (subject "nats") on board until the connection
 // is back. name identifies the process in NATS's monitoring.
 func Connect(ctx context.Context, url, name string, board *health.Board, log *slog.Logger) (*nats.Conn, error) {
+	return ConnectWith(ctx, url, name, Auth{}, board, log)
+}
+
+// ConnectWith is Connect with credentials and TLS.
+func ConnectWith(ctx context.Context, url, name string, auth Auth, board *health.Board, log *slog.Logger) (*nats.Conn, error) {
+	var extra []nats.Option
+	tok, err := auth.token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		extra = append(extra, nats.Token(tok))
+	}
+	tc, err := auth.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		extra = append(extra, nats.Secure(tc))
+	}
 	raise := func(err error) {
 		msg := "NATS connection lost; KV events are not flowing, reconnecting"
 		if err != nil {
@@ -110,7 +220,7 @@ func Connect(ctx context.Context, url, name string, board *health.Board, log *sl
 		}
 		board.Raise(DiagDisconnected, "nats", health.Error, msg, "url", url)
 	}
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(url, append(extra,
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond),
@@ -134,7 +244,7 @@ func Connect(ctx context.Context, url, name string, board *health.Board, log *sl
 			}
 			log.Warn("NATS error", "diagnostic_code", DiagDisconnected, "subject", subj, "err", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("eventplane: connect %s: %w", url, err)
 	}
@@ -154,7 +264,11 @@ type Server struct {
 // StartServer starts a NATS server in this process on addr (host:port; port
 // 0 picks one). It is a real nats-server, only in-process: single-host
 // deployments need no separate broker.
-func StartServer(addr string) (*Server, error) {
+func StartServer(addr string) (*Server, error) { return StartServerWith(addr, Auth{}) }
+
+// StartServerWith starts the embedded server demanding auth of its
+// clients (see Auth).
+func StartServerWith(addr string, auth Auth) (*Server, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("eventplane: --nats-addr %q: %w", addr, err)
@@ -166,12 +280,32 @@ func StartServer(addr string) (*Server, error) {
 	if p == 0 {
 		p = server.RANDOM_PORT
 	}
-	srv, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		Host: host, Port: p, NoLog: true, NoSigs: true,
 		// Relayed batches can be large; the default 1 MB is too tight for a
 		// scheduler step storing thousands of blocks.
 		MaxPayload: 8 << 20,
-	})
+	}
+	if opts.Authorization, err = auth.token(); err != nil {
+		return nil, err
+	}
+	certs, err := auth.cert()
+	if err != nil {
+		return nil, err
+	}
+	if certs != nil {
+		pool, err := auth.pool()
+		if err != nil {
+			return nil, err
+		}
+		opts.TLS, opts.TLSTimeout = true, 2
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: certs}
+		if pool != nil {
+			opts.TLSVerify = true
+			opts.TLSConfig.ClientCAs, opts.TLSConfig.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
+	}
+	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("eventplane: nats server: %w", err)
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"sync"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
@@ -24,8 +28,12 @@ type conn struct {
 	closed  bool
 }
 
-func dial(addr string) (*conn, error) {
-	c, err := requestplane.Dial(addr)
+func dial(addr string, cluster *authn.Cluster) (*conn, error) {
+	var opts []grpc.DialOption
+	if cluster != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cluster.Client(authn.RoleWorker))))
+	}
+	c, err := requestplane.Dial(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/discovery"
@@ -60,6 +61,13 @@ type Config struct {
 	InterferenceWeight float64
 	// LegTimeout bounds a remote prefill leg (0: disagg's default).
 	LegTimeout time.Duration
+	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
+	TLS frontend.TLSFiles
+	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
+	// workers' request planes are dialled over mutual TLS with it, and
+	// only servers with a worker's certificate of the cluster CA are
+	// trusted.
+	MTLS authn.Files
 }
 
 // DefaultConfig returns the flag defaults.
@@ -132,6 +140,8 @@ type Frontend struct {
 	synced  chan struct{}
 	http    *http.Server
 	lis     net.Listener
+	scheme  string
+	cluster *authn.Cluster // nil: plaintext request planes
 	served  chan error
 
 	mu       sync.Mutex
@@ -177,6 +187,16 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
 		ctxLen: model.ContextLength,
 	}
+	if f.cluster, err = authn.Load(cfg.MTLS); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	if f.cluster != nil && f.cluster.Role() != authn.RoleFrontend {
+		return nil, fmt.Errorf("fleet: --mtls-cert has role %s; a frontend needs a frontend certificate", f.cluster.Role())
+	}
+	tc, err := frontend.ServerTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
 	f.ctx, f.cancel = context.WithCancel(ctx)
 	mode, err := disagg.ParseMode(cfg.Disagg)
 	if err != nil {
@@ -215,9 +235,17 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
+	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil {
+		board.Raise(authn.DiagOpenPlane, "openai-api", health.Warn,
+			"the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served", "addr", f.lis.Addr().String())
+	}
 	var lis net.Listener
 	f.http, lis = f.Frontend.NewHTTPServer(f.lis)
-	go func() { f.served <- f.http.Serve(lis) }()
+	f.scheme = "http://"
+	if tc != nil {
+		f.scheme = "https://"
+	}
+	go func() { f.served <- frontend.Serve(f.http, lis, tc) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
 	return f, nil
 }
@@ -249,13 +277,17 @@ func (f *Frontend) connectNATS(log *slog.Logger) error {
 	ep := f.cfg.EventPlane
 	url := ep.NATS
 	if url == "embedded" {
-		srv, err := eventplane.StartServer(ep.EmbeddedAddr)
+		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
 		if err != nil {
 			return fmt.Errorf("fleet: %w", err)
 		}
+		if authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
+			f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
+				"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
+		}
 		f.natsServer, url = srv, srv.URL()
 	}
-	nc, err := eventplane.Connect(f.ctx, url, "tandem-frontend", f.Board, log)
+	nc, err := eventplane.ConnectWith(f.ctx, url, "tandem-frontend", ep.Auth, f.Board, log)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
@@ -331,7 +363,7 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 		old.conn.retire()
 	}
 	if m.conn == nil {
-		c, err := dial(rec.RequestPlane)
+		c, err := dial(rec.RequestPlane, f.cluster)
 		if err != nil {
 			f.Board.Raise(DiagWorkerRefused, rec.ID, health.Error, "cannot set up the worker's request plane: "+err.Error())
 			return
@@ -582,7 +614,7 @@ func (f *Frontend) Members() []string {
 }
 
 // URL is the frontend's base URL.
-func (f *Frontend) URL() string { return "http://" + f.lis.Addr().String() }
+func (f *Frontend) URL() string { return f.scheme + f.lis.Addr().String() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
 // if that fails for good.

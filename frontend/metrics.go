@@ -18,6 +18,8 @@ type metrics struct {
 	admissionRejected *prometheus.CounterVec
 	connsRefused      prometheus.Counter
 	bodyRefused       prometheus.Counter
+	// authFailures counts requests refused for a missing or wrong API key.
+	authFailures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,6 +71,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries,
 			m.admissionRejected, m.connsRefused, m.bodyRefused)
 	}
+	m.authFailures = newAuthFailures(reg)
 	return m
 }
 

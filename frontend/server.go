@@ -59,6 +59,12 @@ type Config struct {
 	// one worker (--first-token-timeout; 0: no bound); past it the request
 	// is tried on another worker (--max-retries), else answered 504.
 	FirstTokenTimeout time.Duration
+	// APIKeys, if set, are the keys every /v1 request must present as
+	// "Authorization: Bearer <key>" (--api-key-file); /health and /live
+	// stay open for probes.
+	APIKeys *APIKeys
+	// ProtectMetrics puts /metrics behind the keys too (--protect-metrics).
+	ProtectMetrics bool
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
@@ -168,19 +174,30 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 // Handler returns the HTTP handler with every route.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
-	mux.HandleFunc("POST /v1/completions", s.handleCompletion)
-	mux.HandleFunc("GET /v1/models", s.handleModels)
+	// guard puts a route behind the API keys when they are configured.
+	guard := func(h http.HandlerFunc) http.Handler {
+		if s.cfg.APIKeys == nil {
+			return h
+		}
+		return s.requireKey(h)
+	}
+	mux.Handle("POST /v1/chat/completions", guard(s.handleChat))
+	mux.Handle("POST /v1/completions", guard(s.handleCompletion))
+	mux.Handle("GET /v1/models", guard(s.handleModels))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"live"}`)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	metrics := promhttp.HandlerFor(s.gather, promhttp.HandlerOpts{})
+	if s.cfg.ProtectMetrics {
+		metrics = guard(metrics.ServeHTTP)
+	}
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", guard(func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no route for " + r.Method + " " + r.URL.Path})
-	})
+	}))
 	return mux
 }
 

@@ -33,6 +33,12 @@ type EngineConfig struct {
 	BytesHashes bool
 	// DataParallelRank is stamped on every batch (vLLM sends 0).
 	DataParallelRank int
+	// OmitTokenIDs publishes BlockStored events without token ids, hashed
+	// with Tandem's own block hash (kvcache.XXH3Hasher, which is
+	// kvindex's) instead of vLLM's: a subscriber on the socket learns block
+	// hashes, not prompts, and a Tandem router whose block size is the
+	// engine's indexes the hashes as they are (--kv-events-token-ids=false).
+	OmitTokenIDs bool
 }
 
 // EngineEvents is what an engine needs to publish its KV cache's events the
@@ -44,12 +50,15 @@ type EngineConfig struct {
 type EngineEvents struct {
 	stepRecorder
 	pub    *Publisher
-	hasher *VLLMHasher
+	hasher kvcache.Hasher
 	dpRank int
 }
 
 // NewEngineEvents binds the publisher's sockets.
 func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *slog.Logger) (*EngineEvents, error) {
+	if cfg.OmitTokenIDs && cfg.BytesHashes {
+		return nil, fmt.Errorf("KV events: events without token ids carry Tandem's 64-bit hashes; they cannot be bytes hashes")
+	}
 	pub, err := NewPublisher(ctx, PublisherConfig{
 		Endpoint:         cfg.Endpoint,
 		ReplayEndpoint:   cfg.ReplayEndpoint,
@@ -63,14 +72,18 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 	if err != nil {
 		return nil, fmt.Errorf("KV events: %w", err)
 	}
+	var h kvcache.Hasher = NewVLLMHasher(cfg.HashSeed)
+	if cfg.OmitTokenIDs {
+		h = &kvcache.XXH3Hasher{}
+	}
 	return &EngineEvents{
-		stepRecorder: stepRecorder{blockSize: blockSize, format: cfg.Format, bytesHashes: cfg.BytesHashes},
-		pub:          pub, hasher: NewVLLMHasher(cfg.HashSeed), dpRank: cfg.DataParallelRank,
+		stepRecorder: stepRecorder{blockSize: blockSize, format: cfg.Format, bytesHashes: cfg.BytesHashes, omitTokens: cfg.OmitTokenIDs},
+		pub:          pub, hasher: h, dpRank: cfg.DataParallelRank,
 	}, nil
 }
 
 // Hasher is the block hash the engine's cache must use for the published
-// hashes to be vLLM's (sha256_cbor).
+// hashes to be vLLM's (sha256_cbor), or Tandem's with OmitTokenIDs.
 func (e *EngineEvents) Hasher() kvcache.Hasher { return e.hasher }
 
 // EndStep publishes the step's events as one batch stamped ts (seconds).
@@ -79,6 +92,9 @@ func (e *EngineEvents) EndStep(ts float64) {
 		e.pub.Publish(payload)
 	}
 }
+
+// TokenIDs reports whether the published events carry token ids.
+func (e *EngineEvents) TokenIDs() bool { return !e.omitTokens }
 
 // Endpoint is the bound PUB address (with the real port when 0 was asked).
 func (e *EngineEvents) Endpoint() string { return e.pub.Endpoint() }
@@ -100,6 +116,7 @@ type stepRecorder struct {
 	blockSize   int
 	format      Format
 	bytesHashes bool
+	omitTokens  bool
 
 	events []Event
 	hashes []Hash
@@ -141,7 +158,9 @@ func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.B
 		b.hashes = append(b.hashes, b.hash(h))
 	}
 	ts := len(b.tokens)
-	b.tokens = append(b.tokens, tokens...)
+	if !b.omitTokens {
+		b.tokens = append(b.tokens, tokens...)
+	}
 	e := Event{
 		Type:        TypeBlockStored,
 		BlockHashes: b.hashes[hs:len(b.hashes):len(b.hashes)],

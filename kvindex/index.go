@@ -337,7 +337,12 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 		return
 	}
 	nb := len(ev.BlockHashes)
-	if nb == 0 || len(ev.TokenIDs) != nb*ebs {
+	// An event without token ids is indexed under its own hashes, which
+	// must then be Tandem's (Tandem's engines with --kv-events-token-ids
+	// false publish them): possible only when engine and index blocks
+	// have one size, since a hash cannot be split.
+	tokenless := len(ev.TokenIDs) == 0 && ebs == ix.bs
+	if nb == 0 || (!tokenless && len(ev.TokenIDs) != nb*ebs) {
 		st.Invalid++
 		return
 	}
@@ -360,14 +365,20 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 	// Hash everything first (pure computation), then warm the table slots
 	// all inserts will touch, then insert: see warm.
 	hs := ix.group[:0]
-	for r := range nb * k {
-		l := ix.hasher.local(ev.TokenIDs[r*ix.bs : (r+1)*ix.bs])
-		if hasParent {
-			parent = ChainHash(parent, l)
-		} else {
-			parent, hasParent = l, true
+	if tokenless {
+		for j := range nb {
+			hs = append(hs, ev.BlockHashes[j].V)
 		}
-		hs = append(hs, parent)
+	} else {
+		for r := range nb * k {
+			l := ix.hasher.local(ev.TokenIDs[r*ix.bs : (r+1)*ix.bs])
+			if hasParent {
+				parent = ChainHash(parent, l)
+			} else {
+				parent, hasParent = l, true
+			}
+			hs = append(hs, parent)
+		}
 	}
 	ix.group = hs
 	var sink uint64

@@ -40,6 +40,19 @@ func stored(tokens []int32, from, to int, eng func(int) uint64, blockSize int) k
 	return ev
 }
 
+// own gives the blocks of tokens Tandem's own hashes, as an engine
+// publishing without token ids does (kvcache.XXH3Hasher).
+func own(tokens []int32) func(int) uint64 {
+	var h Hasher
+	hs := h.Append(nil, 0, false, tokens, bs)
+	return func(i int) uint64 { return hs[i] }
+}
+
+func tokenless(ev kvevents.Event) kvevents.Event {
+	ev.TokenIDs = nil
+	return ev
+}
+
 func removed(hs ...uint64) kvevents.Event {
 	ev := kvevents.Event{Type: kvevents.TypeBlockRemoved}
 	for _, h := range hs {
@@ -125,6 +138,14 @@ func TestApplyAndLookup(t *testing.T) {
 				"w1": {stored(a, 0, 4, ea, bs)},
 				"w2": {stored(a, 0, 5, ea, bs), removed(ea(3))},
 			}, a, map[string]int{"w0": 5, "w1": 4, "w2": 3}},
+		{"without token ids, under Tandem's own hashes",
+			map[string][]kvevents.Event{"w0": {tokenless(stored(a, 0, 6, own(a), bs))}}, a, map[string]int{"w0": 6}},
+		{"without token ids, chained by parent",
+			map[string][]kvevents.Event{"w0": {tokenless(stored(a, 0, 2, own(a), bs)), tokenless(stored(a, 2, 6, own(a), bs))}}, a, map[string]int{"w0": 6}},
+		{"without token ids, removal by hash",
+			map[string][]kvevents.Event{"w0": {tokenless(stored(a, 0, 6, own(a), bs)), removed(own(a)(4))}}, a, map[string]int{"w0": 4}},
+		{"without token ids, a larger engine block cannot be split",
+			map[string][]kvevents.Event{"w0": {tokenless(stored(a, 0, 3, own(a), 2*bs))}}, a, map[string]int{}},
 		{"re-announced block is idempotent",
 			map[string][]kvevents.Event{"w0": {stored(a, 0, 6, ea, bs), stored(a, 0, 6, ea, bs), removed(ea(5))}}, a, map[string]int{"w0": 5}},
 	}

@@ -11,6 +11,7 @@ type Metrics struct {
 	seconds    *prometheus.HistogramVec
 	budgetUsed *prometheus.GaugeVec
 	budgetWait *prometheus.CounterVec
+	refused    *prometheus.CounterVec
 }
 
 // NewMetrics registers the series on reg (nil: unregistered, for tests).
@@ -41,9 +42,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "tandem_kv_transfer_budget_wait_seconds_total",
 			Help: "Time transfers spent waiting for the worker's staging budget.",
 		}, []string{"worker"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_kv_transfers_refused_total",
+			Help: "Inbound KV transfer connections or transfers the worker refused, by reason: tls (no or a foreign certificate) or token (no valid transfer token).",
+		}, []string{"worker", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.throughput, m.bytes, m.transfers, m.seconds, m.budgetUsed, m.budgetWait)
+		reg.MustRegister(m.throughput, m.bytes, m.transfers, m.seconds, m.budgetUsed, m.budgetWait, m.refused)
 	}
 	return m
 }

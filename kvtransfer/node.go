@@ -3,6 +3,7 @@ package kvtransfer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 )
@@ -25,6 +27,9 @@ const (
 	CodeTimeout        = "kv_transfer_timeout"
 	CodeLayoutMismatch = "kv_layout_mismatch"
 	CodeRejected       = "kv_transfer_rejected"
+	// CodeRefusedPeer: the destination is not a transfer address
+	// discovery published (Config.AllowPeer); nothing was sent.
+	CodeRefusedPeer = "kv_transfer_peer_refused"
 )
 
 // Defaults.
@@ -80,6 +85,19 @@ type Config struct {
 	// namespace.
 	Listen func(network, addr string) (net.Listener, error)
 	Dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TLS, if set, is the cluster identity: the listener admits only
+	// workers' certificates signed by the cluster CA, and connections to
+	// peers present this worker's certificate and expect a worker's.
+	TLS *authn.Cluster
+	// RequireToken makes the receiver refuse transfers without a valid
+	// token from MintToken with this node's key (token.go): the frontend
+	// assigned the sender to that prompt, for this receiver, once.
+	RequireToken bool
+	// AllowPeer, if set, vets every destination address before a
+	// connection is made (the worker passes only the transfer addresses
+	// discovery published, so a caller cannot point a send or a probe at
+	// an address of its choosing). nil allows any.
+	AllowPeer func(ctx context.Context, addr string) error
 }
 
 // Node is one worker's end of the transfer plane: it sends its engine's
@@ -88,6 +106,7 @@ type Config struct {
 type Node struct {
 	cfg    Config
 	budget *Budget
+	tokens *tokens
 
 	mu    sync.Mutex
 	links map[string]*link // by destination address
@@ -127,8 +146,12 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	ts, err := newTokens()
+	if err != nil {
+		return nil, err
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	n := &Node{cfg: cfg, budget: cfg.Budget, links: map[string]*link{}, conns: map[net.Conn]struct{}{}, ctx: ctx, stop: stop}
+	n := &Node{cfg: cfg, budget: cfg.Budget, tokens: ts, links: map[string]*link{}, conns: map[net.Conn]struct{}{}, ctx: ctx, stop: stop}
 	cfg.Metrics.budgetUsed.WithLabelValues(cfg.ID, "limit").Set(float64(n.budget.Limit()))
 	return n, nil
 }
@@ -149,6 +172,9 @@ func (n *Node) Listen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("kvtransfer: listen %s: %w", addr, err)
 	}
+	if n.cfg.TLS != nil {
+		lis = tls.NewListener(lis, n.cfg.TLS.Server(authn.RoleWorker))
+	}
 	n.mu.Lock()
 	n.lis = lis
 	n.mu.Unlock()
@@ -165,6 +191,17 @@ func (n *Node) Addr() string {
 		return ""
 	}
 	return n.lis.Addr().String()
+}
+
+// TokenKey is the key transfer tokens to this node are signed with
+// (MintToken). Only frontends may learn it: the request plane hands it
+// to callers with a frontend's certificate when mTLS is on.
+func (n *Node) TokenKey() []byte { return n.tokens.key }
+
+// MintToken signs a token for a transfer of blocks [from, ...) of tokens
+// from sender to this node.
+func (n *Node) MintToken(sender string, tokens []engine.Token, from int) ([]byte, error) {
+	return MintToken(n.tokens.key, n.cfg.ID, sender, tokens, from)
 }
 
 // Close stops receiving and aborts transfers in progress.
@@ -207,6 +244,14 @@ func (n *Node) accept(lis net.Listener) {
 
 // serveConn answers transfers and probes on one connection until it ends.
 func (n *Node) serveConn(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		// A stranger's handshake is refused here, before any frame.
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.HandshakeContext(n.ctx); err != nil {
+			n.refused(c, "", "tls", err)
+			return
+		}
+	}
 	rd := &reader{r: bufio.NewReaderSize(c, 64<<10)}
 	for {
 		// An idle connection may wait long; a transfer in progress is
@@ -244,7 +289,7 @@ func (n *Node) serveConn(c net.Conn) {
 				n.noteBudget()
 				return
 			}
-			res, keep := n.receive(rd, p)
+			res, keep := n.receive(c, rd, p)
 			n.budget.Release(p)
 			n.noteBudget()
 			if _, err := c.Write(encodeResult(res)); err != nil || !keep {
@@ -263,10 +308,16 @@ type arrived struct {
 
 // receive runs one transfer after its Begin frame. keep is false when the
 // stream is no longer in step (the connection must close).
-func (n *Node) receive(rd *reader, p []byte) (res *result, keep bool) {
+func (n *Node) receive(c net.Conn, rd *reader, p []byte) (res *result, keep bool) {
 	h, err := decodeBegin(p)
 	if err != nil {
 		return &result{Code: CodeFailed, Message: err.Error()}, false
+	}
+	if n.cfg.RequireToken {
+		if err := n.tokens.check(n.cfg.ID, h, time.Now()); err != nil {
+			n.refused(c, h.Sender, "token", err)
+			return &result{Code: CodeRejected, Message: "refused: " + err.Error()}, n.discard(rd)
+		}
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Timeout)
 	defer cancel()
@@ -381,7 +432,34 @@ func (n *Node) receive(rd *reader, p []byte) (res *result, keep bool) {
 	case importErr != nil:
 		return &result{Imported: imported, Code: CodeRejected, Message: importErr.Error()}, true
 	}
+	if n.cfg.Board != nil && n.cfg.RequireToken {
+		n.cfg.Board.Clear(CodeRejected, inboundSubject(n.cfg.ID), "kv_transfer_accepted", "a transfer with a valid token was accepted")
+	}
 	return &result{Imported: imported}, true
+}
+
+// inboundSubject is the board subject of transfers this node refused.
+func inboundSubject(id string) string { return "->" + id }
+
+// refused records a connection or transfer refused by this receiver:
+// reason "tls" (the handshake failed: no or a foreign certificate) or
+// "token" (no valid transfer token). It raises kv_transfer_rejected until
+// the next accepted transfer, logs the peer and counts it.
+func (n *Node) refused(c net.Conn, sender, reason string, err error) {
+	n.cfg.Metrics.refused.WithLabelValues(n.cfg.ID, reason).Inc()
+	if errors.Is(err, io.EOF) {
+		// Connected and hung up without a byte (a port check): counted,
+		// not a diagnostic.
+		n.cfg.Logger.Debug("KV transfer connection closed before its TLS handshake", "remote", c.RemoteAddr().String())
+		return
+	}
+	msg := "refused a KV transfer connection or transfer: nothing was imported"
+	if n.cfg.Board != nil {
+		n.cfg.Board.Raise(CodeRejected, inboundSubject(n.cfg.ID), health.Warn, msg,
+			"remote", c.RemoteAddr().String(), "sender", sender, "reason", reason, "err", err.Error())
+	} else {
+		n.cfg.Logger.Warn(msg, "diagnostic_code", CodeRejected, "remote", c.RemoteAddr().String(), "sender", sender, "reason", reason, "err", err)
+	}
 }
 
 // discard reads the rest of a refused transfer.

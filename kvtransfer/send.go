@@ -3,6 +3,7 @@ package kvtransfer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 )
@@ -19,6 +21,9 @@ import (
 type Peer struct {
 	ID   string
 	Addr string // its Node's Listen address
+	// Token authorizes one transfer to the peer (MintToken, signed with
+	// the peer's key); probes need none.
+	Token []byte
 }
 
 // Stats describes a finished transfer.
@@ -110,7 +115,7 @@ func (n *Node) SendWhile(ctx context.Context, peer Peer, tokens []engine.Token, 
 		n.observe(peer, float64(st.Bytes)/busy.Seconds())
 	}
 	if n.cfg.Board != nil {
-		for _, c := range []string{CodeFailed, CodeTimeout, CodeRejected, CodeLayoutMismatch} {
+		for _, c := range []string{CodeFailed, CodeTimeout, CodeRejected, CodeLayoutMismatch, CodeRefusedPeer} {
 			n.cfg.Board.Clear(c, subject, "kv_transfer_recovered", "KV transfers on the link succeed again")
 		}
 	}
@@ -127,6 +132,12 @@ func (a *abortError) Unwrap() error { return a.err }
 
 func (n *Node) dial(ctx context.Context, peer Peer) (net.Conn, context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	if n.cfg.AllowPeer != nil {
+		if err := n.cfg.AllowPeer(ctx, peer.Addr); err != nil {
+			cancel()
+			return nil, nil, nil, &Error{Code: CodeRefusedPeer, Err: fmt.Errorf("kvtransfer: %s (%s): %w", peer.ID, peer.Addr, err)}
+		}
+	}
 	dial := n.cfg.Dial
 	if dial == nil {
 		var d net.Dialer
@@ -139,6 +150,15 @@ func (n *Node) dial(ctx context.Context, peer Peer) (net.Conn, context.Context, 
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
+	}
+	if n.cfg.TLS != nil {
+		tc := tls.Client(c, n.cfg.TLS.Client(authn.RoleWorker))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = c.Close()
+			cancel()
+			return nil, nil, nil, fmt.Errorf("kvtransfer: TLS with %s (%s): %w", peer.ID, peer.Addr, err)
+		}
+		c = tc
 	}
 	// Closing the connection is what interrupts blocked reads and writes
 	// when the caller gives up.
@@ -214,7 +234,7 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 	}
 	w := bufio.NewWriterSize(c, 64<<10)
 	bb := port.KVBlockBytes()
-	if _, err := w.Write(encodeBegin(&begin{Layout: port.KVLayout(), BlockSize: bs, BlockBytes: bb, From: from, Tokens: tokens})); err != nil {
+	if _, err := w.Write(encodeBegin(&begin{Layout: port.KVLayout(), Sender: n.cfg.ID, Token: peer.Token, BlockSize: bs, BlockBytes: bb, From: from, Tokens: tokens})); err != nil {
 		return st, fail(wrapCtx(ctx, err))
 	}
 	// One staging buffer per transfer, from the budget, held while blocks
@@ -344,6 +364,9 @@ func blockSizeOf(p engine.KVPort) int {
 func (n *Node) Probe(ctx context.Context, peer Peer) (float64, error) {
 	c, ctx, done, err := n.dial(ctx, peer)
 	if err != nil {
+		if CodeOf(err) != "" {
+			return 0, err
+		}
 		return 0, &Error{Code: CodeFailed, Err: err}
 	}
 	defer done()

@@ -7,15 +7,19 @@ import (
 	"io"
 )
 
-// Wire format, version 1. Every frame is
+// Wire format, version 2. Every frame is
 //
 //	type u8 | length u32 LE | payload[length]
 //
 // A transfer is Begin, Block*, End from the sender, answered by one Result.
 // A probe is Probe answered by ProbeAck. Integers are little-endian.
 //
-//	Begin:    version u8 | layout len u16 + bytes | block_size u32 |
-//	          block_bytes u32 | from u32 | n_tokens u32 | tokens i32×n_tokens
+//	Begin:    version u8 | layout len u16 + bytes | sender len u16 + bytes |
+//	          token len u16 + bytes | block_size u32 | block_bytes u32 |
+//	          from u32 | n_tokens u32 | tokens i32×n_tokens
+//
+// Version 2 added the sender's id and the transfer token (token.go).
+//
 //	Block:    index u32 | xxh3-64 of data u64 | data[block_bytes]
 //	End:      blocks u32 (how many Block frames were sent)
 //	Result:   imported u32 | code len u16 + bytes | message len u16 + bytes
@@ -29,7 +33,7 @@ const (
 	frameProbe    = 5
 	frameProbeAck = 6
 
-	wireVersion = 1
+	wireVersion = 2
 	frameHeader = 5
 	blockHeader = 12
 
@@ -48,6 +52,8 @@ var ErrProtocol = errors.New("kvtransfer: protocol error")
 // begin is the header of a transfer.
 type begin struct {
 	Layout     string
+	Sender     string // the sending worker's id
+	Token      []byte // the transfer token (token.go)
 	BlockSize  int
 	BlockBytes int
 	From       int
@@ -72,10 +78,12 @@ func appendString(b []byte, s string) []byte {
 }
 
 func encodeBegin(h *begin) []byte {
-	n := 1 + 2 + len(h.Layout) + 16 + 4*len(h.Tokens)
+	n := 1 + 2 + len(h.Layout) + 2 + len(h.Sender) + 2 + len(h.Token) + 16 + 4*len(h.Tokens)
 	b := appendFrameHeader(make([]byte, 0, frameHeader+n), frameBegin, n)
 	b = append(b, wireVersion)
 	b = appendString(b, h.Layout)
+	b = appendString(b, h.Sender)
+	b = appendString(b, string(h.Token))
 	for _, v := range []int{h.BlockSize, h.BlockBytes, h.From, len(h.Tokens)} {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
@@ -223,7 +231,11 @@ func decodeBegin(p []byte) (*begin, error) {
 	if v := c.u8(); c.err == nil && v != wireVersion {
 		return nil, fmt.Errorf("%w: version %d, want %d", ErrProtocol, v, wireVersion)
 	}
-	h := &begin{Layout: c.str(), BlockSize: c.u32(), BlockBytes: c.u32(), From: c.u32()}
+	h := &begin{Layout: c.str(), Sender: c.str()}
+	if tok := c.str(); tok != "" {
+		h.Token = []byte(tok)
+	}
+	h.BlockSize, h.BlockBytes, h.From = c.u32(), c.u32(), c.u32()
 	nt := c.u32()
 	if c.err != nil {
 		return nil, c.err

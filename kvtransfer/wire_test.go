@@ -11,6 +11,7 @@ func TestBeginRoundTrip(t *testing.T) {
 	tests := []begin{
 		{Layout: "mocker/v1", BlockSize: 16, BlockBytes: 1 << 20, From: 0, Tokens: make([]int32, 32)},
 		{Layout: "", BlockSize: 1, BlockBytes: 1, From: 3, Tokens: []int32{1, -2, 3}},
+		{Layout: "x", Sender: "p1", Token: bytes.Repeat([]byte{7}, tokenLen), BlockSize: 2, BlockBytes: 4, Tokens: []int32{1, 2}},
 	}
 	for _, h := range tests {
 		enc := encodeBegin(&h)
@@ -61,6 +62,7 @@ func TestDecodeRejects(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeBegin(&begin{Layout: "mocker/v1", BlockSize: 2, BlockBytes: 4, From: 1, Tokens: []int32{1, 2, 3, 4}}))
+	f.Add(encodeBegin(&begin{Layout: "mocker/v1", Sender: "p1", Token: make([]byte, tokenLen), BlockSize: 2, BlockBytes: 4, Tokens: []int32{1, 2}}))
 	f.Add(encodeResult(&result{Imported: 3, Code: CodeRejected, Message: "no"}))
 	f.Add(encodeU32(frameEnd, 5))
 	f.Fuzz(func(t *testing.T, data []byte) {

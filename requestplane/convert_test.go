@@ -79,10 +79,11 @@ func TestControlMessagesOverWire(t *testing.T) {
 		t.Fatalf("assessment %+v", got)
 	}
 	p := kvtransfer.Peer{ID: "d0", Addr: "h:9"}
-	if got := enginePeer(overWire(t, wirePeer(p))); got != p {
+	p.Token = []byte("tok")
+	if got := enginePeer(overWire(t, wirePeer(p))); !reflect.DeepEqual(got, p) {
 		t.Fatalf("peer %+v", got)
 	}
-	if got := enginePeer(nil); got != (kvtransfer.Peer{}) {
+	if got := enginePeer(nil); !reflect.DeepEqual(got, kvtransfer.Peer{}) {
 		t.Fatalf("absent peer %+v", got)
 	}
 }

@@ -27,6 +27,20 @@ import (
 // no part in it.
 var errNoSide = status.Error(codes.Unimplemented, "this worker takes no part in disaggregated prefill (no KV transfer node)")
 
+// tokenKeyer is a Side that can hand out its token key (disagg.Local).
+type tokenKeyer interface{ TokenKey() []byte }
+
+// TransferKey hands a frontend the key this worker's transfer tokens are
+// signed with. Only a frontend may ask (with mTLS, the request plane admits
+// only frontends' certificates).
+func (h *handler) TransferKey(context.Context, *rpv1.TransferKeyRequest) (*rpv1.TransferKeyReply, error) {
+	k, ok := h.side.(tokenKeyer)
+	if !ok || h.side.TransferAddr() == "" {
+		return nil, status.Error(codes.FailedPrecondition, "this worker receives no KV transfers")
+	}
+	return &rpv1.TransferKeyReply{Key: k.TokenKey()}, nil
+}
+
 func (h *handler) Assess(ctx context.Context, m *rpv1.AssessRequest) (*rpv1.Assessment, error) {
 	if h.side == nil {
 		return nil, errNoSide
@@ -89,6 +103,7 @@ type Side struct {
 
 	mu    sync.Mutex
 	links map[string]linkEstimate // by peer address
+	key   []byte                  // the worker's token key, once fetched
 }
 
 // SideDesc is what the worker's record says about its KV.
@@ -113,6 +128,38 @@ const linkTTL = 10 * time.Second
 // NewSide returns the disagg.Side of the worker behind c.
 func NewSide(c *Client, d SideDesc) *Side {
 	return &Side{c: c, desc: d, links: map[string]linkEstimate{}}
+}
+
+// TransferToken implements disagg.Side: the worker's token key is
+// fetched once, then every token is minted here without a round trip.
+func (s *Side) TransferToken(ctx context.Context, sender string, tokens []engine.Token, from int) ([]byte, error) {
+	s.mu.Lock()
+	key := s.key
+	s.mu.Unlock()
+	if key == nil {
+		rep, err := s.c.w.TransferKey(ctx, &rpv1.TransferKeyRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("requestplane: transfer key of %s: %w", s.desc.ID, fromStatus(err))
+		}
+		if len(rep.Key) != kvtransfer.KeyLen {
+			return nil, fmt.Errorf("requestplane: transfer key of %s: %d bytes", s.desc.ID, len(rep.Key))
+		}
+		key = rep.Key
+		s.mu.Lock()
+		s.key = key
+		s.mu.Unlock()
+	}
+	return kvtransfer.MintToken(key, s.desc.ID, sender, tokens, from)
+}
+
+// ResetTransferKey forgets the fetched token key, so the next token is
+// minted with a fresh one: the orchestrator calls it when the worker
+// rejected a transfer (a worker restarted under the same address has a
+// new key).
+func (s *Side) ResetTransferKey() {
+	s.mu.Lock()
+	s.key = nil
+	s.mu.Unlock()
 }
 
 func (s *Side) ID() string           { return s.desc.ID }

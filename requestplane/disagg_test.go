@@ -138,3 +138,54 @@ func TestSideUnimplemented(t *testing.T) {
 		t.Fatalf("prefill on an aggregated worker: %v", err)
 	}
 }
+
+// TestTransferTokenOverTheWire: a frontend's Side fetches the decode
+// worker's token key once and mints tokens the worker's node accepts;
+// after ResetTransferKey it fetches the key again.
+func TestTransferTokenOverTheWire(t *testing.T) {
+	ctx := context.Background()
+	pre, dec := startWorker(t, "p0", false), startWorker(t, "d0", true)
+	dec.node.Close()
+	// A decode node that requires tokens, as every worker's does.
+	node, err := kvtransfer.NewNode(kvtransfer.Config{ID: "d0", Port: dec.eng, Timeout: 5 * time.Second, RequireToken: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Close() })
+	if err := node.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	local, err := disagg.NewLocal(disagg.Worker{ID: "d0", Engine: dec.eng, Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := NewSide(serveWith(t, dec.eng, local), SideDesc{ID: "d0", BlockSize: 16, TransferAddr: node.Addr()})
+	p := tokens(200)
+	full := 199 / 16
+	tok, err := side.TransferToken(ctx, "p0", p[:full*16], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := kvtransfer.Peer{ID: "d0", Addr: node.Addr(), Token: tok}
+	if _, err := pre.side.PrefillAndSend(ctx, &engine.Request{ID: "r1", Prompt: p, MaxTokens: 1}, peer, 0); err != nil {
+		t.Fatal(err)
+	}
+	if cached := drain(t, dec.eng, &engine.Request{Prompt: p, MaxTokens: 1}); cached != full*16 {
+		t.Fatalf("decode worker caches %d tokens, want %d", cached, full*16)
+	}
+	// The same token twice is refused.
+	if _, err := pre.side.PrefillAndSend(ctx, &engine.Request{ID: "r2", Prompt: p, MaxTokens: 1}, kvtransfer.Peer{ID: "d0", Addr: node.Addr(), Token: tok}, 0); kvtransfer.CodeOf(err) != kvtransfer.CodeRejected {
+		t.Fatalf("a replayed token: %v", err)
+	}
+	side.ResetTransferKey()
+	if side.key != nil {
+		t.Fatal("the key survived a reset")
+	}
+	if _, err := side.TransferToken(ctx, "p0", p[:full*16], 0); err != nil || side.key == nil {
+		t.Fatalf("the key was not fetched again: %v", err)
+	}
+	// A worker without a receiving node hands out no key.
+	if _, err := pre.side.TransferToken(ctx, "x", p[:16], 0); err == nil {
+		t.Fatal("a prefill worker handed out a transfer key")
+	}
+}

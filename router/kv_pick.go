@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvindex"
 )
 
@@ -368,9 +369,16 @@ func (k *KV) softmax(cs []candScore) int {
 // approximate record.
 func (k *KV) Routed(req *Request, d Decision) {
 	w := k.workerFor(d.WorkerID)
-	var h kvindex.Hasher
-	hashes := h.Append(nil, 0, false, req.Tokens, k.cfg.BlockSize)
-	isl := len(req.Tokens)
+	var hashes []uint64
+	if rp := req.Remote; rp != nil {
+		if rp.BlockSize == k.cfg.BlockSize {
+			hashes = rp.Hashes
+		}
+	} else {
+		var h kvindex.Hasher
+		hashes = h.Append(nil, 0, false, req.Tokens, k.cfg.BlockSize)
+	}
+	isl := req.Len()
 	f := &flight{w: w, hashes: hashes, isl: isl, predicted: d.PredictedCachedTokens / k.cfg.BlockSize,
 		prefillTokens: max(isl-d.PredictedCachedTokens, 0), routedAt: k.cfg.Now()}
 	if len(hashes) > 0 {
@@ -434,4 +442,14 @@ func (k *KV) Finished(req *Request, workerID string) {
 		k.active.free(f.w, f.hashes, f.firstDone, f.prefillTokens)
 	}
 	k.mu.RUnlock()
+}
+
+// BlockSize is the router's block size: the one prompt hashes are made with.
+func (k *KV) BlockSize() int { return k.cfg.BlockSize }
+
+// PromptHashes are the chained hashes of the whole blocks of tokens at the
+// router's block size (what Routed indexes).
+func (k *KV) PromptHashes(tokens []engine.Token) []uint64 {
+	var h kvindex.Hasher
+	return h.Append(nil, 0, false, tokens, k.cfg.BlockSize)
 }

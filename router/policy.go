@@ -12,6 +12,27 @@ type Request struct {
 	ID     string
 	Model  string
 	Tokens []engine.Token
+	// Remote is set instead of Tokens for a request another router
+	// replica routed (eventplane.LoadShare): its prompt as the kv policy's
+	// block hashes, so that the load messages replicas exchange carry no
+	// prompt tokens.
+	Remote *RemotePrompt
+}
+
+// RemotePrompt is a prompt known by its length and the chained hashes of
+// its whole blocks (kvindex.Hasher, block size BlockSize).
+type RemotePrompt struct {
+	Len       int
+	BlockSize int
+	Hashes    []uint64
+}
+
+// Len is the prompt's length in tokens.
+func (r *Request) Len() int {
+	if r.Remote != nil {
+		return r.Remote.Len
+	}
+	return len(r.Tokens)
 }
 
 // Candidate is a live worker able to serve the request, with the load the

@@ -125,7 +125,8 @@ func (d *disaggState) node(id string, eng engine.Engine, listen bool) (*kvtransf
 		return nil, fmt.Errorf("serve: %s: the %s engine cannot transfer KV", id, eng.Info().Kind)
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: port, Budget: kvtransfer.NewBudget(d.cfg.TransferBudget),
-		Timeout: d.cfg.TransferTimeout, Board: d.board, Metrics: d.metrics, Listen: d.cfg.TransferListen, Dial: d.cfg.TransferDial})
+		Timeout: d.cfg.TransferTimeout, Board: d.board, Metrics: d.metrics, Listen: d.cfg.TransferListen, Dial: d.cfg.TransferDial,
+		RequireToken: true})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}

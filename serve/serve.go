@@ -11,7 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
@@ -34,6 +37,13 @@ type Config struct {
 	Frontend     frontend.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
+	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
+	TLS frontend.TLSFiles
+	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
+	// request plane over mutual TLS: the frontend's end presents MTLS (a
+	// frontend's certificate), the worker's end MTLSWorker (a worker's),
+	// as across processes; it exists to measure what mTLS costs.
+	MTLS, MTLSWorker authn.Files
 	// Disagg enables disaggregated prefill (serve/disagg.go); the zero
 	// value is aggregated serving.
 	Disagg DisaggConfig
@@ -78,6 +88,7 @@ type System struct {
 
 	http    *http.Server
 	lis     net.Listener
+	scheme  string
 	served  chan error
 	engines []engine.Engine
 	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
@@ -226,13 +237,21 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 
 	s.waitProbes()
+	tc, err := frontend.ServerTLS(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	s.lis, err = net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
 	}
 	var lis net.Listener
 	s.http, lis = s.Frontend.NewHTTPServer(s.lis)
-	go func() { s.served <- s.http.Serve(lis) }()
+	s.scheme = "http://"
+	if tc != nil {
+		s.scheme = "https://"
+	}
+	go func() { s.served <- frontend.Serve(s.http, lis, tc) }()
 	return s, nil
 }
 
@@ -241,11 +260,25 @@ func (s *System) serveGRPC(eng engine.Engine, vocab int) (engine.Generator, stri
 	if err != nil {
 		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
 	}
-	srv := requestplane.NewServer(eng, nil, vocab)
+	var sopts []grpc.ServerOption
+	var copts []grpc.DialOption
+	if s.cfg.MTLS.Enabled() {
+		cli, err := authn.Load(s.cfg.MTLS)
+		if err != nil {
+			return nil, "", fmt.Errorf("serve: %w", err)
+		}
+		srv, err := authn.Load(s.cfg.MTLSWorker)
+		if err != nil {
+			return nil, "", fmt.Errorf("serve: %w", err)
+		}
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(srv.Server(authn.RoleFrontend))))
+		copts = append(copts, grpc.WithTransportCredentials(credentials.NewTLS(cli.Client(authn.RoleWorker))))
+	}
+	srv := requestplane.NewServer(eng, nil, vocab, sopts...)
 	srv.SetServing(true)
 	s.grpcs = append(s.grpcs, srv)
 	go func() { _ = srv.Serve(lis) }()
-	c, err := requestplane.Dial(lis.Addr().String())
+	c, err := requestplane.Dial(lis.Addr().String(), copts...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -257,7 +290,7 @@ func (s *System) serveGRPC(eng engine.Engine, vocab int) (engine.Generator, stri
 func (s *System) Engine(i int) engine.Engine { return s.engines[i] }
 
 // URL is the frontend's base URL.
-func (s *System) URL() string { return "http://" + s.lis.Addr().String() }
+func (s *System) URL() string { return s.scheme + s.lis.Addr().String() }
 
 // Addr is the frontend's listening address.
 func (s *System) Addr() net.Addr { return s.lis.Addr() }

@@ -3,6 +3,7 @@ package serve
 import (
 	"fmt"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
@@ -22,6 +23,9 @@ type VLLMPDConfig struct {
 	AdvertiseHost string
 	// TransferBudget is the staging budget in bytes (default: kvtransfer's).
 	TransferBudget int64
+	// MTLS, if set, is the worker's cluster identity: the side channel and
+	// the transfer node admit only cluster workers (--mtls-*).
+	MTLS authn.Files
 }
 
 type vllmpdState struct {
@@ -44,8 +48,12 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 	if !ok {
 		return nil, fmt.Errorf("serve: %s: the %s engine cannot transfer KV", id, eng.Info().Kind)
 	}
+	cluster, err := authn.Load(c.MTLS)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: port, Budget: kvtransfer.NewBudget(c.TransferBudget),
-		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log})
+		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log, RequireToken: true, TLS: cluster})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
@@ -54,7 +62,7 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
 	w, err := vllmpd.NewWorker(vllmpd.WorkerConfig{ID: id, Engine: eng, Gen: gen, Node: n,
-		SideChannel: c.ListenHost + ":0", AdvertiseHost: c.AdvertiseHost, Logger: s.log})
+		SideChannel: c.ListenHost + ":0", AdvertiseHost: c.AdvertiseHost, Logger: s.log, TLS: cluster})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}

@@ -19,7 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
@@ -71,7 +74,26 @@ type Config struct {
 	TransferBudget int64
 	// TransferTimeout bounds one KV transfer (0: kvtransfer's default).
 	TransferTimeout time.Duration
+	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
+	// when set, the request plane admits only frontends' certificates and
+	// the KV transfer plane only workers', both signed by the cluster CA.
+	MTLS authn.Files
+	// TransferPeers is where a prefill worker may send KV and probes:
+	// "discovery" (the default: only transfer addresses published in
+	// discovery) or "any" (whatever address the frontend names).
+	TransferPeers string
 }
+
+// Transfer destination policies (Config.TransferPeers).
+const (
+	PeersDiscovery = "discovery"
+	PeersAny       = "any"
+)
+
+// peerWait is how long a send to an address discovery has not shown this
+// worker yet waits for it: a frontend may hear of a new decode worker
+// before this worker's watch does.
+const peerWait = 2 * time.Second
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
@@ -111,6 +133,9 @@ type Worker struct {
 	lease   discovery.Lease
 	node    *kvtransfer.Node // nil for aggregated workers
 
+	tls        *authn.Cluster
+	peers      *publishedPeers
+	watchStop  context.CancelFunc
 	nats       *nats.Conn
 	natsServer *eventplane.Server
 	relay      *eventplane.Relay
@@ -139,6 +164,18 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if opts.Registry == nil {
 		return nil, errors.New("worker: no discovery registry")
 	}
+	switch cfg.TransferPeers {
+	case "", PeersDiscovery, PeersAny:
+	default:
+		return nil, fmt.Errorf("worker: transfer peers %q: want discovery or any", cfg.TransferPeers)
+	}
+	cluster, err := authn.Load(cfg.MTLS)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if cluster != nil && cluster.Role() != authn.RoleWorker {
+		return nil, fmt.Errorf("worker: --mtls-cert has role %s; a worker needs a worker certificate", cluster.Role())
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -148,7 +185,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		board = health.NewBoard(log, nil)
 	}
 	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
-		served: make(chan error, 1), reg: prometheus.NewRegistry()}
+		served: make(chan error, 1), reg: prometheus.NewRegistry(), tls: cluster}
 	host := cfg.AdvertiseHost
 	if host == "" {
 		if host, err = os.Hostname(); err != nil {
@@ -166,7 +203,13 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		w.closeNode()
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
-	w.grpc = requestplane.NewServer(eng, side, model.Tokenizer.VocabSize())
+	var gopts []grpc.ServerOption
+	if cluster != nil {
+		// Only frontends call a worker: Generate, and the disaggregation
+		// calls that make it send or hand out its transfer key.
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cluster.Server(authn.RoleFrontend))))
+	}
+	w.grpc = requestplane.NewServer(eng, side, model.Tokenizer.VocabSize(), gopts...)
 	health.Attach(w.grpc, board, cfg.ID)
 	go func() { w.served <- w.grpc.Serve(lis) }()
 	defer func() {
@@ -186,6 +229,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		metricsAddr = advertise(metricsAddr, host)
 	}
+	w.raiseOpenPlanes(lis.Addr().String(), metricsAddr)
 	w.rec = Record(cfg, eng, model)
 	w.rec.Role = role
 	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
@@ -214,19 +258,53 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	return w, nil
 }
 
+// raiseOpenPlanes raises plane_unauthenticated for each listener bound
+// beyond loopback that serves anyone: the request plane, the transfer
+// node and the metrics port without mTLS, and a KV event socket whose
+// events carry token ids (ZMQ has no authentication; hashes-only events
+// give no prompt away).
+func (w *Worker) raiseOpenPlanes(rp, metrics string) {
+	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
+	open := map[string]string{}
+	if w.tls == nil {
+		open["request-plane"], open["metrics"] = rp, metrics
+		if w.node != nil {
+			open["kv-transfer"] = w.node.Addr()
+		}
+	}
+	msgs := map[string]string{}
+	if te, ok := w.eng.(interface {
+		KVEventsTokenIDs() bool
+		KVEventsEndpoint() string
+	}); ok && te.KVEventsTokenIDs() {
+		open["kv-events"] = strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://")
+		msgs["kv-events"] = "the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)"
+	}
+	for plane, addr := range open {
+		if addr == "" || !authn.Exposed(addr) {
+			continue
+		}
+		msg := msgs[plane]
+		if msg == "" {
+			msg = noMTLS
+		}
+		w.board.Raise(authn.DiagOpenPlane, plane, health.Warn, msg, "addr", addr)
+	}
+}
+
 // startRelay connects to NATS (or starts the embedded server) and relays
 // the engine's events from its loopback ZMQ socket.
 func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	ep := w.cfg.EventPlane
 	url := ep.NATS
 	if url == "embedded" {
-		srv, err := eventplane.StartServer(ep.EmbeddedAddr)
+		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		w.natsServer, url = srv, srv.URL()
 	}
-	nc, err := eventplane.Connect(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, w.board, log)
+	nc, err := eventplane.ConnectWith(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, ep.Auth, w.board, log)
 	if err != nil {
 		w.stopRelay()
 		return fmt.Errorf("worker: %w", err)
@@ -353,8 +431,17 @@ func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
 	if !ok {
 		return nil, fmt.Errorf("worker: role %s needs an engine that can move KV; the %s engine cannot", role, w.eng.Info().Kind)
 	}
+	var allow func(context.Context, string) error
+	if role == discovery.RolePrefill && w.cfg.TransferPeers != PeersAny {
+		w.peers = newPublishedPeers()
+		ctx, cancel := context.WithCancel(context.Background())
+		w.watchStop = cancel
+		go w.watchPeers(ctx)
+		allow = w.peers.allow
+	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
-		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log})
+		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -383,8 +470,86 @@ func vllmProtocol(eng engine.Engine) string {
 }
 
 func (w *Worker) closeNode() {
+	if w.watchStop != nil {
+		w.watchStop()
+	}
 	if w.node != nil {
 		_ = w.node.Close()
+	}
+}
+
+// watchPeers keeps the set of KV transfer addresses discovery publishes,
+// the only destinations a prefill worker sends to.
+func (w *Worker) watchPeers(ctx context.Context) {
+	for ctx.Err() == nil {
+		addrs := map[string]string{} // id → address
+		err := w.disc.Watch(ctx, func(e discovery.Event) {
+			switch e.Type {
+			case discovery.EventPut:
+				if a := e.Record.KVTransfer.Addr; a != "" {
+					addrs[e.Record.ID] = a
+				} else {
+					delete(addrs, e.Record.ID)
+				}
+			case discovery.EventDelete:
+				delete(addrs, e.Record.ID)
+			default:
+				return
+			}
+			w.peers.set(addrs)
+		})
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("watching discovery for KV transfer peers failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// publishedPeers is the set of transfer addresses discovery publishes.
+type publishedPeers struct {
+	mu      sync.Mutex
+	addrs   map[string]bool
+	changed chan struct{} // closed and replaced on every change
+}
+
+func newPublishedPeers() *publishedPeers {
+	return &publishedPeers{addrs: map[string]bool{}, changed: make(chan struct{})}
+}
+
+func (p *publishedPeers) set(byID map[string]string) {
+	m := make(map[string]bool, len(byID))
+	for _, a := range byID {
+		m[a] = true
+	}
+	p.mu.Lock()
+	p.addrs = m
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// allow is kvtransfer.Config.AllowPeer: addr must be published, or
+// become so within peerWait.
+func (p *publishedPeers) allow(ctx context.Context, addr string) error {
+	t := time.NewTimer(peerWait)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		ok, ch := p.addrs[addr], p.changed
+		p.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return fmt.Errorf("%s is not a KV transfer address published in discovery", addr)
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not a KV transfer address published in discovery: %w", addr, ctx.Err())
+		}
 	}
 }
 
@@ -414,8 +579,17 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 		rw.Header().Set("Content-Type", "application/json")
 		_, _ = rw.Write(b)
 	})
-	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = w.metrics.Serve(lis) }()
+	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+	if w.tls != nil {
+		// With the cluster identity the metrics port is HTTPS and admits
+		// only monitors' certificates (tandem certs issue --role monitor)
+		// and frontends'.
+		w.metrics.TLSConfig = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
+		go func() { _ = w.metrics.ServeTLS(lis, "", "") }()
+	} else {
+		go func() { _ = w.metrics.Serve(lis) }()
+	}
 	return lis.Addr().String(), nil
 }
 

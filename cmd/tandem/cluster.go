@@ -28,6 +28,10 @@ func (d *discoveryFlags) register(cmd *cobra.Command) {
 	f.StringVar(&d.cfg.Dir, "discovery-dir", d.cfg.Dir, "file: the directory of worker records, shared by the processes of one host")
 	f.StringVar(&d.endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "etcd: comma-separated client URLs")
 	f.StringVar(&d.cfg.Prefix, "discovery-prefix", d.cfg.Prefix, "etcd: key prefix of this deployment's records")
+	f.StringVar(&d.cfg.EtcdAuth.CA, "etcd-ca", "", "etcd: PEM CA that signs etcd's server certificate (use https:// endpoints)")
+	f.StringVar(&d.cfg.EtcdAuth.Cert, "etcd-cert", "", "etcd: PEM client certificate, for etcd's --client-cert-auth")
+	f.StringVar(&d.cfg.EtcdAuth.Key, "etcd-key", "", "etcd: PEM private key of --etcd-cert")
+	f.StringVar(&d.cfg.EtcdAuth.UserFile, "etcd-user-file", "", "etcd: file holding user:password of an etcd role-based user")
 	f.DurationVar(&d.cfg.TTL, "lease-ttl", d.cfg.TTL, "how long a worker that stopped refreshing its record (killed, partitioned) stays routable")
 	f.StringVar(&d.cfg.KubeNamespace, "kube-namespace", "", "kube: namespace of the worker pods (default: POD_NAMESPACE)")
 	f.StringVar(&d.cfg.KubeSelector, "kube-selector", d.cfg.KubeSelector, "kube: label selector of the worker pods")
@@ -65,6 +69,10 @@ func registerEventPlane(cmd *cobra.Command, c *eventplane.Config) {
 	f.StringVar(&c.NATS, "nats", c.NATS, "nats: server URL, or embedded to run a NATS server in this process (on --nats-addr)")
 	f.StringVar(&c.EmbeddedAddr, "nats-addr", c.EmbeddedAddr, "nats embedded: listen address of the in-process NATS server")
 	f.StringVar(&c.SubjectPrefix, "nats-subject-prefix", c.SubjectPrefix, "nats: subject prefix, so deployments can share a NATS")
+	f.StringVar(&c.Auth.TokenFile, "nats-token-file", "", "nats: file holding the NATS token; the embedded server refuses clients without it, clients send it")
+	f.StringVar(&c.Auth.CA, "nats-tls-ca", "", "nats: PEM CA that signs the NATS server's certificate (clients) and, for the embedded server, the clients' (then required)")
+	f.StringVar(&c.Auth.Cert, "nats-tls-cert", "", "nats: PEM certificate: the embedded server's (it then serves TLS), or a client's")
+	f.StringVar(&c.Auth.Key, "nats-tls-key", "", "nats: PEM private key of --nats-tls-cert")
 }
 
 // addConfigFlag adds --config: a YAML file whose keys are the command's

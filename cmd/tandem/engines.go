@@ -29,6 +29,7 @@ type engineFlags struct {
 	kvEvents    string
 	kvFormat    string
 	kvEventsOff int
+	kvTokenIDs  bool
 	threads     int
 	up          upstreamFlags
 }
@@ -70,6 +71,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
 	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "auto", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (auto: the PUB endpoint's host, any free port; off: no replay, so a gap in the stream is a loss)")
 	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
+	f.BoolVar(&e.kvTokenIDs, "kv-events-token-ids", true, "KV events: include token ids (vLLM's events do); false publishes Tandem's block hashes only, so a subscriber learns no prompt (the router then needs --router-block-size equal to the engine's)")
 	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "KV events: the first N workers publish no KV events (to test the router's detection)")
 }
 
@@ -175,6 +177,7 @@ func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
 	if ev.Format, err = kvevents.ParseFormat(e.kvFormat); err != nil {
 		return ev, fmt.Errorf("--kv-events-format: %w", err)
 	}
+	ev.OmitTokenIDs = !e.kvTokenIDs
 	return ev, nil
 }
 

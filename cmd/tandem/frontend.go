@@ -21,6 +21,7 @@ func newFrontendCmd() *cobra.Command {
 	var rf routerFlags
 	var disc discoveryFlags
 	var modelDir string
+	var auth clientAuthFlags
 	cmd := &cobra.Command{
 		Use:   "frontend",
 		Short: "Run the OpenAI frontend and router; workers are found through discovery",
@@ -36,6 +37,9 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
+			return err
+		}
+		if err := auth.apply(); err != nil {
 			return err
 		}
 		model, err := tokenizer.Load(modelDir)
@@ -88,6 +92,8 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f.Float64Var(&cfg.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
 	f.DurationVar(&cfg.LegTimeout, "disagg-leg-timeout", disagg.DefaultLegTimeout, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally")
 	rf.register(cmd, cfg.RouterMode)
+	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
+	registerMTLS(cmd, &cfg.MTLS)
 	disc.register(cmd)
 	registerEventPlane(cmd, &cfg.EventPlane)
 	return cmd

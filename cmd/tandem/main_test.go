@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -23,7 +24,14 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	cleanup, err := setUpSecure()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "secure test mode:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
 
 type proc struct {
@@ -35,7 +43,7 @@ type proc struct {
 func startTandem(t *testing.T, args string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+args)
+	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -43,7 +51,7 @@ func startTandem(t *testing.T, args string) *proc {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	p := &proc{cmd: cmd, out: bufio.NewReader(stdout)}
-	urlRE := regexp.MustCompile(`url:\s+(http://\S+)/v1`)
+	urlRE := regexp.MustCompile(`url:\s+(https?://\S+)/v1`)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		line, err := p.out.ReadString('\n')

@@ -244,6 +244,16 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Errorf("Service %s must be headless and select the worker pods", svc.Name)
 			}
 
+			// mTLS from mounted Secrets (docs/security.md).
+			for _, fl := range []string{"mtls-ca", "mtls-cert", "mtls-key"} {
+				if !secretMounted(tmpl.Spec, ctr, flag(t, cmd, fl)) {
+					t.Errorf("--%s %q is not a file of a mounted Secret", fl, flag(t, cmd, fl))
+				}
+			}
+			if c.subcommand == "frontend" && !secretMounted(tmpl.Spec, ctr, flag(t, cmd, "api-key-file")) {
+				t.Errorf("--api-key-file %q is not a file of a mounted Secret", flag(t, cmd, "api-key-file"))
+			}
+
 			if c.subcommand == "worker" {
 				if !fieldRefEnv(ctr, "POD_NAME", "metadata.name") || !fieldRefEnv(ctr, "POD_IP", "status.podIP") {
 					t.Error("POD_NAME (the worker id) and POD_IP (its advertised host) must come from the downward API")
@@ -268,4 +278,23 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// secretMounted reports whether path lies in a volume mount of ctr whose
+// volume is a Secret.
+func secretMounted(spec corev1.PodSpec, ctr corev1.Container, path string) bool {
+	if path == "" {
+		return false
+	}
+	for _, vm := range ctr.VolumeMounts {
+		if !strings.HasPrefix(path, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil && v.Secret.SecretName != "" {
+				return true
+			}
+		}
+	}
+	return false
 }

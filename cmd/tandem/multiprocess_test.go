@@ -36,13 +36,21 @@ type osProc struct {
 // ready; it returns the first submatch.
 func startProc(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
 	t.Helper()
+	return startProcWith(t, name, args, ready, nil)
+}
+
+// startProcWith is startProc with the process started through wrap (e.g.
+// "ip netns exec NS").
+func startProcWith(t *testing.T, name, args string, ready *regexp.Regexp, wrap []string) *osProc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+args)
+	argv := append(slices.Clone(wrap), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
 	cmd.Stderr = logf
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -114,7 +122,7 @@ func tailBytes(b []byte, n int) []byte {
 }
 
 var (
-	frontendReady = regexp.MustCompile(`url:\s+(http://\S+)/v1`)
+	frontendReady = regexp.MustCompile(`url:\s+(https?://\S+)/v1`)
 	workerReady   = regexp.MustCompile(`request-plane:\s+(\S+)`)
 )
 
@@ -213,7 +221,7 @@ func startLoad(url string, clients int, next func(client, n int) (string, int)) 
 		wg       sync.WaitGroup
 	)
 	done := make(chan struct{})
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	hc := &http.Client{Transport: testTransport(clients)}
 	for i := range clients {
 		wg.Go(func() {
 			for n := 0; ; n++ {

@@ -20,9 +20,10 @@ import (
 // experiments start servers through it, so a started variant is exactly
 // the `tandem serve` with the same flags.
 type serveSetup struct {
-	cfg serve.Config
-	eng engineFlags
-	rf  routerFlags
+	cfg  serve.Config
+	eng  engineFlags
+	rf   routerFlags
+	auth clientAuthFlags
 }
 
 // newServeSetup registers the flags of `tandem serve` on cmd.
@@ -35,6 +36,7 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
 	registerFrontendFlags(cmd, &cfg.Frontend)
+	s.auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	s.eng.register(cmd)
 	f.StringArrayVar(&s.eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
 	s.rf.register(cmd, cfg.RouterMode)
@@ -54,6 +56,9 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
 	}
 	if err := s.rf.apply(&s.cfg.RouterMode, &s.cfg.KV); err != nil {
+		return nil, "", err
+	}
+	if err := s.auth.apply(); err != nil {
 		return nil, "", err
 	}
 	sys, err := serve.Start(s.cfg, model, factory, log)

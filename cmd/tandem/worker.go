@@ -23,6 +23,7 @@ func newWorkerCmd() *cobra.Command {
 	wcfg := worker.DefaultConfig() // the fleet mode
 	var eng engineFlags
 	var disc discoveryFlags
+	var auth clientAuthFlags
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker: registered in a fleet (default), or with --openai-addr serving the OpenAI API like vLLM",
@@ -48,7 +49,10 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cmd.Flags().Changed("rp-addr") {
 				return errors.New("--openai-addr and --rp-addr exclude each other: a worker either serves the OpenAI API itself or joins a fleet")
 			}
-			cfg.VLLMPD.TransferBudget = wcfg.TransferBudget
+			if err := auth.apply(); err != nil {
+				return err
+			}
+			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS = wcfg.TransferBudget, wcfg.MTLS
 			cfg.WorkerIDs = []string{wcfg.ID}
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
@@ -76,6 +80,9 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	eng.register(cmd)
 	disc.register(cmd)
 	registerEventPlane(cmd, &wcfg.EventPlane)
+	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
+	registerMTLS(cmd, &wcfg.MTLS)
+	f.StringVar(&wcfg.TransferPeers, "transfer-peers", worker.PeersDiscovery, "--role prefill: where KV may be sent: discovery (only transfer addresses published in discovery) or any (whatever address a frontend names; unsafe)")
 	return cmd
 }
 

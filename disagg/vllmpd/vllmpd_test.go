@@ -1,9 +1,14 @@
 package vllmpd_test
 
 import (
+	"crypto/tls"
+	"fmt"
+	"path/filepath"
+
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/tandemllm/tandem/authn"
 	"io"
 	"log/slog"
 	"net/http"
@@ -135,12 +140,19 @@ const kvBytesPerToken = 2048 // real bytes moved and verified, small enough for 
 
 func start(t *testing.T, pd bool) *serve.System {
 	t.Helper()
+	return startWith(t, pd, authn.Files{})
+}
+
+// startWith is start with the worker's cluster identity (mTLS on the side
+// channel and the transfer node).
+func startWith(t *testing.T, pd bool, mtls authn.Files) *serve.System {
+	t.Helper()
 	model, err := tokenizer.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := serve.DefaultConfig()
-	cfg.HTTPAddr, cfg.Workers, cfg.VLLMPD.Enabled = "127.0.0.1:0", 1, pd
+	cfg.HTTPAddr, cfg.Workers, cfg.VLLMPD.Enabled, cfg.VLLMPD.MTLS = "127.0.0.1:0", 1, pd, mtls
 	sys, err := serve.Start(cfg, model, func(int) (engine.Engine, error) {
 		mc := mocker.DefaultConfig()
 		mc.Model, mc.EOS, mc.Vocabulary = model.Name, model.Tokenizer.EOS(), model.Tokenizer.Encode(mocker.DefaultText)
@@ -428,4 +440,56 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestPullOverMTLS: with the cluster identity the decode worker pulls the
+// prefilled blocks over mutual TLS, and a stranger's pull on the side
+// channel, plain or without a certificate, is refused.
+func TestPullOverMTLS(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := authn.Init(dir, 0, 2, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	files := func(name string) authn.Files {
+		return authn.Files{CA: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, name+".crt"), Key: filepath.Join(dir, name+".key")}
+	}
+	prefill, decode := startWith(t, true, files("worker-1")), startWith(t, true, files("worker-2"))
+	prompt := tokenPrompt(100, 5)
+	body, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 4, "ignore_eos": true})
+	resp, err := vllmpd.Forward(context.Background(), prefill.URL(), decode.URL(), body, vllmpd.Options{RequestID: "mtls-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, resp); got.cached < (len(prompt)-1)/16*16 {
+		t.Fatalf("decode leg cached %d tokens: the pull over mTLS failed", got.cached)
+	}
+	// The prefill leg's params name the side channel.
+	pbody, _ := json.Marshal(map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 1,
+		"kv_transfer_params": map[string]any{"do_remote_decode": true}})
+	presp, err := http.Post(prefill.URL()+"/v1/completions", "application/json", strings.NewReader(string(pbody)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := vllmpd.ParseParams(read(t, presp).kvParams)
+	if p.RemoteHost == nil || p.RemotePort == nil {
+		t.Fatal("no side channel in the params")
+	}
+	side := fmt.Sprintf("%s:%d", *p.RemoteHost, *p.RemotePort)
+	pull := `{"remote_request_id":"` + p.RemoteRequestID + `","from":0,"dst_id":"x","dst_addr":"127.0.0.1:9"}`
+	for name, c := range map[string]*http.Client{
+		"plain":          {Timeout: 3 * time.Second},
+		"no certificate": {Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}},
+	} {
+		scheme := "https://"
+		if name == "plain" {
+			scheme = "http://"
+		}
+		r, err := c.Post(scheme+side+"/v1/kv/pull", "application/json", strings.NewReader(pull))
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK || r.StatusCode == http.StatusBadGateway || r.StatusCode == http.StatusNotFound {
+				t.Fatalf("%s: the side channel answered a stranger's pull: %d", name, r.StatusCode)
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package vllmpd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
@@ -47,6 +49,10 @@ type WorkerConfig struct {
 	// Lease is how long prefilled blocks stay addressable (DefaultLease).
 	Lease  time.Duration
 	Logger *slog.Logger
+	// TLS, if set, serves the side channel over mutual TLS admitting only
+	// cluster workers, and pulls from other workers' side channels with
+	// this worker's certificate (the Node should carry the same identity).
+	TLS *authn.Cluster
 }
 
 // Worker is an engine.Generator that plays either leg of vLLM's P/D
@@ -61,6 +67,8 @@ type Worker struct {
 	srv  *http.Server
 	host string
 	pnum int
+	hc   *http.Client
+	url  string // the side channel's scheme
 
 	mu     sync.Mutex
 	leases map[string]lease
@@ -102,10 +110,16 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		host = cfg.AdvertiseHost
 	}
 	pnum, _ := strconv.Atoi(ps)
-	w := &Worker{cfg: cfg, gen: cfg.Gen, port: port, bs: cfg.Engine.Info().BlockSize, lis: lis, host: host, pnum: pnum, leases: map[string]lease{}}
+	w := &Worker{cfg: cfg, gen: cfg.Gen, port: port, bs: cfg.Engine.Info().BlockSize, lis: lis, host: host, pnum: pnum, leases: map[string]lease{},
+		hc: http.DefaultClient, url: "http://"}
+	if cfg.TLS != nil {
+		lis = tls.NewListener(lis, cfg.TLS.Server(authn.RoleWorker))
+		w.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg.TLS.Client(authn.RoleWorker), ForceAttemptHTTP2: true}}
+		w.url = "https://"
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/kv/pull", w.handlePull)
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() { _ = w.srv.Serve(lis) }()
 	return w, nil
 }
@@ -224,6 +238,9 @@ type pullRequest struct {
 	From      int    `json:"from"`
 	DstID     string `json:"dst_id"`
 	DstAddr   string `json:"dst_addr"`
+	// Token is the puller's transfer token for the blocks: its node
+	// imports nothing without it (kvtransfer.MintToken).
+	Token []byte `json:"token"`
 }
 
 type pullReply struct {
@@ -251,14 +268,18 @@ func (w *Worker) pull(ctx context.Context, req *engine.Request, p Params) error 
 	if from >= full {
 		return nil // everything is cached here already
 	}
-	body, _ := json.Marshal(pullRequest{RequestID: p.RemoteRequestID, From: from, DstID: w.cfg.ID, DstAddr: w.cfg.Node.Addr()})
-	url := "http://" + net.JoinHostPort(*p.RemoteHost, strconv.Itoa(*p.RemotePort)) + "/v1/kv/pull"
+	tok, err := w.cfg.Node.MintToken(deref(p.RemoteEngineID), req.Prompt[:full*w.bs], from)
+	if err != nil {
+		return fmt.Errorf("vllmpd: %w", err)
+	}
+	body, _ := json.Marshal(pullRequest{RequestID: p.RemoteRequestID, From: from, DstID: w.cfg.ID, DstAddr: w.cfg.Node.Addr(), Token: tok})
+	url := w.url + net.JoinHostPort(*p.RemoteHost, strconv.Itoa(*p.RemotePort)) + "/v1/kv/pull"
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("vllmpd: pull: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(hr)
+	resp, err := w.hc.Do(hr)
 	if err != nil {
 		return fmt.Errorf("vllmpd: pull from %s: %w", url, err)
 	}
@@ -289,7 +310,14 @@ func (w *Worker) handlePull(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "no leased blocks for remote_request_id "+pr.RequestID, http.StatusNotFound)
 		return
 	}
-	st, err := w.cfg.Node.Send(r.Context(), kvtransfer.Peer{ID: pr.DstID, Addr: pr.DstAddr}, l.tokens, pr.From)
+	// The blocks go only to the host the pull came from (its port is the
+	// puller's choice): a pull cannot point this worker at a third host.
+	dst, err := sameHost(pr.DstAddr, r.RemoteAddr)
+	if err != nil {
+		http.Error(rw, "bad dst_addr: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	st, err := w.cfg.Node.Send(r.Context(), kvtransfer.Peer{ID: pr.DstID, Addr: dst, Token: pr.Token}, l.tokens, pr.From)
 	if err != nil {
 		http.Error(rw, fmt.Sprintf("sending KV: %v", err), http.StatusBadGateway)
 		return
@@ -297,4 +325,20 @@ func (w *Worker) handlePull(rw http.ResponseWriter, r *http.Request) {
 	b, _ := json.Marshal(pullReply{Blocks: st.Blocks, Wanted: st.Wanted, Bytes: st.Bytes})
 	rw.Header().Set("Content-Type", "application/json")
 	_, _ = rw.Write(b)
+}
+
+// sameHost is dstAddr's port on remoteAddr's host.
+func sameHost(dstAddr, remoteAddr string) (string, error) {
+	_, port, err := net.SplitHostPort(dstAddr)
+	if err != nil {
+		return "", err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("port %q", port)
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(host, port), nil
 }

@@ -135,6 +135,10 @@ func (e *Engine) Config() Config { return e.cfg }
 // once; give workers that share a registry distinct EngineLabels.
 func (e *Engine) Collector() prometheus.Collector { return e.coll }
 
+// KVEventsTokenIDs reports whether the engine's KV events carry token ids
+// (and so its prompts).
+func (e *Engine) KVEventsTokenIDs() bool { return e.pub != nil && e.pub.TokenIDs() }
+
 // KVEventsEndpoint returns the bound PUB address ("" with events off), with
 // the real port when the configured one was 0.
 func (e *Engine) KVEventsEndpoint() string {

@@ -193,6 +193,10 @@ func (e *Engine) Close() error {
 	return nil
 }
 
+// KVEventsTokenIDs reports whether the engine's KV events carry token ids
+// (and so its prompts).
+func (e *Engine) KVEventsTokenIDs() bool { return e.events != nil && e.events.TokenIDs() }
+
 // KVEventsEndpoint returns the bound ZMQ PUB address ("" with events off).
 func (e *Engine) KVEventsEndpoint() string {
 	if e.events == nil {

@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
 // Server is one embedded etcd member.
 type Server struct {
+	tls          *TLS
 	t            testing.TB
 	dir          string
 	client, peer string // host:port, fixed across restarts
@@ -32,15 +34,38 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// TLS makes the server's client port HTTPS with Cert/Key and, with CA,
+// require client certificates signed by it (etcd's --client-cert-auth).
+type TLS struct {
+	Cert, Key, CA string
+}
+
+// StartTLS is Start with a TLS client port.
+func StartTLS(t testing.TB, tls TLS) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), client: freeAddr(t), peer: freeAddr(t), tls: &tls}
+	s.start(filepath.Join(s.dir, "data0"))
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // Endpoint is the client URL.
-func (s *Server) Endpoint() string { return "http://" + s.client }
+func (s *Server) Endpoint() string {
+	if s.tls != nil {
+		return "https://" + s.client
+	}
+	return "http://" + s.client
+}
 
 func (s *Server) start(data string) {
 	s.t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "tandem-test"
 	cfg.Dir = data
-	cu, _ := url.Parse("http://" + s.client)
+	cu, _ := url.Parse(s.Endpoint())
+	if s.tls != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.tls.Cert, KeyFile: s.tls.Key, TrustedCAFile: s.tls.CA, ClientCertAuth: s.tls.CA != ""}
+	}
 	pu, _ := url.Parse("http://" + s.peer)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}

@@ -585,7 +585,10 @@ type Peer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// addr is the node's listen address, host:port.
-	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// token authorizes one transfer to the peer (minted with the peer's
+	// transfer key); probes need none.
+	Token         []byte `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +635,13 @@ func (x *Peer) GetAddr() string {
 		return x.Addr
 	}
 	return ""
+}
+
+func (x *Peer) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
 }
 
 type LinkRequest struct {
@@ -916,6 +926,86 @@ func (x *PrefillReply) GetMessage() string {
 	return ""
 }
 
+type TransferKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferKeyRequest) Reset() {
+	*x = TransferKeyRequest{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferKeyRequest) ProtoMessage() {}
+
+func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferKeyRequest.ProtoReflect.Descriptor instead.
+func (*TransferKeyRequest) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
+}
+
+type TransferKeyReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferKeyReply) Reset() {
+	*x = TransferKeyReply{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferKeyReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferKeyReply) ProtoMessage() {}
+
+func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferKeyReply.ProtoReflect.Descriptor instead.
+func (*TransferKeyReply) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TransferKeyReply) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 var File_tandem_requestplane_v1_requestplane_proto protoreflect.FileDescriptor
 
 const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
@@ -966,10 +1056,11 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x0frunning_decodes\x18\x02 \x01(\x05R\x0erunningDecodes\x12)\n" +
 	"\x10uncached_seconds\x18\x03 \x01(\x01R\x0funcachedSeconds\x12!\n" +
 	"\ftail_seconds\x18\x04 \x01(\x01R\vtailSeconds\x12!\n" +
-	"\fchunk_tokens\x18\x05 \x01(\x05R\vchunkTokens\"*\n" +
+	"\fchunk_tokens\x18\x05 \x01(\x05R\vchunkTokens\"@\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"?\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\fR\x05token\"?\n" +
 	"\vLinkRequest\x120\n" +
 	"\x04peer\x18\x01 \x01(\v2\x1c.tandem.requestplane.v1.PeerR\x04peer\"]\n" +
 	"\tLinkReply\x12\"\n" +
@@ -991,13 +1082,17 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"prefill_ns\x18\x06 \x01(\x03R\tprefillNs\x12\"\n" +
 	"\rbytes_per_sec\x18\a \x01(\x01R\vbytesPerSec\x12\x12\n" +
 	"\x04code\x18\b \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage2\xad\x03\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\x14\n" +
+	"\x12TransferKeyRequest\"$\n" +
+	"\x10TransferKeyReply\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key2\x92\x04\n" +
 	"\x06Worker\x12T\n" +
 	"\bGenerate\x12'.tandem.requestplane.v1.GenerateRequest\x1a\x1d.tandem.requestplane.v1.Delta0\x01\x12O\n" +
 	"\x04Info\x12#.tandem.requestplane.v1.InfoRequest\x1a\".tandem.requestplane.v1.EngineInfo\x12S\n" +
 	"\x06Assess\x12%.tandem.requestplane.v1.AssessRequest\x1a\".tandem.requestplane.v1.Assessment\x12N\n" +
 	"\x04Link\x12#.tandem.requestplane.v1.LinkRequest\x1a!.tandem.requestplane.v1.LinkReply\x12W\n" +
-	"\aPrefill\x12&.tandem.requestplane.v1.PrefillRequest\x1a$.tandem.requestplane.v1.PrefillReplyBVZTgithub.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1;requestplanev1b\x06proto3"
+	"\aPrefill\x12&.tandem.requestplane.v1.PrefillRequest\x1a$.tandem.requestplane.v1.PrefillReply\x12c\n" +
+	"\vTransferKey\x12*.tandem.requestplane.v1.TransferKeyRequest\x1a(.tandem.requestplane.v1.TransferKeyReplyBVZTgithub.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1;requestplanev1b\x06proto3"
 
 var (
 	file_tandem_requestplane_v1_requestplane_proto_rawDescOnce sync.Once
@@ -1011,20 +1106,22 @@ func file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP() []byte {
 	return file_tandem_requestplane_v1_requestplane_proto_rawDescData
 }
 
-var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
-	(*GenerateRequest)(nil), // 0: tandem.requestplane.v1.GenerateRequest
-	(*Sampling)(nil),        // 1: tandem.requestplane.v1.Sampling
-	(*Delta)(nil),           // 2: tandem.requestplane.v1.Delta
-	(*InfoRequest)(nil),     // 3: tandem.requestplane.v1.InfoRequest
-	(*EngineInfo)(nil),      // 4: tandem.requestplane.v1.EngineInfo
-	(*AssessRequest)(nil),   // 5: tandem.requestplane.v1.AssessRequest
-	(*Assessment)(nil),      // 6: tandem.requestplane.v1.Assessment
-	(*Peer)(nil),            // 7: tandem.requestplane.v1.Peer
-	(*LinkRequest)(nil),     // 8: tandem.requestplane.v1.LinkRequest
-	(*LinkReply)(nil),       // 9: tandem.requestplane.v1.LinkReply
-	(*PrefillRequest)(nil),  // 10: tandem.requestplane.v1.PrefillRequest
-	(*PrefillReply)(nil),    // 11: tandem.requestplane.v1.PrefillReply
+	(*GenerateRequest)(nil),    // 0: tandem.requestplane.v1.GenerateRequest
+	(*Sampling)(nil),           // 1: tandem.requestplane.v1.Sampling
+	(*Delta)(nil),              // 2: tandem.requestplane.v1.Delta
+	(*InfoRequest)(nil),        // 3: tandem.requestplane.v1.InfoRequest
+	(*EngineInfo)(nil),         // 4: tandem.requestplane.v1.EngineInfo
+	(*AssessRequest)(nil),      // 5: tandem.requestplane.v1.AssessRequest
+	(*Assessment)(nil),         // 6: tandem.requestplane.v1.Assessment
+	(*Peer)(nil),               // 7: tandem.requestplane.v1.Peer
+	(*LinkRequest)(nil),        // 8: tandem.requestplane.v1.LinkRequest
+	(*LinkReply)(nil),          // 9: tandem.requestplane.v1.LinkReply
+	(*PrefillRequest)(nil),     // 10: tandem.requestplane.v1.PrefillRequest
+	(*PrefillReply)(nil),       // 11: tandem.requestplane.v1.PrefillReply
+	(*TransferKeyRequest)(nil), // 12: tandem.requestplane.v1.TransferKeyRequest
+	(*TransferKeyReply)(nil),   // 13: tandem.requestplane.v1.TransferKeyReply
 }
 var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
 	1,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
@@ -1036,13 +1133,15 @@ var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
 	5,  // 6: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
 	8,  // 7: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
 	10, // 8: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
-	2,  // 9: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
-	4,  // 10: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
-	6,  // 11: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
-	9,  // 12: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
-	11, // 13: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
+	12, // 9: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
+	2,  // 10: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
+	4,  // 11: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
+	6,  // 12: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
+	9,  // 13: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
+	11, // 14: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
+	13, // 15: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
+	10, // [10:16] is the sub-list for method output_type
+	4,  // [4:10] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1060,7 +1159,7 @@ func file_tandem_requestplane_v1_requestplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_requestplane_v1_requestplane_proto_rawDesc), len(file_tandem_requestplane_v1_requestplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,11 +34,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Worker_Generate_FullMethodName = "/tandem.requestplane.v1.Worker/Generate"
-	Worker_Info_FullMethodName     = "/tandem.requestplane.v1.Worker/Info"
-	Worker_Assess_FullMethodName   = "/tandem.requestplane.v1.Worker/Assess"
-	Worker_Link_FullMethodName     = "/tandem.requestplane.v1.Worker/Link"
-	Worker_Prefill_FullMethodName  = "/tandem.requestplane.v1.Worker/Prefill"
+	Worker_Generate_FullMethodName    = "/tandem.requestplane.v1.Worker/Generate"
+	Worker_Info_FullMethodName        = "/tandem.requestplane.v1.Worker/Info"
+	Worker_Assess_FullMethodName      = "/tandem.requestplane.v1.Worker/Assess"
+	Worker_Link_FullMethodName        = "/tandem.requestplane.v1.Worker/Link"
+	Worker_Prefill_FullMethodName     = "/tandem.requestplane.v1.Worker/Prefill"
+	Worker_TransferKey_FullMethodName = "/tandem.requestplane.v1.Worker/TransferKey"
 )
 
 // WorkerClient is the client API for Worker service.
@@ -63,6 +64,12 @@ type WorkerClient interface {
 	// Prefill runs a prefill leg and sends the blocks the peer lacks to the
 	// peer's KV transfer node.
 	Prefill(ctx context.Context, in *PrefillRequest, opts ...grpc.CallOption) (*PrefillReply, error)
+	// TransferKey returns the key this decode worker signs its KV transfer
+	// tokens with, so a frontend can mint a token per remote leg without a
+	// round trip. Only a frontend may ask: with mTLS the request plane admits
+	// only frontends' certificates. FAILED_PRECONDITION on a worker that
+	// receives no KV transfers.
+	TransferKey(ctx context.Context, in *TransferKeyRequest, opts ...grpc.CallOption) (*TransferKeyReply, error)
 }
 
 type workerClient struct {
@@ -132,6 +139,16 @@ func (c *workerClient) Prefill(ctx context.Context, in *PrefillRequest, opts ...
 	return out, nil
 }
 
+func (c *workerClient) TransferKey(ctx context.Context, in *TransferKeyRequest, opts ...grpc.CallOption) (*TransferKeyReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferKeyReply)
+	err := c.cc.Invoke(ctx, Worker_TransferKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServer is the server API for Worker service.
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
@@ -154,6 +171,12 @@ type WorkerServer interface {
 	// Prefill runs a prefill leg and sends the blocks the peer lacks to the
 	// peer's KV transfer node.
 	Prefill(context.Context, *PrefillRequest) (*PrefillReply, error)
+	// TransferKey returns the key this decode worker signs its KV transfer
+	// tokens with, so a frontend can mint a token per remote leg without a
+	// round trip. Only a frontend may ask: with mTLS the request plane admits
+	// only frontends' certificates. FAILED_PRECONDITION on a worker that
+	// receives no KV transfers.
+	TransferKey(context.Context, *TransferKeyRequest) (*TransferKeyReply, error)
 	mustEmbedUnimplementedWorkerServer()
 }
 
@@ -178,6 +201,9 @@ func (UnimplementedWorkerServer) Link(context.Context, *LinkRequest) (*LinkReply
 }
 func (UnimplementedWorkerServer) Prefill(context.Context, *PrefillRequest) (*PrefillReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Prefill not implemented")
+}
+func (UnimplementedWorkerServer) TransferKey(context.Context, *TransferKeyRequest) (*TransferKeyReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferKey not implemented")
 }
 func (UnimplementedWorkerServer) mustEmbedUnimplementedWorkerServer() {}
 func (UnimplementedWorkerServer) testEmbeddedByValue()                {}
@@ -283,6 +309,24 @@ func _Worker_Prefill_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Worker_TransferKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServer).TransferKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Worker_TransferKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServer).TransferKey(ctx, req.(*TransferKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Worker_ServiceDesc is the grpc.ServiceDesc for Worker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -305,6 +349,10 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prefill",
 			Handler:    _Worker_Prefill_Handler,
+		},
+		{
+			MethodName: "TransferKey",
+			Handler:    _Worker_TransferKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,103 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAttacksNetns is TestAttacks with the workers in a network namespace
+// of their own and the attacker in another, joined by a veth pair: the
+// stranger is on another host as far as the kernel can tell. It needs
+// root and ip (iproute2), so it runs only with TANDEM_NETNS_TESTS=1
+// (.ci/run does).
+func TestAttacksNetns(t *testing.T) {
+	if os.Getenv("TANDEM_NETNS_TESTS") != "1" {
+		t.Skip("set TANDEM_NETNS_TESTS=1 to run the attacks across network namespaces (needs root and ip)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skipf("needs ip (iproute2): %v", err)
+	}
+	if secure.on {
+		t.Skip("runs its own open and protected configurations")
+	}
+	pid := os.Getpid()
+	victimNS, attackerNS := fmt.Sprintf("tdm-atkv-%d", pid), fmt.Sprintf("tdm-atka-%d", pid)
+	devV, devA := fmt.Sprintf("tdmv%d", pid), fmt.Sprintf("tdmx%d", pid)
+	const victimAddr, attackerAddr = "10.231.78.1", "10.231.78.2"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{victimNS, attackerNS} {
+		run("ip", "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	run("ip", "link", "add", devV, "netns", victimNS, "type", "veth", "peer", "name", devA, "netns", attackerNS)
+	for _, e := range []struct{ ns, dev, addr string }{{victimNS, devV, victimAddr}, {attackerNS, devA, attackerAddr}} {
+		run("ip", "-n", e.ns, "addr", "add", e.addr+"/30", "dev", e.dev)
+		run("ip", "-n", e.ns, "link", "set", e.dev, "up")
+		run("ip", "-n", e.ns, "link", "set", "lo", "up")
+	}
+	runAttacks(t, attackNet{
+		victimHost: victimAddr, attackerHost: attackerAddr,
+		start: func(t *testing.T, name, args string) *osProc {
+			return startProcWith(t, name, args, workerReady, []string{"ip", "netns", "exec", victimNS})
+		},
+		dial: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = inNetns(attackerNS, func() error {
+				var d net.Dialer
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+		listen: func(network, addr string) (l net.Listener, err error) {
+			err = inNetns(attackerNS, func() error { l, err = net.Listen(network, addr); return err })
+			return l, err
+		},
+	})
+}
+
+// inNetns runs f on an OS thread switched into namespace ns; sockets f
+// creates stay in ns. The thread switches back before it is released (a
+// thread that cannot is left locked, so the runtime retires it). The same
+// as the serve package's test helper.
+func inNetns(ns string, f func() error) error {
+	target, err := os.Open("/var/run/netns/" + ns)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	runtime.LockOSThread()
+	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer orig.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns %s: %w", ns, err)
+	}
+	ferr := f()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("setns back from %s: %w (thread retired)", ns, err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}

