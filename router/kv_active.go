@@ -42,6 +42,14 @@ type activeLoad struct {
 	unique        int // distinct blocks in flight
 	requests      int
 	prefillTokens int // uncached prompt tokens of requests before their first token
+	prefilling    int // requests before their first token
+	// busyUntil (unix ns) is the router's virtual prefill queue: when the
+	// prefills it placed on the worker should all be done. Each routed
+	// request extends it by its predicted work; each first token corrects
+	// it by that request's error (an engine that batches several prefills
+	// into one step finishes them sooner than one after another), and it
+	// drains when no request is left before its first token.
+	busyUntil int64
 }
 
 func newActiveTracker() *activeTracker {
@@ -63,15 +71,23 @@ func (a *activeTracker) loadFor(w *kvWorker) *activeLoad {
 	return l
 }
 
-// add records a routed request.
-func (a *activeTracker) add(w *kvWorker, hashes []uint64, prefillTokens int) {
+// add records a routed request, and its place in the worker's virtual
+// prefill queue (f's prediction fields).
+func (a *activeTracker) add(w *kvWorker, f *flight, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.loadFor(w)
+	decodes := l.requests - l.prefilling
+	f.decoding = decodes > 0
+	f.work = w.timing.work(max(f.prefillTokens, 1), decodes)
+	f.predStart = max(now, l.busyUntil)
+	f.predFinish = f.predStart + int64(f.work*1e9)
+	l.busyUntil = f.predFinish
 	l.requests++
-	l.prefillTokens += prefillTokens
+	l.prefilling++
+	l.prefillTokens += f.prefillTokens
 	slot := int32(w.slot)
-	for _, h := range hashes {
+	for _, h := range f.hashes {
 		e := a.blocks[h]
 		if e == nil {
 			e = &activeEntry{}
@@ -99,10 +115,19 @@ func refIndex(refs []activeRef, slot int32) int {
 
 // prefillDone records a request's first token: its prompt is computed and
 // its blocks are pinned in the engine's cache until it finishes.
-func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens int) {
+func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens int, predFinish, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.loadFor(w).prefillTokens -= prefillTokens
+	l := a.loadFor(w)
+	l.prefillTokens -= prefillTokens
+	l.prefilling--
+	if l.prefilling <= 0 {
+		l.prefilling, l.busyUntil = 0, now
+	} else {
+		// Whatever this prefill took more or less than predicted, the
+		// ones queued behind it start that much later or sooner.
+		l.busyUntil = max(l.busyUntil+now-predFinish, now)
+	}
 	slot := int32(w.slot)
 	for _, h := range hashes {
 		e := a.blocks[h]
@@ -119,13 +144,21 @@ func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens 
 }
 
 // free records a finished request.
-func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, prefillTokens int) {
+func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, prefillTokens int, work float64, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.loadFor(w)
 	l.requests--
 	if !prefillDone {
+		// Cancelled (or failed) before its first token: its prefill
+		// leaves the queue.
 		l.prefillTokens -= prefillTokens
+		l.prefilling--
+		if l.prefilling <= 0 {
+			l.prefilling, l.busyUntil = 0, now
+		} else {
+			l.busyUntil = max(l.busyUntil-int64(work*1e9), now)
+		}
 	}
 	slot := int32(w.slot)
 	for _, h := range hashes {
@@ -231,6 +264,7 @@ func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 		if c.w.slot < len(a.load) && a.load[c.w.slot].owner == c.w {
 			l := a.load[c.w.slot]
 			c.activeUnique, c.activeRequests, c.activePrefill = l.unique, l.requests, l.prefillTokens
+			c.prefilling, c.busyUntil = l.prefilling, l.busyUntil
 		}
 	}
 }

@@ -19,6 +19,11 @@ type Worker struct {
 	Model string
 	Gen   engine.Generator
 	Info  engine.Info
+	// Timing is the engine's own prefill estimate when the engine runs in
+	// this process (engine/mocker, engine/native; nil otherwise). The ttft
+	// cost prices the worker with it, and learns the rates of workers
+	// without one from their TTFTs.
+	Timing engine.PrefillEstimator
 }
 
 type workerState struct {
@@ -104,6 +109,9 @@ func (r *Router) AddWorker(w Worker) {
 	r.byModel[w.Model] = list
 	r.known[w.Model] = true
 	r.inflight.WithLabelValues(w.ID).Set(0)
+	if wo, ok := r.policy.(WorkerObserver); ok {
+		wo.WorkerAdded(w)
+	}
 }
 
 // RemoveWorker forgets the worker. Requests already routed to it keep their

@@ -172,7 +172,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	r := router.New(policy, prometheus.NewRegistry())
 	for i, e := range engines {
 		id := fmt.Sprint("worker-", i)
-		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: e, Info: e.Info()})
+		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: e, Info: e.Info(), Timing: e})
 		if kv == nil {
 			continue
 		}

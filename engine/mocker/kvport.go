@@ -40,6 +40,14 @@ func (e *Engine) EstimatePrefill(n int) float64 {
 	return e.cfg.stepDuration(e.cfg.Timing.PrefillMs(n)).Seconds()
 }
 
+// EstimateDecodeStep is the timing model's decode step at the current KV
+// usage, in seconds (the router's ttft cost adds it to a prefill admitted
+// while others decode, as the scheduler's step does).
+func (e *Engine) EstimateDecodeStep() float64 {
+	u := float64(e.loadUsedBlocks.Load()) / float64(e.cfg.NumBlocks)
+	return e.cfg.stepDuration(e.cfg.Timing.DecodeMs(min(max(u, 0), 1))).Seconds()
+}
+
 // RunningDecodes implements engine.LoadReporter.
 func (e *Engine) RunningDecodes() int { return int(e.loadRunning.Load()) }
 

@@ -1,0 +1,258 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
+)
+
+// DecodeEstimator is implemented by engines that can tell how long one
+// decode step takes now (engine/mocker, from its timing polynomial at the
+// current KV usage). A prefill admitted while requests decode shares their
+// step, so it finishes one decode step later.
+type DecodeEstimator interface {
+	// EstimateDecodeStep is the current decode step time in seconds;
+	// negative while the engine cannot tell.
+	EstimateDecodeStep() float64
+}
+
+// The learned timing model: TTFT − predicted wait = a + b·n + d·[decodes],
+// n the uncached prompt tokens the engine reported computing, [decodes] 1
+// when the worker was decoding other requests. Fitted by exponentially
+// weighted ridge regression towards a prior, so a worker nobody has
+// measured yet (an upstream vLLM server, a worker in another process) is
+// priced from its first request and its own rates take over as samples
+// arrive.
+const (
+	// The prior is the seeds' Qwen3-0.6B GPU worker (mocker's
+	// Qwen3_0_6BTiming): 13.6 ms + 0.0436 ms per token, decode ≈ 6-34 ms.
+	priorA = 0.0136    // s
+	priorB = 0.0436e-3 // s per token
+	priorD = 0.010     // s
+	// priorWeight is the prior's strength in samples.
+	priorWeight = 2.0
+	// learnDecay weighs the past: about the last 50 samples count.
+	learnDecay = 0.98
+	// Feature scale for n (per thousand tokens), so the normal equations
+	// stay well conditioned.
+	tokScale = 1e-3
+)
+
+// ttft_model_drift thresholds over the last driftWindow first tokens: the
+// mean relative error |observed − predicted| / max(observed, predicted).
+const (
+	ttftDriftWindow  = 32
+	ttftDriftMinimum = 16
+	ttftDriftRaise   = 0.5 // typically off by 2×
+	ttftDriftClear   = 0.3
+)
+
+// Diagnostic codes of the TTFT cost.
+const (
+	DiagTTFTDrift     = "ttft_model_drift"
+	DiagTTFTRecovered = "ttft_model_recovered"
+)
+
+type ttftCoef struct{ a, b, d float64 }
+
+// timingModel predicts one worker's TTFT and checks itself against what
+// the worker then does.
+type timingModel struct {
+	src atomic.Pointer[timingSource]
+
+	coef     atomic.Pointer[ttftCoef] // learned; read by Pick without locks
+	drifting atomic.Bool
+
+	mu sync.Mutex
+	// Weighted normal equations of the fit: s = Σ φφᵀ, r = Σ φ·y.
+	s       [3][3]float64
+	r       [3]float64
+	samples int
+	errs    [ttftDriftWindow]float64
+	errAt   int
+	errN    int
+	errSum  float64
+}
+
+// timingSource is what the worker's engine says about its own speed.
+type timingSource struct {
+	est engine.PrefillEstimator // nil: an engine in another process
+	dec DecodeEstimator
+}
+
+func newTimingModel(src engine.PrefillEstimator) *timingModel {
+	m := &timingModel{}
+	m.setSource(src)
+	m.coef.Store(&ttftCoef{a: priorA, b: priorB, d: priorD})
+	return m
+}
+
+func (m *timingModel) setSource(src engine.PrefillEstimator) {
+	ts := &timingSource{est: src}
+	ts.dec, _ = src.(DecodeEstimator)
+	m.src.Store(ts)
+}
+
+// prefill is the predicted prefill of n uncached tokens on an idle worker.
+func (m *timingModel) prefill(n int) float64 {
+	if est := m.src.Load().est; est != nil {
+		if s := est.EstimatePrefill(n); s >= 0 {
+			return s
+		}
+	}
+	c := m.coef.Load()
+	return c.a + c.b*float64(n)
+}
+
+// decode is what running decodes add to a prefill's step.
+func (m *timingModel) decode() float64 {
+	if dec := m.src.Load().dec; dec != nil {
+		if s := dec.EstimateDecodeStep(); s >= 0 {
+			return s
+		}
+	}
+	return m.coef.Load().d
+}
+
+// work is what a prefill of n tokens adds to the worker's queue.
+func (m *timingModel) work(n, decodes int) float64 {
+	w := m.prefill(n)
+	if decodes > 0 {
+		w += m.decode()
+	}
+	return w
+}
+
+// predict is the candidate's TTFT: the wait before its prefill can start
+// (the router's virtual queue of prefills it placed there) plus the prefill
+// of what the worker will not hold, joined to the decode batch it runs
+// alongside. A worker that only decodes is, on average, half a step into
+// one when the request lands.
+func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) time.Duration {
+	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
+	wait := max(cs.busyUntil-now, 0)
+	decodes := cs.activeRequests - cs.prefilling
+	p := m.work(isl-hit, decodes)
+	if decodes > 0 && wait == 0 && m.src.Load().dec != nil {
+		p += m.decode() / 2
+	}
+	return time.Duration(wait) + time.Duration(p*1e9)
+}
+
+// observe learns from one first token: n uncached tokens (from the
+// engine's cached_tokens), whether the worker was decoding, the wait the
+// router predicted, the predicted and the observed TTFT. It returns the
+// windowed error and whether the drift state changed.
+func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed time.Duration) (errMean float64, raised, cleared bool) {
+	y := max(observed-wait, 0).Seconds()
+	phi := [3]float64{1, float64(n) * tokScale, 0}
+	if decoding {
+		phi[2] = 1
+	}
+	e := math.Abs(observed.Seconds()-predicted.Seconds()) / max(observed.Seconds(), predicted.Seconds(), 1e-6)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range 3 {
+		m.r[i] = learnDecay*m.r[i] + phi[i]*y
+		for j := range 3 {
+			m.s[i][j] = learnDecay*m.s[i][j] + phi[i]*phi[j]
+		}
+	}
+	m.samples++
+	if c, ok := m.solve(); ok {
+		m.coef.Store(&c)
+	}
+	if m.errN == ttftDriftWindow {
+		m.errSum -= m.errs[m.errAt]
+	} else {
+		m.errN++
+	}
+	m.errs[m.errAt] = e
+	m.errAt = (m.errAt + 1) % ttftDriftWindow
+	m.errSum += e
+	errMean = m.errSum / float64(m.errN)
+	switch d := m.drifting.Load(); {
+	case !d && m.errN >= ttftDriftMinimum && errMean > ttftDriftRaise:
+		m.drifting.Store(true)
+		raised = true
+	case d && errMean < ttftDriftClear:
+		m.drifting.Store(false)
+		cleared = true
+	}
+	return errMean, raised, cleared
+}
+
+// solve returns the ridge estimate (S + λI)θ = r + λθ₀, or false when the
+// system is singular. Coefficients are kept physical: a prefill takes time
+// and grows with its tokens.
+func (m *timingModel) solve() (ttftCoef, bool) {
+	prior := [3]float64{priorA, priorB / tokScale, priorD}
+	var a [3][4]float64
+	for i := range 3 {
+		for j := range 3 {
+			a[i][j] = m.s[i][j]
+		}
+		a[i][i] += priorWeight
+		a[i][3] = m.r[i] + priorWeight*prior[i]
+	}
+	for c := range 3 { // Gaussian elimination, partial pivoting
+		p := c
+		for i := c + 1; i < 3; i++ {
+			if math.Abs(a[i][c]) > math.Abs(a[p][c]) {
+				p = i
+			}
+		}
+		if math.Abs(a[p][c]) < 1e-12 {
+			return ttftCoef{}, false
+		}
+		a[c], a[p] = a[p], a[c]
+		for i := range 3 {
+			if i == c {
+				continue
+			}
+			f := a[i][c] / a[c][c]
+			for j := c; j < 4; j++ {
+				a[i][j] -= f * a[c][j]
+			}
+		}
+	}
+	x := [3]float64{a[0][3] / a[0][0], a[1][3] / a[1][1], a[2][3] / a[2][2]}
+	for _, v := range x {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ttftCoef{}, false
+		}
+	}
+	return ttftCoef{a: max(x[0], 0), b: max(x[1]*tokScale, priorB/100), d: max(x[2], 0)}, true
+}
+
+// gradeTTFT checks a first token's TTFT against the prediction made when
+// the request was routed, teaches the worker's model, and raises or clears
+// ttft_model_drift.
+func (k *KV) gradeTTFT(f *flight, cachedTokens int, observed time.Duration) {
+	w := f.w
+	m := w.timing
+	predicted := time.Duration(f.predFinish - f.routedAt.UnixNano())
+	wait := time.Duration(max(f.predStart-f.routedAt.UnixNano(), 0))
+	if predicted <= 0 {
+		return
+	}
+	errMean, raised, cleared := m.observe(max(f.isl-cachedTokens, 1), f.decoding, wait, predicted, observed)
+	k.met.ttftRatio.WithLabelValues(w.id).Observe(observed.Seconds() / predicted.Seconds())
+	k.met.ttftErr.WithLabelValues(w.id).Set(errMean)
+	switch {
+	case raised:
+		k.drifting.Add(1)
+		k.board.Raise(DiagTTFTDrift, w.id, health.Warn,
+			fmt.Sprintf("predicted TTFTs of worker %s are off by %.0f%% on average over its last %d requests; decisions that include it use the weighted cost (--router-cost tandem) until they agree again",
+				w.id, 100*errMean, ttftDriftWindow),
+			"worker", w.id, "mean_relative_error", errMean, "last_predicted_ms", predicted.Milliseconds(), "last_observed_ms", observed.Milliseconds())
+	case cleared:
+		k.drifting.Add(-1)
+		k.board.Clear(DiagTTFTDrift, w.id, DiagTTFTRecovered, "predicted TTFTs agree with the worker again; routing it by predicted TTFT")
+	}
+}
