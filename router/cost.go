@@ -15,8 +15,9 @@ const (
 	// the prefill joins) plus the prefill of the tokens the worker does not
 	// hold, from that worker's timing model (the engine's own estimate when
 	// it runs in this process, otherwise rates learned online from observed
-	// TTFTs and usage, starting from a prior). The cheapest wins; costs
-	// within ttftTieBand of the cheapest are a tie, broken by load. A
+	// TTFTs and usage, starting from a prior), plus the prefill work the
+	// placement adds to that worker (ttftWorkWeight). The cheapest wins;
+	// costs within ttftTieBand of the cheapest are a tie, broken by load. A
 	// worker whose predictions keep missing (ttft_model_drift) makes the
 	// decision fall back to the weighted cost (CostTandem).
 	CostTTFT CostModel = "ttft"
@@ -164,6 +165,18 @@ func (k *KV) spreadTie(sc *pickScratch, ties []int) int {
 // what spreads cold traffic instead of piling it on one worker.
 const ttftTieBand = 0.05
 
+// ttftWorkWeight prices the prefill work a placement adds to the worker,
+// on top of the request's own TTFT: every request that reaches that worker
+// while the prefill runs waits for it. Minimising the TTFT alone is
+// greedy: under load it recomputes a cached 1,500-token prefix on a worker
+// a few milliseconds less busy, whose queue then delays the next requests
+// (and whose cache loses another prefix to the copy). Measured on the seed
+// workload with 8 clients (docs/benchmarks/router.md): weight 0 routed
+// 55-59 of 58-60 re-requests to their prefix, weight 1 all of them, with
+// lower mean TTFT. For cold requests the work is the same everywhere and
+// the weight changes nothing.
+const ttftWorkWeight = 1.0
+
 // ttftCost is CostTTFT.
 type ttftCost struct{}
 
@@ -179,7 +192,9 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 		// its queued prefills are computing now (an engine serves its queue
 		// in order, so they are committed before this request is admitted).
 		cs.overlap = max(cs.overlap, int(sc.pinnedLead[s]), int(sc.activeMatch[s]))
-		cs.logit = cs.w.timing.predict(cs, isl, bs, now).Seconds()
+		ttft, work := cs.w.timing.predict(cs, isl, bs, now)
+		cs.logit = ttft.Seconds() + ttftWorkWeight*work
+		cs.ttft = ttft
 	}
 }
 

@@ -71,23 +71,32 @@ func (a *activeTracker) loadFor(w *kvWorker) *activeLoad {
 	return l
 }
 
-// add records a routed request, and its place in the worker's virtual
-// prefill queue (f's prediction fields).
-func (a *activeTracker) add(w *kvWorker, f *flight, now int64) {
+// reserve records a request the policy just chose the worker for, and its
+// place in the worker's virtual prefill queue (f's prediction fields). It
+// runs inside the decision, so concurrent decisions see each other's load;
+// the blocks follow with addBlocks once the router confirms the route.
+func (a *activeTracker) reserve(w *kvWorker, f *flight, bs int, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.loadFor(w)
 	decodes := l.requests - l.prefilling
 	f.decoding = decodes > 0
-	f.work = w.timing.work(max(f.prefillTokens, 1), decodes)
 	f.predStart = max(now, l.busyUntil)
+	f.work = w.timing.work(max(f.prefillTokens, 1), decodes, l.unique*bs+f.isl, f.predStart == now)
 	f.predFinish = f.predStart + int64(f.work*1e9)
 	l.busyUntil = f.predFinish
 	l.requests++
 	l.prefilling++
 	l.prefillTokens += f.prefillTokens
+}
+
+// addBlocks records the blocks of a reserved request.
+func (a *activeTracker) addBlocks(w *kvWorker, hashes []uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.loadFor(w)
 	slot := int32(w.slot)
-	for _, h := range f.hashes {
+	for _, h := range hashes {
 		e := a.blocks[h]
 		if e == nil {
 			e = &activeEntry{}

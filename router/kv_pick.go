@@ -36,6 +36,7 @@ type candScore struct {
 	activePrefill  int
 	prefilling     int   // requests before their first token
 	busyUntil      int64 // unix ns: when the router's virtual prefill queue drains
+	ttft           time.Duration // predicted (ttft cost)
 	logit          float64
 }
 
@@ -207,8 +208,35 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	best := k.choose(sc, cost)
 	c := sc.cands[best]
 	predicted := min(c.overlap, max(isl-1, 0)/bs) // an engine recomputes the last prompt token
+	k.reserve(req, c.w, predicted*bs, now)
 	k.met.observePick(c.st, time.Since(start))
 	return Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs}, nil
+}
+
+// reserve places the chosen request's load on w before Pick returns, as
+// Dynamo's scheduler does when it selects a worker: decisions made
+// concurrently must not all see the same idle worker. Routed confirms it
+// (and adds the blocks); a route the router abandons ends with Finished.
+func (k *KV) reserve(req *Request, w *kvWorker, predictedTokens int, now time.Time) *flight {
+	isl := len(req.Tokens)
+	f := &flight{w: w, isl: isl, predicted: predictedTokens / k.cfg.BlockSize,
+		prefillTokens: max(isl-predictedTokens, 0), routedAt: now}
+	k.mu.Lock()
+	old := k.flights[req]
+	k.flights[req] = f
+	k.mu.Unlock()
+	nowNs := now.UnixNano()
+	k.mu.RLock()
+	if old != nil && k.slots[old.w.slot] == old.w {
+		// Re-routed (a retry) before the first route finished: that one
+		// is over as far as load goes.
+		k.active.free(old.w, old.hashes, old.firstDone, old.prefillTokens, old.work, nowNs)
+	}
+	if k.slots[w.slot] == w {
+		k.active.reserve(w, f, k.cfg.BlockSize, nowNs)
+	}
+	k.mu.RUnlock()
+	return f
 }
 
 // fill copies a lookup's answer into a by-slot array.
@@ -339,30 +367,25 @@ func (k *KV) softmax(cs []candScore) int {
 }
 
 // Routed implements Observer: the decision becomes in-flight load and an
-// approximate record.
+// approximate record. A decision this policy's Pick made is already
+// reserved; any other (a caller routing by hand) is reserved here.
 func (k *KV) Routed(req *Request, d Decision) {
 	w := k.workerFor(d.WorkerID)
 	var h kvindex.Hasher
 	hashes := h.Append(nil, 0, false, req.Tokens, k.cfg.BlockSize)
-	isl := len(req.Tokens)
-	now := k.cfg.Now()
-	f := &flight{w: w, hashes: hashes, isl: isl, predicted: d.PredictedCachedTokens / k.cfg.BlockSize,
-		prefillTokens: max(isl-d.PredictedCachedTokens, 0), routedAt: now}
 	if len(hashes) > 0 {
 		_ = k.approx.Store(w.id, hashes)
 	}
-	k.mu.Lock()
-	old := k.flights[req]
-	k.flights[req] = f
-	k.mu.Unlock()
 	k.mu.RLock()
-	if old != nil && k.slots[old.w.slot] == old.w {
-		// Re-routed (a retry) before the first route finished: that one
-		// is over as far as load goes.
-		k.active.free(old.w, old.hashes, old.firstDone, old.prefillTokens, old.work, now.UnixNano())
+	f := k.flights[req]
+	k.mu.RUnlock()
+	if f == nil || f.w != w || f.hashes != nil {
+		f = k.reserve(req, w, d.PredictedCachedTokens, k.cfg.Now())
 	}
+	k.mu.RLock()
 	if k.slots[w.slot] == w {
-		k.active.add(w, f, now.UnixNano())
+		f.hashes = hashes
+		k.active.addBlocks(w, hashes)
 	}
 	k.mu.RUnlock()
 }

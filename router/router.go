@@ -213,6 +213,10 @@ func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
 	s, ok := r.workers[d.WorkerID]
 	if !ok {
 		r.mu.Unlock()
+		if r.observer != nil {
+			// The policy may have placed the request's load already.
+			r.observer.Finished(req, d.WorkerID)
+		}
 		return nil, fmt.Errorf("%w: policy chose unknown worker %q", ErrNoWorker, d.WorkerID)
 	}
 	s.active++

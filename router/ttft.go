@@ -12,13 +12,14 @@ import (
 )
 
 // DecodeEstimator is implemented by engines that can tell how long one
-// decode step takes now (engine/mocker, from its timing polynomial at the
-// current KV usage). A prefill admitted while requests decode shares their
-// step, so it finishes one decode step later.
+// decode step takes (engine/mocker, from its timing polynomial). A prefill
+// admitted while requests decode shares their step, so it finishes one
+// decode step later.
 type DecodeEstimator interface {
-	// EstimateDecodeStep is the current decode step time in seconds;
-	// negative while the engine cannot tell.
-	EstimateDecodeStep() float64
+	// EstimateDecodeStep is the decode step time in seconds with
+	// activeTokens tokens of KV in use; negative while the engine cannot
+	// tell.
+	EstimateDecodeStep(activeTokens int) float64
 }
 
 // The learned timing model: TTFT − predicted wait = a + b·n + d·[decodes],
@@ -109,21 +110,29 @@ func (m *timingModel) prefill(n int) float64 {
 	return c.a + c.b*float64(n)
 }
 
-// decode is what running decodes add to a prefill's step.
-func (m *timingModel) decode() float64 {
+// decode is what running decodes add to a prefill's step, with
+// activeTokens tokens of KV in use.
+func (m *timingModel) decode(activeTokens int) float64 {
 	if dec := m.src.Load().dec; dec != nil {
-		if s := dec.EstimateDecodeStep(); s >= 0 {
+		if s := dec.EstimateDecodeStep(activeTokens); s >= 0 {
 			return s
 		}
 	}
 	return m.coef.Load().d
 }
 
-// work is what a prefill of n tokens adds to the worker's queue.
-func (m *timingModel) work(n, decodes int) float64 {
+// work is how long a prefill of n tokens takes once the worker starts it,
+// while decodes requests decode with activeTokens tokens of KV in use. The
+// first prefill of an empty queue also waits, on average, for half of the
+// decode step in progress when it lands.
+func (m *timingModel) work(n, decodes, activeTokens int, first bool) float64 {
 	w := m.prefill(n)
 	if decodes > 0 {
-		w += m.decode()
+		d := m.decode(activeTokens)
+		w += d
+		if first && m.src.Load().dec != nil {
+			w += d / 2
+		}
 	}
 	return w
 }
@@ -133,15 +142,12 @@ func (m *timingModel) work(n, decodes int) float64 {
 // of what the worker will not hold, joined to the decode batch it runs
 // alongside. A worker that only decodes is, on average, half a step into
 // one when the request lands.
-func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) time.Duration {
+func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) (ttft time.Duration, prefill float64) {
 	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
 	wait := max(cs.busyUntil-now, 0)
 	decodes := cs.activeRequests - cs.prefilling
-	p := m.work(isl-hit, decodes)
-	if decodes > 0 && wait == 0 && m.src.Load().dec != nil {
-		p += m.decode() / 2
-	}
-	return time.Duration(wait) + time.Duration(p*1e9)
+	p := m.work(isl-hit, decodes, cs.activeUnique*bs+isl, wait == 0)
+	return time.Duration(wait) + time.Duration(p*1e9), m.prefill(isl - hit)
 }
 
 // observe learns from one first token: n uncached tokens (from the

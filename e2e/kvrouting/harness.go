@@ -69,6 +69,11 @@ type Result struct {
 	Requests   int
 	Rerequests int
 	Hits       int // re-requests whose whole prefix the engine had cached
+	// Computing counts the re-requests routed while their prefix's first
+	// request had not produced its first token yet (the prefix was still
+	// being computed somewhere); ComputingHits, those of them that hit.
+	// Hits − ComputingHits of Rerequests − Computing are the others.
+	Computing, ComputingHits int
 	PerRound   []int
 	PerWorker  map[string]int
 	// TTFTs are wall-clock times multiplied by Speedup (simulated model
@@ -90,7 +95,8 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v)", r.Hits, r.Rerequests, r.PerRound, r.PerWorker)
+	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v; routed while their prefix was being computed: %d, of which %d hit)",
+		r.Hits, r.Rerequests, r.PerRound, r.PerWorker, r.Computing, r.ComputingHits)
 }
 
 type request struct {
@@ -231,8 +237,12 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			}
 		}()
 	}
+	prefixDone := make([]bool, sc.Prefixes)
 	do := func(n int, q request) error {
 		req := &router.Request{ID: fmt.Sprint("req-", n), Model: "m", Tokens: q.tokens}
+		mu.Lock()
+		computing := q.rerequest && !prefixDone[q.prefix]
+		mu.Unlock()
 		rt, err := r.Route(req)
 		if err != nil {
 			return fmt.Errorf("route %d: %w", n, err)
@@ -255,6 +265,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			return fmt.Errorf("first token %d: %w", n, err)
 		}
 		ttft := time.Since(t0) * scale
+		mu.Lock()
+		prefixDone[q.prefix] = true
+		mu.Unlock()
 		rt.FirstToken(d.CachedTokens)
 		for err == nil && d.Finish == engine.FinishNone {
 			d, err = st.Recv()
@@ -272,8 +285,14 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		}
 		if q.rerequest {
 			res.Rerequests++
+			if computing {
+				res.Computing++
+			}
 			if d.CachedTokens >= full {
 				res.Hits++
+				if computing {
+					res.ComputingHits++
+				}
 				res.PerRound[q.round]++
 				hitT += ttft
 				nHit++
