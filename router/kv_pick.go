@@ -34,8 +34,8 @@ type candScore struct {
 	activeUnique   int
 	activeRequests int
 	activePrefill  int
-	prefilling     int   // requests before their first token
-	busyUntil      int64 // unix ns: when the router's virtual prefill queue drains
+	prefilling     int           // requests before their first token
+	busyUntil      int64         // unix ns: when the router's virtual prefill queue drains
 	ttft           time.Duration // predicted (ttft cost)
 	logit          float64
 }

@@ -74,8 +74,8 @@ type Result struct {
 	// being computed somewhere); ComputingHits, those of them that hit.
 	// Hits − ComputingHits of Rerequests − Computing are the others.
 	Computing, ComputingHits int
-	PerRound   []int
-	PerWorker  map[string]int
+	PerRound                 []int
+	PerWorker                map[string]int
 	// TTFTs are wall-clock times multiplied by Speedup (simulated model
 	// time; Go overheads are magnified by the same factor). TTFT is over
 	// all requests, Hit/Miss over re-requests.
