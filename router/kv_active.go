@@ -82,7 +82,7 @@ func (a *activeTracker) reserve(w *kvWorker, f *flight, bs int, now int64) {
 	decodes := l.requests - l.prefilling
 	f.decoding = decodes > 0
 	f.predStart = max(now, l.busyUntil)
-	f.work = w.timing.work(max(f.prefillTokens, 1), decodes, l.unique*bs+f.isl, f.predStart == now)
+	f.work, _ = w.timing.estimate(max(f.prefillTokens, 1), decodes, l.unique*bs+f.isl, f.predStart == now)
 	f.predFinish = f.predStart + int64(f.work*1e9)
 	l.busyUntil = f.predFinish
 	l.requests++

@@ -99,55 +99,46 @@ func (m *timingModel) setSource(src engine.PrefillEstimator) {
 	m.src.Store(ts)
 }
 
-// prefill is the predicted prefill of n uncached tokens on an idle worker.
-func (m *timingModel) prefill(n int) float64 {
-	if est := m.src.Load().est; est != nil {
-		if s := est.EstimatePrefill(n); s >= 0 {
-			return s
-		}
-	}
-	c := m.coef.Load()
-	return c.a + c.b*float64(n)
-}
-
-// decode is what running decodes add to a prefill's step, with
-// activeTokens tokens of KV in use.
-func (m *timingModel) decode(activeTokens int) float64 {
-	if dec := m.src.Load().dec; dec != nil {
-		if s := dec.EstimateDecodeStep(activeTokens); s >= 0 {
-			return s
-		}
-	}
-	return m.coef.Load().d
-}
-
-// work is how long a prefill of n tokens takes once the worker starts it,
-// while decodes requests decode with activeTokens tokens of KV in use. The
+// estimate is how long a prefill of n uncached tokens takes once the
+// worker starts it (total), while decodes requests decode with
+// activeTokens tokens of KV in use, and its prefill part alone (pre). The
 // first prefill of an empty queue also waits, on average, for half of the
-// decode step in progress when it lands.
-func (m *timingModel) work(n, decodes, activeTokens int, first bool) float64 {
-	w := m.prefill(n)
-	if decodes > 0 {
-		d := m.decode(activeTokens)
-		w += d
-		if first && m.src.Load().dec != nil {
-			w += d / 2
-		}
+// decode step in progress when it lands. One function for the decision
+// and the queue, reading the model once: it runs for every candidate.
+func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total, pre float64) {
+	src, c := m.src.Load(), m.coef.Load()
+	pre = -1
+	if src.est != nil {
+		pre = src.est.EstimatePrefill(n)
 	}
-	return w
+	if pre < 0 {
+		pre = c.a + c.b*float64(n)
+	}
+	total = pre
+	if decodes > 0 {
+		d := -1.0
+		if src.dec != nil {
+			if d = src.dec.EstimateDecodeStep(activeTokens); d >= 0 && first {
+				total += d / 2
+			}
+		}
+		if d < 0 {
+			d = c.d // the learned step term absorbs the wait for the step in progress
+		}
+		total += d
+	}
+	return total, pre
 }
 
 // predict is the candidate's TTFT: the wait before its prefill can start
 // (the router's virtual queue of prefills it placed there) plus the prefill
 // of what the worker will not hold, joined to the decode batch it runs
-// alongside. A worker that only decodes is, on average, half a step into
-// one when the request lands.
+// alongside; and that prefill's own time.
 func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) (ttft time.Duration, prefill float64) {
 	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
 	wait := max(cs.busyUntil-now, 0)
-	decodes := cs.activeRequests - cs.prefilling
-	p := m.work(isl-hit, decodes, cs.activeUnique*bs+isl, wait == 0)
-	return time.Duration(wait) + time.Duration(p*1e9), m.prefill(isl - hit)
+	total, pre := m.estimate(isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
+	return time.Duration(wait) + time.Duration(total*1e9), pre
 }
 
 // observe learns from one first token: n uncached tokens (from the

@@ -74,6 +74,11 @@ type Result struct {
 	// being computed somewhere); ComputingHits, those of them that hit.
 	// Hits − ComputingHits of Rerequests − Computing are the others.
 	Computing, ComputingHits int
+	// Of the misses not routed while computing: RoutedAway were sent to a
+	// worker the router did not expect to hold the prefix; the rest were
+	// sent to one it expected to (the engine had evicted or not yet
+	// committed it).
+	RoutedAway int
 	PerRound                 []int
 	PerWorker                map[string]int
 	// TTFTs are wall-clock times multiplied by Speedup (simulated model
@@ -95,8 +100,8 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v; routed while their prefix was being computed: %d, of which %d hit)",
-		r.Hits, r.Rerequests, r.PerRound, r.PerWorker, r.Computing, r.ComputingHits)
+	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v; routed while their prefix was being computed: %d, of which %d hit; other misses routed away from the prefix: %d)",
+		r.Hits, r.Rerequests, r.PerRound, r.PerWorker, r.Computing, r.ComputingHits, r.RoutedAway)
 }
 
 type request struct {
@@ -299,6 +304,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			} else {
 				missT += ttft
 				nMiss++
+				if !computing && rt.Decision.PredictedCachedTokens < full {
+					res.RoutedAway++
+				}
 			}
 		}
 		return nil
