@@ -79,8 +79,8 @@ type Result struct {
 	// sent to one it expected to (the engine had evicted or not yet
 	// committed it).
 	RoutedAway int
-	PerRound                 []int
-	PerWorker                map[string]int
+	PerRound   []int
+	PerWorker  map[string]int
 	// TTFTs are wall-clock times multiplied by Speedup (simulated model
 	// time; Go overheads are magnified by the same factor). TTFT is over
 	// all requests, Hit/Miss over re-requests.
