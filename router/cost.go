@@ -184,6 +184,7 @@ func (ttftCost) model() CostModel { return CostTTFT }
 
 func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	bs := k.cfg.BlockSize
+	deepest := 0
 	for i := range sc.cands {
 		cs := &sc.cands[i]
 		s := int32(cs.w.slot)
@@ -192,9 +193,19 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 		// its queued prefills are computing now (an engine serves its queue
 		// in order, so they are committed before this request is admitted).
 		cs.overlap = max(cs.overlap, int(sc.pinnedLead[s]), int(sc.activeMatch[s]))
+		deepest = max(deepest, cs.overlap)
+	}
+	// A copy of a prefix that most of the traffic in flight shares (a
+	// system prompt) is an investment, not a cost: the requests behind it
+	// hit it. The work term is discounted by that share.
+	weight := ttftWorkWeight
+	if deepest > 0 && sc.inFlight > 0 {
+		weight *= 1 - min(float64(sc.inFlightSharing(deepest))/float64(sc.inFlight), 1)
+	}
+	for i := range sc.cands {
+		cs := &sc.cands[i]
 		ttft, work := cs.w.timing.predict(cs, isl, bs, now)
-		cs.logit = ttft.Seconds() + ttftWorkWeight*work
-		cs.ttft = ttft
+		cs.logit = ttft.Seconds() + weight*work
 	}
 }
 

@@ -17,6 +17,8 @@ type activeTracker struct {
 	mu     sync.Mutex
 	blocks map[uint64]*activeEntry
 	load   []activeLoad // by worker slot
+	// requests is the sum of every worker's requests in flight.
+	requests int
 }
 
 // activeEntry is one block in flight. fp and pfp fingerprint the set of
@@ -86,6 +88,7 @@ func (a *activeTracker) reserve(w *kvWorker, f *flight, bs int, now int64) {
 	f.predFinish = f.predStart + int64(f.work*1e9)
 	l.busyUntil = f.predFinish
 	l.requests++
+	a.requests++
 	l.prefilling++
 	l.prefillTokens += f.prefillTokens
 }
@@ -158,6 +161,7 @@ func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, pre
 	defer a.mu.Unlock()
 	l := a.loadFor(w)
 	l.requests--
+	a.requests--
 	if !prefillDone {
 		// Cancelled (or failed) before its first token: its prefill
 		// leaves the queue.
@@ -227,6 +231,7 @@ func (a *activeTracker) dropWorker(slot int) {
 			}
 		}
 	}
+	a.requests -= a.load[slot].requests
 	a.load[slot] = activeLoad{}
 }
 
@@ -242,11 +247,18 @@ func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 	defer a.mu.Unlock()
 	var run *activeEntry
 	runStart := 0
+	sc.runs = sc.runs[:0]
+	sc.inFlight = a.requests
 	flush := func(end int) {
 		if run == nil {
 			return
 		}
 		n := int32(end - runStart)
+		reqs := 0
+		for _, r := range run.refs {
+			reqs += int(r.n)
+		}
+		sc.runs = append(sc.runs, activeRun{start: int32(runStart), end: int32(end), requests: int32(reqs)})
 		for _, r := range run.refs {
 			s := r.slot
 			if int(s) >= len(sc.activeMatch) {
@@ -276,6 +288,21 @@ func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 			c.prefilling, c.busyUntil = l.prefilling, l.busyUntil
 		}
 	}
+}
+
+// activeRun is a run of a request's blocks in flight on the same workers,
+// with the number of in-flight requests that contain them.
+type activeRun struct{ start, end, requests int32 }
+
+// inFlightSharing is how many requests in flight contain the request's
+// first depth blocks (after score).
+func (sc *pickScratch) inFlightSharing(depth int) int {
+	for _, r := range sc.runs {
+		if int(r.start) < depth && depth <= int(r.end) {
+			return int(r.requests)
+		}
+	}
+	return 0
 }
 
 // totals returns the whole tracker's counts, for tests.

@@ -34,9 +34,8 @@ type candScore struct {
 	activeUnique   int
 	activeRequests int
 	activePrefill  int
-	prefilling     int           // requests before their first token
-	busyUntil      int64         // unix ns: when the router's virtual prefill queue drains
-	ttft           time.Duration // predicted (ttft cost)
+	prefilling     int   // requests before their first token
+	busyUntil      int64 // unix ns: when the router's virtual prefill queue drains
 	logit          float64
 }
 
@@ -54,6 +53,8 @@ type pickScratch struct {
 	cands       []candScore
 	ties        []int
 	ws          []*kvWorker
+	runs        []activeRun // the request's in-flight runs (activeTracker.score)
+	inFlight    int         // requests in flight on every worker
 }
 
 func (k *KV) scratch(slots int) *pickScratch {

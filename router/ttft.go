@@ -253,3 +253,39 @@ func (k *KV) gradeTTFT(f *flight, cachedTokens int, observed time.Duration) {
 		k.board.Clear(DiagTTFTDrift, w.id, DiagTTFTRecovered, "predicted TTFTs agree with the worker again; routing it by predicted TTFT")
 	}
 }
+
+// TTFTModelState is a worker's TTFT model as it stands, for tests and
+// operators.
+type TTFTModelState struct {
+	// Engine is true when the worker's engine estimates its own prefill.
+	Engine bool
+	// Learned rates: TTFT − wait ≈ Base + PerToken·uncached + Decode·[decoding].
+	Base, PerToken, Decode time.Duration
+	Samples                int
+	// MeanError is the mean relative error of the last 32 predictions.
+	MeanError float64
+	Drifting  bool
+}
+
+// TTFTModel returns the worker's TTFT model state (false for an unknown
+// worker).
+func (k *KV) TTFTModel(id string) (TTFTModelState, bool) {
+	k.mu.RLock()
+	w := k.workers[id]
+	k.mu.RUnlock()
+	if w == nil {
+		return TTFTModelState{}, false
+	}
+	m := w.timing
+	c := m.coef.Load()
+	st := TTFTModelState{Engine: m.src.Load().est != nil, Base: secs(c.a), PerToken: secs(c.b), Decode: secs(c.d), Drifting: m.drifting.Load()}
+	m.mu.Lock()
+	st.Samples = m.samples
+	if m.errN > 0 {
+		st.MeanError = m.errSum / float64(m.errN)
+	}
+	m.mu.Unlock()
+	return st, true
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * 1e9) }
