@@ -223,6 +223,9 @@ type KV struct {
 	// for them only while there are some.
 	drifting atomic.Int32
 
+	// decideMu serializes the load-dependent part of a decision.
+	decideMu sync.Mutex
+
 	rngMu  sync.Mutex
 	rng    *rand.Rand
 	rotate uint64 // tie rotation of the tandem cost

@@ -178,6 +178,12 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	if len(sc.cands) == 0 {
 		return Decision{}, ErrKVEventsMissing
 	}
+	// From reading the load to placing this request's share of it, one
+	// decision at a time: concurrent decisions that all read the same
+	// idle worker all pick it (a burst of arrivals lands on one worker).
+	k.decideMu.Lock()
+	now = k.cfg.Now() // after any wait for the lock
+	nowNs = now.UnixNano()
 	k.active.score(hashes, sc)
 
 	isl := len(req.Tokens)
@@ -210,6 +216,7 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	c := sc.cands[best]
 	predicted := min(c.overlap, max(isl-1, 0)/bs) // an engine recomputes the last prompt token
 	k.reserve(req, c.w, predicted*bs, now)
+	k.decideMu.Unlock()
 	k.met.observePick(c.st, time.Since(start))
 	return Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs}, nil
 }
