@@ -15,7 +15,7 @@ import (
 // decode step = dec (seconds).
 type fakeTiming struct{ base, perTok, dec float64 }
 
-func (f fakeTiming) EstimatePrefill(n int) float64   { return f.base + f.perTok*float64(n) }
+func (f fakeTiming) EstimatePrefill(n int) float64  { return f.base + f.perTok*float64(n) }
 func (f fakeTiming) EstimateDecodeStep(int) float64 { return f.dec }
 
 // fakeClock is a settable clock.
