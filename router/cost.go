@@ -206,6 +206,11 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 		cs := &sc.cands[i]
 		ttft, work := cs.w.timing.predict(cs, isl, bs, now)
 		cs.logit = ttft.Seconds() + weight*work
+		if full := cs.w.timing.kvFull(cs.activeUnique*bs + isl - cs.overlap*bs); full > 0 {
+			// A worker out of KV memory only if every one is, the least
+			// full first.
+			cs.logit += 1e3 * (1 + full)
+		}
 	}
 }
 

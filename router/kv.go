@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/kvindex"
@@ -218,7 +217,7 @@ type KV struct {
 
 	// timings holds each worker's timing source (WorkerAdded), kept
 	// across AddWorker's re-registration; guarded by mu.
-	timings map[string]engine.PrefillEstimator
+	timings map[string]Worker
 	// drifting counts workers in ttft_model_drift, so that decisions look
 	// for them only while there are some.
 	drifting atomic.Int32
@@ -259,7 +258,7 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 		board:   cfg.Board,
 		workers: map[string]*kvWorker{},
 		flights: map[*Request]*flight{},
-		timings: map[string]engine.PrefillEstimator{},
+		timings: map[string]Worker{},
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 	}
 	if k.cost, err = newCost(cfg.Cost); err != nil {
@@ -428,15 +427,11 @@ func (k *KV) WorkerRemoved(id string) {
 // any other is priced by rates learned from its TTFTs.
 func (k *KV) WorkerAdded(w Worker) {
 	k.mu.Lock()
-	if w.Timing != nil {
-		k.timings[w.ID] = w.Timing
-	} else {
-		delete(k.timings, w.ID)
-	}
+	k.timings[w.ID] = w
 	kw := k.workers[w.ID]
 	k.mu.Unlock()
 	if kw != nil {
-		kw.timing.setSource(w.Timing)
+		kw.timing.setSource(w.Timing, w.Info.KVCapacityTokens)
 	}
 }
 
@@ -497,7 +492,8 @@ func (k *KV) newWorkerLocked(id string) *kvWorker {
 		slot = len(k.slots)
 		k.slots = append(k.slots, nil)
 	}
-	w := newKVWorker(k, id, slot, k.timings[id])
+	tw := k.timings[id]
+	w := newKVWorker(k, id, slot, tw.Timing, tw.Info.KVCapacityTokens)
 	k.lastIDs, k.lastWs = nil, nil
 	k.gen++
 	k.workers[id] = w

@@ -83,8 +83,9 @@ type kvWorker struct {
 	ingestNext uint64
 }
 
-func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator) *kvWorker {
+func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator, capacityTokens int) *kvWorker {
 	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting, timing: newTimingModel(timing)}
+	w.timing.setSource(timing, capacityTokens)
 	w.acc.init(k.cfg.DriftWindow)
 	if k.events == nil {
 		w.state.Store(int32(healthApprox))

@@ -84,20 +84,41 @@ type timingModel struct {
 type timingSource struct {
 	est engine.PrefillEstimator // nil: an engine in another process
 	dec DecodeEstimator
+	// capacity is the worker's KV cache in tokens (0: unknown).
+	capacity int
 }
 
 func newTimingModel(src engine.PrefillEstimator) *timingModel {
 	m := &timingModel{}
-	m.setSource(src)
+	m.setSource(src, 0)
 	m.coef.Store(&ttftCoef{a: priorA, b: priorB, d: priorD})
 	return m
 }
 
-func (m *timingModel) setSource(src engine.PrefillEstimator) {
-	ts := &timingSource{est: src}
+func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int) {
+	ts := &timingSource{est: src, capacity: max(capacityTokens, 0)}
 	ts.dec, _ = src.(DecodeEstimator)
 	m.src.Store(ts)
 }
+
+// kvFull is how far a request would take the worker's KV memory beyond
+// ttftMemoryHigh of its capacity, in capacities (0 when it fits or the
+// capacity is unknown). An engine whose running requests hold its memory
+// admits nothing new until some finish, and preempts (recomputes) the
+// newest when decodes outgrow it (vLLM's scheduler; the mocker's): the
+// timing model cannot price that wait, so the cost treats it as a limit.
+func (m *timingModel) kvFull(activeTokens int) float64 {
+	c := m.src.Load().capacity
+	if c <= 0 {
+		return 0
+	}
+	return max(float64(activeTokens)/float64(c)-ttftMemoryHigh, 0)
+}
+
+// ttftMemoryHigh is the share of a worker's KV capacity above which the
+// ttft cost treats it as full; the rest is headroom for the running
+// requests' outputs.
+const ttftMemoryHigh = 0.9
 
 // estimate is how long a prefill of n uncached tokens takes once the
 // worker starts it (total), while decodes requests decode with

@@ -75,7 +75,7 @@ func TestTTFTModelLearnsFromPrior(t *testing.T) {
 		}
 	}
 	// An engine's own estimate wins over the learned rates.
-	m.setSource(fakeTiming{base: 0.001, perTok: 1e-6, dec: 0.002})
+	m.setSource(fakeTiming{base: 0.001, perTok: 1e-6, dec: 0.002}, 0)
 	if _, got := m.estimate(1000, 0, 0, true); math.Abs(got-0.002) > 1e-12 {
 		t.Errorf("engine prefill %v, want 0.002", got)
 	}

@@ -55,6 +55,8 @@ type FleetResult struct {
 	CachedTokens, Prompts int // engine-reported cached tokens, prompt tokens
 	Elapsed               time.Duration
 	Diagnostics           []health.Diagnostic
+	// Preemptions sums the engines' vllm:num_preemptions_total.
+	Preemptions int
 	// TTFTModels is each worker's TTFT model at the end (ttft cost).
 	TTFTModels map[string]router.TTFTModelState
 }
@@ -104,6 +106,7 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		defer kv.Close()
 	}
 	r := router.New(policy, prometheus.NewRegistry())
+	var engRegs []*prometheus.Registry
 	for i := range sc.Workers {
 		e, err := mocker.New(mocker.Config{
 			Model: "m", Seed: sc.Seed + uint64(i), BlockSize: BlockSize, KVCapacityTokens: sc.KVCapacity,
@@ -115,6 +118,11 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 			return res, fmt.Errorf("worker %d: %w", i, err)
 		}
 		defer e.Close()
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(e.Collector()); err != nil {
+			return res, err
+		}
+		engRegs = append(engRegs, reg)
 		id := fmt.Sprint("worker-", i)
 		res.PerWorker[id] = 0
 		if kv != nil {
@@ -219,6 +227,19 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		res.P50, res.P90, res.P99 = res.TTFTs[n/2], res.TTFTs[n*9/10], res.TTFTs[min(n*99/100, n-1)]
 	}
 	res.Diagnostics = board.Active()
+	for _, reg := range engRegs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return res, err
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "vllm:num_preemptions_total" {
+				for _, m := range mf.GetMetric() {
+					res.Preemptions += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
 	if kv != nil {
 		res.TTFTModels = map[string]router.TTFTModelState{}
 		for id := range res.PerWorker {

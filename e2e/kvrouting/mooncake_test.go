@@ -73,6 +73,7 @@ func BenchmarkMooncake(b *testing.B) {
 				b.ReportMetric(100*float64(res.CachedTokens)/float64(res.Prompts), "cached-%")
 				b.ReportMetric(100*hi, "max-share-%")
 				b.ReportMetric(100*lo, "min-share-%")
+				b.ReportMetric(float64(res.Preemptions), "preemptions")
 				b.Logf("%s: %d requests in %v; per worker %v; diagnostics %d", cost, len(res.TTFTs), res.Elapsed.Round(time.Millisecond), res.PerWorker, len(res.Diagnostics))
 			}
 		})
