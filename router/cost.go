@@ -174,7 +174,9 @@ const ttftTieBand = 0.05
 // workload with 8 clients (docs/benchmarks/router.md): weight 0 routed
 // 55-59 of 58-60 re-requests to their prefix, weight 1 all of them, with
 // lower mean TTFT. For cold requests the work is the same everywhere and
-// the weight changes nothing.
+// the weight changes nothing. The weight is discounted by the share of
+// in-flight requests that share the prefix (score): copying a prefix all
+// traffic needs is what spreads a shared system prompt over the workers.
 const ttftWorkWeight = 1.0
 
 // ttftCost is CostTTFT.
@@ -206,7 +208,11 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 		cs := &sc.cands[i]
 		ttft, work := cs.w.timing.predict(cs, isl, bs, now)
 		cs.logit = ttft.Seconds() + weight*work
-		if full := cs.w.timing.kvFull(cs.activeUnique*bs + isl - cs.overlap*bs); full > 0 {
+		// Its blocks join the worker's running set unless a request in
+		// flight there holds them already (cached blocks are reactivated,
+		// not shared).
+		inFlight := min(int(sc.activeMatch[cs.w.slot]), isl/bs)
+		if full := cs.w.timing.kvFull(cs.activeUnique*bs + isl - inFlight*bs); full > 0 {
 			// A worker out of KV memory only if every one is, the least
 			// full first.
 			cs.logit += 1e3 * (1 + full)

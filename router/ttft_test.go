@@ -289,3 +289,27 @@ func collectText(t *testing.T, f *kvFixture) string {
 	}
 	return b.String()
 }
+
+// TestTTFTCostAvoidsFullKV: a worker whose running requests would leave no
+// KV memory for this one is avoided even though it holds the prefix (it
+// could only admit it after some finish, or preempt).
+func TestTTFTCostAvoidsFullKV(t *testing.T) {
+	f, _ := newTTFTFixture(t, 2, CostTTFT, fakeTiming{base: 0.0136, perTok: 0.0436e-3, dec: 0.010})
+	for _, w := range f.r.Workers() {
+		w.Info.KVCapacityTokens = 2000 * tbs
+		f.r.AddWorker(w)
+	}
+	pre := prompt(7, 375)
+	f.ingest(t, "w0", 0, storedEvent(pre, 1))
+	req := &Request{Model: "m", Tokens: prompt(20, 1500)} // 1,500 blocks decoding on w0
+	f.kv.Routed(req, Decision{WorkerID: "w0"})
+	f.kv.FirstToken(req, "w0", 0)
+	d, err := f.kv.Pick(&Request{Model: "m", Tokens: append(append(prompt(7, 375)[:0:0], pre...), prompt(8, 6)...)},
+		[]Candidate{{ID: "w0"}, {ID: "w1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.WorkerID != "w1" {
+		t.Fatalf("chose %s: 1,500 + 381 of 2,000 blocks is past 90%% of w0's KV", d.WorkerID)
+	}
+}
