@@ -58,8 +58,9 @@ type kvWorker struct {
 
 	endpoint, replay string
 	blockSize        int
-	// timing predicts the worker's TTFT (the ttft cost).
-	timing *timingModel
+	// timing predicts the worker's TTFT (the ttft cost); held by value,
+	// so a decision touches one object less per candidate.
+	timing timingModel
 
 	// Read by Pick without locks.
 	state        atomic.Int32 // workerHealth, rebuilding excluded
@@ -84,8 +85,8 @@ type kvWorker struct {
 }
 
 func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator, capacityTokens int) *kvWorker {
-	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting, timing: newTimingModel(timing)}
-	w.timing.setSource(timing, capacityTokens)
+	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting}
+	w.timing.init(timing, capacityTokens)
 	w.acc.init(k.cfg.DriftWindow)
 	if k.events == nil {
 		w.state.Store(int32(healthApprox))

@@ -64,9 +64,11 @@ type ttftCoef struct{ a, b, d float64 }
 // timingModel predicts one worker's TTFT and checks itself against what
 // the worker then does.
 type timingModel struct {
+	// src is the model as one immutable snapshot (the engine's estimate,
+	// capacity and the learned rates), so a decision reads each
+	// candidate's with one load.
 	src atomic.Pointer[timingSource]
 
-	coef     atomic.Pointer[ttftCoef] // learned; read by Pick without locks
 	drifting atomic.Bool
 
 	mu sync.Mutex
@@ -86,20 +88,31 @@ type timingSource struct {
 	dec DecodeEstimator
 	// capacity is the worker's KV cache in tokens (0: unknown).
 	capacity int
+	ttftCoef // learned
 }
 
 func newTimingModel(src engine.PrefillEstimator) *timingModel {
 	m := &timingModel{}
-	m.setSource(src, 0)
-	m.coef.Store(&ttftCoef{a: priorA, b: priorB, d: priorD})
+	m.init(src, 0)
 	return m
 }
 
+// init starts the model at the prior.
+func (m *timingModel) init(src engine.PrefillEstimator, capacityTokens int) {
+	m.src.Store(&timingSource{ttftCoef: ttftCoef{a: priorA, b: priorB, d: priorD}})
+	m.setSource(src, capacityTokens)
+}
+
 func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int) {
-	ts := &timingSource{est: src, capacity: max(capacityTokens, 0)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: m.src.Load().ttftCoef}
 	ts.dec, _ = src.(DecodeEstimator)
 	m.src.Store(ts)
 }
+
+// coefs returns the learned rates.
+func (m *timingModel) coefs() ttftCoef { return m.src.Load().ttftCoef }
 
 // kvFull is how far a request would take the worker's KV memory beyond
 // ttftMemoryHigh of its capacity, in capacities (0 when it fits or the
@@ -127,7 +140,8 @@ const ttftMemoryHigh = 0.9
 // decode step in progress when it lands. One function for the decision
 // and the queue, reading the model once: it runs for every candidate.
 func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total, pre float64) {
-	src, c := m.src.Load(), m.coef.Load()
+	src := m.src.Load()
+	c := &src.ttftCoef
 	pre = -1
 	if src.est != nil {
 		pre = src.est.EstimatePrefill(n)
@@ -183,7 +197,9 @@ func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed ti
 	}
 	m.samples++
 	if c, ok := m.solve(); ok {
-		m.coef.Store(&c)
+		ts := *m.src.Load()
+		ts.ttftCoef = c
+		m.src.Store(&ts)
 	}
 	if m.errN == ttftDriftWindow {
 		m.errSum -= m.errs[m.errAt]
@@ -253,7 +269,7 @@ func (m *timingModel) solve() (ttftCoef, bool) {
 // ttft_model_drift.
 func (k *KV) gradeTTFT(f *flight, cachedTokens int, observed time.Duration) {
 	w := f.w
-	m := w.timing
+	m := &w.timing
 	predicted := time.Duration(f.predFinish - f.routedAt.UnixNano())
 	wait := time.Duration(max(f.predStart-f.routedAt.UnixNano(), 0))
 	if predicted <= 0 {
@@ -297,8 +313,8 @@ func (k *KV) TTFTModel(id string) (TTFTModelState, bool) {
 	if w == nil {
 		return TTFTModelState{}, false
 	}
-	m := w.timing
-	c := m.coef.Load()
+	m := &w.timing
+	c := m.coefs()
 	st := TTFTModelState{Engine: m.src.Load().est != nil, Base: secs(c.a), PerToken: secs(c.b), Decode: secs(c.d), Drifting: m.drifting.Load()}
 	m.mu.Lock()
 	st.Samples = m.samples

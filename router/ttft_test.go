@@ -49,7 +49,7 @@ func newTTFTFixture(t *testing.T, n int, cost CostModel, timing fakeTiming) (*kv
 
 func TestTTFTModelLearnsFromPrior(t *testing.T) {
 	m := newTimingModel(nil)
-	if c := m.coef.Load(); c.a != priorA || c.b != priorB || c.d != priorD {
+	if c := m.coefs(); c.a != priorA || c.b != priorB || c.d != priorD {
 		t.Fatalf("no samples: %+v, want the prior", c)
 	}
 	// An upstream server 3× slower per token than the prior, with a 40 ms
@@ -65,7 +65,7 @@ func TestTTFTModelLearnsFromPrior(t *testing.T) {
 		obs := time.Duration(y * 1e9)
 		m.observe(n, dec, 0, obs, obs)
 	}
-	c := m.coef.Load()
+	c := m.coefs()
 	for _, tc := range []struct {
 		name      string
 		got, want float64
@@ -94,7 +94,7 @@ func TestTTFTModelRejectsUnphysicalFits(t *testing.T) {
 		obs := time.Duration(float64(time.Second) / float64(n))
 		m.observe(n, false, 0, obs, obs)
 	}
-	if c := m.coef.Load(); c.b <= 0 || c.a < 0 || c.d < 0 {
+	if c := m.coefs(); c.b <= 0 || c.a < 0 || c.d < 0 {
 		t.Fatalf("coefficients %+v: a prefill must take time and grow with its tokens", c)
 	}
 }
