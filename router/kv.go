@@ -221,6 +221,8 @@ type KV struct {
 	// drifting counts workers in ttft_model_drift, so that decisions look
 	// for them only while there are some.
 	drifting atomic.Int32
+	// fleetCoef is the latest TTFT rates learned from any worker.
+	fleetCoef atomic.Pointer[ttftCoef]
 
 	// decideMu serializes the load-dependent part of a decision.
 	decideMu sync.Mutex

@@ -86,6 +86,7 @@ type kvWorker struct {
 
 func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator, capacityTokens int) *kvWorker {
 	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting}
+	w.timing.fleet = &k.fleetCoef
 	w.timing.init(timing, capacityTokens)
 	w.acc.init(k.cfg.DriftWindow)
 	if k.events == nil {

@@ -68,6 +68,11 @@ type timingModel struct {
 	// capacity and the learned rates), so a decision reads each
 	// candidate's with one load.
 	src atomic.Pointer[timingSource]
+	// fleet is the policy's latest rates learned from any worker: a worker
+	// not yet measured is priced with them rather than with the prior, so
+	// it is not starved behind measured workers that are faster than the
+	// prior says (and it is measured by the traffic it then gets).
+	fleet *atomic.Pointer[ttftCoef]
 
 	drifting atomic.Bool
 
@@ -88,8 +93,12 @@ type timingSource struct {
 	dec DecodeEstimator
 	// capacity is the worker's KV cache in tokens (0: unknown).
 	capacity int
-	ttftCoef // learned
+	ttftCoef      // learned
+	learned  bool // from at least ttftMinSamples of the worker's own
 }
+
+// ttftMinSamples is how many first tokens make a worker's rates its own.
+const ttftMinSamples = 4
 
 func newTimingModel(src engine.PrefillEstimator) *timingModel {
 	m := &timingModel{}
@@ -106,7 +115,8 @@ func (m *timingModel) init(src engine.PrefillEstimator, capacityTokens int) {
 func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: m.src.Load().ttftCoef}
+	old := m.src.Load()
+	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: old.ttftCoef, learned: old.learned}
 	ts.dec, _ = src.(DecodeEstimator)
 	m.src.Store(ts)
 }
@@ -142,6 +152,11 @@ const ttftMemoryHigh = 0.9
 func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total, pre float64) {
 	src := m.src.Load()
 	c := &src.ttftCoef
+	if !src.learned && m.fleet != nil {
+		if fc := m.fleet.Load(); fc != nil {
+			c = fc
+		}
+	}
 	pre = -1
 	if src.est != nil {
 		pre = src.est.EstimatePrefill(n)
@@ -199,7 +214,11 @@ func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed ti
 	if c, ok := m.solve(); ok {
 		ts := *m.src.Load()
 		ts.ttftCoef = c
+		ts.learned = m.samples >= ttftMinSamples
 		m.src.Store(&ts)
+		if ts.learned && m.fleet != nil {
+			m.fleet.Store(&c)
+		}
 	}
 	if m.errN == ttftDriftWindow {
 		m.errSum -= m.errs[m.errAt]
