@@ -313,3 +313,29 @@ func TestTTFTCostAvoidsFullKV(t *testing.T) {
 		t.Fatalf("chose %s: 1,500 + 381 of 2,000 blocks is past 90%% of w0's KV", d.WorkerID)
 	}
 }
+
+// TestTTFTUnmeasuredWorkerNotStarved: upstream servers (no engine
+// estimate) that are 10× faster than the prior. Once one is measured, an
+// unmeasured one is priced with the measured rates, so cold traffic still
+// spreads to it instead of staying on the measured worker.
+func TestTTFTUnmeasuredWorkerNotStarved(t *testing.T) {
+	f, clk := newTTFTFixture(t, 2, CostTTFT, fakeTiming{})
+	for _, w := range f.r.Workers() {
+		w.Timing = nil
+		f.r.AddWorker(w)
+	}
+	seen := map[string]int{}
+	for i := range 20 {
+		rt, err := f.r.Route(&Request{Model: "m", Tokens: prompt(200+i, 64)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Add(2 * time.Millisecond) // the prior says ≈ 25 ms
+		rt.FirstToken(0)
+		rt.Done()
+		seen[rt.Worker.ID]++
+	}
+	if seen["w0"] < 5 || seen["w1"] < 5 {
+		t.Fatalf("placement %v: an unmeasured worker was starved", seen)
+	}
+}
