@@ -176,6 +176,14 @@ func (s *LoadShare) Finished(req *router.Request, worker string) {
 	s.publish(kindFinished, req, worker, nil, nil)
 }
 
+// WorkerAdded implements router.WorkerObserver for the wrapped policy
+// (the kv policy's timing models).
+func (s *LoadShare) WorkerAdded(w router.Worker) {
+	if wo, ok := s.inner.(router.WorkerObserver); ok {
+		wo.WorkerAdded(w)
+	}
+}
+
 // WorkerRemoved implements router.Observer: peers' requests on the worker
 // are forgotten with it.
 func (s *LoadShare) WorkerRemoved(worker string) {

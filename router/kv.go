@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,36 +17,6 @@ import (
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/kvindex"
 )
-
-// CostModel selects the KV policy's cost function.
-type CostModel string
-
-const (
-	// CostTandem is Dynamo's formula with Tandem's changes (the default):
-	// a cached prefix counts as resident in the decode term too (it needs no
-	// new KV memory), so load no longer outweighs a full prefix hit as soon
-	// as clients are concurrent; blocks pinned by the worker's in-flight
-	// requests count as cached before their BlockStored arrives; ties go to
-	// fewer active requests, the smaller cached footprint, then rotate. On
-	// the seed workload with 4 clients: 57 vs 49 hits of 60, TTFT −13%
-	// (docs/benchmarks/router.md §2).
-	CostTandem CostModel = "tandem"
-	// CostDynamo is Dynamo's classic selector, kept as a baseline:
-	// logit = w·prefill_blocks + decode_blocks, argmin, ties broken by the
-	// smallest tree size, then at random (dynamo.md §2.5).
-	CostDynamo CostModel = "dynamo"
-)
-
-// ParseCostModel parses the --router-cost flag.
-func ParseCostModel(s string) (CostModel, error) {
-	switch CostModel(s) {
-	case "", CostTandem:
-		return CostTandem, nil
-	case CostDynamo:
-		return CostDynamo, nil
-	}
-	return "", fmt.Errorf("router: unknown cost model %q (want tandem or dynamo)", s)
-}
 
 // OnMissing says what kv mode does with a worker whose KV events are missing.
 type OnMissing string
@@ -106,7 +77,8 @@ type KVConfig struct {
 	// and tracked by approximation.
 	BlockSize int
 	// OverlapWeight is w in w·prefill_blocks + decode_blocks
-	// (--router-kv-overlap-weight). 0 ignores the cache entirely.
+	// (--router-kv-overlap-weight) of the weighted costs (tandem, dynamo,
+	// and the ttft cost's fallback). 0 ignores the cache entirely.
 	OverlapWeight float64
 	// Temperature > 0 samples workers from a softmax of the costs instead of
 	// taking the cheapest (--router-temperature).
@@ -165,7 +137,7 @@ func (c KVConfig) withDefaults() (KVConfig, error) {
 		c.OverlapWeight = 0 // an explicit "ignore the cache"
 	}
 	if c.Cost == "" {
-		c.Cost = CostTandem
+		c.Cost = CostTTFT
 	}
 	if c.ApproxTTL == 0 {
 		c.ApproxTTL = DefaultApproxTTL
@@ -207,8 +179,8 @@ func (c KVConfig) withDefaults() (KVConfig, error) {
 		return c, fmt.Errorf("router: temperature %v must not be negative", c.Temperature)
 	case c.ApproxTTL < 0 || c.KVEventsTimeout < 0 || c.RebuildWindow < 0:
 		return c, errors.New("router: durations must not be negative")
-	case c.Cost != CostTandem && c.Cost != CostDynamo:
-		return c, fmt.Errorf("router: unknown cost model %q", c.Cost)
+	case c.Cost != CostTTFT && c.Cost != CostTandem && c.Cost != CostDynamo:
+		return c, fmt.Errorf("router: unknown cost model %q (want %s)", c.Cost, CostModels)
 	case c.OnMissing != MissingFallback && c.OnMissing != MissingFail:
 		return c, fmt.Errorf("router: unknown on-missing mode %q", c.OnMissing)
 	}
@@ -223,6 +195,7 @@ func (c KVConfig) withDefaults() (KVConfig, error) {
 type KV struct {
 	cfg    KVConfig
 	name   string
+	cost   cost
 	events *kvindex.Index // nil in kv-approx
 	approx *kvindex.Index
 	active *activeTracker
@@ -241,6 +214,18 @@ type KV struct {
 	free    []int
 	flights map[*Request]*flight
 	closed  bool
+
+	// timings holds each worker's timing source (WorkerAdded), kept
+	// across AddWorker's re-registration; guarded by mu.
+	timings map[string]Worker
+	// drifting counts workers in ttft_model_drift, so that decisions look
+	// for them only while there are some.
+	drifting atomic.Int32
+	// fleetCoef is the latest TTFT rates learned from any worker.
+	fleetCoef atomic.Pointer[ttftCoef]
+
+	// decideMu serializes the load-dependent part of a decision.
+	decideMu sync.Mutex
 
 	rngMu  sync.Mutex
 	rng    *rand.Rand
@@ -275,7 +260,11 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 		board:   cfg.Board,
 		workers: map[string]*kvWorker{},
 		flights: map[*Request]*flight{},
+		timings: map[string]Worker{},
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+	}
+	if k.cost, err = newCost(cfg.Cost); err != nil {
+		return nil, err
 	}
 	k.approx, err = kvindex.New(kvindex.Config{Name: "approx", BlockSize: cfg.BlockSize, MaxBlocks: cfg.ApproxMaxBlocks,
 		TTL: cfg.ApproxTTL, Now: cfg.Now, Registerer: cfg.Registerer})
@@ -418,13 +407,35 @@ func (k *KV) RemoveWorker(id string) {
 		k.events.RemoveWorker(id)
 	}
 	k.approx.RemoveWorker(id)
+	if w.timing.drifting.CompareAndSwap(true, false) {
+		k.drifting.Add(-1)
+	}
 	k.board.ClearSubject(id)
 	k.met.forget(id)
 	k.subMet.Forget(id)
 }
 
 // WorkerRemoved implements Observer: the router dropped the worker.
-func (k *KV) WorkerRemoved(id string) { k.RemoveWorker(id) }
+func (k *KV) WorkerRemoved(id string) {
+	k.mu.Lock()
+	delete(k.timings, id)
+	k.mu.Unlock()
+	k.RemoveWorker(id)
+}
+
+// WorkerAdded implements WorkerObserver: a worker whose engine runs in
+// this process and estimates its own prefill (engine/mocker's timing
+// polynomial, engine/native's measured rate) is priced by that estimate;
+// any other is priced by rates learned from its TTFTs.
+func (k *KV) WorkerAdded(w Worker) {
+	k.mu.Lock()
+	k.timings[w.ID] = w
+	kw := k.workers[w.ID]
+	k.mu.Unlock()
+	if kw != nil {
+		kw.timing.setSource(w.Timing, w.Info.KVCapacityTokens)
+	}
+}
 
 // Ingest is the in-process event path: an engine in this process hands its
 // batches over directly, in order, with their sequence numbers. A gap in
@@ -483,7 +494,8 @@ func (k *KV) newWorkerLocked(id string) *kvWorker {
 		slot = len(k.slots)
 		k.slots = append(k.slots, nil)
 	}
-	w := newKVWorker(k, id, slot)
+	tw := k.timings[id]
+	w := newKVWorker(k, id, slot, tw.Timing, tw.Info.KVCapacityTokens)
 	k.lastIDs, k.lastWs = nil, nil
 	k.gen++
 	k.workers[id] = w

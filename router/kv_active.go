@@ -17,6 +17,8 @@ type activeTracker struct {
 	mu     sync.Mutex
 	blocks map[uint64]*activeEntry
 	load   []activeLoad // by worker slot
+	// requests is the sum of every worker's requests in flight.
+	requests int
 }
 
 // activeEntry is one block in flight. fp and pfp fingerprint the set of
@@ -42,6 +44,14 @@ type activeLoad struct {
 	unique        int // distinct blocks in flight
 	requests      int
 	prefillTokens int // uncached prompt tokens of requests before their first token
+	prefilling    int // requests before their first token
+	// busyUntil (unix ns) is the router's virtual prefill queue: when the
+	// prefills it placed on the worker should all be done. Each routed
+	// request extends it by its predicted work; each first token corrects
+	// it by that request's error (an engine that batches several prefills
+	// into one step finishes them sooner than one after another), and it
+	// drains when no request is left before its first token.
+	busyUntil int64
 }
 
 func newActiveTracker() *activeTracker {
@@ -63,13 +73,31 @@ func (a *activeTracker) loadFor(w *kvWorker) *activeLoad {
 	return l
 }
 
-// add records a routed request.
-func (a *activeTracker) add(w *kvWorker, hashes []uint64, prefillTokens int) {
+// reserve records a request the policy just chose the worker for, and its
+// place in the worker's virtual prefill queue (f's prediction fields). It
+// runs inside the decision, so concurrent decisions see each other's load;
+// the blocks follow with addBlocks once the router confirms the route.
+func (a *activeTracker) reserve(w *kvWorker, f *flight, bs int, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.loadFor(w)
+	decodes := l.requests - l.prefilling
+	f.decoding = decodes > 0
+	f.predStart = max(now, l.busyUntil)
+	f.work, _ = w.timing.estimate(max(f.prefillTokens, 1), decodes, l.unique*bs+f.isl, f.predStart == now)
+	f.predFinish = f.predStart + int64(f.work*1e9)
+	l.busyUntil = f.predFinish
 	l.requests++
-	l.prefillTokens += prefillTokens
+	a.requests++
+	l.prefilling++
+	l.prefillTokens += f.prefillTokens
+}
+
+// addBlocks records the blocks of a reserved request.
+func (a *activeTracker) addBlocks(w *kvWorker, hashes []uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.loadFor(w)
 	slot := int32(w.slot)
 	for _, h := range hashes {
 		e := a.blocks[h]
@@ -99,10 +127,19 @@ func refIndex(refs []activeRef, slot int32) int {
 
 // prefillDone records a request's first token: its prompt is computed and
 // its blocks are pinned in the engine's cache until it finishes.
-func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens int) {
+func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens int, predFinish, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.loadFor(w).prefillTokens -= prefillTokens
+	l := a.loadFor(w)
+	l.prefillTokens -= prefillTokens
+	l.prefilling--
+	if l.prefilling <= 0 {
+		l.prefilling, l.busyUntil = 0, now
+	} else {
+		// Whatever this prefill took more or less than predicted, the
+		// ones queued behind it start that much later or sooner.
+		l.busyUntil = max(l.busyUntil+now-predFinish, now)
+	}
 	slot := int32(w.slot)
 	for _, h := range hashes {
 		e := a.blocks[h]
@@ -119,13 +156,22 @@ func (a *activeTracker) prefillDone(w *kvWorker, hashes []uint64, prefillTokens 
 }
 
 // free records a finished request.
-func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, prefillTokens int) {
+func (a *activeTracker) free(w *kvWorker, hashes []uint64, prefillDone bool, prefillTokens int, work float64, now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.loadFor(w)
 	l.requests--
+	a.requests--
 	if !prefillDone {
+		// Cancelled (or failed) before its first token: its prefill
+		// leaves the queue.
 		l.prefillTokens -= prefillTokens
+		l.prefilling--
+		if l.prefilling <= 0 {
+			l.prefilling, l.busyUntil = 0, now
+		} else {
+			l.busyUntil = max(l.busyUntil-int64(work*1e9), now)
+		}
 	}
 	slot := int32(w.slot)
 	for _, h := range hashes {
@@ -185,6 +231,7 @@ func (a *activeTracker) dropWorker(slot int) {
 			}
 		}
 	}
+	a.requests -= a.load[slot].requests
 	a.load[slot] = activeLoad{}
 }
 
@@ -200,11 +247,18 @@ func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 	defer a.mu.Unlock()
 	var run *activeEntry
 	runStart := 0
+	sc.runs = sc.runs[:0]
+	sc.inFlight = a.requests
 	flush := func(end int) {
 		if run == nil {
 			return
 		}
 		n := int32(end - runStart)
+		reqs := 0
+		for _, r := range run.refs {
+			reqs += int(r.n)
+		}
+		sc.runs = append(sc.runs, activeRun{start: int32(runStart), end: int32(end), requests: int32(reqs)})
 		for _, r := range run.refs {
 			s := r.slot
 			if int(s) >= len(sc.activeMatch) {
@@ -231,8 +285,24 @@ func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 		if c.w.slot < len(a.load) && a.load[c.w.slot].owner == c.w {
 			l := a.load[c.w.slot]
 			c.activeUnique, c.activeRequests, c.activePrefill = l.unique, l.requests, l.prefillTokens
+			c.prefilling, c.busyUntil = l.prefilling, l.busyUntil
 		}
 	}
+}
+
+// activeRun is a run of a request's blocks in flight on the same workers,
+// with the number of in-flight requests that contain them.
+type activeRun struct{ start, end, requests int32 }
+
+// inFlightSharing is how many requests in flight contain the request's
+// first depth blocks (after score).
+func (sc *pickScratch) inFlightSharing(depth int) int {
+	for _, r := range sc.runs {
+		if int(r.start) < depth && depth <= int(r.end) {
+			return int(r.requests)
+		}
+	}
+	return 0
 }
 
 // totals returns the whole tracker's counts, for tests.

@@ -104,11 +104,27 @@ func buildDecisionFixture(b *testing.B) *decisionFixture {
 
 // BenchmarkDecision measures one routing decision: hash a 4,096-token
 // prompt, look it up in both indexes, score 1,000 candidates with their
-// in-flight load, choose. It reports p50 and p99 over all iterations.
+// in-flight load, choose. It reports p50 and p99 over all iterations, for
+// each cost function on the same fixture.
 //
 //	go test -run XXX -bench Decision -benchtime 20000x ./router
 func BenchmarkDecision(b *testing.B) {
 	f := buildDecisionFixture(b)
+	for _, m := range []CostModel{CostTTFT, CostTandem, CostDynamo} {
+		b.Run("cost="+string(m), func(b *testing.B) {
+			c, err := newCost(m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			saved := f.kv.cost
+			f.kv.cost = c
+			defer func() { f.kv.cost = saved }()
+			benchDecision(b, f)
+		})
+	}
+}
+
+func benchDecision(b *testing.B, f *decisionFixture) {
 	req := &Request{Model: "m", Tokens: f.prompt}
 	for range 100 { // warm the pools
 		if _, err := f.kv.Pick(req, f.cands); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
 )
@@ -57,6 +58,9 @@ type kvWorker struct {
 
 	endpoint, replay string
 	blockSize        int
+	// timing predicts the worker's TTFT (the ttft cost); held by value,
+	// so a decision touches one object less per candidate.
+	timing timingModel
 
 	// Read by Pick without locks.
 	state        atomic.Int32 // workerHealth, rebuilding excluded
@@ -80,8 +84,10 @@ type kvWorker struct {
 	ingestNext uint64
 }
 
-func newKVWorker(k *KV, id string, slot int) *kvWorker {
+func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator, capacityTokens int) *kvWorker {
 	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting}
+	w.timing.fleet = &k.fleetCoef
+	w.timing.init(timing, capacityTokens)
 	w.acc.init(k.cfg.DriftWindow)
 	if k.events == nil {
 		w.state.Store(int32(healthApprox))

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,8 @@ type kvMetrics struct {
 	predHit     *prometheus.GaugeVec
 	accuracy    *prometheus.GaugeVec
 	cacheHit    *prometheus.GaugeVec
+	ttftRatio   *prometheus.HistogramVec
+	ttftErr     *prometheus.GaugeVec
 }
 
 func newKVMetrics(reg prometheus.Registerer, policy string) (*kvMetrics, error) {
@@ -63,9 +66,18 @@ func newKVMetrics(reg prometheus.Registerer, policy string) (*kvMetrics, error) 
 			Name: "tandem_router_kv_cache_hit_ratio", ConstLabels: cl,
 			Help: "Engine-reported cached prompt tokens over prompt tokens, over the worker's recent requests.",
 		}, []string{"worker"}),
+		ttftRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tandem_router_ttft_observed_over_predicted", ConstLabels: cl,
+			Help:    "Per request, the TTFT the router observed over the TTFT the ttft cost predicted when routing it (1 is exact).",
+			Buckets: prometheus.ExponentialBuckets(0.125, math.Sqrt2, 13),
+		}, []string{"worker"}),
+		ttftErr: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tandem_router_ttft_prediction_error_ratio", ConstLabels: cl,
+			Help: "Mean of |observed − predicted| / max(observed, predicted) TTFT over the worker's last 32 requests; above 0.5 raises ttft_model_drift, below 0.3 clears it.",
+		}, []string{"worker"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.health, m.blockEvents, m.picks, m.predicted, m.reported, m.predErr, m.predHit, m.accuracy, m.cacheHit} {
+		for _, c := range []prometheus.Collector{m.health, m.blockEvents, m.picks, m.predicted, m.reported, m.predErr, m.predHit, m.accuracy, m.cacheHit, m.ttftRatio, m.ttftErr} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register kv metrics: %w", err)
 			}
@@ -95,4 +107,6 @@ func (m *kvMetrics) forget(worker string) {
 	m.predHit.DeletePartialMatch(l)
 	m.accuracy.DeletePartialMatch(l)
 	m.cacheHit.DeletePartialMatch(l)
+	m.ttftRatio.DeletePartialMatch(l)
+	m.ttftErr.DeletePartialMatch(l)
 }

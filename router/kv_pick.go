@@ -17,6 +17,12 @@ type flight struct {
 	predicted     int // blocks
 	routedAt      time.Time
 	firstDone     bool
+	// The TTFT prediction made at routing: when the prefill was expected
+	// to start and end (unix ns), the work it added to the worker's queue
+	// (seconds) and whether the worker was decoding other requests.
+	predStart, predFinish int64
+	work                  float64
+	decoding              bool
 }
 
 // candScore is one candidate during a Pick.
@@ -29,6 +35,8 @@ type candScore struct {
 	activeUnique   int
 	activeRequests int
 	activePrefill  int
+	prefilling     int   // requests before their first token
+	busyUntil      int64 // unix ns: when the router's virtual prefill queue drains
 	logit          float64
 }
 
@@ -46,6 +54,8 @@ type pickScratch struct {
 	cands       []candScore
 	ties        []int
 	ws          []*kvWorker
+	runs        []activeRun // the request's in-flight runs (activeTracker.score)
+	inFlight    int         // requests in flight on every worker
 }
 
 func (k *KV) scratch(slots int) *pickScratch {
@@ -169,10 +179,15 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	if len(sc.cands) == 0 {
 		return Decision{}, ErrKVEventsMissing
 	}
+	// From reading the load to placing this request's share of it, one
+	// decision at a time: concurrent decisions that all read the same
+	// idle worker all pick it (a burst of arrivals lands on one worker).
+	k.decideMu.Lock()
+	now = k.cfg.Now() // after any wait for the lock
+	nowNs = now.UnixNano()
 	k.active.score(hashes, sc)
 
 	isl := len(req.Tokens)
-	requestBlocks := (isl + bs - 1) / bs
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		s := int32(c.w.slot)
@@ -185,28 +200,52 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 		default:
 			c.overlap = max(ev, ap)
 		}
-		if k.cfg.Cost == CostTandem {
-			// Blocks of a request past its first token on this worker are in
-			// its cache for as long as the request runs, whether or not
-			// their BlockStored has arrived yet.
-			c.overlap = max(c.overlap, int(sc.pinnedLead[s]))
-		}
-		resident := int(sc.activeMatch[s])
-		if k.cfg.Cost == CostTandem {
-			// A cached prefix needs no new KV memory either: the engine
-			// reactivates those blocks. Dynamo counts only in-flight blocks
-			// as already there, so a worker holding the prefix but one
-			// request busier loses it to an idle worker that must
-			// recompute it and evict something else to make room.
-			resident = max(resident, c.overlap)
-		}
-		c.logit = dynamoLogit(k.cfg.OverlapWeight, bs, isl, c.overlap, c.activePrefill, c.activeUnique, requestBlocks-resident)
 	}
-	best := k.choose(sc)
+	cost := k.cost
+	if k.drifting.Load() > 0 && cost.model() == CostTTFT {
+		for i := range sc.cands {
+			if sc.cands[i].w.timing.drifting.Load() {
+				// A TTFT that keeps missing cannot be compared with the
+				// others: the whole decision uses the weighted cost.
+				cost = fallbackCost
+				break
+			}
+		}
+	}
+	cost.score(k, sc, isl, nowNs)
+	best := k.choose(sc, cost)
 	c := sc.cands[best]
 	predicted := min(c.overlap, max(isl-1, 0)/bs) // an engine recomputes the last prompt token
+	k.reserve(req, c.w, predicted*bs, now)
+	k.decideMu.Unlock()
 	k.met.observePick(c.st, time.Since(start))
 	return Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs}, nil
+}
+
+// reserve places the chosen request's load on w before Pick returns, as
+// Dynamo's scheduler does when it selects a worker: decisions made
+// concurrently must not all see the same idle worker. Routed confirms it
+// (and adds the blocks); a route the router abandons ends with Finished.
+func (k *KV) reserve(req *Request, w *kvWorker, predictedTokens int, now time.Time) *flight {
+	isl := req.Len()
+	f := &flight{w: w, isl: isl, predicted: predictedTokens / k.cfg.BlockSize,
+		prefillTokens: max(isl-predictedTokens, 0), routedAt: now}
+	k.mu.Lock()
+	old := k.flights[req]
+	k.flights[req] = f
+	k.mu.Unlock()
+	nowNs := now.UnixNano()
+	k.mu.RLock()
+	if old != nil && k.slots[old.w.slot] == old.w {
+		// Re-routed (a retry) before the first route finished: that one
+		// is over as far as load goes.
+		k.active.free(old.w, old.hashes, old.firstDone, old.prefillTokens, old.work, nowNs)
+	}
+	if k.slots[w.slot] == w {
+		k.active.reserve(w, f, k.cfg.BlockSize, nowNs)
+	}
+	k.mu.RUnlock()
+	return f
 }
 
 // fill copies a lookup's answer into a by-slot array.
@@ -245,18 +284,11 @@ func (k *KV) maybeExpire(now time.Time) {
 	k.approx.Expire()
 }
 
-// dynamoLogit is Dynamo's classic cost (dynamo.md §2.5), lower is better:
-//
-//	prefill_blocks = (active_prefill_tokens + isl − overlap·block_size) / block_size   (f64, not rounded)
-//	decode_blocks  = active unique blocks + blocks of this request not already active
-//	logit          = w·prefill_blocks + decode_blocks
-func dynamoLogit(w float64, bs, isl, overlap, activePrefill, activeUnique, newBlocks int) float64 {
-	prefillTokens := activePrefill + max(isl-overlap*bs, 0)
-	return w*float64(prefillTokens)/float64(bs) + float64(activeUnique+newBlocks)
-}
+// fallbackCost prices decisions the TTFT cost cannot (a drifting worker).
+var fallbackCost cost = weightedCost{tandem: true}
 
 // choose returns the index in sc.cands of the chosen candidate.
-func (k *KV) choose(sc *pickScratch) int {
+func (k *KV) choose(sc *pickScratch, c cost) int {
 	cs := sc.cands
 	if k.cfg.Temperature > 0 && len(cs) > 1 {
 		return k.softmax(cs)
@@ -265,10 +297,10 @@ func (k *KV) choose(sc *pickScratch) int {
 	for i := range cs {
 		minL = min(minL, cs[i].logit)
 	}
-	eps := 1e-9 * max(1, math.Abs(minL))
+	band := c.band(minL)
 	ties := sc.ties[:0]
 	for i := range cs {
-		if cs[i].logit-minL <= eps {
+		if cs[i].logit-minL <= band {
 			ties = append(ties, i)
 		}
 	}
@@ -276,29 +308,7 @@ func (k *KV) choose(sc *pickScratch) int {
 	if len(ties) == 1 {
 		return ties[0]
 	}
-	if k.cfg.Cost == CostTandem {
-		// Equal cost: the less loaded, then the smaller cached footprint
-		// (which spreads new prefixes so each worker's working set stays
-		// small), then rotate deterministically.
-		ties = keepMin(ties, func(i int) float64 { return float64(cs[i].activeRequests) })
-		ties = keepMin(ties, func(i int) float64 { return float64(k.footprint(&cs[i])) })
-		if len(ties) == 1 {
-			return ties[0]
-		}
-		k.rngMu.Lock()
-		n := k.rotate
-		k.rotate++
-		k.rngMu.Unlock()
-		return ties[n%uint64(len(ties))]
-	}
-	// Dynamo: smallest tree size, then at random.
-	ties = keepMin(ties, func(i int) float64 { return float64(k.footprint(&cs[i])) })
-	if len(ties) == 1 {
-		return ties[0]
-	}
-	k.rngMu.Lock()
-	defer k.rngMu.Unlock()
-	return ties[k.rng.IntN(len(ties))]
+	return c.breakTie(k, sc, ties)
 }
 
 // keepMin filters idx to the entries minimizing f. f is read once per entry:
@@ -366,11 +376,14 @@ func (k *KV) softmax(cs []candScore) int {
 }
 
 // Routed implements Observer: the decision becomes in-flight load and an
-// approximate record.
+// approximate record. A decision this policy's Pick made is already
+// reserved; any other (a caller routing by hand) is reserved here.
 func (k *KV) Routed(req *Request, d Decision) {
 	w := k.workerFor(d.WorkerID)
 	var hashes []uint64
 	if rp := req.Remote; rp != nil {
+		// A routed-load message from another replica carries hashes, never
+		// tokens; they count only under the same block size.
 		if rp.BlockSize == k.cfg.BlockSize {
 			hashes = rp.Hashes
 		}
@@ -378,24 +391,19 @@ func (k *KV) Routed(req *Request, d Decision) {
 		var h kvindex.Hasher
 		hashes = h.Append(nil, 0, false, req.Tokens, k.cfg.BlockSize)
 	}
-	isl := req.Len()
-	f := &flight{w: w, hashes: hashes, isl: isl, predicted: d.PredictedCachedTokens / k.cfg.BlockSize,
-		prefillTokens: max(isl-d.PredictedCachedTokens, 0), routedAt: k.cfg.Now()}
 	if len(hashes) > 0 {
 		_ = k.approx.Store(w.id, hashes)
 	}
-	k.mu.Lock()
-	old := k.flights[req]
-	k.flights[req] = f
-	k.mu.Unlock()
 	k.mu.RLock()
-	if old != nil && k.slots[old.w.slot] == old.w {
-		// Re-routed (a retry) before the first route finished: that one
-		// is over as far as load goes.
-		k.active.free(old.w, old.hashes, old.firstDone, old.prefillTokens)
+	f := k.flights[req]
+	k.mu.RUnlock()
+	if f == nil || f.w != w || f.hashes != nil {
+		f = k.reserve(req, w, d.PredictedCachedTokens, k.cfg.Now())
 	}
+	k.mu.RLock()
 	if k.slots[w.slot] == w {
-		k.active.add(w, hashes, f.prefillTokens)
+		f.hashes = hashes
+		k.active.addBlocks(w, hashes)
 	}
 	k.mu.RUnlock()
 }
@@ -413,11 +421,16 @@ func (k *KV) FirstToken(req *Request, workerID string, cachedTokens int) {
 	if f == nil {
 		return
 	}
+	now := k.cfg.Now()
 	k.mu.RLock()
-	if k.slots[f.w.slot] == f.w {
-		k.active.prefillDone(f.w, f.hashes, f.prefillTokens)
+	live := k.slots[f.w.slot] == f.w
+	if live {
+		k.active.prefillDone(f.w, f.hashes, f.prefillTokens, f.predFinish, now.UnixNano())
 	}
 	k.mu.RUnlock()
+	if live && k.cost.model() == CostTTFT {
+		k.gradeTTFT(f, cachedTokens, now.Sub(f.routedAt))
+	}
 	bs := k.cfg.BlockSize
 	actual := cachedTokens / bs
 	k.accuracy(f, actual, cachedTokens)
@@ -439,7 +452,7 @@ func (k *KV) Finished(req *Request, workerID string) {
 	}
 	k.mu.RLock()
 	if k.slots[f.w.slot] == f.w {
-		k.active.free(f.w, f.hashes, f.firstDone, f.prefillTokens)
+		k.active.free(f.w, f.hashes, f.firstDone, f.prefillTokens, f.work, k.cfg.Now().UnixNano())
 	}
 	k.mu.RUnlock()
 }

@@ -87,6 +87,12 @@ type Observer interface {
 	WorkerRemoved(workerID string)
 }
 
+// WorkerObserver is implemented by policies that want to know about each
+// worker as it is added (its engine's timing, for the ttft cost).
+type WorkerObserver interface {
+	WorkerAdded(w Worker)
+}
+
 // ErrNoWorker is returned when no live worker serves the model.
 var ErrNoWorker = errors.New("no live worker for the model")
 

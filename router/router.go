@@ -20,6 +20,11 @@ type Worker struct {
 	Model string
 	Gen   engine.Generator
 	Info  engine.Info
+	// Timing is the engine's own prefill estimate when the engine runs in
+	// this process (engine/mocker, engine/native; nil otherwise). The ttft
+	// cost prices the worker with it, and learns the rates of workers
+	// without one from their TTFTs.
+	Timing engine.PrefillEstimator
 }
 
 type workerState struct {
@@ -194,6 +199,9 @@ func (r *Router) AddWorker(w Worker) {
 		// against the old one clear.
 		r.forget(old)
 	}
+	if wo, ok := r.policy.(WorkerObserver); ok {
+		wo.WorkerAdded(w)
+	}
 }
 
 // RemoveWorker forgets the worker. Requests already routed to it keep their
@@ -320,6 +328,10 @@ func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
 	s, ok := r.workers[d.WorkerID]
 	if !ok {
 		r.mu.Unlock()
+		if r.observer != nil {
+			// The policy may have placed the request's load already.
+			r.observer.Finished(req, d.WorkerID)
+		}
 		return nil, fmt.Errorf("%w: policy chose unknown worker %q", ErrNoWorker, d.WorkerID)
 	}
 	if s.active == 0 {

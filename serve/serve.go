@@ -233,7 +233,8 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 				return nil, fmt.Errorf("serve: worker %s: %w", w.ID, err)
 			}
 		}
-		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info})
+		timing, _ := eng.(engine.PrefillEstimator)
+		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info, Timing: timing})
 	}
 
 	s.waitProbes()

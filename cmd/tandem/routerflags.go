@@ -21,8 +21,8 @@ type routerFlags struct {
 func (r *routerFlags) register(cmd *cobra.Command, defaultMode string) {
 	f := cmd.Flags()
 	f.StringVar(&r.mode, "router-mode", defaultMode, "routing policy: "+serve.RouterModes)
-	f.StringVar(&r.cost, "router-cost", string(router.CostTandem), "kv cost function: tandem (default) or dynamo (Dynamo's, as a baseline)")
-	f.Float64Var(&r.kv.OverlapWeight, "router-kv-overlap-weight", router.DefaultOverlapWeight, "kv: weight of prefill blocks against decode blocks in the cost")
+	f.StringVar(&r.cost, "router-cost", string(router.CostTTFT), "kv cost function: ttft (predicted time to first token from each worker's timing model, the default), tandem (weighted blocks, a cached prefix counted as resident) or dynamo (Dynamo's weighted blocks, as a baseline)")
+	f.Float64Var(&r.kv.OverlapWeight, "router-kv-overlap-weight", router.DefaultOverlapWeight, "kv: weight of prefill blocks against decode blocks in the weighted costs (tandem, dynamo, and ttft's fallback for a drifting worker)")
 	f.Float64Var(&r.kv.Temperature, "router-temperature", 0, "kv: softmax sampling temperature over costs (0: cheapest wins)")
 	f.IntVar(&r.kv.BlockSize, "router-block-size", router.DefaultKVBlockSize, "kv: the router's block size in tokens; engine block sizes must be multiples")
 	f.IntVar(&r.kv.IndexMaxBlocks, "index-max-blocks", 0, "kv: bound on indexed (worker, block) residences, least recently used pruned first (0: default)")

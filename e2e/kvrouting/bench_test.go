@@ -21,13 +21,13 @@ func BenchmarkCostModels(b *testing.B) {
 			for _, v := range []struct {
 				mode string
 				cost router.CostModel
-			}{{"kv", router.CostTandem}, {"kv", router.CostDynamo}, {"kv-approx", router.CostTandem}, {"kv-approx", router.CostDynamo}, {"least-loaded", ""}, {"round-robin", ""}} {
+			}{{"kv", router.CostTTFT}, {"kv", router.CostTandem}, {"kv", router.CostDynamo}, {"kv-approx", router.CostTTFT}, {"kv-approx", router.CostTandem}, {"kv-approx", router.CostDynamo}, {"least-loaded", ""}, {"round-robin", ""}} {
 				name := fmt.Sprintf("prefixes=%d/clients=%d/%s", pre, conc, v.mode)
 				if v.cost != "" {
 					name += "/" + string(v.cost)
 				}
 				b.Run(name, func(b *testing.B) {
-					var hits, rereq, pred int
+					var hits, rereq, pred, computing, away int
 					var mean, p90 time.Duration
 					for i := range b.N {
 						res, err := Run(b.Context(), Scenario{Mode: v.mode, Cost: v.cost, Seed: uint64(i + 1), Prefixes: pre, Concurrency: conc, Speedup: 4})
@@ -37,6 +37,8 @@ func BenchmarkCostModels(b *testing.B) {
 						hits += res.Hits
 						rereq += res.Rerequests
 						pred += res.Predictions
+						computing += res.Computing
+						away += res.RoutedAway
 						mean += res.TTFTMean
 						p90 += res.TTFTP90
 					}
@@ -46,6 +48,8 @@ func BenchmarkCostModels(b *testing.B) {
 					b.ReportMetric(float64(mean.Milliseconds())/n, "ttft-mean-ms")
 					b.ReportMetric(float64(p90.Milliseconds())/n, "ttft-p90-ms")
 					b.ReportMetric(float64(pred)/n, "predictions-within-1-block")
+					b.ReportMetric(float64(computing)/n, "routed-while-computing")
+					b.ReportMetric(float64(away)/n, "misses-routed-away")
 				})
 			}
 		}

@@ -69,6 +69,16 @@ type Result struct {
 	Requests   int
 	Rerequests int
 	Hits       int // re-requests whose whole prefix the engine had cached
+	// Computing counts the re-requests routed while their prefix's first
+	// request had not produced its first token yet (the prefix was still
+	// being computed somewhere); ComputingHits, those of them that hit.
+	// Hits − ComputingHits of Rerequests − Computing are the others.
+	Computing, ComputingHits int
+	// Of the misses not routed while computing: RoutedAway were sent to a
+	// worker the router did not expect to hold the prefix; the rest were
+	// sent to one it expected to (the engine had evicted or not yet
+	// committed it).
+	RoutedAway int
 	PerRound   []int
 	PerWorker  map[string]int
 	// TTFTs are wall-clock times multiplied by Speedup (simulated model
@@ -90,7 +100,8 @@ type Result struct {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v)", r.Hits, r.Rerequests, r.PerRound, r.PerWorker)
+	return fmt.Sprintf("%d/%d hits (rounds %v, placement %v; routed while their prefix was being computed: %d, of which %d hit; other misses routed away from the prefix: %d)",
+		r.Hits, r.Rerequests, r.PerRound, r.PerWorker, r.Computing, r.ComputingHits, r.RoutedAway)
 }
 
 type request struct {
@@ -172,7 +183,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	r := router.New(policy, prometheus.NewRegistry())
 	for i, e := range engines {
 		id := fmt.Sprint("worker-", i)
-		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: e, Info: e.Info()})
+		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: e, Info: e.Info(), Timing: e})
 		if kv == nil {
 			continue
 		}
@@ -231,8 +242,12 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			}
 		}()
 	}
+	prefixDone := make([]bool, sc.Prefixes)
 	do := func(n int, q request) error {
 		req := &router.Request{ID: fmt.Sprint("req-", n), Model: "m", Tokens: q.tokens}
+		mu.Lock()
+		computing := q.rerequest && !prefixDone[q.prefix]
+		mu.Unlock()
 		rt, err := r.Route(req)
 		if err != nil {
 			return fmt.Errorf("route %d: %w", n, err)
@@ -255,6 +270,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			return fmt.Errorf("first token %d: %w", n, err)
 		}
 		ttft := time.Since(t0) * scale
+		mu.Lock()
+		prefixDone[q.prefix] = true
+		mu.Unlock()
 		rt.FirstToken(d.CachedTokens)
 		for err == nil && d.Finish == engine.FinishNone {
 			d, err = st.Recv()
@@ -272,14 +290,23 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		}
 		if q.rerequest {
 			res.Rerequests++
+			if computing {
+				res.Computing++
+			}
 			if d.CachedTokens >= full {
 				res.Hits++
+				if computing {
+					res.ComputingHits++
+				}
 				res.PerRound[q.round]++
 				hitT += ttft
 				nHit++
 			} else {
 				missT += ttft
 				nMiss++
+				if !computing && rt.Decision.PredictedCachedTokens < full {
+					res.RoutedAway++
+				}
 			}
 		}
 		return nil

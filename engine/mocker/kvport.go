@@ -40,6 +40,19 @@ func (e *Engine) EstimatePrefill(n int) float64 {
 	return e.cfg.stepDuration(e.cfg.Timing.PrefillMs(n)).Seconds()
 }
 
+// EstimateDecodeStep is the timing model's decode step, in seconds, with
+// activeTokens tokens of KV in use (the router's ttft cost adds it to a
+// prefill admitted while others decode, as the scheduler's step does; the
+// router passes what its in-flight requests will hold, which the engine's
+// own counters only show after the step that allocates it).
+func (e *Engine) EstimateDecodeStep(activeTokens int) float64 {
+	if activeTokens < 0 {
+		activeTokens = 0
+	}
+	u := float64(activeTokens) / float64(e.cfg.NumBlocks*e.cfg.BlockSize)
+	return e.cfg.stepDuration(e.cfg.Timing.DecodeMs(min(u, 1))).Seconds()
+}
+
 // RunningDecodes implements engine.LoadReporter.
 func (e *Engine) RunningDecodes() int { return int(e.loadRunning.Load()) }
 

@@ -1,0 +1,347 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
+)
+
+// DecodeEstimator is implemented by engines that can tell how long one
+// decode step takes (engine/mocker, from its timing polynomial). A prefill
+// admitted while requests decode shares their step, so it finishes one
+// decode step later.
+type DecodeEstimator interface {
+	// EstimateDecodeStep is the decode step time in seconds with
+	// activeTokens tokens of KV in use; negative while the engine cannot
+	// tell.
+	EstimateDecodeStep(activeTokens int) float64
+}
+
+// The learned timing model: TTFT − predicted wait = a + b·n + d·[decodes],
+// n the uncached prompt tokens the engine reported computing, [decodes] 1
+// when the worker was decoding other requests. Fitted by exponentially
+// weighted ridge regression towards a prior, so a worker nobody has
+// measured yet (an upstream vLLM server, a worker in another process) is
+// priced from its first request and its own rates take over as samples
+// arrive.
+const (
+	// The prior is the seeds' Qwen3-0.6B GPU worker (mocker's
+	// Qwen3_0_6BTiming): 13.6 ms + 0.0436 ms per token, decode ≈ 6-34 ms.
+	priorA = 0.0136    // s
+	priorB = 0.0436e-3 // s per token
+	priorD = 0.010     // s
+	// priorWeight is the prior's strength in samples.
+	priorWeight = 2.0
+	// learnDecay weighs the past: about the last 50 samples count.
+	learnDecay = 0.98
+	// Feature scale for n (per thousand tokens), so the normal equations
+	// stay well conditioned.
+	tokScale = 1e-3
+)
+
+// ttft_model_drift thresholds over the last driftWindow first tokens: the
+// mean relative error |observed − predicted| / max(observed, predicted).
+const (
+	ttftDriftWindow  = 32
+	ttftDriftMinimum = 16
+	ttftDriftRaise   = 0.5 // typically off by 2×
+	ttftDriftClear   = 0.3
+)
+
+// Diagnostic codes of the TTFT cost.
+const (
+	DiagTTFTDrift     = "ttft_model_drift"
+	DiagTTFTRecovered = "ttft_model_recovered"
+)
+
+type ttftCoef struct{ a, b, d float64 }
+
+// timingModel predicts one worker's TTFT and checks itself against what
+// the worker then does.
+type timingModel struct {
+	// src is the model as one immutable snapshot (the engine's estimate,
+	// capacity and the learned rates), so a decision reads each
+	// candidate's with one load.
+	src atomic.Pointer[timingSource]
+	// fleet is the policy's latest rates learned from any worker: a worker
+	// not yet measured is priced with them rather than with the prior, so
+	// it is not starved behind measured workers that are faster than the
+	// prior says (and it is measured by the traffic it then gets).
+	fleet *atomic.Pointer[ttftCoef]
+
+	drifting atomic.Bool
+
+	mu sync.Mutex
+	// Weighted normal equations of the fit: s = Σ φφᵀ, r = Σ φ·y.
+	s       [3][3]float64
+	r       [3]float64
+	samples int
+	errs    [ttftDriftWindow]float64
+	errAt   int
+	errN    int
+	errSum  float64
+}
+
+// timingSource is what the worker's engine says about its own speed.
+type timingSource struct {
+	est engine.PrefillEstimator // nil: an engine in another process
+	dec DecodeEstimator
+	// capacity is the worker's KV cache in tokens (0: unknown).
+	capacity int
+	ttftCoef      // learned
+	learned  bool // from at least ttftMinSamples of the worker's own
+}
+
+// ttftMinSamples is how many first tokens make a worker's rates its own.
+const ttftMinSamples = 4
+
+func newTimingModel(src engine.PrefillEstimator) *timingModel {
+	m := &timingModel{}
+	m.init(src, 0)
+	return m
+}
+
+// init starts the model at the prior.
+func (m *timingModel) init(src engine.PrefillEstimator, capacityTokens int) {
+	m.src.Store(&timingSource{ttftCoef: ttftCoef{a: priorA, b: priorB, d: priorD}})
+	m.setSource(src, capacityTokens)
+}
+
+func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.src.Load()
+	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: old.ttftCoef, learned: old.learned}
+	ts.dec, _ = src.(DecodeEstimator)
+	m.src.Store(ts)
+}
+
+// coefs returns the learned rates.
+func (m *timingModel) coefs() ttftCoef { return m.src.Load().ttftCoef }
+
+// kvFull is how far a request would take the worker's KV memory beyond
+// ttftMemoryHigh of its capacity, in capacities (0 when it fits or the
+// capacity is unknown). An engine whose running requests hold its memory
+// admits nothing new until some finish, and preempts (recomputes) the
+// newest when decodes outgrow it (vLLM's scheduler; the mocker's): the
+// timing model cannot price that wait, so the cost treats it as a limit.
+func (m *timingModel) kvFull(activeTokens int) float64 {
+	c := m.src.Load().capacity
+	if c <= 0 {
+		return 0
+	}
+	return max(float64(activeTokens)/float64(c)-ttftMemoryHigh, 0)
+}
+
+// ttftMemoryHigh is the share of a worker's KV capacity above which the
+// ttft cost treats it as full; the rest is headroom for the running
+// requests' outputs.
+const ttftMemoryHigh = 0.9
+
+// estimate is how long a prefill of n uncached tokens takes once the
+// worker starts it (total), while decodes requests decode with
+// activeTokens tokens of KV in use, and its prefill part alone (pre). The
+// first prefill of an empty queue also waits, on average, for half of the
+// decode step in progress when it lands. One function for the decision
+// and the queue, reading the model once: it runs for every candidate.
+func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total, pre float64) {
+	src := m.src.Load()
+	c := &src.ttftCoef
+	if !src.learned && m.fleet != nil {
+		if fc := m.fleet.Load(); fc != nil {
+			c = fc
+		}
+	}
+	pre = -1
+	if src.est != nil {
+		pre = src.est.EstimatePrefill(n)
+	}
+	if pre < 0 {
+		pre = c.a + c.b*float64(n)
+	}
+	total = pre
+	if decodes > 0 {
+		d := -1.0
+		if src.dec != nil {
+			if d = src.dec.EstimateDecodeStep(activeTokens); d >= 0 && first {
+				total += d / 2
+			}
+		}
+		if d < 0 {
+			d = c.d // the learned step term absorbs the wait for the step in progress
+		}
+		total += d
+	}
+	return total, pre
+}
+
+// predict is the candidate's TTFT: the wait before its prefill can start
+// (the router's virtual queue of prefills it placed there) plus the prefill
+// of what the worker will not hold, joined to the decode batch it runs
+// alongside; and that prefill's own time.
+func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) (ttft time.Duration, prefill float64) {
+	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
+	wait := max(cs.busyUntil-now, 0)
+	total, pre := m.estimate(isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
+	return time.Duration(wait) + time.Duration(total*1e9), pre
+}
+
+// observe learns from one first token: n uncached tokens (from the
+// engine's cached_tokens), whether the worker was decoding, the wait the
+// router predicted, the predicted and the observed TTFT. It returns the
+// windowed error and whether the drift state changed.
+func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed time.Duration) (errMean float64, raised, cleared bool) {
+	y := max(observed-wait, 0).Seconds()
+	phi := [3]float64{1, float64(n) * tokScale, 0}
+	if decoding {
+		phi[2] = 1
+	}
+	e := math.Abs(observed.Seconds()-predicted.Seconds()) / max(observed.Seconds(), predicted.Seconds(), 1e-6)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range 3 {
+		m.r[i] = learnDecay*m.r[i] + phi[i]*y
+		for j := range 3 {
+			m.s[i][j] = learnDecay*m.s[i][j] + phi[i]*phi[j]
+		}
+	}
+	m.samples++
+	if c, ok := m.solve(); ok {
+		ts := *m.src.Load()
+		ts.ttftCoef = c
+		ts.learned = m.samples >= ttftMinSamples
+		m.src.Store(&ts)
+		if ts.learned && m.fleet != nil {
+			m.fleet.Store(&c)
+		}
+	}
+	if m.errN == ttftDriftWindow {
+		m.errSum -= m.errs[m.errAt]
+	} else {
+		m.errN++
+	}
+	m.errs[m.errAt] = e
+	m.errAt = (m.errAt + 1) % ttftDriftWindow
+	m.errSum += e
+	errMean = m.errSum / float64(m.errN)
+	switch d := m.drifting.Load(); {
+	case !d && m.errN >= ttftDriftMinimum && errMean > ttftDriftRaise:
+		m.drifting.Store(true)
+		raised = true
+	case d && errMean < ttftDriftClear:
+		m.drifting.Store(false)
+		cleared = true
+	}
+	return errMean, raised, cleared
+}
+
+// solve returns the ridge estimate (S + λI)θ = r + λθ₀, or false when the
+// system is singular. Coefficients are kept physical: a prefill takes time
+// and grows with its tokens.
+func (m *timingModel) solve() (ttftCoef, bool) {
+	prior := [3]float64{priorA, priorB / tokScale, priorD}
+	var a [3][4]float64
+	for i := range 3 {
+		for j := range 3 {
+			a[i][j] = m.s[i][j]
+		}
+		a[i][i] += priorWeight
+		a[i][3] = m.r[i] + priorWeight*prior[i]
+	}
+	for c := range 3 { // Gaussian elimination, partial pivoting
+		p := c
+		for i := c + 1; i < 3; i++ {
+			if math.Abs(a[i][c]) > math.Abs(a[p][c]) {
+				p = i
+			}
+		}
+		if math.Abs(a[p][c]) < 1e-12 {
+			return ttftCoef{}, false
+		}
+		a[c], a[p] = a[p], a[c]
+		for i := range 3 {
+			if i == c {
+				continue
+			}
+			f := a[i][c] / a[c][c]
+			for j := c; j < 4; j++ {
+				a[i][j] -= f * a[c][j]
+			}
+		}
+	}
+	x := [3]float64{a[0][3] / a[0][0], a[1][3] / a[1][1], a[2][3] / a[2][2]}
+	for _, v := range x {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ttftCoef{}, false
+		}
+	}
+	return ttftCoef{a: max(x[0], 0), b: max(x[1]*tokScale, priorB/100), d: max(x[2], 0)}, true
+}
+
+// gradeTTFT checks a first token's TTFT against the prediction made when
+// the request was routed, teaches the worker's model, and raises or clears
+// ttft_model_drift.
+func (k *KV) gradeTTFT(f *flight, cachedTokens int, observed time.Duration) {
+	w := f.w
+	m := &w.timing
+	predicted := time.Duration(f.predFinish - f.routedAt.UnixNano())
+	wait := time.Duration(max(f.predStart-f.routedAt.UnixNano(), 0))
+	if predicted <= 0 {
+		return
+	}
+	errMean, raised, cleared := m.observe(max(f.isl-cachedTokens, 1), f.decoding, wait, predicted, observed)
+	k.met.ttftRatio.WithLabelValues(w.id).Observe(observed.Seconds() / predicted.Seconds())
+	k.met.ttftErr.WithLabelValues(w.id).Set(errMean)
+	switch {
+	case raised:
+		k.drifting.Add(1)
+		k.board.Raise(DiagTTFTDrift, w.id, health.Warn,
+			fmt.Sprintf("predicted TTFTs of worker %s are off by %.0f%% on average over its last %d requests; decisions that include it use the weighted cost (--router-cost tandem) until they agree again",
+				w.id, 100*errMean, ttftDriftWindow),
+			"worker", w.id, "mean_relative_error", errMean, "last_predicted_ms", predicted.Milliseconds(), "last_observed_ms", observed.Milliseconds())
+	case cleared:
+		k.drifting.Add(-1)
+		k.board.Clear(DiagTTFTDrift, w.id, DiagTTFTRecovered, "predicted TTFTs agree with the worker again; routing it by predicted TTFT")
+	}
+}
+
+// TTFTModelState is a worker's TTFT model as it stands, for tests and
+// operators.
+type TTFTModelState struct {
+	// Engine is true when the worker's engine estimates its own prefill.
+	Engine bool
+	// Learned rates: TTFT − wait ≈ Base + PerToken·uncached + Decode·[decoding].
+	Base, PerToken, Decode time.Duration
+	Samples                int
+	// MeanError is the mean relative error of the last 32 predictions.
+	MeanError float64
+	Drifting  bool
+}
+
+// TTFTModel returns the worker's TTFT model state (false for an unknown
+// worker).
+func (k *KV) TTFTModel(id string) (TTFTModelState, bool) {
+	k.mu.RLock()
+	w := k.workers[id]
+	k.mu.RUnlock()
+	if w == nil {
+		return TTFTModelState{}, false
+	}
+	m := &w.timing
+	c := m.coefs()
+	st := TTFTModelState{Engine: m.src.Load().est != nil, Base: secs(c.a), PerToken: secs(c.b), Decode: secs(c.d), Drifting: m.drifting.Load()}
+	m.mu.Lock()
+	st.Samples = m.samples
+	if m.errN > 0 {
+		st.MeanError = m.errSum / float64(m.errN)
+	}
+	m.mu.Unlock()
+	return st, true
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * 1e9) }
