@@ -10,3 +10,7 @@
 // +kubebuilder:object:generate=true
 // +groupName=tandem.dev
 package v1alpha1
+
+// A note for CEL rules in markers: compare strings with size(x) > 0, never
+// x != '': gofmt turns two single quotes in a doc comment into a
+// typographic quote, which CEL cannot parse.

@@ -41,8 +41,8 @@ type TandemDeployment struct {
 // +kubebuilder:validation:XValidation:rule="!self.pools.exists(p, p.role == 'decode') || self.pools.exists(p, p.role == 'prefill') || self.disaggregation.mode == 'never'",message="a decode pool needs a prefill pool (or disaggregation.mode never)",fieldPath=".pools"
 // +kubebuilder:validation:XValidation:rule="!self.pools.exists(p, p.role == 'prefill') || self.pools.exists(p, p.role == 'decode')",message="a prefill pool needs a decode pool to hand its KV to",fieldPath=".pools"
 // +kubebuilder:validation:XValidation:rule="self.pools.all(p, !has(p.blockSize) || p.blockSize == self.kv.blockSize)",message="every pool's blockSize must equal kv.blockSize: pools with different block sizes cannot share KV",fieldPath=".pools"
-// +kubebuilder:validation:XValidation:rule="self.pools.all(p, p.engine.kind != 'native' || self.model.source != ”)",message="a native engine needs model.source (the model directory)",fieldPath=".model.source"
-// +kubebuilder:validation:XValidation:rule="self.router.eventPlane != 'nats' || self.router.natsURL != ”",message="router.eventPlane nats needs router.natsURL",fieldPath=".router.natsURL"
+// +kubebuilder:validation:XValidation:rule="self.pools.all(p, p.engine.kind != 'native' || size(self.model.source) > 0)",message="a native engine needs model.source (the model directory)",fieldPath=".model.source"
+// +kubebuilder:validation:XValidation:rule="self.router.eventPlane != 'nats' || size(self.router.natsURL) > 0",message="router.eventPlane nats needs router.natsURL",fieldPath=".router.natsURL"
 // +kubebuilder:validation:XValidation:rule="self.discovery.backend != 'etcd' || size(self.discovery.etcdEndpoints) > 0",message="discovery.backend etcd needs discovery.etcdEndpoints",fieldPath=".discovery.etcdEndpoints"
 type TandemDeploymentSpec struct {
 	// Image is the tandem image run by the frontend and by the mocker and
@@ -187,7 +187,7 @@ type PoolSpec struct {
 
 // EngineSpec is what a pool's workers run.
 //
-// +kubebuilder:validation:XValidation:rule="!(self.kind in ['vllm', 'sglang', 'llamacpp']) || (has(self.image) && self.image != ”)",message="an upstream engine (vllm, sglang, llamacpp) needs engine.image",fieldPath=".image"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['vllm', 'sglang', 'llamacpp']) || (has(self.image) && size(self.image) > 0)",message="an upstream engine (vllm, sglang, llamacpp) needs engine.image",fieldPath=".image"
 // +kubebuilder:validation:XValidation:rule="self.kind != 'mocker' || !has(self.image)",message="the mocker runs in the tandem image; engine.image is only for upstream engines",fieldPath=".image"
 type EngineSpec struct {
 	// +kubebuilder:validation:Enum=mocker;native;vllm;sglang;llamacpp

@@ -1,0 +1,49 @@
+package v1alpha1_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestCRDUpToDate regenerates the CRD YAML and the deepcopy code with the
+// pinned controller-gen (scripts/gen-crd.sh) into a temporary directory
+// and fails when the committed files differ: they are generated, never
+// edited by hand.
+func TestCRDUpToDate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping controller-gen")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to run controller-gen")
+	}
+	tmp := t.TempDir()
+	crdDir, objDir := filepath.Join(tmp, "crd"), filepath.Join(tmp, "obj")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "../../scripts/gen-crd.sh")
+	cmd.Env = append(os.Environ(), "OUT="+crdDir, "OBJECT_OUT="+objDir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/gen-crd.sh: %v\n%s", err, out)
+	}
+	for gen, committed := range map[string]string{
+		filepath.Join(crdDir, "tandem.dev_tandemdeployments.yaml"): CRDFile,
+		filepath.Join(objDir, "zz_generated.deepcopy.go"):          "zz_generated.deepcopy.go",
+	} {
+		g, err := os.ReadFile(gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := os.ReadFile(committed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(g, c) {
+			t.Errorf("%s is stale: run scripts/gen-crd.sh and commit the result", committed)
+		}
+	}
+}
