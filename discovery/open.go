@@ -26,6 +26,9 @@ type Config struct {
 	// KubeNamespace, KubeSelector and KubeService configure the kube
 	// backend (--kube-namespace, --kube-selector, --kube-service).
 	KubeNamespace, KubeSelector, KubeService string
+	// Kubeconfig is a kubeconfig file for the kube backend (--kubeconfig,
+	// default $KUBECONFIG); empty: the pod's service account.
+	Kubeconfig string
 }
 
 // DefaultConfig returns the flag defaults: the file backend in a directory
@@ -47,7 +50,13 @@ func Open(cfg Config, c Common) (Registry, error) {
 	case "etcd":
 		return NewEtcd(EtcdConfig{Common: c, Endpoints: cfg.EtcdEndpoints, Prefix: cfg.Prefix})
 	case "kube":
-		clients, err := NewInClusterClients()
+		var clients KubeClients
+		var err error
+		if cfg.Kubeconfig != "" {
+			clients, err = NewKubeconfigClients(cfg.Kubeconfig)
+		} else {
+			clients, err = NewInClusterClients()
+		}
 		if err != nil {
 			return nil, err
 		}

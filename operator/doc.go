@@ -13,9 +13,11 @@
 //
 // Every pod template carries the KV fingerprint (annotation
 // tandem.dev/kv-fingerprint and the workers' --kv-config-fingerprint), so
-// a change of any KV-relevant field rolls every pool, and a worker started
-// from another generation of the object is refused by the frontend
-// (kv_layout_mismatch) instead of exchanging KV it cannot read.
+// a change of any KV-relevant field rolls every pool, and during the
+// rollout a prefill and a decode worker started from two generations of
+// the object are never paired by the frontend (kv_layout_mismatch: the
+// workers publish the fingerprint in their record's KV layout) instead of
+// exchanging KV they cannot read.
 //
 // Status: Ready / Progressing / Degraded conditions, per-pool replicas and
 // ready replicas from the Deployments, and the frontend's /health

@@ -32,7 +32,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newServeCmd(), newFrontendCmd(), newWorkerCmd(), newModelCmd(), newBenchCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newFrontendCmd(), newWorkerCmd(), newModelCmd(), newBenchCmd(), newOperatorCmd(), newVersionCmd())
 	return root
 }
 
