@@ -43,7 +43,7 @@ type TandemDeployment struct {
 // +kubebuilder:validation:XValidation:rule="self.pools.all(p, !has(p.blockSize) || p.blockSize == self.kv.blockSize)",message="every pool's blockSize must equal kv.blockSize: pools with different block sizes cannot share KV",fieldPath=".pools"
 // +kubebuilder:validation:XValidation:rule="self.pools.all(p, p.engine.kind != 'native' || size(self.model.source) > 0)",message="a native engine needs model.source (the model directory)",fieldPath=".model.source"
 // +kubebuilder:validation:XValidation:rule="self.router.eventPlane != 'nats' || size(self.router.natsURL) > 0",message="router.eventPlane nats needs router.natsURL",fieldPath=".router.natsURL"
-// +kubebuilder:validation:XValidation:rule="self.discovery.backend != 'etcd' || size(self.discovery.etcdEndpoints) > 0",message="discovery.backend etcd needs discovery.etcdEndpoints",fieldPath=".discovery.etcdEndpoints"
+// +kubebuilder:validation:XValidation:rule="self.discovery.backend != 'etcd' || (has(self.discovery.etcdEndpoints) && size(self.discovery.etcdEndpoints) > 0)",message="discovery.backend etcd needs discovery.etcdEndpoints",fieldPath=".discovery.etcdEndpoints"
 type TandemDeploymentSpec struct {
 	// Image is the tandem image run by the frontend and by the mocker and
 	// native pools.
