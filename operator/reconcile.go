@@ -27,7 +27,20 @@ import (
 // FieldOwner is the operator's server-side apply field manager.
 const FieldOwner = "tandem-operator"
 
-// Reconciler reconciles TandemDeployments.
+// +kubebuilder:rbac:groups=tandem.dev,resources=tandemdeployments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tandem.dev,resources=tandemdeployments/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconciler reconciles TandemDeployments. The markers above generate the
+// operator's ClusterRole (deploy/operator/role.yaml, scripts/gen-crd.sh):
+// what it writes, plus what the Roles it creates grant (RBAC lets no one
+// grant what it does not hold), plus leader election's Lease and Events.
 type Reconciler struct {
 	Client client.Client
 	Scheme *runtime.Scheme

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// TestCRDUpToDate regenerates the CRD YAML and the deepcopy code with the
+// TestCRDUpToDate regenerates the CRD YAML, the deepcopy code and the
+// operator's ClusterRole with the
 // pinned controller-gen (scripts/gen-crd.sh) into a temporary directory
 // and fails when the committed files differ: they are generated, never
 // edited by hand.
@@ -22,17 +23,18 @@ func TestCRDUpToDate(t *testing.T) {
 		t.Skip("no go command to run controller-gen")
 	}
 	tmp := t.TempDir()
-	crdDir, objDir := filepath.Join(tmp, "crd"), filepath.Join(tmp, "obj")
+	crdDir, objDir, rbacDir := filepath.Join(tmp, "crd"), filepath.Join(tmp, "obj"), filepath.Join(tmp, "rbac")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "../../scripts/gen-crd.sh")
-	cmd.Env = append(os.Environ(), "OUT="+crdDir, "OBJECT_OUT="+objDir)
+	cmd.Env = append(os.Environ(), "OUT="+crdDir, "OBJECT_OUT="+objDir, "RBAC_OUT="+rbacDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/gen-crd.sh: %v\n%s", err, out)
 	}
 	for gen, committed := range map[string]string{
 		filepath.Join(crdDir, "tandem.dev_tandemdeployments.yaml"): CRDFile,
 		filepath.Join(objDir, "zz_generated.deepcopy.go"):          "zz_generated.deepcopy.go",
+		filepath.Join(rbacDir, "role.yaml"):                        "../../deploy/operator/role.yaml",
 	} {
 		g, err := os.ReadFile(gen)
 		if err != nil {

@@ -10,32 +10,38 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	discoveryclient "k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 )
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// InstallCRDs creates the CustomResourceDefinitions in the YAML files (as
-// `kubectl apply -f` would, through the real API server, which validates
-// the schema and compiles the CEL rules) and waits until each is
-// Established, i.e. its resource is served.
-func (s *Server) InstallCRDs(t testing.TB, files ...string) {
+// Apply creates every object in the YAML files through the real API
+// server (as `kubectl create -f` would; existing objects are left as they
+// are), resolving kinds through the server's discovery, and returns them.
+func (s *Server) Apply(t testing.TB, files ...string) []*unstructured.Unstructured {
 	t.Helper()
 	dc, err := dynamic.NewForConfig(s.Config())
 	must(t, err)
+	disc, err := discoveryclient.NewDiscoveryClientForConfig(s.Config())
+	must(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var names []string
+	var out []*unstructured.Unstructured
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		must(t, err)
 		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
 		for {
-			var u unstructured.Unstructured
+			u := &unstructured.Unstructured{}
 			if err := dec.Decode(&u.Object); err != nil {
 				if errors.Is(err, io.EOF) {
 					break
@@ -45,20 +51,52 @@ func (s *Server) InstallCRDs(t testing.TB, files ...string) {
 			if len(u.Object) == 0 {
 				continue
 			}
-			if _, err := dc.Resource(crdGVR).Create(ctx, &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("kubetest: install CRD %s from %s: %v", u.GetName(), f, err)
+			gvk := u.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				mapper.Reset() // a CRD applied just before
+				m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 			}
-			names = append(names, u.GetName())
+			if err != nil {
+				t.Fatalf("kubetest: %s: kind %s: %v", f, gvk, err)
+			}
+			var ri dynamic.ResourceInterface = dc.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				ns := u.GetNamespace()
+				if ns == "" {
+					ns = "default"
+				}
+				ri = dc.Resource(m.Resource).Namespace(ns)
+			}
+			if _, err := ri.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("kubetest: create %s %s from %s: %v", gvk.Kind, u.GetName(), f, err)
+			}
+			out = append(out, u)
 		}
 	}
-	for _, n := range names {
+	return out
+}
+
+// InstallCRDs applies the CustomResourceDefinitions in the YAML files
+// (the real API server validates the schema and compiles the CEL rules)
+// and waits until each is Established, i.e. its resource is served.
+func (s *Server) InstallCRDs(t testing.TB, files ...string) {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(s.Config())
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, u := range s.Apply(t, files...) {
+		if u.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
 		for {
-			u, err := dc.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
-			if err == nil && established(u) {
+			got, err := dc.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
+			if err == nil && established(got) {
 				break
 			}
 			if ctx.Err() != nil {
-				t.Fatalf("kubetest: CRD %s not Established: %v", n, err)
+				t.Fatalf("kubetest: CRD %s not Established: %v", u.GetName(), err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
