@@ -26,7 +26,15 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // Apply creates every object in the YAML files through the real API
 // server (as `kubectl create -f` would; existing objects are left as they
 // are), resolving kinds through the server's discovery, and returns them.
+// Namespaced objects without a namespace go to "default".
 func (s *Server) Apply(t testing.TB, files ...string) []*unstructured.Unstructured {
+	t.Helper()
+	return s.ApplyIn(t, "default", files...)
+}
+
+// ApplyIn is Apply with another namespace for objects that name none (as
+// `kubectl create -n NS -f`).
+func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []*unstructured.Unstructured {
 	t.Helper()
 	dc, err := dynamic.NewForConfig(s.Config())
 	must(t, err)
@@ -64,7 +72,7 @@ func (s *Server) Apply(t testing.TB, files ...string) []*unstructured.Unstructur
 			if m.Scope.Name() == meta.RESTScopeNameNamespace {
 				ns := u.GetNamespace()
 				if ns == "" {
-					ns = "default"
+					ns = namespace
 				}
 				ri = dc.Resource(m.Resource).Namespace(ns)
 			}
