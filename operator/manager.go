@@ -32,8 +32,10 @@ type Options struct {
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	Logger                  *slog.Logger
-	// Reconciler overrides (tests): the frontend's /health URL.
-	HealthURL func(*v1alpha1.TandemDeployment) string
+	// Reconciler overrides (tests, benchmarks): the frontend's /health
+	// URL, the apply calls in flight per object.
+	HealthURL     func(*v1alpha1.TandemDeployment) string
+	ApplyParallel int
 }
 
 // Scheme holds the kinds the operator reads and writes, and nothing else:
@@ -74,7 +76,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("operator: manager: %w", err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Scheme: sch, HealthURL: o.HealthURL}
+	r := &Reconciler{Client: mgr.GetClient(), Scheme: sch, HealthURL: o.HealthURL, ApplyParallel: o.ApplyParallel}
+	if o.Namespace != "" {
+		// controller-runtime refuses two controllers of one name in a
+		// process (their metrics would collide).
+		r.Name = "tandemdeployment-" + o.Namespace
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: controller: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -39,9 +40,15 @@ type env struct {
 	health atomic.Value // the frontend /health body
 }
 
-func startEnv(t *testing.T) *env {
+// startEnv starts the API server and one operator per entry of ops (one
+// for every namespace when ops is empty).
+func startEnv(t *testing.T, ops ...operator.Options) *env {
 	t.Helper()
-	s := kubetest.Start(t, []string{operatorUser + "|system:serviceaccounts,system:serviceaccounts:tandem-system"}, ns)
+	namespaces := []string{ns}
+	for _, o := range ops {
+		namespaces = append(namespaces, o.Namespace)
+	}
+	s := kubetest.Start(t, []string{operatorUser + "|system:serviceaccounts,system:serviceaccounts:tandem-system"}, namespaces...)
 	s.InstallCRDs(t, "../deploy/crd/tandem.dev_tandemdeployments.yaml")
 	// The shipped manifests, as an installer would apply them; the
 	// Deployment never runs (no kubelet), the operator runs in-process
@@ -63,21 +70,22 @@ func startEnv(t *testing.T) *env {
 		fmt.Fprint(w, e.health.Load().(string))
 	}))
 	t.Cleanup(hs.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- operator.Run(ctx, operator.Options{
-			Config: s.ConfigFor(operatorUser), MetricsAddr: "0", ProbeAddr: "0",
-			Logger:    slog.New(slog.DiscardHandler),
-			HealthURL: func(*v1alpha1.TandemDeployment) string { return hs.URL + "/health" },
+	if len(ops) == 0 {
+		ops = []operator.Options{{}}
+	}
+	for _, o := range ops {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		o.Config, o.MetricsAddr, o.ProbeAddr, o.Logger = s.ConfigFor(operatorUser), "0", "0", testLogger()
+		o.HealthURL = func(*v1alpha1.TandemDeployment) string { return hs.URL + "/health" }
+		go func() { done <- operator.Run(ctx, o) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("operator: %v", err)
+			}
 		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-	})
+	}
 	return e
 }
 
@@ -347,4 +355,12 @@ func TestOperator(t *testing.T) {
 	if err := opc.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
 		t.Fatalf("operator listed Secrets: %v", err)
 	}
+}
+
+// testLogger discards the operator's log unless TANDEM_OPERATOR_LOG=1.
+func testLogger() *slog.Logger {
+	if os.Getenv("TANDEM_OPERATOR_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
 }

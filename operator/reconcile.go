@@ -17,8 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"golang.org/x/sync/errgroup"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/tandemllm/tandem/api/v1alpha1"
@@ -52,6 +54,12 @@ type Reconciler struct {
 	// HealthEvery re-reads /health while nothing else changes (default
 	// 30 s).
 	HealthEvery time.Duration
+	// Name is the controller's name, unique in the process (default
+	// "tandemdeployment").
+	Name string
+	// ApplyParallel bounds the apply calls in flight per object (default
+	// DefaultApplyParallel; 1: one at a time).
+	ApplyParallel int
 }
 
 // DefaultHealthURL is the frontend Service's /health inside the cluster.
@@ -72,8 +80,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.HealthEvery <= 0 {
 		r.HealthEvery = 30 * time.Second
 	}
+	if r.ApplyParallel <= 0 {
+		r.ApplyParallel = DefaultApplyParallel
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("tandemdeployment").
+		Named(def(r.Name, "tandemdeployment")).
+		// Objects reconcile in parallel (one object never does twice at
+		// once): with one worker, a 100-pool object's reconcile held a
+		// 1-pool object's first reconcile back by a second.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		For(&v1alpha1.TandemDeployment{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
@@ -94,6 +109,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if td.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // the garbage collector deletes the children
 	}
+	start := time.Now()
+	defer func() {
+		ctrl.LoggerFrom(ctx).V(1).Info("reconciled", "generation", td.Generation, "pools", len(td.Spec.Pools), "took", time.Since(start).String())
+	}()
 	applyErr := r.applyChildren(ctx, &td)
 	if applyErr == nil {
 		applyErr = r.prunePools(ctx, &td)
@@ -107,8 +126,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: r.HealthEvery}, nil
 }
 
+// DefaultApplyParallel bounds the server-side apply calls in flight for
+// one object (Reconciler.ApplyParallel); docs/benchmarks/kubernetes.md
+// compares it with one call at a time.
+const DefaultApplyParallel = 8
+
 func (r *Reconciler) applyChildren(ctx context.Context, td *v1alpha1.TandemDeployment) error {
-	for _, obj := range Children(td) {
+	objs := Children(td)
+	for _, obj := range objs {
 		gvk, err := apiutil.GVKForObject(obj, r.Scheme)
 		if err != nil {
 			return fmt.Errorf("operator: %T: %w", obj, err)
@@ -117,14 +142,37 @@ func (r *Reconciler) applyChildren(ctx context.Context, td *v1alpha1.TandemDeplo
 		if err := controllerutil.SetControllerReference(td, obj, r.Scheme); err != nil {
 			return fmt.Errorf("operator: owner reference on %s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
-		// Server-side apply: the operator owns exactly the fields it
-		// renders; fields other managers set (a kubectl annotation, an
-		// HPA on a Deployment it does not render) stay theirs.
-		if err := r.Client.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil { //nolint:staticcheck // typed SSA keeps the renderer one set of structs
-			return fmt.Errorf("operator: apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
-		}
 	}
-	return nil
+	// Server-side apply: the operator owns exactly the fields it renders,
+	// puts back hand edits of them, and leaves fields other managers set
+	// alone. A no-op apply writes nothing.
+	apply := func(ctx context.Context, obj client.Object) error {
+		if err := r.Client.Patch(ctx, obj, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil { //nolint:staticcheck // typed SSA keeps the renderer one set of structs
+			return fmt.Errorf("operator: apply %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+		return nil
+	}
+	// RBAC first, in order: the API server lets the operator bind a Role
+	// only once the Role exists (its escalation check compares the
+	// Role's rules with the operator's own), so a RoleBinding applied
+	// alongside its Role is refused with "not found".
+	n := 0
+	for ; n < len(objs); n++ {
+		switch objs[n].(type) {
+		case *corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding:
+			if err := apply(ctx, objs[n]); err != nil {
+				return err
+			}
+			continue
+		}
+		break
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.ApplyParallel)
+	for _, obj := range objs[n:] {
+		g.Go(func() error { return apply(gctx, obj) })
+	}
+	return g.Wait()
 }
 
 // prunePools deletes the Deployments of pools no longer in the spec.
