@@ -13,7 +13,9 @@ go run "$CONTROLLER_GEN" object paths=./api/... ${OBJECT_OUT:+output:object:dir=
 go run "$CONTROLLER_GEN" crd paths=./api/... output:crd:dir="$OUT"
 # The operator's ClusterRole, from the +kubebuilder:rbac markers.
 go run "$CONTROLLER_GEN" rbac:roleName=tandem-operator paths=./operator/... output:rbac:dir="${RBAC_OUT:-deploy/operator}"
-# The Helm chart installs the same file (Helm's crds/ directory).
-if [ "$OUT" = deploy/crd ] && [ -d deploy/helm/tandem-operator/crds ]; then
+# The Helm chart installs the same files (Helm's crds/ directory, and the
+# ClusterRole among its templates).
+if [ "$OUT" = deploy/crd ]; then
 	cp deploy/crd/*.yaml deploy/helm/tandem-operator/crds/
+	cp deploy/operator/role.yaml deploy/helm/tandem-operator/templates/clusterrole.yaml
 fi

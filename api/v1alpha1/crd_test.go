@@ -31,6 +31,17 @@ func TestCRDUpToDate(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/gen-crd.sh: %v\n%s", err, out)
 	}
+	// The chart's copies (scripts/gen-crd.sh copies them) must match too.
+	for copy, orig := range map[string]string{
+		"../../deploy/helm/tandem-operator/crds/tandem.dev_tandemdeployments.yaml": CRDFile,
+		"../../deploy/helm/tandem-operator/templates/clusterrole.yaml":             "../../deploy/operator/role.yaml",
+	} {
+		a, err1 := os.ReadFile(copy)
+		b, err2 := os.ReadFile(orig)
+		if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs from %s: run scripts/gen-crd.sh (%v, %v)", copy, orig, err1, err2)
+		}
+	}
 	for gen, committed := range map[string]string{
 		filepath.Join(crdDir, "tandem.dev_tandemdeployments.yaml"): CRDFile,
 		filepath.Join(objDir, "zz_generated.deepcopy.go"):          "zz_generated.deepcopy.go",
