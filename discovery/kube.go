@@ -20,6 +20,7 @@ import (
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tandemllm/tandem/health"
 )
@@ -114,6 +115,21 @@ func NewInClusterClients() (KubeClients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discovery: kube in-cluster config: %w", err)
 	}
+	return NewClientsForConfig(rc)
+}
+
+// NewKubeconfigClients builds the clients from a kubeconfig file (a
+// process outside the cluster, or a test against a real API server).
+func NewKubeconfigClients(path string) (KubeClients, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: kubeconfig %s: %w", path, err)
+	}
+	return NewClientsForConfig(rc)
+}
+
+// NewClientsForConfig builds the clients from a REST config.
+func NewClientsForConfig(rc *rest.Config) (KubeClients, error) {
 	core, err := corev1client.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: kube client: %w", err)

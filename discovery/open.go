@@ -30,6 +30,9 @@ type Config struct {
 	// EtcdAuth is etcd's TLS and user (--etcd-ca, --etcd-cert,
 	// --etcd-key, --etcd-user-file).
 	EtcdAuth EtcdAuth
+	// Kubeconfig is a kubeconfig file for the kube backend (--kubeconfig,
+	// default $KUBECONFIG); empty: the pod's service account.
+	Kubeconfig string
 }
 
 // DefaultConfig returns the flag defaults: the file backend in a private
@@ -63,7 +66,13 @@ func Open(cfg Config, c Common) (Registry, error) {
 	case "etcd":
 		return NewEtcd(EtcdConfig{Common: c, Endpoints: cfg.EtcdEndpoints, Prefix: cfg.Prefix, Auth: cfg.EtcdAuth})
 	case "kube":
-		clients, err := NewInClusterClients()
+		var clients KubeClients
+		var err error
+		if cfg.Kubeconfig != "" {
+			clients, err = NewKubeconfigClients(cfg.Kubeconfig)
+		} else {
+			clients, err = NewInClusterClients()
+		}
 		if err != nil {
 			return nil, err
 		}

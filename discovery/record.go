@@ -89,6 +89,12 @@ type KVLayout struct {
 	// KVLayout), the one its KV transfers are checked against, so a
 	// record never pairs what the transfer plane would refuse.
 	EngineLayout string `json:"engine_layout,omitempty"`
+	// Config is the deployment's KV configuration fingerprint (the
+	// TandemDeployment operator passes it to every pod with
+	// --kv-config-fingerprint): workers started from two generations of
+	// one object (a block size or dtype change mid-rollout) differ here
+	// even where the engine cannot tell, and are never paired.
+	Config string `json:"config,omitempty"`
 }
 
 // Fingerprint is a short stable digest of every field, for logs and for a
@@ -99,6 +105,11 @@ func (l KVLayout) Fingerprint() string {
 	// must never change a fingerprint.
 	fmt.Fprintf(h, "kvlayout/1|%s|%s|%d|%d|%d|%d|%s|%s|%s",
 		l.Model, l.DType, l.BlockSize, l.Layers, l.KVHeads, l.HeadSize, l.TokenizerHash, l.Weights, l.EngineLayout)
+	if l.Config != "" {
+		// Appended only when set, so layouts without it keep the
+		// fingerprints they always had.
+		fmt.Fprintf(h, "|config=%s", l.Config)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -121,6 +132,7 @@ func (l KVLayout) Diff(o KVLayout) []string {
 	add("tokenizer_hash", l.TokenizerHash, o.TokenizerHash)
 	add("weights", l.Weights, o.Weights)
 	add("engine_layout", l.EngineLayout, o.EngineLayout)
+	add("config", l.Config, o.Config)
 	return out
 }
 

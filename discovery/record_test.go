@@ -79,6 +79,7 @@ func TestKVLayoutFingerprint(t *testing.T) {
 		{"dtype and heads", func(l *KVLayout) { l.DType, l.KVHeads = "fp8", 4 }, []string{"dtype: bf16 != fp8", "kv_heads: 8 != 4"}},
 		{"tokenizer", func(l *KVLayout) { l.TokenizerHash = "def" }, []string{"tokenizer_hash: abc != def"}},
 		{"engine layout", func(l *KVLayout) { l.EngineLayout = "mocker/v1/block=16/bytes_per_token=1" }, []string{"engine_layout:  != mocker/v1/block=16/bytes_per_token=1"}},
+		{"deployment config", func(l *KVLayout) { l.Config = "0123abcd" }, []string{"config:  != 0123abcd"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

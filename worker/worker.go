@@ -65,6 +65,9 @@ type Config struct {
 	EventPlane eventplane.Config
 	// Version is the Tandem version published in the record.
 	Version string
+	// KVConfig is the deployment's KV configuration fingerprint
+	// (--kv-config-fingerprint), published in the record's KV layout.
+	KVConfig string
 	// KVTransferAddr is where a decode worker's KV transfer node receives
 	// blocks (--kv-transfer-addr; port 0 picks one). Prefill workers only
 	// send, and aggregated ones take no part.
@@ -374,6 +377,7 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 		ContextLength: info.ContextLength,
 		KVLayout:      Layout(eng, model),
 	}
+	rec.KVLayout.Config = cfg.KVConfig
 	if info.BlockSize > 0 {
 		rec.CapacityBlocks = info.KVCapacityTokens / info.BlockSize
 	}

@@ -35,6 +35,7 @@ func (d *discoveryFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&d.cfg.TTL, "lease-ttl", d.cfg.TTL, "how long a worker that stopped refreshing its record (killed, partitioned) stays routable")
 	f.StringVar(&d.cfg.KubeNamespace, "kube-namespace", "", "kube: namespace of the worker pods (default: POD_NAMESPACE)")
 	f.StringVar(&d.cfg.KubeSelector, "kube-selector", d.cfg.KubeSelector, "kube: label selector of the worker pods")
+	f.StringVar(&d.cfg.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kube: kubeconfig file, for a process outside the cluster (default: $KUBECONFIG; empty: the pod's service account)")
 	f.StringVar(&d.cfg.KubeService, "kube-service", d.cfg.KubeService, "kube: the workers' Service, whose EndpointSlices say which pods are ready (empty: the pods' Ready condition)")
 }
 

@@ -32,16 +32,17 @@ type osProc struct {
 	wait chan error
 }
 
-// startProc starts `tandem args` and waits for a stdout line matching
-// ready; it returns the first submatch.
-func startProc(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
+// startProc starts `tandem args` (with env added to the test's
+// environment) and waits for a stdout line matching ready; it returns the
+// first submatch.
+func startProc(t *testing.T, name, args string, ready *regexp.Regexp, env ...string) *osProc {
 	t.Helper()
-	return startProcWith(t, name, args, ready, nil)
+	return startProcWith(t, name, args, ready, nil, env...)
 }
 
 // startProcWith is startProc with the process started through wrap (e.g.
 // "ip netns exec NS").
-func startProcWith(t *testing.T, name, args string, ready *regexp.Regexp, wrap []string) *osProc {
+func startProcWith(t *testing.T, name, args string, ready *regexp.Regexp, wrap []string, env ...string) *osProc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
@@ -50,7 +51,7 @@ func startProcWith(t *testing.T, name, args string, ready *regexp.Regexp, wrap [
 	}
 	argv := append(slices.Clone(wrap), os.Args[0], "-test.run=^$")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
+	cmd.Env = append(append(os.Environ(), env...), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
 	cmd.Stderr = logf
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -267,27 +268,45 @@ func TestMultiProcessFailover(t *testing.T) {
 		name string
 		// flags returns the flags of the frontend and of the workers.
 		flags func(t *testing.T) (frontend, workers string)
+		// kube: the real API server where the workers are pods.
+		kube bool
 	}{
-		{"file", func(t *testing.T) (string, string) {
+		{name: "file", flags: func(t *testing.T) (string, string) {
 			d := "--discovery file --discovery-dir " + t.TempDir() + " --lease-ttl 2s"
 			return d, d
 		}},
-		{"etcd", func(t *testing.T) (string, string) { d := etcd(t); return d, d }},
-		{"etcd+nats", func(t *testing.T) (string, string) {
+		{name: "etcd", flags: func(t *testing.T) (string, string) { d := etcd(t); return d, d }},
+		{name: "etcd+nats", flags: func(t *testing.T) (string, string) {
 			d, addr := etcd(t), freeAddr(t)
 			return d + " --event-plane nats --nats embedded --nats-addr " + addr,
 				d + " --event-plane nats --nats nats://" + addr
 		}},
+		{name: "kube", kube: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			feFlags, disc := c.flags(t)
+			var kc *kubeCluster
+			var feFlags, disc string
+			if c.kube {
+				// Skips when the kube-apiserver binary is absent.
+				kc = startKubeCluster(t, []string{"w1", "w2", "w3"})
+				feFlags, disc = kc.frontendFlags, kc.workerFlags
+			} else {
+				feFlags, disc = c.flags(t)
+			}
 			fe := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv --max-retries 3 --drain-timeout 2s "+feFlags, frontendReady)
 			url := fe.line
+			if c.kube {
+				// No worker yet: the model stays advertised, and a request
+				// is a 503 with Retry-After, not a 404.
+				kc.checkNoWorker(t, url)
+			}
 			workers := map[string]*osProc{}
 			ids := []string{"w1", "w2", "w3"}
 			for _, id := range ids {
-				workers[id] = startProc(t, id, "worker --id "+id+" --speedup 4 --deregister-delay 0s "+disc, workerReady)
+				// The kube backend keys records by pod (POD_NAME, from the
+				// downward API in a real pod).
+				workers[id] = startProc(t, id, "worker --id "+id+" --speedup 4 --deregister-delay 0s "+disc, workerReady, "POD_NAME="+id)
 			}
 			deadline := time.Now().Add(20 * time.Second)
 			for !slices.Equal(healthWorkers(t, url), ids) {
@@ -309,6 +328,11 @@ func TestMultiProcessFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 			killed := time.Now()
+			if c.kube {
+				// The kubelet sees the container die and marks the pod
+				// not ready; meanwhile the frontend's retries carry the load.
+				kc.markReady(t, victim, false)
+			}
 			var left time.Duration
 			for {
 				if !slices.Contains(healthWorkers(t, url), victim) {

@@ -66,6 +66,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&wcfg.ID, "id", "", "worker id, unique in the fleet and reported in X-Tandem-Worker (default: host-pid; worker-0 with --openai-addr)")
 	f.StringVar(&wcfg.RequestPlaneAddr, "rp-addr", wcfg.RequestPlaneAddr, "listen address of the gRPC request plane (port 0: any free port)")
 	f.StringVar(&wcfg.AdvertiseHost, "advertise-host", "", "host put in the published addresses when a listen address is a wildcard (default: the host name)")
+	f.StringVar(&wcfg.KVConfig, "kv-config-fingerprint", "", "the deployment's KV configuration fingerprint (set by the operator); workers with different ones never exchange KV")
 	f.StringVar(&wcfg.Role, "role", wcfg.Role, "aggregated, prefill or decode")
 	f.BoolVar(&cfg.VLLMPD.Enabled, "kv-transfer-params", false, "with --openai-addr: play both roles of vLLM's NixlConnector P/D protocol (kv_transfer_params), as a vLLM server with a KV connector does")
 	f.StringVar(&cfg.VLLMPD.AdvertiseHost, "kv-transfer-advertise-host", "", "with --kv-transfer-params: the remote_host this worker puts in kv_transfer_params (default: the listen host)")
