@@ -19,7 +19,8 @@
 // The encoder follows msgspec's rules exactly (smallest integer forms, float64
 // timestamps, trailing defaults dropped in arrays, default-valued optional
 // keys dropped in maps), so its output equals vLLM's byte for byte; the tests
-// check the vectors of wire-formats.md §1.8.
+// check test vectors produced with vLLM's own msgspec encoder
+// (vllm/distributed/kv_events.py).
 //
 // The decoder is deliberately liberal: batch and events as arrays or maps,
 // hashes as uint64, int64 or bytes (normalized to vLLM's integer form, the
@@ -45,6 +46,7 @@
 // it, because stalling an engine's scheduler on a slow subscriber would be
 // far worse than a lost event (routers resynchronize through replay or by
 // age). The pure-Go ZMQ library is used with automatic reconnection off
-// (see go-peers.md on its reconnect race); the publisher only binds, so
+// (github.com/go-zeromq/zmq4 has a reconnect race
+// in its automatic redial); the publisher only binds, so
 // reconnection is the subscribers' business.
 package kvevents

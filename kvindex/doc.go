@@ -4,7 +4,8 @@
 //
 // # Hashes
 //
-// Blocks are keyed by Tandem's own hashes, Dynamo's scheme (dynamo.md §2.2):
+// Blocks are keyed by Tandem's own hashes, Dynamo's scheme (ai-dynamo/dynamo,
+// lib/kv-router: compute_block_hash_for_seq):
 // XXH3-64 with seed 1337 over the block's token ids as little-endian u32,
 // full blocks only, each chained with its parent's hash. A chained hash
 // names a whole prefix, so the index is a flat map from hash to holders, not

@@ -2,7 +2,8 @@ package router
 
 import "sync"
 
-// activeTracker is Dynamo's ActiveSequences (dynamo.md §2.4), kept by the
+// activeTracker is Dynamo's ActiveSequences (ai-dynamo/dynamo,
+// lib/kv-router: sequence.rs), kept by the
 // router from its own decisions: per worker, the unique blocks of requests
 // in flight (decode load), the uncached prompt tokens of those not past
 // their first token (prefill load), and which blocks are pinned: held by a

@@ -511,7 +511,7 @@ with equal hash ids share exactly those blocks; prompts go to /v1/completions as
 (--prompt ids, exact) or as words (--prompt words: one word per token, exact on o200k-family
 tokenizers, approximate on others). Arrivals follow the timestamps divided by --speedup, unless
 --rate or --concurrency is given. --requests replays the first N lines.`,
-		Example: `  tandem bench trace --file ../shared/traces/mooncake/conversation_trace.jsonl --url http://127.0.0.1:8000 --speedup 10 --requests 1000 --max-input 30000 --out /tmp/trace`,
+		Example: `  tandem bench trace --file conversation_trace.jsonl --url http://127.0.0.1:8000 --speedup 10 --requests 1000 --max-input 30000 --out /tmp/trace`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {

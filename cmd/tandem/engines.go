@@ -90,7 +90,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		return model, func(i int) (engine.Engine, error) { return e.newMocker(cfg, i) }, nil
 	case "native":
 		if e.modelDir == "" {
-			return nil, nil, fmt.Errorf("--engine native needs --model DIR (e.g. ../shared/models/stories260K)")
+			return nil, nil, fmt.Errorf("--engine native needs --model DIR (a llama2.c checkpoint directory: model .bin + tokenizer)")
 		}
 		events, err := e.eventsConfig()
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 )
 
 // Params is kv_transfer_params as vLLM's NixlConnector reads and writes it
-// (wire-formats §3). Pointers are fields vLLM sends as null.
+// (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py). Pointers are fields vLLM sends as null.
 type Params struct {
 	DoRemoteDecode  bool    `json:"do_remote_decode"`
 	DoRemotePrefill bool    `json:"do_remote_prefill"`

@@ -1,5 +1,6 @@
 // Package kvrouting is the end-to-end proof of Tandem's KV-aware routing: it
-// reproduces the seed report's experiment (000_598c668c1bafd4d2.txt §3) in
+// reproduces the router experiment of a hands-on report on NVIDIA Dynamo
+// (two workers, repeated long prefixes, 60 re-requests) in
 // one process, with real mocker engines, their real ZMQ KV-event publishers
 // on 127.0.0.1, the router's real subscribers, and router.Router driving the
 // engines' Generate directly (no HTTP).

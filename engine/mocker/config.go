@@ -37,7 +37,8 @@ type TimingModel struct {
 	DecodeMin                    float64
 }
 
-// DynamoTiming is the polynomial of Dynamo's mocker (dynamo.md §5.1): 1,024
+// DynamoTiming is the polynomial of Dynamo's mocker (ai-dynamo/dynamo, lib/mocker: its prefill and decode
+// cost polynomials): 1,024
 // new tokens ≈ 32.5 ms, decode 5.7 ms empty to 34 ms full.
 func DynamoTiming() TimingModel {
 	return TimingModel{
