@@ -318,6 +318,11 @@ func (l *fileLease) refresh() (rival string, err error) {
 		var e fileEntry
 		if json.Unmarshal(b, &e) != nil {
 			why = "corrupt"
+		} else if e.Instance != l.entry.Instance && l.f.holds(e.Instance) {
+			// A later registration of the same id through this registry
+			// (a re-registration in the same process) owns the file now:
+			// the two leases must not take turns overwriting it.
+			return "", nil
 		} else if e.Instance != l.entry.Instance && l.f.liveOwner(e, info) {
 			rival = fmt.Sprintf("host %s pid %d", e.Host, e.PID)
 		}
@@ -330,6 +335,19 @@ func (l *fileLease) refresh() (rival string, err error) {
 	}
 	l.touched = time.Now()
 	return rival, nil
+}
+
+// holds reports whether one of this registry's live leases wrote the
+// registration instance.
+func (f *File) holds(instance string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for l := range f.leases {
+		if l.entry.Instance == instance {
+			return true
+		}
+	}
+	return false
 }
 
 // liveOwner reports whether e's owner is a process that still runs (as
