@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tandemllm/tandem/api/v1alpha1"
@@ -204,6 +205,19 @@ func TestOperator(t *testing.T) {
 		}
 		return &o
 	}
+	// update changes the spec of the latest version; the operator's
+	// status writes race with it, so a conflict is retried.
+	update := func(f func(*v1alpha1.TandemDeployment)) *v1alpha1.TandemDeployment {
+		var o *v1alpha1.TandemDeployment
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			o = get()
+			f(o)
+			return c.Update(ctx, o)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
 	eventually(t, 30*time.Second, "status: progressing", func() error {
 		o := get()
 		if condition(o, v1alpha1.ConditionReady) != metav1.ConditionFalse || condition(o, v1alpha1.ConditionProgressing) != metav1.ConditionTrue || o.Status.KVFingerprint != fp {
@@ -242,11 +256,7 @@ func TestOperator(t *testing.T) {
 	e.health.Store(`{"status":"ok","diagnostics":[]}`)
 
 	// A block-size change reaches every pool and the frontend.
-	o := get()
-	o.Spec.KV.BlockSize = 32
-	if err := c.Update(ctx, o); err != nil {
-		t.Fatal(err)
-	}
+	o := update(func(o *v1alpha1.TandemDeployment) { o.Spec.KV.BlockSize = 32 })
 	fp32 := operator.Fingerprint(&o.Spec)
 	eventually(t, 30*time.Second, "block size 32 in every child", func() error {
 		for _, name := range []string{"qwen-prefill", "qwen-decode"} {
@@ -311,12 +321,10 @@ func TestOperator(t *testing.T) {
 	}
 
 	// A pool removed from the spec: its Deployment goes.
-	o = get()
-	o.Spec.Pools = o.Spec.Pools[1:]
-	o.Spec.Disaggregation.Mode = "never"
-	if err := c.Update(ctx, o); err != nil {
-		t.Fatal(err)
-	}
+	update(func(o *v1alpha1.TandemDeployment) {
+		o.Spec.Pools = o.Spec.Pools[1:]
+		o.Spec.Disaggregation.Mode = "never"
+	})
 	eventually(t, 30*time.Second, "prefill pool deleted", func() error {
 		var d appsv1.Deployment
 		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "qwen-prefill"}, &d)
@@ -327,10 +335,14 @@ func TestOperator(t *testing.T) {
 	})
 
 	// A hand edit of a child is put back.
-	var dd appsv1.Deployment
-	_ = c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "qwen-decode"}, &dd)
-	dd.Spec.Template.Spec.Containers[0].Args = []string{"worker"}
-	if err := c.Update(ctx, &dd); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var dd appsv1.Deployment
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "qwen-decode"}, &dd); err != nil {
+			return err
+		}
+		dd.Spec.Template.Spec.Containers[0].Args = []string{"worker"}
+		return c.Update(ctx, &dd)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "hand edit reverted", func() error {

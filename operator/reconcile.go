@@ -88,7 +88,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Objects reconcile in parallel (one object never does twice at
 		// once): with one worker, a 100-pool object's reconcile held a
 		// 1-pool object's first reconcile back by a second.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		// SkipNameValidation: the name check guards against two
+		// controllers sharing metrics in one process, which happens only
+		// when a process (a test) runs the operator more than once.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr(true)}).
 		For(&v1alpha1.TandemDeployment{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
