@@ -126,7 +126,9 @@ func engineAssessment(m *rpv1.Assessment) disagg.Assessment {
 		UncachedSeconds: m.UncachedSeconds, TailSeconds: m.TailSeconds, ChunkTokens: int(m.ChunkTokens)}
 }
 
-func wirePeer(p kvtransfer.Peer) *rpv1.Peer { return &rpv1.Peer{Id: p.ID, Addr: p.Addr, Token: p.Token} }
+func wirePeer(p kvtransfer.Peer) *rpv1.Peer {
+	return &rpv1.Peer{Id: p.ID, Addr: p.Addr, Token: p.Token}
+}
 
 // enginePeer reads a peer (a missing one is the zero Peer, which the
 // transfer node refuses with its own code).
