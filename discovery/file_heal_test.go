@@ -68,8 +68,20 @@ func TestFileRecordsHeal(t *testing.T) {
 		{"emptied", func() error { return os.WriteFile(p, nil, 0o600) }},
 		{"foreign instance", func() error { return os.WriteFile(p, foreign, 0o600) }},
 		{"deleted", func() error { return os.Remove(p) }},
-		{"replaced by a FIFO", func() error { os.Remove(p); return syscall.Mkfifo(p, 0o600) }},
-		{"replaced by a symlink to /dev/zero", func() error { os.Remove(p); return os.Symlink("/dev/zero", p) }},
+		// Made beside the record and renamed over it: a remove-then-create
+		// would race with the owner's rewrite.
+		{"replaced by a FIFO", func() error {
+			if err := syscall.Mkfifo(p+".fifo", 0o600); err != nil {
+				return err
+			}
+			return os.Rename(p+".fifo", p)
+		}},
+		{"replaced by a symlink to /dev/zero", func() error {
+			if err := os.Symlink("/dev/zero", p+".link"); err != nil {
+				return err
+			}
+			return os.Rename(p+".link", p)
+		}},
 		// Renamed away first: rm -rf would race with the owner's rewrite.
 		{"directory removed", func() error {
 			if err := os.Rename(dir, dir+".gone"); err != nil {
