@@ -191,7 +191,14 @@ func TestReplicaConsistency(t *testing.T) {
 			}
 			// Both replicas index the same events; with shared load their
 			// remaining differences are in-flight messages and ties.
-			if share && agree < 0.6 {
+			// Under the race detector every step is several times slower, so
+			// more peer messages are in flight at each probe: 0.5 there
+			// (measured 57-71%), 0.6 otherwise (72-85%).
+			floor := 0.6
+			if raceEnabled {
+				floor = 0.5
+			}
+			if share && agree < floor {
 				t.Fatalf("replicas agree on only %.0f%% of probes", 100*agree)
 			}
 		})
