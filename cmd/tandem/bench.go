@@ -127,6 +127,21 @@ func isTerminal(w io.Writer) bool {
 
 func (b *benchFlags) endpointValue() (bench.Endpoint, error) { return bench.ParseEndpoint(b.endpoint) }
 
+// synthetic builds the synthetic workload from its flags; `bench synthetic`
+// and the sweeps share it.
+func (b *benchFlags) synthetic(in, out string, ratio float64, tokenIDs, honorEOS bool) (*bench.Synthetic, error) {
+	ds, err := parseDists(map[string]string{"input": in, "output": out})
+	if err != nil {
+		return nil, err
+	}
+	ep, err := b.endpointValue()
+	if err != nil {
+		return nil, err
+	}
+	return &bench.Synthetic{Endpoint: ep, Input: ds["input"], Output: ds["output"], PrefixRatio: ratio, TokenIDs: tokenIDs,
+		IgnoreEOS: !honorEOS, Seed: b.seed}, nil
+}
+
 // finish prints the report, writes the report directory, and fails when
 // nothing succeeded (so scripts notice a dead target).
 // validator is implemented by every workload: its settings are checked
@@ -259,16 +274,10 @@ func newBenchSyntheticCmd(b *benchFlags) *cobra.Command {
   tandem bench synthetic --url http://a:8000 --label vllm --url http://b:8000 --label tandem --concurrency 8 --requests 300 --out /tmp/ab`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ds, err := parseDists(map[string]string{"input": in, "output": out})
+			wl, err := b.synthetic(in, out, ratio, tokenIDs, honorEOS)
 			if err != nil {
 				return err
 			}
-			ep, err := b.endpointValue()
-			if err != nil {
-				return err
-			}
-			wl := &bench.Synthetic{Endpoint: ep, Input: ds["input"], Output: ds["output"], PrefixRatio: ratio, TokenIDs: tokenIDs,
-				IgnoreEOS: !honorEOS, Seed: b.seed}
 			return b.runSingle(cmd, wl, 100, nil)
 		},
 	}

@@ -188,16 +188,10 @@ server reported, and what the server's /metrics counted; the HTML report draws t
 			if sw.SLO, err = b.sloValue(); err != nil {
 				return err
 			}
-			ds, err := parseDists(map[string]string{"input": in, "output": out})
+			wl, err := b.synthetic(in, out, ratio, tokenIDs, honorEOS)
 			if err != nil {
 				return err
 			}
-			ep, err := b.endpointValue()
-			if err != nil {
-				return err
-			}
-			wl := &bench.Synthetic{Endpoint: ep, Input: ds["input"], Output: ds["output"], PrefixRatio: ratio, TokenIDs: tokenIDs,
-				IgnoreEOS: !honorEOS, Seed: b.seed}
 			if err := wl.Validate(); err != nil {
 				return err
 			}
