@@ -18,8 +18,8 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -34,11 +34,11 @@ type Config struct {
 	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
 	WorkerIDs    []string
 	DrainTimeout time.Duration
-	Frontend     frontend.Config
+	Frontend     httpapi.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
-	TLS frontend.TLSFiles
+	TLS httpapi.TLSFiles
 	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
 	// request plane over mutual TLS: the frontend's end presents MTLS (a
 	// frontend's certificate), the worker's end MTLSWorker (a worker's),
@@ -62,7 +62,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
-		DrainTimeout: 30 * time.Second, Frontend: frontend.DefaultConfig(),
+		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(),
 	}
 }
 
@@ -83,7 +83,7 @@ type System struct {
 	Registry *prometheus.Registry
 	Board    *health.Board
 	Router   *router.Router
-	Frontend *frontend.Server
+	Frontend *httpapi.Server
 	Workers  []WorkerInfo
 
 	http    *http.Server
@@ -151,7 +151,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 	s.kv, _ = policy.(*router.KV)
 	s.Router = router.New(policy, reg)
-	s.Frontend = frontend.New(cfg.Frontend, s.Router, s.Board, reg, log)
+	s.Frontend = httpapi.New(cfg.Frontend, s.Router, s.Board, reg, log)
 
 	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
 		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
@@ -170,7 +170,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		}
 	}
 	if pw := s.prefillHealth(model.Name); len(pw) > 0 {
-		s.Frontend.SetPrefillWorkers(func() []frontend.PrefillWorker { return pw })
+		s.Frontend.SetPrefillWorkers(func() []httpapi.PrefillWorker { return pw })
 	}
 	for i := 0; i < cfg.Workers; i++ {
 		eng, err := newEngine(i)
@@ -238,7 +238,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 
 	s.waitProbes()
-	tc, err := frontend.ServerTLS(cfg.TLS)
+	tc, err := httpapi.ServerTLS(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -252,7 +252,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if tc != nil {
 		s.scheme = "https://"
 	}
-	go func() { s.served <- frontend.Serve(s.http, lis, tc) }()
+	go func() { s.served <- httpapi.Serve(s.http, lis, tc) }()
 	return s, nil
 }
 
