@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+
+	"github.com/tandemllm/tandem/tokenid"
 )
 
-// Token is a vocabulary id. int32 covers every vocabulary in use (o200k,
-// Qwen3's 151k) and halves the memory of prompts held by schedulers and
-// indexes compared with int.
-type Token = int32
+// Token is a vocabulary id (tokenid.ID, defined once below every layer).
+// The alias stays because the seam's signatures, and all their callers,
+// read engine.Token.
+type Token = tokenid.ID
 
 // FinishReason says why a sequence ended. The values are the OpenAI ones so
 // the frontend can pass them through unchanged.
