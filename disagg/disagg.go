@@ -13,7 +13,6 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
-	"github.com/tandemllm/tandem/router"
 )
 
 // Mode is --disagg.
@@ -309,7 +308,7 @@ type decodeGen struct {
 }
 
 func (g *decodeGen) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	d, l := g.o.decide(ctx, g.side, req.Prompt)
+	d, l := g.o.decide(ctx, g.side, req.Prompt, req.PredictedCachedTokens)
 	if l != nil {
 		if code, err := g.o.remote(ctx, g.side, l, req, &d); err != nil {
 			if ctx.Err() != nil {
@@ -405,7 +404,9 @@ type leg struct {
 
 // decide prices local and remote prefill for prompt on decode worker dec.
 // It returns the remote leg to run, nil for local prefill.
-func (o *Orchestrator) decide(ctx context.Context, dec kvtransfer.Side, prompt []engine.Token) (d Decision, l *leg) {
+// predicted is the prefix the router expects dec to hold
+// (engine.Request.PredictedCachedTokens).
+func (o *Orchestrator) decide(ctx context.Context, dec kvtransfer.Side, prompt []engine.Token, predicted int) (d Decision, l *leg) {
 	d = Decision{DecodeWorker: dec.ID(), PromptTokens: len(prompt), Choice: ChoiceLocal}
 	defer func() {
 		o.decisions.WithLabelValues(d.Choice, d.Reason).Inc()
@@ -425,12 +426,12 @@ func (o *Orchestrator) decide(ctx context.Context, dec kvtransfer.Side, prompt [
 		d.LocalUncached, d.Reason = len(prompt), ReasonNothingToMove
 		return d, nil
 	}
-	if r, ok := router.DecisionFrom(ctx); ok && o.cfg.Mode == Auto && r.WorkerID == dec.ID() && r.PredictedCachedTokens >= full*bs {
+	if o.cfg.Mode == Auto && predicted >= full*bs {
 		// The KV router expects the decode worker to hold every whole
 		// block: there is nothing to move, and asking would cost a round
 		// trip per worker (a wrong guess costs a local prefill, which is
 		// what a cache miss on an aggregated worker costs too).
-		d.LocalUncached, d.Reason, d.Predicted = len(prompt)-r.PredictedCachedTokens, ReasonNothingToMove, true
+		d.LocalUncached, d.Reason, d.Predicted = len(prompt)-min(predicted, len(prompt)), ReasonNothingToMove, true
 		return d, nil
 	}
 	tail := len(prompt) - full*bs

@@ -18,7 +18,6 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/kvtransfer"
-	"github.com/tandemllm/tandem/router"
 )
 
 // busy reports a fixed number of running decodes, to price interference
@@ -397,8 +396,7 @@ func TestPredictedHitAsksNobody(t *testing.T) {
 			defer o.Close()
 			o.AddPrefill(counting{local(t, kvtransfer.Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)}), &asks})
 			gen := o.Wrap(counting{local(t, kvtransfer.Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), &asks}, dm)
-			ctx := router.WithDecision(context.Background(), router.Decision{WorkerID: "d0", PredictedCachedTokens: tc.predicted})
-			st, err := gen.Generate(ctx, &engine.Request{Prompt: p, MaxTokens: 1})
+			st, err := gen.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1, PredictedCachedTokens: tc.predicted})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -455,7 +455,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		if d := s.cfg.FirstTokenTimeout; d > 0 {
 			timer = time.AfterFunc(d, func() { timedOut.Store(true); acancel() })
 		}
-		stream, err = route.Worker.Gen.Generate(router.WithDecision(actx, route.Decision), ereq)
+		// A copy per attempt: an earlier attempt's engine may still read
+		// its request while it winds down.
+		areq := *ereq
+		areq.PredictedCachedTokens = route.Decision.PredictedCachedTokens
+		stream, err = route.Worker.Gen.Generate(actx, &areq)
 		if err == nil {
 			first, err = stream.Recv()
 			if err == io.EOF {
