@@ -57,3 +57,22 @@ type LoadReporter interface {
 	// requests a local prefill would stall.
 	RunningDecodes() int
 }
+
+// KVShape is what an engine can tell about its KV cache for its discovery
+// record: the fields that decide whether two workers' blocks mean the
+// same thing. Zero fields are unknown.
+type KVShape struct {
+	DType    string // "f32"; "simulated" for a cache with no tensors
+	Layers   int
+	KVHeads  int
+	HeadSize int
+	// Weights identifies the checkpoint (a weight fingerprint, or the
+	// served model's name for a server whose weights Tandem cannot see).
+	Weights string
+}
+
+// KVDescriber is implemented by engines that can describe their KV cache,
+// so that a worker builds its record without knowing the engine's type.
+type KVDescriber interface {
+	KVShape() KVShape
+}

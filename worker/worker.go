@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +24,6 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/engine/native"
 	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
@@ -392,28 +390,17 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 	return rec
 }
 
-// Layout describes eng's KV cache as far as the engine can tell. The
-// native engine knows its real shape and weights; the mocker simulates a
-// cache with no layers, so only its model, block size and tokenizer count;
-// an upstream server's shape is its own business (its connector checks
-// it), so the upstream model's name stands in for it.
+// Layout describes eng's KV cache as far as the engine can tell
+// (engine.KVDescriber, engine.KVPort): the worker knows no engine type.
 func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 	info := eng.Info()
 	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, TokenizerHash: model.Tokenizer.Fingerprint()}
-	switch info.Kind {
-	case "mocker":
-		l.DType = "simulated"
-	case "upstream":
-		l.Weights = "upstream:" + info.Model
+	if d, ok := eng.(engine.KVDescriber); ok {
+		s := d.KVShape()
+		l.DType, l.Layers, l.KVHeads, l.HeadSize, l.Weights = s.DType, s.Layers, s.KVHeads, s.HeadSize, s.Weights
 	}
 	if p, ok := eng.(engine.KVPort); ok {
 		l.EngineLayout = p.KVLayout()
-	}
-	if n, ok := eng.(*native.Engine); ok {
-		c := n.Model().Config
-		fp := native.Fingerprint(n.Model())
-		l.DType, l.Layers, l.KVHeads, l.HeadSize = "f32", c.Layers, c.KVHeads, c.HeadDim
-		l.Weights = hex.EncodeToString(fp[:12])
 	}
 	return l
 }

@@ -178,3 +178,7 @@ func (e *Engine) importLocked(tokens []engine.Token, from int) error {
 	}
 	return nil
 }
+
+// KVShape implements engine.KVDescriber: a simulated cache has no layers,
+// so only the model, block size and tokenizer (in the record) count.
+func (e *Engine) KVShape() engine.KVShape { return engine.KVShape{DType: "simulated"} }

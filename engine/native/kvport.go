@@ -144,3 +144,10 @@ func (e *Engine) ImportBlocks(ctx context.Context, tokens []engine.Token, from i
 	}
 	return err
 }
+
+// KVShape implements engine.KVDescriber: the real shape, and the first 12
+// bytes of the weight fingerprint.
+func (e *Engine) KVShape() engine.KVShape {
+	c := &e.m.Config
+	return engine.KVShape{DType: "f32", Layers: c.Layers, KVHeads: c.KVHeads, HeadSize: c.HeadDim, Weights: hex.EncodeToString(e.fp[:12])}
+}
