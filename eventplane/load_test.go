@@ -68,23 +68,22 @@ func TestLoadShare(t *testing.T) {
 	defer srv.Shutdown()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	open := func(id string) (*LoadShare, *recorder) {
+	open := func(id string) (*router.LoadShare, *recorder) {
 		nc, err := Connect(ctx, srv.URL(), id, health.NewBoard(quiet, nil), quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rec := &recorder{}
-		s := NewLoadShare(rec, nc, "tandem", id, quiet)
+		s := router.NewLoadShare(rec, NewLoadBus(nc, "tandem"), id, quiet)
 		if err := s.Follow(ctx, "m"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Close)
+		_ = nc.Flush() // the subscription is registered before anyone publishes
 		return s, rec
 	}
 	a, recA := open("router-a")
 	b, recB := open("router-b")
-	_ = a.nc.Flush()
-	_ = b.nc.Flush()
 
 	req := &router.Request{ID: "r1", Model: "m", Tokens: []engine.Token{5, 6, 7}}
 	a.Routed(req, router.Decision{WorkerID: "w2"})

@@ -120,7 +120,7 @@ type Process struct {
 
 	nats       *nats.Conn
 	natsServer *eventplane.Server
-	share      *eventplane.LoadShare // nil unless load is shared
+	share      *router.LoadShare // nil unless load is shared
 
 	Metrics  *prometheus.Registry
 	Board    *health.Board
@@ -264,7 +264,7 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 		var id [6]byte
 		_, _ = rand.Read(id[:])
 		host, _ := os.Hostname()
-		f.share = eventplane.NewLoadShare(p, f.nats, f.cfg.EventPlane.SubjectPrefix, host+"-"+hex.EncodeToString(id[:]), log)
+		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
 		return f.share, nil
 	}
 	return p, nil

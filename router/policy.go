@@ -12,7 +12,7 @@ type Request struct {
 	Model  string
 	Tokens []engine.Token
 	// Remote is set instead of Tokens for a request another router
-	// replica routed (eventplane.LoadShare): its prompt as the kv policy's
+	// replica routed (router.LoadShare): its prompt as the kv policy's
 	// block hashes, so that the load messages replicas exchange carry no
 	// prompt tokens.
 	Remote *RemotePrompt

@@ -1,43 +1,64 @@
-package eventplane
+package router
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/router"
 )
 
-// Lifecycle message kinds on a load subject.
+// LoadKind is the lifecycle step a LoadMessage reports.
+type LoadKind string
+
+// Lifecycle steps router replicas exchange.
 const (
-	kindRouted   = "routed"
-	kindFirst    = "first"
-	kindFinished = "finished"
-	hdrKind      = "Tandem-Kind"
-	hdrRequest   = "Tandem-Request"
-	hdrPredicted = "Tandem-Predicted"
-	hdrCached    = "Tandem-Cached"
-	hdrLen       = "Tandem-Prompt-Len"
-	hdrBlockSize = "Tandem-Block-Size"
+	LoadRouted   LoadKind = "routed"
+	LoadFirst    LoadKind = "first"
+	LoadFinished LoadKind = "finished"
 )
 
-// prompter is a policy that indexes prompts by block hashes (router.KV):
+// LoadMessage is one step of a request's lifecycle as router replicas
+// share it. It carries the prompt's length and, for a kv policy, its block
+// hashes: peers never see the prompt itself.
+type LoadMessage struct {
+	Kind    LoadKind
+	Router  string // the replica that routed the request
+	Request string // the request's id at that replica
+	Model   string
+	Worker  string
+	// Routed only.
+	Predicted int
+	Len       int
+	BlockSize int
+	Hashes    []uint64
+	// First only.
+	Cached int
+}
+
+// LoadBus carries LoadMessages between router replicas (eventplane's NATS
+// load subjects). Publish is best effort; Subscribe delivers one model's
+// messages, in order, from one goroutine, until unsubscribe is called.
+type LoadBus interface {
+	Publish(m *LoadMessage) error
+	Subscribe(model string, deliver func(*LoadMessage)) (unsubscribe func(), err error)
+}
+
+// MaxLoadHashes bounds the hashes a peer's Routed message may carry.
+const MaxLoadHashes = 1 << 20
+
+// maxLoadLen bounds a peer's prompt length.
+const maxLoadLen = 1 << 30
+
+// prompter is a policy that indexes prompts by block hashes (KV):
 // replicas exchange those hashes, never the prompt's tokens.
 type prompter interface {
 	BlockSize() int
 	PromptHashes(tokens []engine.Token) []uint64
 }
-
-// maxLoadHashes bounds the hashes a peer's Routed message may carry.
-const maxLoadHashes = 1 << 20
 
 // DefaultRemoteTTL bounds how long a peer's request counts as load without
 // finishing: a router that died mid-request never sends its Finished.
@@ -50,28 +71,27 @@ const DefaultRemoteTTL = 10 * time.Minute
 // blocks and approximate index include the peers' requests), and adds the
 // peers' in-flight counts to the candidates of load-only policies.
 //
-// It implements router.Policy and router.Observer; hand it to router.New.
+// It implements Policy and Observer; hand it to New.
 type LoadShare struct {
-	inner  router.Policy
-	obs    router.Observer // inner, if it observes
-	nc     *nats.Conn
-	prefix string
-	id     string // this router, to skip its own messages
-	ttl    time.Duration
-	log    *slog.Logger
+	inner Policy
+	obs   Observer // inner, if it observes
+	bus   LoadBus
+	id    string // this router, to skip its own messages
+	ttl   time.Duration
+	log   *slog.Logger
 
 	mu        sync.Mutex
 	lastSweep time.Time
 	remote    map[string]*remoteReq  // router/request → request
 	load      map[string]*remoteLoad // worker → peers' load
-	subs      map[string]*nats.Subscription
+	subs      map[string]func()      // model → unsubscribe
 	closed    bool
 
 	published, applied, dropped atomic.Uint64
 }
 
 type remoteReq struct {
-	req    *router.Request
+	req    *Request
 	worker string
 	first  bool
 	at     time.Time
@@ -81,27 +101,27 @@ type remoteLoad struct{ active, prefilling, prefillTokens int }
 
 // NewLoadShare wraps inner. routerID must be unique among the replicas
 // (the host name and pid do).
-func NewLoadShare(inner router.Policy, nc *nats.Conn, prefix, routerID string, log *slog.Logger) *LoadShare {
+func NewLoadShare(inner Policy, bus LoadBus, routerID string, log *slog.Logger) *LoadShare {
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &LoadShare{
-		inner: inner, nc: nc, prefix: prefix, id: routerID, ttl: DefaultRemoteTTL,
-		log:    log.With("component", "eventplane.load"),
-		remote: map[string]*remoteReq{}, load: map[string]*remoteLoad{}, subs: map[string]*nats.Subscription{},
+		inner: inner, bus: bus, id: routerID, ttl: DefaultRemoteTTL,
+		log:    log.With("component", "router.load"),
+		remote: map[string]*remoteReq{}, load: map[string]*remoteLoad{}, subs: map[string]func(){},
 	}
-	s.obs, _ = inner.(router.Observer)
+	s.obs, _ = inner.(Observer)
 	return s
 }
 
-// Name implements router.Policy.
+// Name implements Policy.
 func (s *LoadShare) Name() string { return s.inner.Name() }
 
 // Inner returns the wrapped policy.
-func (s *LoadShare) Inner() router.Policy { return s.inner }
+func (s *LoadShare) Inner() Policy { return s.inner }
 
-// Pick implements router.Policy.
-func (s *LoadShare) Pick(req *router.Request, cands []router.Candidate) (router.Decision, error) {
+// Pick implements Policy.
+func (s *LoadShare) Pick(req *Request, cands []Candidate) (Decision, error) {
 	s.mu.Lock()
 	if len(s.load) > 0 {
 		// The router's slice is rebuilt for every request; adding to it
@@ -118,73 +138,55 @@ func (s *LoadShare) Pick(req *router.Request, cands []router.Candidate) (router.
 	return s.inner.Pick(req, cands)
 }
 
-func (s *LoadShare) publish(kind string, req *router.Request, worker string, set func(nats.Header), data []byte) {
-	m := nats.NewMsg(LoadSubject(s.prefix, req.Model))
-	m.Header.Set(hdrRouter, s.id)
-	m.Header.Set(hdrKind, kind)
-	m.Header.Set(hdrRequest, req.ID)
-	m.Header.Set(hdrWorker, worker)
-	m.Header.Set(hdrModel, req.Model)
-	if set != nil {
-		set(m.Header)
-	}
-	m.Data = data
-	if err := s.nc.PublishMsg(m); err != nil {
+func (s *LoadShare) publish(m *LoadMessage, req *Request, worker string) {
+	m.Router, m.Request, m.Worker, m.Model = s.id, req.ID, worker, req.Model
+	if err := s.bus.Publish(m); err != nil {
 		s.dropped.Add(1) // peers will see less load than there is; the TTL bounds the opposite error
 		return
 	}
 	s.published.Add(1)
 }
 
-// Routed implements router.Observer.
-func (s *LoadShare) Routed(req *router.Request, d router.Decision) {
+// Routed implements Observer.
+func (s *LoadShare) Routed(req *Request, d Decision) {
 	if s.obs != nil {
 		s.obs.Routed(req, d)
 	}
 	// The message carries the prompt's length and, for a kv policy, its
-	// block hashes: NATS subscribers never see the prompt itself.
-	var data []byte
-	bs := 0
+	// block hashes: peers never see the prompt itself.
+	m := &LoadMessage{Kind: LoadRouted, Predicted: d.PredictedCachedTokens, Len: req.Len()}
 	if p, ok := s.inner.(prompter); ok {
-		bs = p.BlockSize()
-		hs := p.PromptHashes(req.Tokens)
-		data = make([]byte, 8*len(hs))
-		for i, v := range hs {
-			binary.LittleEndian.PutUint64(data[8*i:], v)
-		}
+		m.BlockSize = p.BlockSize()
+		m.Hashes = p.PromptHashes(req.Tokens)
 	}
-	s.publish(kindRouted, req, d.WorkerID, func(h nats.Header) {
-		h.Set(hdrPredicted, strconv.Itoa(d.PredictedCachedTokens))
-		h.Set(hdrLen, strconv.Itoa(req.Len()))
-		h.Set(hdrBlockSize, strconv.Itoa(bs))
-	}, data)
+	s.publish(m, req, d.WorkerID)
 }
 
-// FirstToken implements router.Observer.
-func (s *LoadShare) FirstToken(req *router.Request, worker string, cached int) {
+// FirstToken implements Observer.
+func (s *LoadShare) FirstToken(req *Request, worker string, cached int) {
 	if s.obs != nil {
 		s.obs.FirstToken(req, worker, cached)
 	}
-	s.publish(kindFirst, req, worker, func(h nats.Header) { h.Set(hdrCached, strconv.Itoa(cached)) }, nil)
+	s.publish(&LoadMessage{Kind: LoadFirst, Cached: cached}, req, worker)
 }
 
-// Finished implements router.Observer.
-func (s *LoadShare) Finished(req *router.Request, worker string) {
+// Finished implements Observer.
+func (s *LoadShare) Finished(req *Request, worker string) {
 	if s.obs != nil {
 		s.obs.Finished(req, worker)
 	}
-	s.publish(kindFinished, req, worker, nil, nil)
+	s.publish(&LoadMessage{Kind: LoadFinished}, req, worker)
 }
 
-// WorkerAdded implements router.WorkerObserver for the wrapped policy
+// WorkerAdded implements WorkerObserver for the wrapped policy
 // (the kv policy's timing models).
-func (s *LoadShare) WorkerAdded(w router.Worker) {
-	if wo, ok := s.inner.(router.WorkerObserver); ok {
+func (s *LoadShare) WorkerAdded(w Worker) {
+	if wo, ok := s.inner.(WorkerObserver); ok {
 		wo.WorkerAdded(w)
 	}
 }
 
-// WorkerRemoved implements router.Observer: peers' requests on the worker
+// WorkerRemoved implements Observer: peers' requests on the worker
 // are forgotten with it.
 func (s *LoadShare) WorkerRemoved(worker string) {
 	s.mu.Lock()
@@ -200,7 +202,7 @@ func (s *LoadShare) WorkerRemoved(worker string) {
 	}
 }
 
-// Follow subscribes to model's load subject.
+// Follow subscribes to model's load messages.
 func (s *LoadShare) Follow(ctx context.Context, model string) error {
 	s.mu.Lock()
 	if s.closed || s.subs[model] != nil {
@@ -208,26 +210,24 @@ func (s *LoadShare) Follow(ctx context.Context, model string) error {
 		return nil
 	}
 	s.mu.Unlock()
-	sub, err := s.nc.Subscribe(LoadSubject(s.prefix, model), func(m *nats.Msg) { s.apply(model, m) })
+	unsub, err := s.bus.Subscribe(model, func(m *LoadMessage) { s.apply(model, m) })
 	if err != nil {
-		return fmt.Errorf("eventplane: load subject of %s: %w", model, err)
+		return fmt.Errorf("router: load messages of %s: %w", model, err)
 	}
 	s.mu.Lock()
-	s.subs[model] = sub
+	s.subs[model] = unsub
 	s.mu.Unlock()
-	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
+	context.AfterFunc(ctx, unsub)
 	return nil
 }
 
 // apply replays one peer message into the local view.
-func (s *LoadShare) apply(model string, m *nats.Msg) {
-	h := m.Header
-	peer := h.Get(hdrRouter)
-	if peer == s.id || h.Get(hdrModel) != model {
+func (s *LoadShare) apply(model string, m *LoadMessage) {
+	if m.Router == s.id || m.Model != model {
 		return
 	}
-	key := peer + "/" + h.Get(hdrRequest)
-	worker := h.Get(hdrWorker)
+	key := m.Router + "/" + m.Request
+	worker := m.Worker
 	now := time.Now()
 	s.mu.Lock()
 	s.expireLocked(now)
@@ -235,20 +235,16 @@ func (s *LoadShare) apply(model string, m *nats.Msg) {
 		r    *remoteReq
 		call func()
 	)
-	switch h.Get(hdrKind) {
-	case kindRouted:
-		n, err := strconv.Atoi(h.Get(hdrLen))
-		bs, err2 := strconv.Atoi(h.Get(hdrBlockSize))
-		if err != nil || err2 != nil || n < 0 || n > 1<<30 || bs < 0 || len(m.Data)%8 != 0 || len(m.Data)/8 > maxLoadHashes {
+	switch m.Kind {
+	case LoadRouted:
+		n, bs := m.Len, m.BlockSize
+		if n < 0 || n > maxLoadLen || bs < 0 || len(m.Hashes) > MaxLoadHashes {
 			s.dropped.Add(1)
 			s.mu.Unlock()
 			return
 		}
-		rp := &router.RemotePrompt{Len: n, BlockSize: bs, Hashes: make([]uint64, len(m.Data)/8)}
-		for i := range rp.Hashes {
-			rp.Hashes[i] = binary.LittleEndian.Uint64(m.Data[8*i:])
-		}
-		r = &remoteReq{req: &router.Request{ID: key, Model: model, Remote: rp}, worker: worker, at: now}
+		rp := &RemotePrompt{Len: n, BlockSize: bs, Hashes: m.Hashes}
+		r = &remoteReq{req: &Request{ID: key, Model: model, Remote: rp}, worker: worker, at: now}
 		if old := s.remote[key]; old != nil {
 			s.unloadLocked(old)
 		}
@@ -257,13 +253,13 @@ func (s *LoadShare) apply(model string, m *nats.Msg) {
 		l.active++
 		l.prefilling++
 		l.prefillTokens += n
-		predicted, _ := strconv.Atoi(h.Get(hdrPredicted))
+		predicted := m.Predicted
 		call = func() {
 			if s.obs != nil {
-				s.obs.Routed(r.req, router.Decision{WorkerID: worker, PredictedCachedTokens: predicted})
+				s.obs.Routed(r.req, Decision{WorkerID: worker, PredictedCachedTokens: predicted})
 			}
 		}
-	case kindFirst:
+	case LoadFirst:
 		if r = s.remote[key]; r == nil || r.first {
 			break
 		}
@@ -271,13 +267,13 @@ func (s *LoadShare) apply(model string, m *nats.Msg) {
 		l := s.loadLocked(r.worker)
 		l.prefilling--
 		l.prefillTokens -= r.req.Len()
-		cached, _ := strconv.Atoi(h.Get(hdrCached))
+		cached := m.Cached
 		call = func() {
 			if s.obs != nil {
 				s.obs.FirstToken(r.req, r.worker, cached)
 			}
 		}
-	case kindFinished:
+	case LoadFinished:
 		if r = s.remote[key]; r == nil {
 			break
 		}
@@ -338,7 +334,7 @@ func (s *LoadShare) expireLocked(now time.Time) {
 }
 
 // Stats returns the lifecycle messages published, peers' messages applied,
-// and publications NATS refused.
+// and messages dropped (publications the bus refused, malformed peers').
 func (s *LoadShare) Stats() (published, applied, dropped uint64) {
 	return s.published.Load(), s.applied.Load(), s.dropped.Load()
 }
@@ -355,8 +351,8 @@ func (s *LoadShare) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for _, sub := range s.subs {
-		_ = sub.Unsubscribe()
+	for _, unsub := range s.subs {
+		unsub()
 	}
-	s.subs = map[string]*nats.Subscription{}
+	s.subs = map[string]func(){}
 }
