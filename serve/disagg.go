@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -30,6 +31,10 @@ type DisaggConfig struct {
 	TransferBudget int64
 	// TransferTimeout bounds one KV transfer (default 60 s).
 	TransferTimeout time.Duration
+	// LegTimeout bounds a remote prefill leg, transfer included
+	// (--disagg-leg-timeout, the name tandem frontend uses too); 0 means
+	// TransferTimeout, serve's bound before the flag existed.
+	LegTimeout time.Duration
 	// ListenHost is where transfer nodes listen (default 127.0.0.1).
 	ListenHost string
 	// InterferenceWeight is the decider's w (default 1).
@@ -91,7 +96,7 @@ func (s *System) startDisagg(cfg *Config, newEngine EngineFactory) error {
 	}
 	d := &disaggState{cfg: dc, metrics: kvtransfer.NewMetrics(s.Registry), board: s.Board}
 	s.dis = d
-	d.orch = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: dc.InterferenceWeight, OnDecision: dc.OnDecision, LegTimeout: dc.TransferTimeout,
+	d.orch = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: dc.InterferenceWeight, OnDecision: dc.OnDecision, LegTimeout: cmp.Or(dc.LegTimeout, dc.TransferTimeout),
 		Board: s.Board, Logger: s.log, Registerer: s.Registry})
 	for j := range dc.PrefillWorkers {
 		id := fmt.Sprintf("prefill-%d", j)
