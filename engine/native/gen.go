@@ -7,8 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/tandemllm/tandem/engine/native/gguf"
-	"github.com/tandemllm/tandem/engine/native/model"
+		"github.com/tandemllm/tandem/engine/native/model"
 )
 
 // GenerateModelFile writes a deterministic random-weight model of a named
@@ -46,17 +45,14 @@ func GenerateModelFile(path, shape string, seed uint64, dtype string) (err error
 		}
 		err = model.WriteLlama2C(w, m)
 	} else {
-		typ := gguf.F32
-		switch strings.ToLower(dtype) {
-		case "", "f32":
-		case "f16":
-			typ = gguf.F16
-		case "q8_0", "q8":
-			typ = gguf.Q8_0
-		default:
-			return fmt.Errorf("unknown dtype %q (f32, f16, q8_0)", dtype)
+		if dtype == "" {
+			dtype = "f32"
 		}
-		err = model.WriteGGUF(w, m, typ)
+		q, qerr := model.ParseQuant(dtype)
+		if qerr != nil {
+			return qerr
+		}
+		err = model.WriteGGUFQuant(w, m, q)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -121,6 +121,8 @@ type File struct {
 	Tensors []Tensor
 	// Mapped reports that the image is a memory map of the file.
 	Mapped bool
+	// DataOffset is where the tensor data section starts in the file.
+	DataOffset uint64
 	data   []byte
 	byName map[string]int
 }
@@ -271,14 +273,24 @@ func Parse(b []byte) (*File, error) {
 		start = uint64(len(b))
 	}
 	f.data = b[start:]
-	for _, t := range f.Tensors {
+	f.DataOffset = start
+	// Of the tensors that run past the end, name the first one cut: the
+	// one with the lowest offset, where the file stops.
+	var cut *Tensor
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
 		if t.Offset%f.Alignment != 0 {
 			return nil, fmt.Errorf("tensor %q offset %d is not aligned to %d", t.Name, t.Offset, f.Alignment)
 		}
 		if t.Offset > uint64(len(f.data)) || t.Size > uint64(len(f.data))-t.Offset {
-			return nil, fmt.Errorf("tensor %q (%d bytes at data offset %d) runs past the end of the file (truncated? data section is %d bytes)",
-				t.Name, t.Size, t.Offset, len(f.data))
+			if cut == nil || t.Offset < cut.Offset {
+				cut = t
+			}
 		}
+	}
+	if cut != nil {
+		return nil, fmt.Errorf("tensor %q (%v %v, %d bytes at data offset %d) runs past the end of the file (truncated? data section is %d bytes)",
+			cut.Name, cut.Type, cut.Dims, cut.Size, cut.Offset, len(f.data))
 	}
 	return f, nil
 }
