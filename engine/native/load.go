@@ -31,6 +31,9 @@ func LoadModel(path string) (*Loaded, error) {
 	}
 	file := path
 	if st.IsDir() {
+		if _, err := os.Stat(filepath.Join(path, "config.json")); err == nil {
+			return loadHF(path)
+		}
 		if file, err = pickModelFile(path); err != nil {
 			return nil, err
 		}
@@ -51,6 +54,26 @@ func LoadModel(path string) (*Loaded, error) {
 		return nil, fmt.Errorf("native: tokenizer %s: %w", tp, err)
 	}
 	return &Loaded{Model: m, Tokenizer: tok, Path: file}, nil
+}
+
+// loadHF reads a Hugging Face directory and the tokenizer beside the
+// weights (tokenizer.json, or a llama2.c tokenizer.bin).
+func loadHF(dir string) (*Loaded, error) {
+	m, err := model.LoadHF(dir)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+	tm, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("native: tokenizer of %s: %w", dir, err)
+	}
+	if len(m.EOS) == 0 {
+		m.EOS = tm.Tokenizer.EOS()
+	}
+	if b, ok := tm.Tokenizer.BOS(); ok && m.BOS < 0 {
+		m.BOS = b
+	}
+	return &Loaded{Model: m, Tokenizer: tm.Tokenizer, Path: dir}, nil
 }
 
 func pickModelFile(dir string) (string, error) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/tandemllm/tandem/engine/native/mmapfile"
 )
 
 // Type is a ggml tensor type.
@@ -123,8 +125,8 @@ type File struct {
 	Mapped bool
 	// DataOffset is where the tensor data section starts in the file.
 	DataOffset uint64
-	data   []byte
-	byName map[string]int
+	data       []byte
+	byName     map[string]int
 }
 
 const magic = "GGUF"
@@ -132,23 +134,23 @@ const magic = "GGUF"
 // maxRank bounds tensor ranks; ggml has at most 4 dimensions.
 const maxRank = 4
 
-// Open maps the file at path read-only (see mapFile) and parses it. No
+// Open maps the file at path read-only (package mmapfile) and parses it. No
 // tensor byte is read here: pages are faulted in from the page cache when
 // the engine first touches them, so opening a large model costs the
 // directory walk only, and the weights are shared with every other process
 // mapping the same file. The mapping is never unmapped: tensor slices
 // handed out alias it and may outlive the File.
 func Open(path string) (*File, error) {
-	b, err := mapFile(path)
+	b, err := mmapfile.Map(path)
 	if err != nil {
 		return nil, err
 	}
 	f, err := Parse(b)
 	if err != nil {
-		unmapFile(b)
+		mmapfile.Unmap(b)
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}
-	f.Mapped = isMapped
+	f.Mapped = mmapfile.Mapped
 	return f, nil
 }
 

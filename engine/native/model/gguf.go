@@ -361,7 +361,11 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 		}
 		w.Set("tokenizer.ggml.add_bos_token", v.AddBOS)
 	}
-	wantArch := map[string]bool{"llama": c.Rope == RopeInterleaved && !c.QKNorm && !c.QKVBias,
+	// A Llama in Hugging Face order (rotate-half RoPE) is written the way
+	// llama.cpp's convert_hf_to_gguf.py does (LlamaModel.permute): q and k
+	// rows reordered per head to interleaved pairs.
+	permute := a == "llama" && c.Rope == RopeHalf
+	wantArch := map[string]bool{"llama": !c.QKNorm && !c.QKVBias,
 		"qwen2": c.Rope == RopeHalf && c.QKVBias && !c.QKNorm, "qwen3": c.Rope == RopeHalf && c.QKNorm && !c.QKVBias}
 	if !wantArch[a] {
 		return fmt.Errorf("gguf: config switches do not match architecture %q", a)
@@ -392,8 +396,13 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 	for i, l := range m.Layers {
 		p := fmt.Sprintf("blk.%d.", i)
 		vec(p+"attn_norm.weight", l.AttnNorm)
-		mat(p+"attn_q.weight", l.Wq)
-		mat(p+"attn_k.weight", l.Wk)
+		if permute {
+			mat(p+"attn_q.weight", permuteRows(l.Wq, c.HeadDim))
+			mat(p+"attn_k.weight", permuteRows(l.Wk, c.HeadDim))
+		} else {
+			mat(p+"attn_q.weight", l.Wq)
+			mat(p+"attn_k.weight", l.Wk)
+		}
 		mat(p+"attn_v.weight", l.Wv)
 		mat(p+"attn_output.weight", l.Wo)
 		vec(p+"ffn_norm.weight", l.FFNNorm)
@@ -415,6 +424,36 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 	}
 	_, err = w.WriteTo(out)
 	return err
+}
+
+// permuteRows reorders each head's rows of x from rotate-half order to
+// interleaved pairs: new row 2i+a of a head is old row a*hd/2+i. Rows of
+// every type are whole (a quantized row is its own blocks), so only rows
+// move.
+func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
+	y := *x
+	src := func(r int) int { h, j := r/hd, r%hd; return h*hd + (j%2)*(hd/2) + j/2 }
+	switch x.Type {
+	case kernels.F32:
+		y.F = make([]float32, len(x.F))
+		for r := range x.Rows {
+			copy(y.F[r*x.Cols:(r+1)*x.Cols], x.F[src(r)*x.Cols:])
+		}
+	case kernels.Q8_0:
+		g := x.Cols / kernels.QK
+		y.Q, y.S = make([]int8, len(x.Q)), kernels.NewScales(len(x.S))
+		for r := range x.Rows {
+			copy(y.Q[r*x.Cols:(r+1)*x.Cols], x.Q[src(r)*x.Cols:])
+			copy(y.S[r*g:(r+1)*g], x.S[src(r)*g:])
+		}
+	default:
+		rb, _ := kernels.BlockRowBytes(x.Type, x.Cols)
+		y.B = make([]byte, len(x.B))
+		for r := range x.Rows {
+			copy(y.B[r*rb:(r+1)*rb], x.B[src(r)*rb:])
+		}
+	}
+	return &y
 }
 
 // encodeMat encodes x as typ. A block matrix already in typ is written

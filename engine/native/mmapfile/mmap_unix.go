@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd
 
-package gguf
+package mmapfile
 
 import (
 	"fmt"
@@ -8,14 +8,15 @@ import (
 	"syscall"
 )
 
-const isMapped = true
+// Mapped reports that Map maps files (false: it reads them).
+const Mapped = true
 
-// mapFile maps path read-only and shared (PROT_READ, MAP_SHARED): the
+// Map maps path read-only and shared (PROT_READ, MAP_SHARED): the
 // kernel pages the weights in from the page cache on first touch and may
 // drop them again under pressure, so a model costs resident memory only
 // for what inference reads. An empty file cannot be mapped and is read as
 // empty bytes (Parse then reports it).
-func mapFile(path string) ([]byte, error) {
+func Map(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -30,16 +31,18 @@ func mapFile(path string) ([]byte, error) {
 		return nil, nil
 	}
 	if size < 0 || int64(int(size)) != size {
-		return nil, fmt.Errorf("gguf %s: size %d cannot be mapped", path, size)
+		return nil, fmt.Errorf("%s: size %d cannot be mapped", path, size)
 	}
 	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("gguf %s: mmap: %w", path, err)
+		return nil, fmt.Errorf("%s: mmap: %w", path, err)
 	}
 	return b, nil
 }
 
-func unmapFile(b []byte) {
+// Unmap releases a mapping Map returned (unused where the bytes may
+// still be referenced).
+func Unmap(b []byte) {
 	if len(b) > 0 {
 		_ = syscall.Munmap(b)
 	}
