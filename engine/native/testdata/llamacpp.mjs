@@ -10,6 +10,7 @@
 //                                            top-16 next-token probabilities
 //                                            (temperature 1, no truncation)
 //                                            after the prompt and each greedy token
+//    "kv": "F32",                         KV cache type (default F16)
 //    "bench": {"prompt": 512, "decode": 64, "reps": 1}}
 //                                         -> "bench": {"prefill_tps", "decode_tps"}
 //
@@ -47,8 +48,11 @@ if (req.tokenize) {
   out.detok = out.tokens.map((t) => model.detokenize(t, false));
 }
 
+// "kv": "F32" keeps llama.cpp's KV cache in fp32 as Tandem's is (the
+// comparison test); the default, F16, is what users run (the benchmark).
+const kv = req.kv ? { experimentalKvCacheKeyType: req.kv, experimentalKvCacheValueType: req.kv } : {};
 const newSeq = async (size) => {
-  const ctx = await model.createContext({ contextSize: size, batchSize: size, threads, sequences: 1 });
+  const ctx = await model.createContext({ contextSize: size, batchSize: size, threads, sequences: 1, ...kv });
   return { ctx, seq: ctx.getSequence() };
 };
 
