@@ -1,13 +1,19 @@
-// Package frontend is Tandem's OpenAI-compatible HTTP server: it parses and
-// validates requests (through package openai), renders chat templates,
-// tokenizes, asks the router for a worker, streams the worker's tokens back
-// as text with stop strings applied, and records the frontend metrics.
+// Package frontend is the frontend process of a multi-process Tandem: the
+// OpenAI frontend and its router, with the router's worker set kept equal to
+// the live records of a discovery.Registry.
 //
-// It never picks workers itself and never talks to an engine other than
-// through the engine.Generator the router hands it, so the same code serves
-// in-process workers (tandem serve) and remote ones (the request plane).
+// For every record that appears it checks that the worker can serve what
+// the frontend tokenizes (same model, same tokenizer fingerprint) and, for
+// prefill and decode workers, that its KV layout matches the workers of the
+// other role (kv_layout_mismatch otherwise, with both values); then it
+// dials the worker's request plane and adds it to the router, and in kv mode
+// has the KV policy follow the worker's events (its ZMQ PUB endpoint, or its
+// model's NATS subject). For every record that goes, the worker leaves the
+// router and the KV index at once; its connection is closed only once the
+// requests still streaming from it are done, so a draining worker finishes
+// its streams.
 //
-// Errors before the first token become HTTP statuses (and a worker that
-// went away is retried elsewhere); after the first byte of a stream they
-// travel as an SSE error event, never a status change.
+// Failures before the first token need nothing here: the frontend retries
+// engine.ErrUnavailable on another worker, and a dead worker's
+// connection fails exactly that way until its record expires.
 package frontend

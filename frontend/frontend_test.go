@@ -1,376 +1,416 @@
 package frontend
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-
-	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/engine/enginetest"
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/httpapi"
+	"github.com/tandemllm/tandem/tokenizer"
+	"github.com/tandemllm/tandem/worker"
 )
 
-func client(url string) openai.Client {
-	return openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
+var quiet = slog.New(slog.DiscardHandler)
+
+type harness struct {
+	t       testing.TB
+	model   *tokenizer.Model
+	reg     *discovery.Mem
+	fe      *Process
+	natsURL string // workers relay their events here when set
 }
 
-func TestChatWithOfficialSDK(t *testing.T) {
-	eng := &enginetest.Scripted{Name: "m", Output: toks("Hello there"), EOS: []engine.Token{tokEnd}, Cached: 4}
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
-	c := client(f.url)
-	ctx := context.Background()
+func newHarness(t *testing.T, mode string) *harness {
+	t.Helper()
+	return newHarnessWith(t, mode, nil, Options{})
+}
 
-	resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(5),
-	})
+// newHarnessWith also lets the test edit the config and set options
+// (Registry and Logger are the harness's).
+func newHarnessWith(t testing.TB, mode string, edit func(*Config), opts Options) *harness {
+	t.Helper()
+	model, err := tokenizer.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.Choices[0].Message.Content; got != "Hello" || resp.Choices[0].FinishReason != "length" {
-		t.Fatalf("content %q finish %q", got, resp.Choices[0].FinishReason)
+	h := &harness{t: t, model: model, reg: discovery.NewMem()}
+	cfg := DefaultConfig()
+	cfg.HTTPAddr, cfg.RouterMode = "127.0.0.1:0", mode
+	cfg.KV.Seed = 1
+	if edit != nil {
+		edit(&cfg)
 	}
-	wantPrompt := len(toks("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"))
-	if resp.Usage.PromptTokens != int64(wantPrompt) || resp.Usage.CompletionTokens != 5 || resp.Usage.PromptTokensDetails.CachedTokens != 4 {
-		t.Fatalf("usage %+v", resp.Usage)
-	}
-	if got := eng.Requests()[0]; len(got.Prompt) != wantPrompt || got.MaxTokens != 5 {
-		t.Fatalf("engine saw %+v", got)
-	}
-}
-
-func TestChatStreamingWithUsage(t *testing.T) {
-	eng := &enginetest.Scripted{Name: "m", Output: append(toks("abc"), tokEnd), EOS: []engine.Token{tokEnd}, Cached: 3}
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
-	c := client(f.url)
-	stream := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
-	})
-	var text strings.Builder
-	var finish string
-	var usage *openai.CompletionUsage
-	for stream.Next() {
-		ch := stream.Current()
-		if len(ch.Choices) == 0 {
-			u := ch.Usage
-			usage = &u
-			continue
-		}
-		text.WriteString(ch.Choices[0].Delta.Content)
-		if ch.Choices[0].FinishReason != "" {
-			finish = ch.Choices[0].FinishReason
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if text.String() != "abc" || finish != "stop" {
-		t.Fatalf("text %q finish %q (EOS must not be rendered)", text.String(), finish)
-	}
-	if usage == nil || usage.CompletionTokens != 4 || usage.PromptTokensDetails.CachedTokens != 3 {
-		t.Fatalf("usage %+v", usage)
-	}
-}
-
-func TestCompletionsAndStopStrings(t *testing.T) {
-	eng := &enginetest.Scripted{Name: "m", Output: toks("one two END three")}
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
-	c := client(f.url)
-	ctx := context.Background()
-	resp, err := c.Completions.New(ctx, openai.CompletionNewParams{
-		Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("go")},
-		Stop: openai.CompletionNewParamsStopUnion{OfString: openai.String("END")}, MaxTokens: openai.Int(100),
-	})
+	opts.Registry, opts.Logger = h.reg, quiet
+	h.fe, err = Start(context.Background(), cfg, model, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Choices[0].Text != "one two " || resp.Choices[0].FinishReason != "stop" {
-		t.Fatalf("got %q %q", resp.Choices[0].Text, resp.Choices[0].FinishReason)
+	t.Cleanup(func() { _ = h.fe.Shutdown(context.Background()) })
+	return h
+}
+
+// startWorker runs a mocker worker registered in the harness's registry.
+func (h *harness) startWorker(id string, speedup float64) *worker.Worker {
+	h.t.Helper()
+	return h.startRole(id, "aggregated", speedup, nil)
+}
+
+// startRole runs a mocker worker in role; edit, if set, adjusts the
+// mocker's config.
+func (h *harness) startRole(id, role string, speedup float64, edit func(*mocker.Config)) *worker.Worker {
+	h.t.Helper()
+	mc := mocker.DefaultConfig()
+	mc.Model = h.model.Name
+	mc.EOS = h.model.Tokenizer.EOS()
+	mc.Vocabulary = h.model.Tokenizer.Encode(mocker.DefaultText)
+	mc.Speedup = speedup
+	mc.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+	if h.natsURL != "" {
+		mc.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
 	}
-	// Streaming: the partial "E", "EN" must be held back, never sent.
-	stream := c.Completions.NewStreaming(ctx, openai.CompletionNewParams{
-		Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{103, 111}},
-		Stop: openai.CompletionNewParamsStopUnion{OfStringArray: []string{"xyz", "END"}}, MaxTokens: openai.Int(100),
-	})
-	var pieces []string
-	for stream.Next() {
-		if ch := stream.Current(); len(ch.Choices) > 0 && ch.Choices[0].Text != "" {
-			pieces = append(pieces, ch.Choices[0].Text)
+	if edit != nil {
+		edit(&mc)
+	}
+	e, err := mocker.New(mc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cfg := worker.DefaultConfig()
+	cfg.ID, cfg.DeregisterDelay, cfg.Role = id, 0, role
+	if h.natsURL != "" {
+		cfg.EventPlane.Plane, cfg.EventPlane.NATS = "nats", h.natsURL
+	}
+	w, err := worker.Start(context.Background(), cfg, e, h.model, worker.Options{Registry: h.reg, Logger: quiet})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
+	return w
+}
+
+func (h *harness) waitMembers(want ...string) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := h.fe.Members()
+		if slices.Equal(got, want) {
+			return
 		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(pieces, "") != "one two " {
-		t.Fatalf("pieces %q", pieces)
-	}
-	for _, p := range pieces {
-		if strings.Contains(p, "E") {
-			t.Fatalf("a piece of the stop string leaked: %q", pieces)
+		if time.Now().After(deadline) {
+			h.t.Fatalf("members %v, want %v", got, want)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func TestErrorsWithOfficialSDK(t *testing.T) {
-	f := newFixture(t, 64, map[string]engine.Generator{"w0": &enginetest.Scripted{Name: "m", Output: toks("x")}})
-	c := client(f.url)
-	ctx := context.Background()
-	tests := []struct {
-		name   string
-		params openai.ChatCompletionNewParams
-		status int
-		param  string
-		code   string
-	}{
-		{"unknown model", openai.ChatCompletionNewParams{Model: "nope", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 404, "model", "model_not_found"},
-		{"bad temperature", openai.ChatCompletionNewParams{Model: "m", Temperature: openai.Float(9), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "temperature", "invalid_value"},
-		{"n=3", openai.ChatCompletionNewParams{Model: "m", N: openai.Int(3), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "n", "unsupported_value"},
-		{"prompt too long", openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("a", 100))}}, 413, "messages", "context_length_exceeded"},
-		{"max_tokens over context", openai.ChatCompletionNewParams{Model: "m", MaxTokens: openai.Int(60), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "max_tokens", "context_length_exceeded"},
+// complete sends one streamed completion and returns the worker and the
+// whole body.
+func (h *harness) complete(prompt string, maxTokens int) (string, string, int) {
+	h.t.Helper()
+	body := fmt.Sprintf(`{"model":"tandem-mock","prompt":%q,"max_tokens":%d,"ignore_eos":true,"stream":true}`, prompt, maxTokens)
+	resp, err := http.Post(h.fe.URL()+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := c.Chat.Completions.New(ctx, tc.params)
-			var apiErr *openai.Error
-			if !errors.As(err, &apiErr) {
-				t.Fatalf("err = %v", err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Header.Get("X-Tandem-Worker"), string(b), resp.StatusCode
+}
+
+// TestFrontendFollowsRegistry: workers join and leave the router (and, in
+// kv mode, the KV policy) as their records come and go.
+func TestFrontendFollowsRegistry(t *testing.T) {
+	for _, mode := range []string{"round-robin", "kv"} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, mode)
+			h.startWorker("w1", 50)
+			w2 := h.startWorker("w2", 50)
+			h.waitMembers("w1", "w2")
+			seen := map[string]bool{}
+			for i := 0; i < 6; i++ {
+				id, body, code := h.complete(fmt.Sprintf("request %d about a robot", i), 4)
+				if code != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+					t.Fatalf("status %d: %s", code, body)
+				}
+				seen[id] = true
 			}
-			if apiErr.StatusCode != tc.status || apiErr.Param != tc.param || apiErr.Code != tc.code || apiErr.Message == "" {
-				t.Fatalf("got %d param=%q code=%q msg=%q", apiErr.StatusCode, apiErr.Param, apiErr.Code, apiErr.Message)
+			if mode == "round-robin" && len(seen) != 2 {
+				t.Fatalf("requests went to %v, want both workers", seen)
+			}
+			if h.fe.KV != nil {
+				if _, ok := h.fe.KV.Health()["w2"]; !ok {
+					t.Fatalf("kv policy does not follow w2: %v", h.fe.KV.Health())
+				}
+			}
+			if err := w2.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			h.waitMembers("w1")
+			for i := 0; i < 3; i++ {
+				if id, _, code := h.complete("after w2 left", 2); code != 200 || id != "w1" {
+					t.Fatalf("status %d from %q after w2 left", code, id)
+				}
+			}
+			if h.fe.KV != nil {
+				if _, ok := h.fe.KV.Health()["w2"]; ok {
+					t.Fatal("w2 still in the kv policy")
+				}
 			}
 		})
 	}
 }
 
-func post(t *testing.T, url, body string, hdr ...string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+// TestWorkerAdmission: workers the frontend cannot use are refused with a
+// diagnostic naming why, and admitted once their record is fixed.
+func TestWorkerAdmission(t *testing.T) {
+	model, _ := tokenizer.Default()
+	layout := discovery.KVLayout{Model: model.Name, DType: "bf16", BlockSize: 16, TokenizerHash: model.Tokenizer.Fingerprint()}
+	rec := func(id string, role discovery.Role, edit func(*discovery.Record)) discovery.Record {
+		r := discovery.Record{ID: id, Model: model.Name, Role: role, RequestPlane: "127.0.0.1:1", KVLayout: layout, Engine: "mocker"}
+		if edit != nil {
+			edit(&r)
+		}
+		return r
 	}
-	resp, err := http.DefaultClient.Do(req)
+	cases := []struct {
+		name    string
+		first   []discovery.Record
+		rec     discovery.Record
+		diag    string
+		members []string
+	}{
+		{"aggregated", nil, rec("a", discovery.RoleAggregated, nil), "", []string{"a"}},
+		{"other model", nil, rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.Model = "llama" }), DiagModelUnserved, nil},
+		{"other tokenizer", nil, rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.KVLayout.TokenizerHash = "beef" }), DiagTokenizer, nil},
+		{"decode matching prefill", []discovery.Record{rec("p", discovery.RolePrefill, nil)}, rec("d", discovery.RoleDecode, nil), "", []string{"d", "p"}},
+		{"decode with other block size", []discovery.Record{rec("p", discovery.RolePrefill, nil)},
+			rec("d", discovery.RoleDecode, func(r *discovery.Record) { r.KVLayout.BlockSize = 32 }), DiagKVLayoutMismatch, []string{"p"}},
+		{"prefill with other dtype", []discovery.Record{rec("d", discovery.RoleDecode, nil)},
+			rec("p", discovery.RolePrefill, func(r *discovery.Record) { r.KVLayout.DType = "fp8" }), DiagKVLayoutMismatch, []string{"d"}},
+		{"aggregated with other layout", []discovery.Record{rec("p", discovery.RolePrefill, nil)},
+			rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.KVLayout.BlockSize = 32 }), "", []string{"a", "p"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, "round-robin")
+			for _, r := range c.first {
+				h.fe.admit(r)
+			}
+			h.fe.admit(c.rec)
+			if got := h.fe.Members(); !slices.Equal(got, c.members) {
+				t.Fatalf("members %v, want %v", got, c.members)
+			}
+			for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch} {
+				if got := h.fe.Board.IsActive(code, c.rec.ID); got != (code == c.diag) {
+					t.Errorf("%s active = %v", code, got)
+				}
+			}
+			if c.diag == DiagKVLayoutMismatch {
+				var d health.Diagnostic
+				for _, x := range h.fe.Board.Active() {
+					if x.Code == DiagKVLayoutMismatch {
+						d = x
+					}
+				}
+				peer := c.first[0]
+				for _, want := range []string{c.rec.KVLayout.Fingerprint(), peer.KVLayout.Fingerprint(), peer.ID} {
+					if !strings.Contains(d.Message, want) {
+						t.Errorf("message %q lacks %q", d.Message, want)
+					}
+				}
+			}
+			if c.diag == DiagKVLayoutMismatch {
+				// When the counterpart leaves, the refused worker pairs
+				// with nobody and is admitted.
+				h.fe.remove(c.first[0].ID, "test")
+				if got := h.fe.Members(); !slices.Equal(got, []string{c.rec.ID}) || h.fe.Board.IsActive(c.diag, c.rec.ID) {
+					t.Fatalf("after its counterpart left: members %v, diagnostics %v", got, h.fe.Board.Active())
+				}
+				h.fe.admit(c.first[0])
+			}
+			if c.diag != "" {
+				fixed := rec(c.rec.ID, c.rec.Role, nil)
+				h.fe.admit(fixed)
+				if !slices.Contains(h.fe.Members(), c.rec.ID) || h.fe.Board.IsActive(c.diag, c.rec.ID) {
+					t.Fatalf("fixed record not admitted: members %v, diagnostics %v", h.fe.Members(), h.fe.Board.Active())
+				}
+			}
+		})
+	}
+}
+
+// TestDeadWorkerRequestsRetried: a registered worker that is gone (its
+// record not yet expired) costs a retry, never a failed request, and is
+// quarantined rather than tried again by every request.
+func TestDeadWorkerRequestsRetried(t *testing.T) {
+	h := newHarness(t, "round-robin")
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp
-}
-
-func TestSSEBytesAndHeaders(t *testing.T) {
-	eng := &enginetest.Scripted{Name: "m", Output: toks("hi")}
-	f := newFixture(t, 4096, map[string]engine.Generator{"w7": eng})
-	resp := post(t, f.url+"/v1/chat/completions",
-		`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`,
-		"X-Request-Id", "req-42")
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.Header.Get("X-Tandem-Worker") != "w7" || resp.Header.Get("X-Request-Id") != "req-42" || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("headers %v", resp.Header)
+	addr := dead.Addr().String()
+	dead.Close()
+	r := discovery.Record{ID: "dead", Model: h.model.Name, Role: discovery.RoleAggregated, RequestPlane: addr,
+		KVLayout: discovery.KVLayout{Model: h.model.Name, BlockSize: 16, TokenizerHash: h.model.Tokenizer.Fingerprint()}}
+	if _, err := h.reg.Register(context.Background(), r); err != nil {
+		t.Fatal(err)
 	}
-	if eng.Requests()[0].ID != "req-42" {
-		t.Fatalf("request id not propagated: %q", eng.Requests()[0].ID)
+	h.startWorker("live", 50)
+	h.waitMembers("dead", "live")
+	const n = 8
+	for i := 0; i < n; i++ {
+		if id, body, code := h.complete("hello", 2); code != 200 || id != "live" {
+			t.Fatalf("request %d: status %d from %q: %s", i, code, id, body)
+		}
 	}
-	var created int64
-	fmt.Sscanf(string(body[strings.Index(string(body), `"created":`)+10:]), "%d", &created)
-	head := fmt.Sprintf(`data: {"id":"chatcmpl-req-42","object":"chat.completion.chunk","created":%d,"model":"m",`, created)
-	want := head + `"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n" +
-		head + `"choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}]}` + "\n\n" +
-		head + `"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]}` + "\n\n" +
-		head + `"choices":[],"usage":{"prompt_tokens":` + fmt.Sprint(len(eng.Requests()[0].Prompt)) + `,"completion_tokens":2,"total_tokens":` + fmt.Sprint(len(eng.Requests()[0].Prompt)+2) + `,"prompt_tokens_details":{"cached_tokens":0}}}` + "\n\n" +
-		"data: [DONE]\n\n"
-	if string(body) != want {
-		t.Fatalf("SSE bytes differ\n got: %s\nwant: %s", body, want)
+	// Round robin would send every other request to the dead worker; after
+	// its first failure it is quarantined instead (one more try per
+	// doubling window at most), and the state is on /health.
+	if got := retries(t, h); got < 1 || got > 2 {
+		t.Fatalf("%v retries, want 1 (2 if a quarantine window passed)", got)
+	}
+	if !h.fe.Board.IsActive(httpapi.DiagWorkerUnreachable, "dead") {
+		t.Fatalf("no %s for the dead worker: %v", httpapi.DiagWorkerUnreachable, h.fe.Board.Active())
 	}
 }
 
-func TestUTF8NeverSplit(t *testing.T) {
-	eng := &enginetest.Scripted{Name: "m", Output: toks("é😀中")} // one token per byte
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
-	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"x","max_tokens":9,"stream":true}`)
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	var all strings.Builder
-	for sc.Scan() {
-		line := strings.TrimPrefix(sc.Text(), "data: ")
-		if line == "" || line == "[DONE]" {
+func retries(t *testing.T, h *harness) float64 {
+	t.Helper()
+	mfs, err := h.fe.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "tandem_frontend_retries_total" {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestDrainingWorkerFinishesStreams: a worker that deregisters while
+// streaming keeps its connection until its streams end; new requests go
+// elsewhere.
+func TestDrainingWorkerFinishesStreams(t *testing.T) {
+	h := newHarness(t, "round-robin")
+	slow := h.startWorker("a", 5)
+	h.waitMembers("a")
+	var wg sync.WaitGroup
+	type result struct {
+		id, body string
+		code     int
+	}
+	res := make(chan result, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		id, body, code := h.complete("a long story", 200)
+		res <- result{id, body, code}
+	}()
+	time.Sleep(150 * time.Millisecond) // streaming by now
+	h.startWorker("b", 50)
+	h.waitMembers("a", "b")
+	shut := make(chan error, 1)
+	go func() { shut <- slow.Shutdown(context.Background()) }()
+	h.waitMembers("b")
+	for i := 0; i < 3; i++ {
+		if id, _, code := h.complete("new request", 2); code != 200 || id != "b" {
+			t.Fatalf("status %d from %q while a drains", code, id)
+		}
+	}
+	r := <-res
+	if r.code != 200 || r.id != "a" || !strings.HasSuffix(r.body, "data: [DONE]\n\n") || strings.Contains(r.body, `"error"`) {
+		t.Fatalf("draining worker's stream: status %d worker %q body tail %q", r.code, r.id, tail(r.body))
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+func tail(s string) string {
+	if len(s) > 300 {
+		return s[len(s)-300:]
+	}
+	return s
+}
+
+// TestKVEventsOverNATS: in kv mode with the nats event plane, workers'
+// batches reach the frontend's KV index through their model's subject
+// (the frontend runs the embedded server; workers connect to it).
+func TestKVEventsOverNATS(t *testing.T) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, model: model, reg: discovery.NewMem()}
+	cfg := DefaultConfig()
+	cfg.HTTPAddr, cfg.RouterMode = "127.0.0.1:0", "kv"
+	cfg.EventPlane.Plane, cfg.EventPlane.NATS, cfg.EventPlane.EmbeddedAddr = "nats", "embedded", "127.0.0.1:0"
+	h.fe, err = Start(context.Background(), cfg, model, Options{Registry: h.reg, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.fe.Shutdown(context.Background()) })
+	h.natsURL = h.fe.NATSURL()
+	for _, id := range []string{"w1", "w2"} {
+		h.startWorker(id, 50)
+	}
+	h.waitMembers("w1", "w2")
+	prompt := strings.Repeat("the same long shared prefix of many words ", 12)
+	first, _, code := h.complete(prompt, 2)
+	if code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	// The index learns the prompt's blocks only from the relayed events.
+	deadline := time.Now().Add(10 * time.Second)
+	for blockEvents(t, h, first) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no KV events from %s reached the index over NATS", first)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 4; i++ {
+		if id, _, _ := h.complete(prompt, 2); id != first {
+			t.Fatalf("repeat %d went to %s, want %s (which holds the prefix)", i, id, first)
+		}
+	}
+	if st := h.fe.KV.Health()[first]; st != "healthy" {
+		t.Fatalf("%s event state %q", first, st)
+	}
+}
+
+func blockEvents(t *testing.T, h *harness, worker string) float64 {
+	t.Helper()
+	mfs, err := h.fe.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tandem_router_kv_block_events_total" {
 			continue
 		}
-		var ch struct {
-			Choices []struct{ Text string } `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(line), &ch); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range ch.Choices {
-			if strings.ContainsRune(c.Text, utf8.RuneError) {
-				t.Fatalf("broken UTF-8 emitted: %q", c.Text)
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "worker" && l.GetValue() == worker {
+					return m.GetCounter().GetValue()
+				}
 			}
-			all.WriteString(c.Text)
 		}
 	}
-	if all.String() != "é😀中" {
-		t.Fatalf("got %q", all.String())
-	}
-}
-
-func TestBodyLimitAndMalformed(t *testing.T) {
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": &enginetest.Scripted{Name: "m"}})
-	f.srv.cfg.MaxBodyBytes = 100
-	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"`+strings.Repeat("a", 200)+`"}`)
-	if resp.StatusCode != 413 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	resp = post(t, f.url+"/v1/completions", `{"model":"m",`)
-	var body struct{ Error map[string]any }
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	if resp.StatusCode != 400 || body.Error["type"] != "invalid_request_error" {
-		t.Fatalf("status %d body %v", resp.StatusCode, body)
-	}
-	resp = post(t, f.url+"/v1/completions", `{"model":"m","prompt":[999999]}`)
-	if resp.StatusCode != 400 {
-		t.Fatalf("out-of-vocab token: status %d", resp.StatusCode)
-	}
-}
-
-func TestNoWorkerIs503WithRetryAfter(t *testing.T) {
-	f := newFixture(t, 4096, nil)
-	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"x"}`)
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("status %d retry-after %q", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	h, _ := http.Get(f.url + "/health")
-	if h.StatusCode != 503 {
-		t.Fatalf("/health = %d with no workers", h.StatusCode)
-	}
-}
-
-// deadWorker fails like a worker whose process died.
-type deadWorker struct{ calls int }
-
-func (d *deadWorker) Generate(context.Context, *engine.Request) (engine.Stream, error) {
-	d.calls++
-	return nil, fmt.Errorf("dial: %w", requestplane.ErrUnavailable)
-}
-
-func TestRetryOnDeadWorkerBeforeFirstToken(t *testing.T) {
-	dead := &deadWorker{}
-	live := &enginetest.Scripted{Name: "m", Output: toks("ok")}
-	f := newFixture(t, 4096, map[string]engine.Generator{"a-dead": dead, "b-live": live})
-	for i := 0; i < 4; i++ {
-		resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"x","max_tokens":2}`)
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || resp.Header.Get("X-Tandem-Worker") != "b-live" {
-			t.Fatalf("status %d worker %q: %s", resp.StatusCode, resp.Header.Get("X-Tandem-Worker"), b)
-		}
-	}
-	if dead.calls == 0 {
-		t.Fatal("dead worker never tried; the test proves nothing")
-	}
-}
-
-// brokenStream yields one token, then fails like a worker killed mid-stream.
-type brokenStream struct{ n int }
-
-func (b *brokenStream) Recv() (engine.Delta, error) {
-	b.n++
-	if b.n == 1 {
-		return engine.Delta{Tokens: toks("a"), PromptTokens: 1}, nil
-	}
-	return engine.Delta{}, fmt.Errorf("connection reset: %w", requestplane.ErrUnavailable)
-}
-
-type brokenWorker struct{}
-
-func (brokenWorker) Generate(context.Context, *engine.Request) (engine.Stream, error) {
-	return &brokenStream{}, nil
-}
-
-func TestMidStreamErrorIsAnEvent(t *testing.T) {
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": brokenWorker{}})
-	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"x","stream":true}`)
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("status changed to %d", resp.StatusCode)
-	}
-	s := string(body)
-	if !strings.Contains(s, `data: {"error":{"message":`) || !strings.HasSuffix(s, "data: [DONE]\n\n") {
-		t.Fatalf("body %s", s)
-	}
-}
-
-func TestClientDisconnectCancelsEngine(t *testing.T) {
-	eng := &enginetest.Scripted{Name: "m", Output: toks("z"), Delay: 2 * time.Millisecond, Ctx: 1 << 20}
-	f := newFixture(t, 1<<20, map[string]engine.Generator{"w0": eng})
-	ctx, cancel := context.WithCancel(context.Background())
-	c := client(f.url)
-	stream := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(100000),
-	})
-	for i := 0; i < 3 && stream.Next(); i++ {
-	}
-	if eng.Live.Load() != 1 {
-		t.Fatalf("engine not running: %d", eng.Live.Load())
-	}
-	cancel()
-	stream.Close()
-	deadline := time.Now().Add(100 * time.Millisecond)
-	for eng.Live.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("engine still generating 100 ms after the client left")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func TestHealthModelsMetrics(t *testing.T) {
-	f := newFixture(t, 4096, map[string]engine.Generator{"w0": &enginetest.Scripted{Name: "m", Output: toks("x")}})
-	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"x","max_tokens":1}`)
-	resp.Body.Close()
-
-	var rep healthReport
-	h, _ := http.Get(f.url + "/health")
-	_ = json.NewDecoder(h.Body).Decode(&rep)
-	if h.StatusCode != 200 || rep.Status != "ok" || len(rep.Workers) != 1 {
-		t.Fatalf("health %d %+v", h.StatusCode, rep)
-	}
-	f.board.Raise("kv_events_missing", "w0", health.Error, "no events")
-	h, _ = http.Get(f.url + "/health")
-	_ = json.NewDecoder(h.Body).Decode(&rep)
-	if h.StatusCode != 200 || rep.Status != "degraded" || rep.Diagnostics[0].Code != "kv_events_missing" {
-		t.Fatalf("degraded health %d %+v", h.StatusCode, rep)
-	}
-	f.srv.SetDraining()
-	if h, _ = http.Get(f.url + "/health"); h.StatusCode != 503 {
-		t.Fatalf("draining health %d", h.StatusCode)
-	}
-
-	c := client(f.url)
-	models, err := c.Models.List(context.Background())
-	if err != nil || len(models.Data) != 1 || models.Data[0].ID != "m" {
-		t.Fatalf("models %+v %v", models, err)
-	}
-	m, _ := http.Get(f.url + "/metrics")
-	b, _ := io.ReadAll(m.Body)
-	for _, name := range []string{
-		`tandem_frontend_requests_total{endpoint="completions",model="m",status="200"} 1`,
-		"tandem_frontend_time_to_first_token_seconds_bucket", "tandem_frontend_inflight_requests",
-		"tandem_frontend_input_sequence_tokens", "tandem_frontend_output_sequence_tokens", "tandem_frontend_queued_requests",
-		"tandem_frontend_inter_token_latency_seconds",
-	} {
-		if !strings.Contains(string(b), name) {
-			t.Errorf("metrics lack %s", name)
-		}
-	}
+	return 0
 }

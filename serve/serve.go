@@ -18,8 +18,8 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -34,11 +34,11 @@ type Config struct {
 	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
 	WorkerIDs    []string
 	DrainTimeout time.Duration
-	Frontend     frontend.Config
+	Frontend     httpapi.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
-	TLS frontend.TLSFiles
+	TLS httpapi.TLSFiles
 	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
 	// request plane over mutual TLS: the frontend's end presents MTLS (a
 	// frontend's certificate), the worker's end MTLSWorker (a worker's),
@@ -62,7 +62,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
-		DrainTimeout: 30 * time.Second, Frontend: frontend.DefaultConfig(),
+		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(),
 	}
 }
 
@@ -83,7 +83,7 @@ type System struct {
 	Registry *prometheus.Registry
 	Board    *health.Board
 	Router   *router.Router
-	Frontend *frontend.Server
+	Frontend *httpapi.Server
 	Workers  []WorkerInfo
 
 	http    *http.Server
@@ -99,27 +99,6 @@ type System struct {
 	proxy   *vllmpd.Proxy   // nil unless PDPrefillWorkers > 0
 	pdPre   []engine.Engine // the proxy's prefill engines
 	pdIDs   []string        // and their worker ids
-}
-
-// RouterModes lists the values of --router-mode.
-const RouterModes = "round-robin, random, least-loaded, kv, kv-approx"
-
-// NewPolicy returns the routing policy named mode. The kv modes get their
-// diagnostics board, logger and metrics registry from kv.
-func NewPolicy(ctx context.Context, mode string, kv router.KVConfig) (router.Policy, error) {
-	switch mode {
-	case "round-robin", "":
-		return &router.RoundRobin{}, nil
-	case "random":
-		return router.Random{}, nil
-	case "least-loaded":
-		return router.LeastLoaded{}, nil
-	case "kv":
-		return router.NewKV(ctx, kv)
-	case "kv-approx":
-		return router.NewKVApprox(ctx, kv)
-	}
-	return nil, fmt.Errorf("unknown router mode %q (want %s)", mode, RouterModes)
 }
 
 // eventSource is implemented by engines that publish KV events over ZMQ.
@@ -145,13 +124,13 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	s.Board = health.NewBoard(log, reg)
 	kvcfg := cfg.KV
 	kvcfg.Board, kvcfg.Logger, kvcfg.Registerer = s.Board, log, reg
-	policy, err := NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
+	policy, err := router.NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
 	if err != nil {
 		return nil, err
 	}
 	s.kv, _ = policy.(*router.KV)
 	s.Router = router.New(policy, reg)
-	s.Frontend = frontend.New(cfg.Frontend, s.Router, s.Board, reg, log)
+	s.Frontend = httpapi.New(cfg.Frontend, s.Router, s.Board, reg, log)
 
 	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
 		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
@@ -170,7 +149,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		}
 	}
 	if pw := s.prefillHealth(model.Name); len(pw) > 0 {
-		s.Frontend.SetPrefillWorkers(func() []frontend.PrefillWorker { return pw })
+		s.Frontend.SetPrefillWorkers(func() []httpapi.PrefillWorker { return pw })
 	}
 	for i := 0; i < cfg.Workers; i++ {
 		eng, err := newEngine(i)
@@ -238,7 +217,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 
 	s.waitProbes()
-	tc, err := frontend.ServerTLS(cfg.TLS)
+	tc, err := httpapi.ServerTLS(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -252,7 +231,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if tc != nil {
 		s.scheme = "https://"
 	}
-	go func() { s.served <- frontend.Serve(s.http, lis, tc) }()
+	go func() { s.served <- httpapi.Serve(s.http, lis, tc) }()
 	return s, nil
 }
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -37,7 +37,7 @@ func BenchmarkSecurityCost(b *testing.B) {
 	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	keys, err := frontend.LoadAPIKeys(keyFile)
+	keys, err := httpapi.LoadAPIKeys(keyFile)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func BenchmarkSecurityCost(b *testing.B) {
 				tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
 				var rt http.RoundTripper = tr
 				if v.https {
-					cfg.TLS = frontend.TLSFiles{Cert: filepath.Join(dir, "frontend-1.crt"), Key: filepath.Join(dir, "frontend-1.key")}
+					cfg.TLS = httpapi.TLSFiles{Cert: filepath.Join(dir, "frontend-1.crt"), Key: filepath.Join(dir, "frontend-1.key")}
 					cfg.Frontend.APIKeys = keys
 					tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 					rt = bearer{tr, key}

@@ -7,8 +7,8 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
@@ -89,15 +89,15 @@ func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
 }
 
 // prefillHealth lists the prefill workers for /health (fixed at start).
-func (s *System) prefillHealth(model string) []frontend.PrefillWorker {
-	var out []frontend.PrefillWorker
+func (s *System) prefillHealth(model string) []httpapi.PrefillWorker {
+	var out []httpapi.PrefillWorker
 	if s.dis != nil {
 		for i, id := range s.dis.ids {
-			out = append(out, frontend.PrefillWorker{ID: id, Model: model, Engine: s.dis.prefill[i].Info().Kind, Protocol: "tandem"})
+			out = append(out, httpapi.PrefillWorker{ID: id, Model: model, Engine: s.dis.prefill[i].Info().Kind, Protocol: "tandem"})
 		}
 	}
 	for j, e := range s.pdPre {
-		out = append(out, frontend.PrefillWorker{ID: s.pdIDs[j], Model: model, Engine: e.Info().Kind, Protocol: "vllm"})
+		out = append(out, httpapi.PrefillWorker{ID: s.pdIDs[j], Model: model, Engine: e.Info().Kind, Protocol: "vllm"})
 	}
 	return out
 }

@@ -11,13 +11,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/disagg"
-	"github.com/tandemllm/tandem/fleet"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
 func newFrontendCmd() *cobra.Command {
-	cfg := fleet.DefaultConfig()
+	cfg := frontend.DefaultConfig()
 	var rf routerFlags
 	var disc discoveryFlags
 	var modelDir string
@@ -55,7 +55,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		defer reg.Close()
-		f, err := fleet.Start(ctx, cfg, model, fleet.Options{Registry: reg, Board: board, Metrics: metrics, Logger: log})
+		f, err := frontend.Start(ctx, cfg, model, frontend.Options{Registry: reg, Board: board, Metrics: metrics, Logger: log})
 		if err != nil {
 			return err
 		}

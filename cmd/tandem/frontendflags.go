@@ -3,13 +3,13 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/httpapi"
 )
 
 // registerFrontendFlags adds the flags of the OpenAI frontend shared by
 // `tandem serve` and `tandem frontend`: request limits, admission control
 // and the HTTP server's bounds.
-func registerFrontendFlags(cmd *cobra.Command, c *frontend.Config) {
+func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f := cmd.Flags()
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	f.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "other workers to try when a worker fails before the first token")

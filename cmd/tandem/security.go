@@ -4,17 +4,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/httpapi"
 )
 
 // clientAuthFlags are the OpenAI server's client authentication: API keys
 // and TLS (docs/security.md).
 type clientAuthFlags struct {
 	keyFile string
-	fe      *frontend.Config
+	fe      *httpapi.Config
 }
 
-func (c *clientAuthFlags) register(cmd *cobra.Command, fe *frontend.Config, tls *frontend.TLSFiles) {
+func (c *clientAuthFlags) register(cmd *cobra.Command, fe *httpapi.Config, tls *httpapi.TLSFiles) {
 	c.fe = fe
 	f := cmd.Flags()
 	f.StringVar(&c.keyFile, "api-key-file", "", "file of API keys, one a line (# comments): every /v1 request needs \"Authorization: Bearer <key>\"; /health and /live stay open")
@@ -28,7 +28,7 @@ func (c *clientAuthFlags) apply() error {
 	if c.keyFile == "" {
 		return nil
 	}
-	k, err := frontend.LoadAPIKeys(c.keyFile)
+	k, err := httpapi.LoadAPIKeys(c.keyFile)
 	if err != nil {
 		return err
 	}

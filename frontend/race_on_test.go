@@ -1,5 +1,5 @@
 //go:build race
 
-package fleet
+package frontend
 
 const raceEnabled = true

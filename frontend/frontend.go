@@ -1,4 +1,4 @@
-package fleet
+package frontend
 
 import (
 	"cmp"
@@ -26,11 +26,10 @@ import (
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/eventplane"
-	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/router"
-	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -38,12 +37,12 @@ import (
 type Config struct {
 	// HTTPAddr is the OpenAI API's listen address (--http-addr).
 	HTTPAddr string
-	// RouterMode is one of serve.RouterModes (--router-mode).
+	// RouterMode is one of router.Modes (--router-mode).
 	RouterMode string
 	// KV configures the kv and kv-approx modes; its Board, Logger and
 	// Registerer are the frontend's.
 	KV       router.KVConfig
-	Frontend frontend.Config
+	Frontend httpapi.Config
 	// EventPlane selects how the kv mode receives KV events: zmq (dial
 	// each worker's PUB socket) or nats (subscribe to each model's
 	// subject).
@@ -62,7 +61,7 @@ type Config struct {
 	// LegTimeout bounds a remote prefill leg (0: disagg's default).
 	LegTimeout time.Duration
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
-	TLS frontend.TLSFiles
+	TLS httpapi.TLSFiles
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
 	// workers' request planes are dialled over mutual TLS with it, and
 	// only servers with a worker's certificate of the cluster CA are
@@ -72,7 +71,7 @@ type Config struct {
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
-	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: frontend.DefaultConfig(),
+	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(),
 		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: string(disagg.Auto)}
 }
 
@@ -110,8 +109,8 @@ type Options struct {
 	OnDecision func(disagg.Decision)
 }
 
-// Frontend is a running frontend process.
-type Frontend struct {
+// Process is a running frontend process.
+type Process struct {
 	cfg   Config
 	model *tokenizer.Model
 	tok   string // tokenizer fingerprint
@@ -127,7 +126,7 @@ type Frontend struct {
 	Board    *health.Board
 	Router   *router.Router
 	KV       *router.KV // nil unless the mode is kv or kv-approx
-	Frontend *frontend.Server
+	Frontend *httpapi.Server
 	// Disagg prices and runs remote prefills for the decode workers.
 	Disagg *disagg.Orchestrator
 	// PD drives vLLM's P/D protocol for workers that are vLLM servers
@@ -159,7 +158,7 @@ type member struct {
 // Start serves the frontend for model and follows the registry. It
 // returns once the HTTP listener is up; workers arrive as the registry
 // reports them.
-func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options) (_ *Frontend, err error) {
+func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options) (_ *Process, err error) {
 	if opts.Registry == nil {
 		return nil, errors.New("fleet: no discovery registry")
 	}
@@ -180,7 +179,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		// The file backend's junk-file count.
 		_ = reg.Register(c.Collector())
 	}
-	f := &Frontend{
+	f := &Process{
 		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
 		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1),
@@ -193,7 +192,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if f.cluster != nil && f.cluster.Role() != authn.RoleFrontend {
 		return nil, fmt.Errorf("fleet: --mtls-cert has role %s; a frontend needs a frontend certificate", f.cluster.Role())
 	}
-	tc, err := frontend.ServerTLS(cfg.TLS)
+	tc, err := httpapi.ServerTLS(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
@@ -227,7 +226,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		return nil, err
 	}
 	f.Router = router.New(policy, reg)
-	f.Frontend = frontend.New(cfg.Frontend, f.Router, board, reg, log)
+	f.Frontend = httpapi.New(cfg.Frontend, f.Router, board, reg, log)
 	f.Frontend.SetPrefillWorkers(f.prefillWorkers)
 	f.Frontend.AddModel(model)
 
@@ -245,15 +244,15 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if tc != nil {
 		f.scheme = "https://"
 	}
-	go func() { f.served <- frontend.Serve(f.http, lis, tc) }()
+	go func() { f.served <- httpapi.Serve(f.http, lis, tc) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
 	return f, nil
 }
 
-func (f *Frontend) policy(log *slog.Logger) (router.Policy, error) {
+func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 	kc := f.cfg.KV
 	kc.Board, kc.Logger, kc.Registerer = f.Board, log, f.Metrics
-	p, err := serve.NewPolicy(f.ctx, f.cfg.RouterMode, kc)
+	p, err := router.NewPolicy(f.ctx, f.cfg.RouterMode, kc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
@@ -273,7 +272,7 @@ func (f *Frontend) policy(log *slog.Logger) (router.Policy, error) {
 
 // connectNATS connects to the event plane (starting the embedded server
 // if asked) and, in kv mode, prepares the subscription side.
-func (f *Frontend) connectNATS(log *slog.Logger) error {
+func (f *Process) connectNATS(log *slog.Logger) error {
 	ep := f.cfg.EventPlane
 	url := ep.NATS
 	if url == "embedded" {
@@ -295,7 +294,7 @@ func (f *Frontend) connectNATS(log *slog.Logger) error {
 	return nil
 }
 
-func (f *Frontend) closeNATS() {
+func (f *Process) closeNATS() {
 	if f.share != nil {
 		f.share.Close()
 	}
@@ -312,7 +311,7 @@ func (f *Frontend) closeNATS() {
 
 // NATSURL is the event plane's server URL ("" on zmq): the embedded
 // server's when the frontend runs one.
-func (f *Frontend) NATSURL() string {
+func (f *Process) NATSURL() string {
 	switch {
 	case f.natsServer != nil:
 		return f.natsServer.URL()
@@ -323,7 +322,7 @@ func (f *Frontend) NATSURL() string {
 }
 
 // apply is the registry watcher's callback.
-func (f *Frontend) apply(e discovery.Event) {
+func (f *Process) apply(e discovery.Event) {
 	switch e.Type {
 	case discovery.EventPut:
 		f.admit(e.Record)
@@ -335,13 +334,13 @@ func (f *Frontend) apply(e discovery.Event) {
 }
 
 // admit adds or updates a worker after checking it can serve here.
-func (f *Frontend) admit(rec discovery.Record) {
+func (f *Process) admit(rec discovery.Record) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.admitLocked(rec)
 }
 
-func (f *Frontend) admitLocked(rec discovery.Record) {
+func (f *Process) admitLocked(rec discovery.Record) {
 	if old, ok := f.members[rec.ID]; ok && old.rec == rec {
 		return
 	}
@@ -433,7 +432,7 @@ func (f *Frontend) admitLocked(rec discovery.Record) {
 }
 
 // followLocked has the KV policy follow the worker's events.
-func (f *Frontend) followLocked(rec discovery.Record) {
+func (f *Process) followLocked(rec discovery.Record) {
 	endpoint, replay := rec.KVEvents.Endpoint, rec.KVEvents.ReplayEndpoint
 	if f.evs != nil {
 		if !f.followed[rec.Model] {
@@ -456,7 +455,7 @@ func (f *Frontend) followLocked(rec discovery.Record) {
 
 // refuseLocked returns why rec cannot join ("" if it can), raising the
 // matching diagnostic.
-func (f *Frontend) refuseLocked(rec discovery.Record) string {
+func (f *Process) refuseLocked(rec discovery.Record) string {
 	if rec.Model != f.model.Name {
 		msg := fmt.Sprintf("worker serves model %q, this frontend serves %q", rec.Model, f.model.Name)
 		f.Board.Raise(DiagModelUnserved, rec.ID, health.Warn, msg)
@@ -501,23 +500,23 @@ func (f *Frontend) refuseLocked(rec discovery.Record) string {
 }
 
 // prefillWorkers lists the prefill members for /health.
-func (f *Frontend) prefillWorkers() []frontend.PrefillWorker {
+func (f *Process) prefillWorkers() []httpapi.PrefillWorker {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []frontend.PrefillWorker
+	var out []httpapi.PrefillWorker
 	for _, m := range f.members {
 		if m.rec.Role != discovery.RolePrefill {
 			continue
 		}
 		p := cmp.Or(m.rec.KVTransfer.Protocol, "tandem")
-		out = append(out, frontend.PrefillWorker{ID: m.rec.ID, Model: m.rec.Model, Engine: m.rec.Engine, Protocol: p})
+		out = append(out, httpapi.PrefillWorker{ID: m.rec.ID, Model: m.rec.Model, Engine: m.rec.Engine, Protocol: p})
 	}
-	slices.SortFunc(out, func(a, b frontend.PrefillWorker) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b httpapi.PrefillWorker) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
 // forgetPairingLocked drops worker id from both disaggregation drivers.
-func (f *Frontend) forgetPairingLocked(id string) {
+func (f *Process) forgetPairingLocked(id string) {
 	f.Disagg.RemovePrefill(id)
 	f.Disagg.RemoveDecode(id)
 	f.PD.RemovePrefill(id)
@@ -526,7 +525,7 @@ func (f *Frontend) forgetPairingLocked(id string) {
 // checkPrefillLocked raises DiagNoPrefill while decode workers have no
 // prefill worker of their KV protocol to pair with, and clears it once
 // they do.
-func (f *Frontend) checkPrefillLocked() {
+func (f *Process) checkPrefillLocked() {
 	decode, prefill := map[string]int{}, map[string]int{}
 	for _, m := range f.members {
 		switch m.rec.Role {
@@ -550,13 +549,13 @@ func (f *Frontend) checkPrefillLocked() {
 	}
 }
 
-func (f *Frontend) clearRefusalsLocked(id string) {
+func (f *Process) clearRefusalsLocked(id string) {
 	for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch, DiagWorkerRefused} {
 		f.Board.Clear(code, id, "", "")
 	}
 }
 
-func (f *Frontend) remove(id, why string) {
+func (f *Process) remove(id, why string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.refused, id)
@@ -576,7 +575,7 @@ func (f *Frontend) remove(id, why string) {
 	}
 }
 
-func (f *Frontend) removeLocked(id, why string) {
+func (f *Process) removeLocked(id, why string) {
 	m, ok := f.members[id]
 	if !ok {
 		return
@@ -598,11 +597,11 @@ func (f *Frontend) removeLocked(id, why string) {
 }
 
 // Synced is closed once every worker live at start has been seen.
-func (f *Frontend) Synced() <-chan struct{} { return f.synced }
+func (f *Process) Synced() <-chan struct{} { return f.synced }
 
 // Members returns the ids of the workers the frontend holds (routed or
 // not), sorted.
-func (f *Frontend) Members() []string {
+func (f *Process) Members() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ids := make([]string, 0, len(f.members))
@@ -614,11 +613,11 @@ func (f *Frontend) Members() []string {
 }
 
 // URL is the frontend's base URL.
-func (f *Frontend) URL() string { return f.scheme + f.lis.Addr().String() }
+func (f *Process) URL() string { return f.scheme + f.lis.Addr().String() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
 // if that fails for good.
-func (f *Frontend) Done() <-chan error {
+func (f *Process) Done() <-chan error {
 	out := make(chan error, 1)
 	go func() {
 		select {
@@ -638,7 +637,7 @@ func (f *Frontend) Done() <-chan error {
 // Shutdown drains: /health turns 503, the listener closes, in-flight
 // requests get until ctx ends; then the watch, the event subscriptions and
 // every connection stop.
-func (f *Frontend) Shutdown(ctx context.Context) error {
+func (f *Process) Shutdown(ctx context.Context) error {
 	f.Frontend.SetDraining()
 	err := f.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {

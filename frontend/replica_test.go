@@ -1,4 +1,4 @@
-package fleet
+package frontend
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func runReplicas(t *testing.T, shareLoad bool, dur time.Duration) replicaRun {
 		t.Fatal(err)
 	}
 	reg := discovery.NewMem()
-	start := func(natsURL string, seed uint64) *Frontend {
+	start := func(natsURL string, seed uint64) *Process {
 		cfg := DefaultConfig()
 		cfg.HTTPAddr, cfg.RouterMode, cfg.ShareLoad = "127.0.0.1:0", "kv", shareLoad
 		cfg.KV.Seed = seed
@@ -57,7 +57,7 @@ func runReplicas(t *testing.T, shareLoad bool, dur time.Duration) replicaRun {
 		h.startWorker(id, 5)
 	}
 	h.waitMembers(ids...)
-	for _, f := range []*Frontend{a, b} {
+	for _, f := range []*Process{a, b} {
 		deadline := time.Now().Add(10 * time.Second)
 		for len(f.Members()) != len(ids) {
 			if time.Now().After(deadline) {
@@ -94,7 +94,7 @@ func runReplicas(t *testing.T, shareLoad bool, dur time.Duration) replicaRun {
 	}
 	stop := make(chan struct{})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	fronts := []*Frontend{a, b}
+	fronts := []*Process{a, b}
 	for c := 0; c < clients; c++ {
 		wg.Add(1)
 		go func(c int) {
