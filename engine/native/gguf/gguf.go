@@ -134,6 +134,10 @@ const magic = "GGUF"
 // maxRank bounds tensor ranks; ggml has at most 4 dimensions.
 const maxRank = 4
 
+// Mapped reports that Open maps files on this platform (else it reads
+// them whole).
+func Mapped() bool { return mmapfile.Mapped }
+
 // Open maps the file at path read-only (package mmapfile) and parses it. No
 // tensor byte is read here: pages are faulted in from the page cache when
 // the engine first touches them, so opening a large model costs the

@@ -10,7 +10,7 @@ import (
 
 // ShapeNames lists the shapes Shape knows, smallest first.
 func ShapeNames() []string {
-	return []string{"tiny", "15m", "42m", "110m", "qwen2-0.5b", "0.6b", "1b"}
+	return []string{"tiny", "tiny-qwen3", "tiny-qwen2", "15m", "42m", "110m", "qwen2-0.5b", "0.6b", "1b"}
 }
 
 // Shape returns the configuration of a named benchmark shape. 15m, 42m and
@@ -31,6 +31,15 @@ func Shape(name string) (Config, error) {
 	case "tiny":
 		c := set(64, 128, 2, 4, 2, 320)
 		c.SeqLen = 512
+		return c, nil
+	case "tiny-qwen3", "tiny-qwen2": // the tiny shape with Qwen's switches
+		c := set(64, 128, 2, 4, 2, 320)
+		c.SeqLen, c.Rope, c.RopeTheta = 512, RopeHalf, 1e6
+		if name == "tiny-qwen3" {
+			c.Arch, c.QKNorm, c.HeadDim = "qwen3", true, 32
+		} else {
+			c.Arch, c.QKVBias = "qwen2", true
+		}
 		return c, nil
 	case "15m":
 		return set(288, 768, 6, 6, 6, 32000), nil
