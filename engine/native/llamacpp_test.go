@@ -317,7 +317,11 @@ func TestLlamaCppBench(t *testing.T) {
 	for _, shape := range env("TANDEM_BENCH_SHAPES", "110m") {
 		for _, qt := range env("TANDEM_BENCH_TYPES", "q4_k_m,q8_0,f16") {
 			path := filepath.Join(t.TempDir(), shape+"-"+qt+".gguf")
-			if err := GenerateModel(path, GenOptions{Shape: shape, Seed: 1, DType: qt}); err != nil {
+			tok := filepath.Join(refDir(t), "tok512.bin")
+			if strings.HasPrefix(shape, "0.6b") || strings.HasPrefix(shape, "qwen") {
+				tok = qwen3Dir(t)
+			}
+			if err := GenerateModel(path, GenOptions{Shape: shape, Seed: 1, DType: qt, Tokenizer: tok}); err != nil {
 				t.Fatal(err)
 			}
 			l, err := LoadModel(path)

@@ -135,3 +135,27 @@ func Load(path string, opts Options) (*Engine, *Loaded, error) {
 	}
 	return e, l, nil
 }
+
+// ServedModel is the tokenizer side of a model LoadModel reads, for
+// `tandem serve --engine native --model PATH`: a Hugging Face directory
+// (or any directory with tokenizer.json) gets its tokenizer and chat
+// template from tokenizer.LoadDir; a GGUF file or llama2.c checkpoint the
+// tokenizer it carries or sits beside, with the plain-join template, and
+// the model's context length.
+func ServedModel(path string) (*tokenizer.Model, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		if _, err := os.Stat(filepath.Join(path, "tokenizer.json")); err == nil {
+			return tokenizer.LoadDir(path)
+		}
+	}
+	l, err := LoadModel(path)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := tokenizer.NewChatTemplate(tokenizer.BuiltinJoin, nil)
+	if err != nil {
+		return nil, err
+	}
+	name := strings.TrimSuffix(filepath.Base(l.Path), filepath.Ext(l.Path))
+	return &tokenizer.Model{Name: name, Tokenizer: l.Tokenizer, Template: tmpl, ContextLength: l.Model.Config.SeqLen}, nil
+}
