@@ -78,6 +78,10 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 // build loads the model's tokenizer and returns a factory for worker i.
 func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFactory, error) {
 	model, err := tokenizer.Load(e.modelDir)
+	if e.kind == "native" && e.modelDir != "" {
+		// GGUF files carry their tokenizer; HF directories have theirs.
+		model, err = native.ServedModel(e.modelDir)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +94,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		return model, func(i int) (engine.Engine, error) { return e.newMocker(cfg, i) }, nil
 	case "native":
 		if e.modelDir == "" {
-			return nil, nil, fmt.Errorf("--engine native needs --model DIR (a llama2.c checkpoint directory: model .bin + tokenizer)")
+			return nil, nil, fmt.Errorf("--engine native needs --model PATH (a GGUF file, a Hugging Face directory, or a llama2.c checkpoint directory)")
 		}
 		events, err := e.eventsConfig()
 		if err != nil {

@@ -14,27 +14,6 @@ import (
 	"github.com/tandemllm/tandem/engine/native/model"
 )
 
-// llama2cVocab reads tok512.bin as a GGUF "llama" vocabulary (spaces
-// become '▁', as SentencePiece stores them).
-func llama2cVocab(t *testing.T, path string) *model.Vocab {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &model.Vocab{Model: "llama", BOS: 1, EOS: 2, AddBOS: true}
-	le := func(p []byte) uint32 { return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24 }
-	for p := 4; p+8 <= len(b); {
-		score := le(b[p:])
-		n := int(le(b[p+4:]))
-		p += 8
-		v.Tokens = append(v.Tokens, strings.ReplaceAll(string(b[p:p+n]), " ", "▁"))
-		v.Scores = append(v.Scores, float32frombits(score))
-		p += n
-	}
-	return v
-}
-
 // TestGGUFReferenceGolden converts stories260K to GGUF (weights and
 // tokenizer in one file) and reproduces the golden text from it.
 func TestGGUFReferenceGolden(t *testing.T) {
@@ -43,7 +22,9 @@ func TestGGUFReferenceGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Vocab = llama2cVocab(t, filepath.Join(dir, "tok512.bin"))
+	if m.Vocab, err = VocabFromFile(filepath.Join(dir, "tok512.bin")); err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(t.TempDir(), "stories260K.gguf")
 	var buf bytes.Buffer
 	if err := model.WriteGGUF(&buf, m, gguf.F32); err != nil {

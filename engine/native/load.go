@@ -31,6 +31,9 @@ func LoadModel(path string) (*Loaded, error) {
 	}
 	file := path
 	if st.IsDir() {
+		if _, err := os.Stat(filepath.Join(path, "config.json")); err == nil {
+			return loadHF(path)
+		}
 		if file, err = pickModelFile(path); err != nil {
 			return nil, err
 		}
@@ -51,6 +54,26 @@ func LoadModel(path string) (*Loaded, error) {
 		return nil, fmt.Errorf("native: tokenizer %s: %w", tp, err)
 	}
 	return &Loaded{Model: m, Tokenizer: tok, Path: file}, nil
+}
+
+// loadHF reads a Hugging Face directory and the tokenizer beside the
+// weights (tokenizer.json, or a llama2.c tokenizer.bin).
+func loadHF(dir string) (*Loaded, error) {
+	m, err := model.LoadHF(dir)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
+	tm, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("native: tokenizer of %s: %w", dir, err)
+	}
+	if len(m.EOS) == 0 {
+		m.EOS = tm.Tokenizer.EOS()
+	}
+	if b, ok := tm.Tokenizer.BOS(); ok && m.BOS < 0 {
+		m.BOS = b
+	}
+	return &Loaded{Model: m, Tokenizer: tm.Tokenizer, Path: dir}, nil
 }
 
 func pickModelFile(dir string) (string, error) {
@@ -111,4 +134,28 @@ func Load(path string, opts Options) (*Engine, *Loaded, error) {
 		return nil, nil, err
 	}
 	return e, l, nil
+}
+
+// ServedModel is the tokenizer side of a model LoadModel reads, for
+// `tandem serve --engine native --model PATH`: a Hugging Face directory
+// (or any directory with tokenizer.json) gets its tokenizer and chat
+// template from tokenizer.LoadDir; a GGUF file or llama2.c checkpoint the
+// tokenizer it carries or sits beside, with the plain-join template, and
+// the model's context length.
+func ServedModel(path string) (*tokenizer.Model, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		if _, err := os.Stat(filepath.Join(path, "tokenizer.json")); err == nil {
+			return tokenizer.LoadDir(path)
+		}
+	}
+	l, err := LoadModel(path)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := tokenizer.NewChatTemplate(tokenizer.BuiltinJoin, nil)
+	if err != nil {
+		return nil, err
+	}
+	name := strings.TrimSuffix(filepath.Base(l.Path), filepath.Ext(l.Path))
+	return &tokenizer.Model{Name: name, Tokenizer: l.Tokenizer, Template: tmpl, ContextLength: l.Model.Config.SeqLen}, nil
 }

@@ -1,14 +1,12 @@
 package native
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -32,54 +30,12 @@ func qwen3Dir(t *testing.T) string {
 // special tokens included, and ends generation at <|im_end|>.
 func TestGPT2VocabFromGGUFMetadata(t *testing.T) {
 	dir := qwen3Dir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	v, err := VocabFromFile(dir) // tokenizer.json as llama.cpp's converter stores it
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tj struct {
-		Model struct {
-			Vocab  map[string]int32  `json:"vocab"`
-			Merges []json.RawMessage `json:"merges"`
-		} `json:"model"`
-		Added []struct {
-			ID      int32  `json:"id"`
-			Content string `json:"content"`
-			Special bool   `json:"special"`
-		} `json:"added_tokens"`
-	}
-	if err := json.Unmarshal(raw, &tj); err != nil {
-		t.Fatal(err)
-	}
-	n := int32(0)
-	for _, id := range tj.Model.Vocab {
-		n = max(n, id+1)
-	}
-	for _, a := range tj.Added {
-		n = max(n, a.ID+1)
-	}
-	v := &model.Vocab{Model: "gpt2", Pre: "qwen2", Tokens: make([]string, n), Types: make([]int32, n), BOS: -1, EOS: -1}
-	for tok, id := range tj.Model.Vocab {
-		v.Tokens[id], v.Types[id] = tok, tokenizer.TypeNormal
-	}
-	for _, a := range tj.Added {
-		v.Tokens[a.ID], v.Types[a.ID] = a.Content, tokenizer.TypeUserDefined
-		if a.Special {
-			v.Types[a.ID] = tokenizer.TypeControl
-		}
-		if a.Content == "<|im_end|>" {
-			v.EOS = a.ID
-		}
-	}
-	for _, m := range tj.Model.Merges {
-		var s string
-		if json.Unmarshal(m, &s) != nil {
-			var pair []string
-			if err := json.Unmarshal(m, &pair); err != nil || len(pair) != 2 {
-				t.Fatalf("merge %s", m)
-			}
-			s = pair[0] + " " + pair[1]
-		}
-		v.Merges = append(v.Merges, s)
+	if v.Pre != "qwen2" || v.EOS < 0 || v.Tokens[v.EOS] != "<|im_end|>" {
+		t.Fatalf("pre %q, eos %d", v.Pre, v.EOS)
 	}
 	got, err := VocabTokenizer(v)
 	if err != nil {

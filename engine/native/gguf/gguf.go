@@ -5,47 +5,75 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sort"
+
+	"github.com/tandemllm/tandem/engine/native/mmapfile"
 )
 
 // Type is a ggml tensor type.
 type Type uint32
 
 // The tensor types this package can size (others are refused at read).
+// The numbers are ggml's enum ggml_type (ggml/include/ggml.h in
+// https://github.com/ggml-org/llama.cpp).
 const (
 	F32  Type = 0
 	F16  Type = 1
+	Q4_0 Type = 2
 	Q8_0 Type = 8
+	Q4_K Type = 12
+	Q5_K Type = 13
+	Q6_K Type = 14
+	BF16 Type = 30
 )
 
+// blockInfo is a type's block size in elements and in bytes, from
+// ggml/src/ggml-common.h (block_q4_0: fp16 d + 16 bytes of nibbles;
+// block_q8_0: fp16 d + 32 int8; block_q4_K: fp16 d, fp16 dmin, 12 bytes of
+// 6-bit scales and mins, 128 bytes of nibbles; block_q5_K: the same plus 32
+// bytes of high bits; block_q6_K: 128 bytes of low nibbles, 64 of high
+// 2-bit pairs, 16 int8 scales, fp16 d).
+var blockInfo = map[Type][2]uint64{
+	F32: {1, 4}, F16: {1, 2}, BF16: {1, 2},
+	Q4_0: {32, 18}, Q8_0: {32, 34},
+	Q4_K: {256, 144}, Q5_K: {256, 176}, Q6_K: {256, 210},
+}
+
+var typeNames = map[Type]string{F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+
 func (t Type) String() string {
-	switch t {
-	case F32:
-		return "F32"
-	case F16:
-		return "F16"
-	case Q8_0:
-		return "Q8_0"
+	if s, ok := typeNames[t]; ok {
+		return s
 	}
 	return fmt.Sprintf("ggml type %d", uint32(t))
 }
 
-// rowBytes is the byte size of n elements, or an error for types or
-// element counts the format cannot hold.
-func (t Type) bytes(n uint64) (uint64, error) {
-	switch t {
-	case F32:
-		return 4 * n, nil
-	case F16:
-		return 2 * n, nil
-	case Q8_0:
-		if n%32 != 0 {
-			return 0, fmt.Errorf("Q8_0 tensor of %d elements is not a multiple of 32", n)
-		}
-		return n / 32 * 34, nil
+// BlockSize is the number of elements one block of t holds (1 for the
+// float types, 0 for types this package does not know).
+func (t Type) BlockSize() int { return int(blockInfo[t][0]) }
+
+// RowBytes is the byte size of a row of n elements of type t.
+func (t Type) RowBytes(n int) (int, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("negative row length %d", n)
 	}
-	return 0, fmt.Errorf("unsupported tensor type %v", t)
+	b, err := t.bytes(uint64(n))
+	return int(b), err
+}
+
+// bytes is the byte size of n elements, or an error for types or
+// element counts the format cannot hold. Rows of a blocked type must be
+// whole blocks; callers check that per row (a tensor of whole rows of
+// whole blocks is then whole blocks too).
+func (t Type) bytes(n uint64) (uint64, error) {
+	bi, ok := blockInfo[t]
+	if !ok {
+		return 0, fmt.Errorf("unsupported tensor type %v", t)
+	}
+	if n%bi[0] != 0 {
+		return 0, fmt.Errorf("%v tensor of %d elements is not a multiple of its block size %d", t, n, bi[0])
+	}
+	return n / bi[0] * bi[1], nil
 }
 
 // Value types of metadata.
@@ -83,7 +111,8 @@ func (t *Tensor) Elements() uint64 {
 	return n
 }
 
-// File is a parsed GGUF file held in memory.
+// File is a parsed GGUF file: a read-only memory map of it (Open on
+// Linux) or bytes in memory (Parse). Tensor bytes alias the image.
 type File struct {
 	Version   uint32
 	Alignment uint64
@@ -92,8 +121,12 @@ type File struct {
 	// []uint64, []float64 or []bool.
 	KV      map[string]any
 	Tensors []Tensor
-	data    []byte
-	byName  map[string]int
+	// Mapped reports that the image is a memory map of the file.
+	Mapped bool
+	// DataOffset is where the tensor data section starts in the file.
+	DataOffset uint64
+	data       []byte
+	byName     map[string]int
 }
 
 const magic = "GGUF"
@@ -101,16 +134,27 @@ const magic = "GGUF"
 // maxRank bounds tensor ranks; ggml has at most 4 dimensions.
 const maxRank = 4
 
-// Open reads and parses the file at path.
+// Mapped reports that Open maps files on this platform (else it reads
+// them whole).
+func Mapped() bool { return mmapfile.Mapped }
+
+// Open maps the file at path read-only (package mmapfile) and parses it. No
+// tensor byte is read here: pages are faulted in from the page cache when
+// the engine first touches them, so opening a large model costs the
+// directory walk only, and the weights are shared with every other process
+// mapping the same file. The mapping is never unmapped: tensor slices
+// handed out alias it and may outlive the File.
 func Open(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+	b, err := mmapfile.Map(path)
 	if err != nil {
 		return nil, err
 	}
 	f, err := Parse(b)
 	if err != nil {
+		mmapfile.Unmap(b)
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}
+	f.Mapped = mmapfile.Mapped
 	return f, nil
 }
 
@@ -216,6 +260,9 @@ func Parse(b []byte) (*File, error) {
 			}
 			n *= d
 		}
+		if bs := t.Type.BlockSize(); bs > 1 && t.Dims[0]%uint64(bs) != 0 {
+			return nil, fmt.Errorf("tensor %q: rows of %d elements are not whole %v blocks of %d", t.Name, t.Dims[0], t.Type, bs)
+		}
 		size, err := t.Type.bytes(n)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
@@ -232,14 +279,24 @@ func Parse(b []byte) (*File, error) {
 		start = uint64(len(b))
 	}
 	f.data = b[start:]
-	for _, t := range f.Tensors {
+	f.DataOffset = start
+	// Of the tensors that run past the end, name the first one cut: the
+	// one with the lowest offset, where the file stops.
+	var cut *Tensor
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
 		if t.Offset%f.Alignment != 0 {
 			return nil, fmt.Errorf("tensor %q offset %d is not aligned to %d", t.Name, t.Offset, f.Alignment)
 		}
 		if t.Offset > uint64(len(f.data)) || t.Size > uint64(len(f.data))-t.Offset {
-			return nil, fmt.Errorf("tensor %q (%d bytes at data offset %d) runs past the end of the file (truncated? data section is %d bytes)",
-				t.Name, t.Size, t.Offset, len(f.data))
+			if cut == nil || t.Offset < cut.Offset {
+				cut = t
+			}
 		}
+	}
+	if cut != nil {
+		return nil, fmt.Errorf("tensor %q (%v %v, %d bytes at data offset %d) runs past the end of the file (truncated? data section is %d bytes)",
+			cut.Name, cut.Type, cut.Dims, cut.Size, cut.Offset, len(f.data))
 	}
 	return f, nil
 }

@@ -13,6 +13,11 @@ type DType uint8
 const (
 	F32 DType = iota
 	Q8_0
+	// Block types (blocks.go): raw ggml blocks in Mat.B.
+	Q4_0
+	Q4_K
+	Q5_K
+	Q6_K
 )
 
 func (d DType) String() string {
@@ -21,6 +26,14 @@ func (d DType) String() string {
 		return "F32"
 	case Q8_0:
 		return "Q8_0"
+	case Q4_0:
+		return "Q4_0"
+	case Q4_K:
+		return "Q4_K"
+	case Q5_K:
+		return "Q5_K"
+	case Q6_K:
+		return "Q6_K"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -36,6 +49,7 @@ type Mat struct {
 	F    []float32 // F32: Rows*Cols values
 	Q    []int8    // Q8_0: Rows*Cols quants
 	S    []float32 // Q8_0: Rows*Cols/QK scales
+	B    []byte    // block types: Rows rows of BlockRowBytes(Type, Cols) bytes
 }
 
 // Validate reports a Mat whose slices do not match its shape, so a corrupt
@@ -57,6 +71,14 @@ func (m *Mat) Validate() error {
 		if len(m.Q) != n || len(m.S) != n/QK {
 			return fmt.Errorf("Q8_0 %dx%d has %d quants and %d scales", m.Rows, m.Cols, len(m.Q), len(m.S))
 		}
+	case Q4_0, Q4_K, Q5_K, Q6_K:
+		rb, err := BlockRowBytes(m.Type, m.Cols)
+		if err != nil {
+			return err
+		}
+		if len(m.B) != m.Rows*rb {
+			return fmt.Errorf("%v %dx%d has %d bytes, want %d", m.Type, m.Rows, m.Cols, len(m.B), m.Rows*rb)
+		}
 	default:
 		return fmt.Errorf("unsupported type %v", m.Type)
 	}
@@ -77,6 +99,9 @@ func (m *Mat) Bytes() int64 {
 	if m.Type == Q8_0 {
 		return int64(len(m.Q)) + 4*int64(len(m.S))
 	}
+	if m.Type.IsBlock() {
+		return int64(len(m.B))
+	}
 	return 4 * int64(len(m.F))
 }
 
@@ -91,6 +116,9 @@ func (m *Mat) Row(dst []float32, r int) {
 		for i := range q {
 			dst[i] = float32(q[i]) * s[i/QK]
 		}
+	default:
+		rb, _ := BlockRowBytes(m.Type, m.Cols)
+		DequantizeRow(m.Type, m.B[r*rb:(r+1)*rb], dst[:m.Cols])
 	}
 }
 

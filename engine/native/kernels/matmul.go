@@ -3,8 +3,9 @@ package kernels
 // Scratch holds per-caller buffers of the products (the quantized
 // activations of a Q8_0 product), so steady-state decoding allocates nothing.
 type Scratch struct {
-	q []int8
-	s []float32
+	q   []int8
+	s   []float32
+	sum []int32
 }
 
 // rowGrain keeps each range of rows a multiple of the widest row tile (and
@@ -30,6 +31,7 @@ type matJob struct {
 	x      []float32
 	xq     []int8
 	xs     []float32
+	xsum   []int32 // per-group sums of xq, for the block types
 	T      int
 	swiglu bool // prods[0] is the gate, prods[1] the up projection
 }
@@ -63,6 +65,8 @@ func (j *matJob) one(pr Prod, lo, hi int) {
 		matF32(pr.Out, w.F, j.x, lo, hi, w.Rows, w.Cols, j.T)
 	case Q8_0:
 		matQ8(pr.Out, w.Q, w.S, j.xq, j.xs, lo, hi, w.Rows, w.Cols, j.T)
+	default:
+		matBlocks(pr.Out, w, j.xq, j.xs, j.xsum, lo, hi, j.T)
 	}
 }
 
@@ -70,13 +74,20 @@ func (j *matJob) one(pr Prod, lo, hi int) {
 func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 	cols := j.prods[0].W.Cols
 	j.x, j.T = x[:T*cols], T
-	j.xq, j.xs = nil, nil
+	j.xq, j.xs, j.xsum = nil, nil, nil
 	for _, pr := range j.prods[:j.n] {
 		if pr.W.Cols != cols {
 			panic("kernels: fused products need one input width")
 		}
 		_ = pr.Out[:T*pr.W.Rows]
-		if pr.W.Type == Q8_0 && j.xq == nil {
+		if pr.W.Type.IsBlock() && j.xsum == nil {
+			n := T * cols / QK
+			if cap(sc.sum) < n {
+				sc.sum = make([]int32, n)
+			}
+			j.xsum = sc.sum[:n]
+		}
+		if pr.W.Type != F32 && j.xq == nil {
 			n := T * cols
 			if cap(sc.q) < n {
 				sc.q = make([]int8, n)
@@ -85,6 +96,9 @@ func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 			j.xq, j.xs = sc.q[:n], sc.s[:n/QK]
 			QuantizeRows(j.x, j.xq, j.xs)
 		}
+	}
+	if j.xsum != nil {
+		GroupSums(j.xq, j.xsum)
 	}
 }
 

@@ -55,6 +55,14 @@ func FuzzGGUF(f *testing.F) {
 			f.Add(buf.Bytes())
 		}
 	}
+	for _, qn := range []string{"q4_0", "q4_k_m", "q5_k_m", "q6_k", "bf16"} {
+		q, _ := ParseQuant(qn)
+		var buf bytes.Buffer
+		if err := WriteGGUFQuant(&buf, kquantModel(f, "llama", 1), q); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf.Bytes())
+	}
 	f.Add([]byte("GGUF\x03\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseGGUF(b)

@@ -9,7 +9,9 @@ import (
 )
 
 // ShapeNames lists the shapes Shape knows, smallest first.
-func ShapeNames() []string { return []string{"tiny", "15m", "42m", "110m", "0.6b"} }
+func ShapeNames() []string {
+	return []string{"tiny", "tiny-qwen3", "tiny-qwen2", "15m", "42m", "110m", "qwen2-0.5b", "0.6b", "1b"}
+}
 
 // Shape returns the configuration of a named benchmark shape. 15m, 42m and
 // 110m are the TinyStories llama2.c shapes (with a 2048-token context so
@@ -30,6 +32,15 @@ func Shape(name string) (Config, error) {
 		c := set(64, 128, 2, 4, 2, 320)
 		c.SeqLen = 512
 		return c, nil
+	case "tiny-qwen3", "tiny-qwen2": // the tiny shape with Qwen's switches
+		c := set(64, 128, 2, 4, 2, 320)
+		c.SeqLen, c.Rope, c.RopeTheta = 512, RopeHalf, 1e6
+		if name == "tiny-qwen3" {
+			c.Arch, c.QKNorm, c.HeadDim = "qwen3", true, 32
+		} else {
+			c.Arch, c.QKVBias = "qwen2", true
+		}
+		return c, nil
 	case "15m":
 		return set(288, 768, 6, 6, 6, 32000), nil
 	case "42m":
@@ -40,6 +51,15 @@ func Shape(name string) (Config, error) {
 		c := set(1024, 3072, 28, 16, 8, 151936)
 		c.Arch, c.HeadDim, c.QKNorm, c.Rope = "qwen3", 128, true, RopeHalf
 		c.RopeTheta, c.NormEps, c.SeqLen = 1e6, 1e-6, 4096
+		return c, nil
+	case "qwen2-0.5b": // Qwen2.5-0.5B: q/k/v biases, 896 wide (k-quants fall back)
+		c := set(896, 4864, 24, 14, 2, 151936)
+		c.Arch, c.QKVBias, c.Rope = "qwen2", true, RopeHalf
+		c.RopeTheta, c.NormEps, c.SeqLen = 1e6, 1e-6, 4096
+		return c, nil
+	case "1b": // Llama-3.2-1B (without its rope_freqs scaling)
+		c := set(2048, 8192, 16, 32, 8, 128256)
+		c.RopeTheta, c.SeqLen = 500000, 4096
 		return c, nil
 	}
 	return Config{}, fmt.Errorf("unknown shape %q (known: %v)", name, ShapeNames())

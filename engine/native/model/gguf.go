@@ -224,6 +224,12 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 		for i := range w.F {
 			w.F[i] = kernels.F16ToF32(le.Uint16(data[2*i:]))
 		}
+	case gguf.BF16:
+		// bf16 is the top half of an fp32: widening is a shift.
+		w.Type, w.F = kernels.F32, kernels.NewF32(n)
+		for i := range w.F {
+			w.F[i] = math.Float32frombits(uint32(le.Uint16(data[2*i:])) << 16)
+		}
 	case gguf.Q8_0:
 		if cols%kernels.QK != 0 {
 			return nil, fmt.Errorf("tensor %s: Q8_0 rows of %d are not whole blocks", name, cols)
@@ -236,11 +242,20 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 				w.Q[g*kernels.QK+i] = int8(blk[2+i])
 			}
 		}
+	case gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+		// Kept as the file's blocks, aliasing the read-only mapping:
+		// nothing is copied and no page is touched until a product reads it.
+		w.Type, w.B = blockDType[t.Type], data
+		if _, err := kernels.BlockRowBytes(w.Type, cols); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
 	default:
-		return nil, fmt.Errorf("tensor %s has unsupported type %v (supported: F32, F16, Q8_0)", name, t.Type)
+		return nil, fmt.Errorf("tensor %s has unsupported type %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, t.Type)
 	}
 	return w, nil
 }
+
+var blockDType = map[gguf.Type]kernels.DType{gguf.Q4_0: kernels.Q4_0, gguf.Q4_K: kernels.Q4_K, gguf.Q5_K: kernels.Q5_K, gguf.Q6_K: kernels.Q6_K}
 
 func ggufVocab(f *gguf.File) (*Vocab, error) {
 	kind, ok := f.String("tokenizer.ggml.model")
@@ -286,14 +301,32 @@ func ggufVocab(f *gguf.File) (*Vocab, error) {
 	return v, nil
 }
 
-// WriteGGUF writes m as GGUF with its matrices in typ (F32, F16 or Q8_0;
+// WriteGGUF writes m as GGUF with every matrix in typ (F32, F16 or Q8_0;
 // Q8_0 matrices of m are written as they are whatever typ says) and norms
 // in F32, under llama.cpp's tensor and metadata names.
 func WriteGGUF(out io.Writer, m *Model, typ gguf.Type) error {
+	q, err := ParseQuant(typ.String())
+	if err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
+	q.keepQ8 = typ != gguf.Q8_0
+	return WriteGGUFQuant(out, m, q)
+}
+
+// WriteGGUFQuant writes m as GGUF with its matrices typed by q (a
+// llama.cpp file type: q.TypeFor picks each tensor's type the way
+// llama-quantize does) and norms in F32.
+func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 	c := &m.Config
 	var w gguf.Writer
 	a := c.Arch
 	w.Set("general.architecture", a)
+	if q.FileType != 0 || q.Base == gguf.F32 {
+		w.Set("general.file_type", q.FileType)
+	}
+	if q.Base.BlockSize() > 1 {
+		w.Set("general.quantization_version", uint32(2))
+	}
 	w.Set("general.name", m.Source)
 	w.Set(a+".context_length", uint32(c.SeqLen))
 	w.Set(a+".embedding_length", uint32(c.Dim))
@@ -328,7 +361,11 @@ func WriteGGUF(out io.Writer, m *Model, typ gguf.Type) error {
 		}
 		w.Set("tokenizer.ggml.add_bos_token", v.AddBOS)
 	}
-	wantArch := map[string]bool{"llama": c.Rope == RopeInterleaved && !c.QKNorm && !c.QKVBias,
+	// A Llama in Hugging Face order (rotate-half RoPE) is written the way
+	// llama.cpp's convert_hf_to_gguf.py does (LlamaModel.permute): q and k
+	// rows reordered per head to interleaved pairs.
+	permute := a == "llama" && c.Rope == RopeHalf
+	wantArch := map[string]bool{"llama": !c.QKNorm && !c.QKVBias,
 		"qwen2": c.Rope == RopeHalf && c.QKVBias && !c.QKNorm, "qwen3": c.Rope == RopeHalf && c.QKNorm && !c.QKVBias}
 	if !wantArch[a] {
 		return fmt.Errorf("gguf: config switches do not match architecture %q", a)
@@ -342,7 +379,7 @@ func WriteGGUF(out io.Writer, m *Model, typ gguf.Type) error {
 	}
 	var err error
 	mat := func(name string, x *kernels.Mat) {
-		b, t, e := encodeMat(x, typ)
+		b, t, e := encodeMat(x, q.TypeFor(name, c.Layers, !c.Tied, x.Cols), q.keepQ8)
 		if e != nil && err == nil {
 			err = fmt.Errorf("gguf: %s: %w", name, e)
 		}
@@ -359,8 +396,13 @@ func WriteGGUF(out io.Writer, m *Model, typ gguf.Type) error {
 	for i, l := range m.Layers {
 		p := fmt.Sprintf("blk.%d.", i)
 		vec(p+"attn_norm.weight", l.AttnNorm)
-		mat(p+"attn_q.weight", l.Wq)
-		mat(p+"attn_k.weight", l.Wk)
+		if permute {
+			mat(p+"attn_q.weight", permuteRows(l.Wq, c.HeadDim))
+			mat(p+"attn_k.weight", permuteRows(l.Wk, c.HeadDim))
+		} else {
+			mat(p+"attn_q.weight", l.Wq)
+			mat(p+"attn_k.weight", l.Wk)
+		}
 		mat(p+"attn_v.weight", l.Wv)
 		mat(p+"attn_output.weight", l.Wo)
 		vec(p+"ffn_norm.weight", l.FFNNorm)
@@ -384,13 +426,61 @@ func WriteGGUF(out io.Writer, m *Model, typ gguf.Type) error {
 	return err
 }
 
-func encodeMat(x *kernels.Mat, typ gguf.Type) ([]byte, gguf.Type, error) {
+// permuteRows reorders each head's rows of x from rotate-half order to
+// interleaved pairs: new row 2i+a of a head is old row a*hd/2+i. Rows of
+// every type are whole (a quantized row is its own blocks), so only rows
+// move.
+func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
+	y := *x
+	src := func(r int) int { h, j := r/hd, r%hd; return h*hd + (j%2)*(hd/2) + j/2 }
+	switch x.Type {
+	case kernels.F32:
+		y.F = make([]float32, len(x.F))
+		for r := range x.Rows {
+			copy(y.F[r*x.Cols:(r+1)*x.Cols], x.F[src(r)*x.Cols:])
+		}
+	case kernels.Q8_0:
+		g := x.Cols / kernels.QK
+		y.Q, y.S = make([]int8, len(x.Q)), kernels.NewScales(len(x.S))
+		for r := range x.Rows {
+			copy(y.Q[r*x.Cols:(r+1)*x.Cols], x.Q[src(r)*x.Cols:])
+			copy(y.S[r*g:(r+1)*g], x.S[src(r)*g:])
+		}
+	default:
+		rb, _ := kernels.BlockRowBytes(x.Type, x.Cols)
+		y.B = make([]byte, len(x.B))
+		for r := range x.Rows {
+			copy(y.B[r*rb:(r+1)*rb], x.B[src(r)*rb:])
+		}
+	}
+	return &y
+}
+
+// encodeMat encodes x as typ. A block matrix already in typ is written
+// as it is; keepQ8 writes Q8_0 matrices unchanged whatever typ says (a
+// Q8_0 model written "as F32" keeps its quantization, as WriteGGUF
+// always did). Anything else goes through fp32.
+func encodeMat(x *kernels.Mat, typ gguf.Type, keepQ8 bool) ([]byte, gguf.Type, error) {
 	le := binary.LittleEndian
-	if x.Type == kernels.Q8_0 || typ == gguf.Q8_0 {
+	if x.Type.IsBlock() && blockDType[typ] == x.Type {
+		return x.B, typ, nil
+	}
+	if x.Type == kernels.Q8_0 && keepQ8 {
+		typ = gguf.Q8_0
+	}
+	f := x.F
+	if x.Type != kernels.F32 {
+		f = make([]float32, x.Rows*x.Cols)
+		for r := range x.Rows {
+			x.Row(f[r*x.Cols:(r+1)*x.Cols], r)
+		}
+	}
+	switch typ {
+	case gguf.Q8_0:
 		q := x
 		if x.Type != kernels.Q8_0 {
 			var err error
-			if q, err = kernels.QuantizeMat(x); err != nil {
+			if q, err = kernels.QuantizeMat(&kernels.Mat{Type: kernels.F32, Rows: x.Rows, Cols: x.Cols, F: f}); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -402,20 +492,37 @@ func encodeMat(x *kernels.Mat, typ gguf.Type) ([]byte, gguf.Type, error) {
 			}
 		}
 		return b, gguf.Q8_0, nil
-	}
-	switch typ {
+	case gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+		b, err := kernels.QuantizeBlocks(blockDType[typ], f, x.Rows, x.Cols)
+		return b, typ, err
 	case gguf.F16:
-		b := make([]byte, 2*len(x.F))
-		for i, f := range x.F {
-			le.PutUint16(b[2*i:], kernels.F32ToF16(f))
+		b := make([]byte, 2*len(f))
+		for i, v := range f {
+			le.PutUint16(b[2*i:], kernels.F32ToF16(v))
 		}
 		return b, gguf.F16, nil
+	case gguf.BF16:
+		b := make([]byte, 2*len(f))
+		for i, v := range f {
+			le.PutUint16(b[2*i:], F32ToBF16(v))
+		}
+		return b, gguf.BF16, nil
 	case gguf.F32:
-		b := make([]byte, 4*len(x.F))
-		for i, f := range x.F {
-			le.PutUint32(b[4*i:], math.Float32bits(f))
+		b := make([]byte, 4*len(f))
+		for i, v := range f {
+			le.PutUint32(b[4*i:], math.Float32bits(v))
 		}
 		return b, gguf.F32, nil
 	}
 	return nil, 0, fmt.Errorf("cannot write matrices as %v", typ)
+}
+
+// F32ToBF16 rounds to the nearest bfloat16, ties to even, NaN kept quiet
+// (ggml's GGML_FP32_TO_BF16).
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 64
+	}
+	return uint16((b + (0x7fff + (b>>16)&1)) >> 16)
 }

@@ -1,0 +1,115 @@
+package model
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandemllm/tandem/engine/native/gguf"
+)
+
+// rssBytes is the process's resident set (Linux /proc/self/statm).
+func rssBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skipf("no /proc/self/statm: %v", err)
+	}
+	var size, res int64
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &size, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res * int64(os.Getpagesize())
+}
+
+// TestLoadMapsWithoutTouching writes a Qwen3-0.6B-shaped Q4_K_M file (the
+// tensor bytes are zero blocks: valid, and cheap to write) and loads it:
+// the resident set grows by the norms and RoPE tables only, not by the
+// ~400 MB of weights, which stay in the page cache until a product reads
+// them. The load time is logged, not asserted (a loaded machine varies).
+func TestLoadMapsWithoutTouching(t *testing.T) {
+	if !gguf.Mapped() {
+		t.Skip("this platform reads files instead of mapping them")
+	}
+	c, err := Shape("0.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := ParseQuant("q4_k_m")
+	var w gguf.Writer
+	a := c.Arch
+	w.Set("general.architecture", a)
+	for k, v := range map[string]uint32{"context_length": uint32(c.SeqLen), "embedding_length": uint32(c.Dim), "feed_forward_length": uint32(c.Hidden),
+		"block_count": uint32(c.Layers), "attention.head_count": uint32(c.Heads), "attention.head_count_kv": uint32(c.KVHeads), "attention.key_length": uint32(c.HeadDim)} {
+		w.Set(a+"."+k, v)
+	}
+	w.Set(a+".rope.freq_base", float32(c.RopeTheta))
+	var total int64
+	add := func(name string, rows, cols int) {
+		typ := gguf.F32
+		dims := []uint64{uint64(cols)}
+		if rows > 0 {
+			typ, dims = q.TypeFor(name, c.Layers, false, cols), []uint64{uint64(cols), uint64(rows)}
+		}
+		n, err := typ.RowBytes(cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, n*max(rows, 1))
+		if rows == 0 { // norms of ones
+			for i := 0; i < len(data); i += 4 {
+				data[i+2], data[i+3] = 0x80, 0x3f
+			}
+		}
+		total += int64(len(data))
+		w.AddTensor(name, typ, dims, data)
+	}
+	add("token_embd.weight", c.Vocab, c.Dim)
+	add("output_norm.weight", 0, c.Dim)
+	for i := range c.Layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		add(p+"attn_norm.weight", 0, c.Dim)
+		add(p+"attn_q.weight", c.QDim(), c.Dim)
+		add(p+"attn_k.weight", c.KVDim(), c.Dim)
+		add(p+"attn_v.weight", c.KVDim(), c.Dim)
+		add(p+"attn_output.weight", c.Dim, c.QDim())
+		add(p+"ffn_norm.weight", 0, c.Dim)
+		add(p+"ffn_gate.weight", c.Hidden, c.Dim)
+		add(p+"ffn_down.weight", c.Dim, c.Hidden)
+		add(p+"ffn_up.weight", c.Hidden, c.Dim)
+		add(p+"attn_q_norm.weight", 0, c.HeadDim)
+		add(p+"attn_k_norm.weight", 0, c.HeadDim)
+	}
+	path := filepath.Join(t.TempDir(), "qwen3-0.6b-q4_k_m.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := bufio.NewWriter(f)
+	if _, err := w.WriteTo(bw); err != nil {
+		t.Fatal(err)
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	w = gguf.Writer{}
+	runtime.GC()
+	before := rssBytes(t)
+	start := time.Now()
+	m, err := LoadGGUF(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	grew := rssBytes(t) - before
+	t.Logf("loaded %d MB of weights in %v; resident set grew %d MB", total>>20, took, grew>>20)
+	if grew > 48<<20 {
+		t.Errorf("loading grew the resident set by %d MB for %d MB of weights: tensors were copied or touched", grew>>20, total>>20)
+	}
+	runtime.KeepAlive(m)
+}
