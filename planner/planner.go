@@ -107,6 +107,7 @@ type Planner struct {
 	cfg                     Config
 	pools                   []*poolState
 	rate, isl, osl, hit     Predictor
+	tail                    Predictor
 	met                     *metrics
 	log                     *slog.Logger
 	startupIntervals        float64
@@ -135,6 +136,9 @@ func New(cfg Config) (*Planner, error) {
 	}
 	p := &Planner{cfg: cfg, log: cfg.Logger, met: newMetrics(cfg.Registerer)}
 	p.rate, p.isl, p.osl, p.hit = cfg.NewPredictor(), cfg.NewPredictor(), cfg.NewPredictor(), cfg.NewPredictor()
+	// The tail ratio is a shape, not a level: a trend in it means nothing,
+	// so it is averaged.
+	p.tail = &MovingAverage{Window: 6}
 	p.startupIntervals = cfg.Startup.Seconds() / cfg.Interval.Seconds()
 	seen := map[string]bool{}
 	for _, pl := range cfg.Pools {
@@ -183,6 +187,9 @@ func (p *Planner) Step(o Observation) []Decision {
 			p.isl.Observe(o.Load.ISL)
 			p.osl.Observe(o.Load.OSL)
 			p.hit.Observe(o.Load.HitFrac)
+			if o.Load.ISLTail >= 1 {
+				p.tail.Observe(o.Load.ISLTail)
+			}
 		}
 		p.observedOnce = true
 	}
@@ -221,7 +228,10 @@ func (p *Planner) Step(o Observation) []Decision {
 }
 
 func (p *Planner) predict(h int) Load {
-	l := Load{Rate: p.rate.Predict(h), ISL: p.isl.Predict(h), OSL: p.osl.Predict(h), HitFrac: p.hit.Predict(h)}
+	l := Load{Rate: p.rate.Predict(h), ISL: p.isl.Predict(h), OSL: p.osl.Predict(h), HitFrac: p.hit.Predict(h), ISLTail: p.tail.Predict(h)}
+	if math.IsNaN(l.ISLTail) {
+		l.ISLTail = 1
+	}
 	if math.IsNaN(l.ISL) || math.IsNaN(l.OSL) {
 		// No request seen yet: the lengths do not matter while idle.
 		l.ISL, l.OSL = 0, 0

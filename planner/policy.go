@@ -29,10 +29,20 @@ func ParseRole(s string) (Role, error) {
 }
 
 // Load is one interval's traffic: requests per second, mean input and
-// output lengths in tokens, and the share of input tokens that hit a
-// prefix cache.
+// output lengths in tokens, the share of input tokens that hit a prefix
+// cache, and ISLTail, the input length at the targets' quantile over the
+// mean (1 when unknown): heavy-tailed prompts (Mooncake's p90 is 2.3× its
+// mean) set the quantile TTFT, not the mean prompt.
 type Load struct {
 	Rate, ISL, OSL, HitFrac float64
+	ISLTail                 float64
+}
+
+func (l Load) tail() float64 {
+	if !(l.ISLTail >= 1) || l.ISLTail > 1e3 {
+		return 1
+	}
+	return l.ISLTail
 }
 
 func (l Load) valid() bool {
@@ -236,13 +246,19 @@ func prefillTTFT(l Load, n int, q, extraMs float64, p *Profile) float64 {
 		// M/M/1: P(W > t) = ρ·exp(−(1−ρ)t/s).
 		wait = s / (1 - rho) * math.Log(rho/(1-q))
 	}
-	return (s + wait) * 1000
+	// The quantile request is a long prompt: its own prefill at the
+	// quantile length, behind the quantile wait.
+	sq := (p.PrefillMs(l.ISL*l.tail(), l.HitFrac) + extraMs) / 1000
+	return (sq + wait) * 1000
 }
 
 // decodeITL is the predicted quantile of a request's mean ITL (ms) on a
-// pool of n workers, the prefill share of whose time is prefillShare,
-// before correction, and the per-worker quantile concurrency.
-func decodeITL(l Load, n int, q, prefillShare float64, p *Profile) (float64, float64) {
+// pool of n workers, before correction, and the per-worker quantile
+// concurrency. On an aggregated pool prefillShare of a worker's time goes
+// to prefills of prefillMs each, which land in the steps of the decodes
+// beside them: a request's mean ITL is the decode step stretched by that
+// share, plus the spread of how many prefills (Poisson) hit its lifetime.
+func decodeITL(l Load, n int, q, prefillShare, prefillMs float64, p *Profile) (float64, float64) {
 	if n < 1 || prefillShare >= 1 {
 		return math.Inf(1), 0
 	}
@@ -258,6 +274,11 @@ func decodeITL(l Load, n int, q, prefillShare float64, p *Profile) (float64, flo
 		if !usable(next) {
 			return math.Inf(1), c
 		}
+		if prefillShare > 0 {
+			life := max(l.OSL, 1) * next / 1000 // seconds
+			hits := l.Rate / float64(n) * life
+			next += zScore(q) * math.Sqrt(hits) * prefillMs / max(l.OSL, 1)
+		}
 		itl = next
 	}
 	return itl, c
@@ -272,11 +293,7 @@ func (Tandem) Size(pool Pool, l Load, t Targets, m *Model, limit int) Sizing {
 	meets := func(n int) (bool, Sizing) {
 		s := Sizing{Replicas: n}
 		ok := true
-		var share, extra float64
-		if pool.Role == RoleAggregated {
-			share = l.Rate / float64(n) * p.PrefillMs(l.ISL, l.HitFrac) / 1000
-			extra = p.ITLMs(1, contextTokens(l))
-		}
+		share, extra, pms := aggShares(pool, l, n, p)
 		if pool.Role != RoleDecode {
 			s.PredTTFTMs = prefillTTFT(l, n, t.Quantile, extra, p) * m.PCorr
 			if !(s.PredTTFTMs <= t.TTFTMs) {
@@ -284,7 +301,7 @@ func (Tandem) Size(pool Pool, l Load, t Targets, m *Model, limit int) Sizing {
 			}
 		}
 		if pool.Role != RolePrefill {
-			s.PredITLM, _ = decodeITL(l, n, t.Quantile, share, p)
+			s.PredITLM, _ = decodeITL(l, n, t.Quantile, share, pms, p)
 			s.PredITLM *= m.DCorr
 			if !(s.PredITLM <= t.ITLMs) && s.Why == "" {
 				ok, s.Why = false, "itl"
@@ -326,19 +343,26 @@ func (Tandem) Correct(pool Pool, o Observation, n int, t Targets, m *Model) {
 		return
 	}
 	p := m.Profile
-	var share, extra float64
-	if pool.Role == RoleAggregated {
-		share = o.Load.Rate / float64(n) * p.PrefillMs(o.Load.ISL, o.Load.HitFrac) / 1000
-		extra = p.ITLMs(1, contextTokens(o.Load))
-	}
+	share, extra, pms := aggShares(pool, o.Load, n, p)
 	if pool.Role != RoleDecode && o.TTFTMs > 0 {
 		if e := prefillTTFT(o.Load, n, t.Quantile, extra, p); usable(e) && e > 0 {
 			m.PCorr = smooth(m.PCorr, o.TTFTMs/e)
 		}
 	}
 	if pool.Role != RolePrefill && o.ITLMs > 0 {
-		if e, _ := decodeITL(o.Load, n, t.Quantile, share, p); usable(e) && e > 0 {
+		if e, _ := decodeITL(o.Load, n, t.Quantile, share, pms, p); usable(e) && e > 0 {
 			m.DCorr = smooth(m.DCorr, o.ITLMs/e)
 		}
 	}
+}
+
+// aggShares is, for an aggregated pool of n, the share of a worker's time
+// spent prefilling, the decode step each prefill waits behind, and one
+// prefill's time; zeros for other roles.
+func aggShares(pool Pool, l Load, n int, p *Profile) (share, extraMs, prefillMs float64) {
+	if pool.Role != RoleAggregated || n < 1 {
+		return 0, 0, 0
+	}
+	prefillMs = p.PrefillMs(l.ISL, l.HitFrac)
+	return l.Rate / float64(n) * prefillMs / 1000, p.ITLMs(1, contextTokens(l)), prefillMs
 }

@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"time"
@@ -158,6 +159,7 @@ type state struct {
 
 	// per-interval observation
 	winArr, winISL, winOSL float64
+	winISLs                []float64
 	winHit, winISLHit      float64
 	winTTFT, winITL        []float64
 	winMet, winDone        int
@@ -234,6 +236,7 @@ func Run(trace []Request, cfg Config) (*Result, error) {
 		next++
 		s.winArr++
 		s.winISL += float64(r.ISL)
+		s.winISLs = append(s.winISLs, float64(r.ISL))
 		s.winOSL += float64(r.OSL)
 		s.route(r, s.firstPool())
 	}
@@ -364,7 +367,13 @@ func (s *state) route(r *req, pool string) {
 		if pool == PoolDecode {
 			c = float64(w.kvReserved) + float64(len(w.waiting))*1e9
 		} else {
-			c = w.queuedMs + s.spec.prefillMs(s.uncached(r, w))
+			// The router's ttft cost: queued prefills, this prompt's
+			// uncached prefill, half a decode step if the worker decodes;
+			// KV load breaks ties, so idle workers share the work.
+			c = w.queuedMs + s.spec.prefillMs(s.uncached(r, w)) + float64(w.kvReserved)*1e-6
+			if len(w.running) > 0 {
+				c += s.spec.Timing.DecodeMs(float64(w.kvReserved)/float64(s.spec.KVCapacityTokens)) / 2
+			}
 		}
 		if c < bestCost {
 			best, bestCost = w, c
@@ -585,6 +594,7 @@ func (s *state) tick() {
 		o.Load.Rate = s.winArr / iv
 		if s.winArr > 0 {
 			o.Load.ISL, o.Load.OSL = s.winISL/s.winArr, s.winOSL/s.winArr
+			o.Load.ISLTail = quantile(s.winISLs, s.cfg.Targets.Quantile) / o.Load.ISL
 		}
 		if s.winISLHit > 0 {
 			o.Load.HitFrac = s.winHit / s.winISLHit
@@ -598,7 +608,7 @@ func (s *state) tick() {
 		}
 	}
 	s.winArr, s.winISL, s.winOSL, s.winHit, s.winISLHit = 0, 0, 0, 0, 0
-	s.winTTFT, s.winITL = s.winTTFT[:0], s.winITL[:0]
+	s.winTTFT, s.winITL, s.winISLs = s.winTTFT[:0], s.winITL[:0], s.winISLs[:0]
 	s.winMet, s.winDone = 0, 0
 }
 
@@ -685,3 +695,5 @@ func (c *lru) insert(ids []int64) {
 		}
 	}
 }
+
+var discard = slog.New(slog.DiscardHandler)
