@@ -196,12 +196,17 @@ func (p *Planner) Step(o Observation) []Decision {
 	h := p.cfg.Policy.Horizon(p.startupIntervals)
 	pred := p.predict(1)
 	if h > 1 {
-		// Plan for the busier of the next interval and the moment a
-		// worker started now could serve.
+		// Plan for the busiest of the next interval, the moment a worker
+		// started now could serve, and the interval just seen: a trend
+		// that turns down must not take away workers the load still needs.
 		if far := p.predict(h); far.Rate > pred.Rate {
 			pred.Rate = far.Rate
 		}
+		if o.Load.valid() && o.Load.Rate > pred.Rate {
+			pred.Rate = o.Load.Rate
+		}
 	}
+	pred.Window = p.cfg.Interval.Seconds()
 	p.met.rate.Set(pred.Rate)
 	p.met.isl.Set(pred.ISL)
 	p.met.osl.Set(pred.OSL)
@@ -353,4 +358,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.current, m.desired, m.atMax, m.pcorr, m.dcorr, m.decisions, m.rate, m.isl, m.osl, m.observeFail, m.actuateFail)
 	}
 	return m
+}
+
+// Initial sizes every pool for load before any observation (a deployment
+// brought up with its expected traffic), within each pool's min and max.
+func (p *Planner) Initial(l Load) map[string]int {
+	out := map[string]int{}
+	for _, s := range p.pools {
+		n := s.Min
+		if l.valid() && l.Rate > 0 {
+			n = p.cfg.Policy.Size(s.Pool, l, p.cfg.Targets, s.model, s.Max+1).Replicas
+		}
+		out[s.Name] = min(max(n, s.Min), s.Max)
+	}
+	return out
 }

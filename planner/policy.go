@@ -36,6 +36,8 @@ func ParseRole(s string) (Role, error) {
 type Load struct {
 	Rate, ISL, OSL, HitFrac float64
 	ISLTail                 float64
+	// Window is the seconds Rate is counted over (the planner interval).
+	Window float64
 }
 
 func (l Load) tail() float64 {
@@ -290,6 +292,11 @@ func (Tandem) Size(pool Pool, l Load, t Targets, m *Model, limit int) Sizing {
 		return Sizing{Replicas: 0, Why: "idle"}
 	}
 	p := m.Profile
+	if l.Window > 0 {
+		// An interval of Poisson arrivals at rate λ brings λ·T ± √(λ·T)
+		// requests: size for the quantile count, not the mean.
+		l.Rate += zScore(t.Quantile) * math.Sqrt(l.Rate/l.Window)
+	}
 	meets := func(n int) (bool, Sizing) {
 		s := Sizing{Replicas: n}
 		ok := true

@@ -80,10 +80,7 @@ func Compare(title string, trace []Request, cfg Config, prof *planner.Profile, p
 		}
 		c := cfg
 		c.Planner = p
-		c.Static = map[string]int{}
-		for _, pl := range cfg.Pools(s.Min, s.Max) {
-			c.Static[pl.Name] = max(pl.Min, cfg.Static[pl.Name])
-		}
+		c.Static = p.Initial(FirstLoad(trace, cfg.Interval, cfg.Targets.Quantile))
 		r, err := Run(trace, c)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -147,4 +144,31 @@ func (c *Comparison) Table() string {
 			100*float64(r.MetTTFT)/n, 100*float64(r.MetITL)/n, r.TTFTp, r.ITLp, r.TotalWorkerSecond, r.VsPeak)
 	}
 	return s
+}
+
+// FirstLoad is the load of the trace's first interval: what a deployment
+// is brought up for before the planner has observed anything.
+func FirstLoad(trace []Request, interval time.Duration, q float64) planner.Load {
+	var l planner.Load
+	var isls []float64
+	t0 := math.Inf(1)
+	for _, r := range trace {
+		t0 = min(t0, r.At)
+	}
+	for _, r := range trace {
+		if r.At-t0 < interval.Seconds() {
+			l.Rate++
+			l.ISL += float64(r.ISL)
+			l.OSL += float64(r.OSL)
+			isls = append(isls, float64(r.ISL))
+		}
+	}
+	if l.Rate == 0 {
+		return l
+	}
+	l.ISL /= l.Rate
+	l.OSL /= l.Rate
+	l.ISLTail = quantile(isls, q) / l.ISL
+	l.Rate /= interval.Seconds()
+	return l
 }

@@ -21,7 +21,7 @@ func experimentConfig(disagg bool) Config {
 }
 
 func plans() (map[string]Scaling, []string) {
-	base := Scaling{Min: 1, Max: 64, DownCooldown: 30 * time.Second, Alpha: 0.5, Beta: 0.3, Window: 3}
+	base := Scaling{Min: 1, Max: 128, DownCooldown: 10 * time.Second, Alpha: 0.5, Beta: 0.3, Window: 3}
 	t := base
 	t.Policy, t.Predictor = "tandem", "holt"
 	d := base
@@ -64,7 +64,7 @@ func TestExperimentMooncake(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := experimentConfig(true)
-	cfg.Targets.TTFTMs = 2000
+	cfg.Targets.TTFTMs = 3000
 	pl, order := plans()
 	c, err := Compare("mooncake", tr, cfg, cfg.Worker.Profile(), pl, order)
 	if err != nil {
