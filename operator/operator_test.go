@@ -47,7 +47,9 @@ func startEnv(t *testing.T, ops ...operator.Options) *env {
 	t.Helper()
 	namespaces := []string{ns}
 	for _, o := range ops {
-		namespaces = append(namespaces, o.Namespace)
+		if o.Namespace != "" {
+			namespaces = append(namespaces, o.Namespace)
+		}
 	}
 	s := kubetest.Start(t, []string{operatorUser + "|system:serviceaccounts,system:serviceaccounts:tandem-system"}, namespaces...)
 	s.InstallCRDs(t, "../deploy/crd/tandem.dev_tandemdeployments.yaml")

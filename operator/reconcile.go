@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/tandemllm/tandem/api/v1alpha1"
+	"github.com/tandemllm/tandem/health"
 )
 
 // FieldOwner is the operator's server-side apply field manager.
@@ -60,6 +61,8 @@ type Reconciler struct {
 	// ApplyParallel bounds the apply calls in flight per object (default
 	// DefaultApplyParallel; 1: one at a time).
 	ApplyParallel int
+	// Board receives operator_reconcile_failed (nil: none).
+	Board *health.Board
 }
 
 // DefaultHealthURL is the frontend Service's /health inside the cluster.
@@ -104,14 +107,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile applies every child with server-side apply (a no-op write when
 // nothing changed), deletes pools that left the spec, and writes status.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	key := req.NamespacedName.String()
 	var td v1alpha1.TandemDeployment
 	if err := r.Client.Get(ctx, req.NamespacedName, &td); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			r.reportReconcile(key, nil) // gone: nothing left to fail
+			return ctrl.Result{}, nil
+		}
+		r.reportReconcile(key, err)
+		return ctrl.Result{}, err
 	}
 	if td.DeletionTimestamp != nil {
+		r.reportReconcile(key, nil)
 		return ctrl.Result{}, nil // the garbage collector deletes the children
 	}
+	defer func() { r.reportReconcile(key, err) }()
 	start := time.Now()
 	defer func() {
 		ctrl.LoggerFrom(ctx).V(1).Info("reconciled", "generation", td.Generation, "pools", len(td.Spec.Pools), "took", time.Since(start).String())

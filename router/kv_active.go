@@ -84,7 +84,7 @@ func (a *activeTracker) reserve(w *kvWorker, f *flight, bs int, now int64) {
 	l := a.loadFor(w)
 	decodes := l.requests - l.prefilling
 	f.decoding = decodes > 0
-	f.predStart = max(now, l.busyUntil)
+	f.predStart = queueStart(l.busyUntil, l.prefilling, now)
 	f.work, _ = w.timing.estimate(max(f.prefillTokens, 1), decodes, l.unique*bs+f.isl, f.predStart == now)
 	f.predFinish = f.predStart + int64(f.work*1e9)
 	l.busyUntil = f.predFinish

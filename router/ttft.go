@@ -22,9 +22,10 @@ type DecodeEstimator interface {
 	EstimateDecodeStep(activeTokens int) float64
 }
 
-// The learned timing model: TTFT − predicted wait = a + b·n + d·[decodes],
-// n the uncached prompt tokens the engine reported computing, [decodes] 1
-// when the worker was decoding other requests. Fitted by exponentially
+// The learned timing model: TTFT − predicted wait = a + b·n + d·steps(n)·[decodes],
+// n the uncached prompt tokens the engine reported computing, steps(n) the
+// scheduler steps its chunked prefill takes, [decodes] 1 when the worker
+// was decoding other requests (each of those steps also runs their decode). Fitted by exponentially
 // weighted ridge regression towards a prior, so a worker nobody has
 // measured yet (an upstream vLLM server, a worker in another process) is
 // priced from its first request and its own rates take over as samples
@@ -42,7 +43,28 @@ const (
 	// Feature scale for n (per thousand tokens), so the normal equations
 	// stay well conditioned.
 	tokScale = 1e-3
+	// defaultChunkTokens is the prefill chunk of a worker that does not
+	// say (one in another process, a vLLM server): vLLM's
+	// max_num_batched_tokens default for its OpenAI server on GPUs of 70
+	// GiB or more (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults;
+	// 2,048 on smaller GPUs), and the mocker's.
+	defaultChunkTokens = 8192
 )
+
+// prefillSteps is how many scheduler steps a chunked prefill of n tokens
+// takes when decodes of the step's budget of chunk tokens go to running
+// decodes first (vLLM's v1 scheduler and the mocker schedule running
+// requests before they admit a new one).
+func prefillSteps(n, chunk, decodes int) int {
+	c := chunk - decodes
+	if c < chunk/2 {
+		c = chunk / 2
+	}
+	if n <= 0 || c <= 0 {
+		return 1
+	}
+	return (n + c - 1) / c
+}
 
 // ttft_model_drift thresholds over the last driftWindow first tokens: the
 // mean relative error |observed − predicted| / max(observed, predicted).
@@ -91,6 +113,9 @@ type timingModel struct {
 type timingSource struct {
 	est engine.PrefillEstimator // nil: an engine in another process
 	dec DecodeEstimator
+	// chunk is the engine's prefill chunk (engine.KVStreamer), else
+	// defaultChunkTokens.
+	chunk int
 	// capacity is the worker's KV cache in tokens (0: unknown).
 	capacity int
 	ttftCoef      // learned
@@ -108,7 +133,7 @@ func newTimingModel(src engine.PrefillEstimator) *timingModel {
 
 // init starts the model at the prior.
 func (m *timingModel) init(src engine.PrefillEstimator, capacityTokens int) {
-	m.src.Store(&timingSource{ttftCoef: ttftCoef{a: priorA, b: priorB, d: priorD}})
+	m.src.Store(&timingSource{chunk: defaultChunkTokens, ttftCoef: ttftCoef{a: priorA, b: priorB, d: priorD}})
 	m.setSource(src, capacityTokens)
 }
 
@@ -118,6 +143,10 @@ func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int)
 	old := m.src.Load()
 	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: old.ttftCoef, learned: old.learned}
 	ts.dec, _ = src.(DecodeEstimator)
+	ts.chunk = defaultChunkTokens
+	if ks, ok := src.(engine.KVStreamer); ok && ks.PrefillChunkTokens() > 0 {
+		ts.chunk = ks.PrefillChunkTokens()
+	}
 	m.src.Store(ts)
 }
 
@@ -145,10 +174,13 @@ const ttftMemoryHigh = 0.9
 
 // estimate is how long a prefill of n uncached tokens takes once the
 // worker starts it (total), while decodes requests decode with
-// activeTokens tokens of KV in use, and its prefill part alone (pre). The
-// first prefill of an empty queue also waits, on average, for half of the
-// decode step in progress when it lands. One function for the decision
-// and the queue, reading the model once: it runs for every candidate.
+// activeTokens tokens of KV in use, and its prefill part alone (pre).
+// Every step of a chunked prefill also runs the decode batch, so a long
+// prompt on a decoding worker pays one decode step per chunk (an
+// 87,000-token prompt: 11 steps). The first prefill of an empty queue also
+// waits, on average, for half of the decode step in progress when it
+// lands. One function for the decision and the queue, reading the model
+// once: it runs for every candidate.
 func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total, pre float64) {
 	src := m.src.Load()
 	c := &src.ttftCoef
@@ -175,7 +207,7 @@ func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total,
 		if d < 0 {
 			d = c.d // the learned step term absorbs the wait for the step in progress
 		}
-		total += d
+		total += d * float64(prefillSteps(n, src.chunk, decodes))
 	}
 	return total, pre
 }
@@ -186,10 +218,17 @@ func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total,
 // alongside; and that prefill's own time.
 func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) (ttft time.Duration, prefill float64) {
 	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
-	wait := max(cs.busyUntil-now, 0)
+	wait := queueStart(cs.busyUntil, cs.prefilling, now) - now
 	total, pre := m.estimate(isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
 	return time.Duration(wait) + time.Duration(total*1e9), pre
 }
+
+// queueStart is when a prefill routed now to a worker can start: when the
+// router's virtual queue drains. (Pricing a queue whose prefills are
+// overdue as busy for as long again spread a shared system prompt over
+// half the workers only, TestNoStarvation: late first tokens on a loaded
+// machine are not a slow worker.)
+func queueStart(busyUntil int64, _ int, now int64) int64 { return max(busyUntil, now) }
 
 // observe learns from one first token: n uncached tokens (from the
 // engine's cached_tokens), whether the worker was decoding, the wait the
@@ -199,7 +238,7 @@ func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed ti
 	y := max(observed-wait, 0).Seconds()
 	phi := [3]float64{1, float64(n) * tokScale, 0}
 	if decoding {
-		phi[2] = 1
+		phi[2] = float64(prefillSteps(n, m.src.Load().chunk, 0))
 	}
 	e := math.Abs(observed.Seconds()-predicted.Seconds()) / max(observed.Seconds(), predicted.Seconds(), 1e-6)
 	m.mu.Lock()

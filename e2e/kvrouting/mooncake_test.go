@@ -74,7 +74,10 @@ func BenchmarkMooncake(b *testing.B) {
 				b.ReportMetric(100*hi, "max-share-%")
 				b.ReportMetric(100*lo, "min-share-%")
 				b.ReportMetric(float64(res.Preemptions), "preemptions")
-				b.Logf("%s: %d requests in %v; per worker %v; diagnostics %d", cost, len(res.TTFTs), res.Elapsed.Round(time.Millisecond), res.PerWorker, len(res.Diagnostics))
+				b.Logf("%s: %d requests in %v; per worker %v; preemptions %v; diagnostics %d", cost, len(res.TTFTs), res.Elapsed.Round(time.Millisecond), res.PerWorker, res.PreemptionsBy, len(res.Diagnostics))
+				for _, r := range res.Slowest {
+					b.Logf("  slow: req %d at %v on %s: prompt %d cached %d ttft %v", r.N, r.Arrival.Round(time.Millisecond), r.Worker, r.Prompt, r.Cached, r.TTFT.Round(time.Millisecond))
+				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package kvrouting
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,10 +56,22 @@ type FleetResult struct {
 	CachedTokens, Prompts int // engine-reported cached tokens, prompt tokens
 	Elapsed               time.Duration
 	Diagnostics           []health.Diagnostic
-	// Preemptions sums the engines' vllm:num_preemptions_total.
-	Preemptions int
+	// Preemptions sums the engines' vllm:num_preemptions_total;
+	// PreemptionsBy is per worker.
+	Preemptions   int
+	PreemptionsBy map[string]int
 	// TTFTModels is each worker's TTFT model at the end (ttft cost).
 	TTFTModels map[string]router.TTFTModelState
+	// Slowest are the requests with the longest TTFTs, slowest first
+	// (at most 8): what the tail is made of.
+	Slowest []FleetRecord
+}
+
+// FleetRecord is one request of a fleet run.
+type FleetRecord struct {
+	N, Prompt, Cached int
+	Worker            string
+	Arrival, TTFT     time.Duration
 }
 
 // Share is the largest fraction of requests one worker served.
@@ -138,6 +151,7 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		mu     sync.Mutex
 		runErr error
 		wg     sync.WaitGroup
+		recs   []FleetRecord
 	)
 	do := func(n int, q FleetRequest) {
 		err := func() error {
@@ -168,6 +182,7 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 			defer mu.Unlock()
 			res.PerWorker[rt.Worker.ID]++
 			res.TTFTs = append(res.TTFTs, ttft)
+			recs = append(recs, FleetRecord{N: n, Prompt: len(q.Tokens), Cached: d.CachedTokens, Worker: rt.Worker.ID, Arrival: q.Arrival, TTFT: ttft})
 			res.CachedTokens += d.CachedTokens
 			res.Prompts += len(q.Tokens)
 			return nil
@@ -218,6 +233,8 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		return res, runErr
 	}
 	slices.Sort(res.TTFTs)
+	slices.SortFunc(recs, func(a, b FleetRecord) int { return cmp.Compare(b.TTFT, a.TTFT) })
+	res.Slowest = recs[:min(len(recs), 8)]
 	if n := len(res.TTFTs); n > 0 {
 		var sum time.Duration
 		for _, v := range res.TTFTs {
@@ -227,7 +244,8 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		res.P50, res.P90, res.P99 = res.TTFTs[n/2], res.TTFTs[n*9/10], res.TTFTs[min(n*99/100, n-1)]
 	}
 	res.Diagnostics = board.Active()
-	for _, reg := range engRegs {
+	res.PreemptionsBy = map[string]int{}
+	for i, reg := range engRegs {
 		mfs, err := reg.Gather()
 		if err != nil {
 			return res, err
@@ -236,6 +254,7 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 			if mf.GetName() == "vllm:num_preemptions_total" {
 				for _, m := range mf.GetMetric() {
 					res.Preemptions += int(m.GetCounter().GetValue())
+					res.PreemptionsBy[fmt.Sprint("worker-", i)] += int(m.GetCounter().GetValue())
 				}
 			}
 		}

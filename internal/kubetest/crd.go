@@ -90,24 +90,30 @@ func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []*uns
 // and waits until each is Established, i.e. its resource is served.
 func (s *Server) InstallCRDs(t testing.TB, files ...string) {
 	t.Helper()
+	for _, u := range s.Apply(t, files...) {
+		if u.GetKind() == "CustomResourceDefinition" {
+			s.WaitEstablished(t, u.GetName())
+		}
+	}
+}
+
+// WaitEstablished waits up to a minute until the CustomResourceDefinition
+// name (installed by any means: a test, helm) is Established.
+func (s *Server) WaitEstablished(t testing.TB, name string) {
+	t.Helper()
 	dc, err := dynamic.NewForConfig(s.Config())
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, u := range s.Apply(t, files...) {
-		if u.GetKind() != "CustomResourceDefinition" {
-			continue
+	for {
+		got, err := dc.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && established(got) {
+			return
 		}
-		for {
-			got, err := dc.Resource(crdGVR).Get(ctx, u.GetName(), metav1.GetOptions{})
-			if err == nil && established(got) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("kubetest: CRD %s not Established: %v", u.GetName(), err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		if ctx.Err() != nil {
+			t.Fatalf("kubetest: CRD %s not Established: %v", name, err)
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -1,11 +1,15 @@
 // Package kubetest runs a real kube-apiserver for tests: the binary built by
-// scripts/build-kube-apiserver.sh, on free loopback ports, over an embedded
-// etcd (internal/etcdtest), with self-signed serving certificates, a token
-// file and RBAC authorization. Tests that need it call Start, which skips
-// the test with a message when the binary is absent.
+// scripts/build-kube.sh kube-apiserver, on free loopback ports, over an
+// embedded etcd (internal/etcdtest), with self-signed serving certificates,
+// a token file and RBAC authorization. Tests that need it call Start, which
+// skips the test with a message when the binary is absent.
 //
-// There is no controller-manager and no kubelet: nothing garbage-collects,
-// creates the default ServiceAccount, or runs a pod. Start creates the
+// Server.StartControllerManager adds kube-controller-manager (built by
+// scripts/build-kube.sh kube-controller-manager) with the controllers a test
+// names: the garbage collector (deletion by owner references), the
+// EndpointSlice controller. Without it nothing garbage-collects or writes
+// EndpointSlices. There is never a kubelet or a scheduler: nothing creates
+// the default ServiceAccount or runs a pod. Start creates the
 // ServiceAccounts that Pod admission requires, and a test that needs a pod
 // to look running writes its status itself, as a kubelet would.
 package kubetest

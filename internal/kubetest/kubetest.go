@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,10 +44,20 @@ const (
 
 // Binary returns the kube-apiserver path: $TANDEM_KUBE_APISERVER, or the
 // cached build at ~/.cache/tandem/bin/kube-apiserver-<Version>.
-func Binary() (string, error) {
-	if p := os.Getenv("TANDEM_KUBE_APISERVER"); p != "" {
+func Binary() (string, error) { return component("kube-apiserver", "TANDEM_KUBE_APISERVER") }
+
+// ControllerManagerBinary returns the kube-controller-manager path:
+// $TANDEM_KUBE_CONTROLLER_MANAGER, or the cached build at
+// ~/.cache/tandem/bin/kube-controller-manager-<Version>.
+func ControllerManagerBinary() (string, error) {
+	return component("kube-controller-manager", "TANDEM_KUBE_CONTROLLER_MANAGER")
+}
+
+// component finds a binary built by scripts/build-kube.sh.
+func component(name, env string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("TANDEM_KUBE_APISERVER: %w", err)
+			return "", fmt.Errorf("%s: %w", env, err)
 		}
 		return p, nil
 	}
@@ -54,9 +65,9 @@ func Binary() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(home, ".cache", "tandem", "bin", "kube-apiserver-"+Version)
+	p := filepath.Join(home, ".cache", "tandem", "bin", name+"-"+Version)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("no kube-apiserver at %s (build it with scripts/build-kube-apiserver.sh): %w", p, err)
+		return "", fmt.Errorf("no %s at %s (build it with scripts/build-kube.sh %s): %w", name, p, name, err)
 	}
 	return p, nil
 }
@@ -134,9 +145,7 @@ func Start(t testing.TB, users []string, namespaces ...string) *Server {
 	port := freePort(t)
 	s.URL = "https://127.0.0.1:" + strconv.Itoa(port)
 	logPath := filepath.Join(dir, "kube-apiserver.log")
-	logf, err := os.Create(logPath)
-	must(t, err)
-	cmd := exec.Command(bin,
+	done := runProcess(t, bin, logPath,
 		"--etcd-servers="+etcd.Endpoint(),
 		"--etcd-prefix=/registry-"+randHex(t)[:8],
 		"--bind-address=127.0.0.1",
@@ -159,24 +168,6 @@ func Start(t testing.TB, users []string, namespaces ...string) *Server {
 		"--watch-cache=true",
 		"--v=0",
 	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	must(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("kube-apiserver log (tail):\n%s", tail(b, 3000))
-		}
-	})
 
 	// Ready: the cert exists and /readyz answers 200 (post-start hooks,
 	// RBAC bootstrap roles included, have run).
@@ -211,6 +202,70 @@ func Start(t testing.TB, users []string, namespaces ...string) *Server {
 		s.ensureNamespace(t, core, ns)
 	}
 	return s
+}
+
+// runProcess starts bin with args, its output in logPath, and stops it
+// (SIGINT, then SIGKILL after 10 s) at cleanup, showing the log's tail
+// when the test failed. The channel closes when the process exits.
+func runProcess(t testing.TB, bin, logPath string, args ...string) <-chan struct{} {
+	t.Helper()
+	logf, err := os.Create(logPath)
+	must(t, err)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	must(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("%s log (tail):\n%s", filepath.Base(bin), tail(b, 3000))
+		}
+	})
+	return done
+}
+
+// StartControllerManager runs kube-controller-manager against the server
+// with only the named controllers (kube-controller-manager's
+// --controllers names: "garbagecollector", "endpointslice", ...), as the
+// admin identity, and stops it at cleanup; it skips the test when the
+// binary is absent. It serves nothing (--secure-port=0), so it opens no
+// port of its own. Start it after the CRDs the test needs are installed:
+// the garbage collector discovers resources at start and then only every
+// 30 s.
+func (s *Server) StartControllerManager(t testing.TB, controllers ...string) {
+	t.Helper()
+	bin, err := ControllerManagerBinary()
+	if err != nil {
+		t.Skipf("kubetest: %v", err)
+	}
+	if len(controllers) == 0 {
+		controllers = []string{"garbagecollector"}
+	}
+	dir := t.TempDir()
+	done := runProcess(t, bin, filepath.Join(dir, "kube-controller-manager.log"),
+		"--kubeconfig="+s.Kubeconfig,
+		"--controllers="+strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		// Node and pod lifecycle controllers are off, so pods on a node
+		// nobody runs stay as the test writes them.
+		"--v=0",
+	)
+	select {
+	case <-done:
+		t.Fatalf("kubetest: kube-controller-manager exited at once (log in %s)", dir)
+	case <-time.After(200 * time.Millisecond):
+	}
 }
 
 // EnsureNamespace creates a namespace and its default ServiceAccount
