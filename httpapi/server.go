@@ -495,8 +495,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	mm.ttft.Observe(ttft.Seconds())
 	mm.queued.Dec()
 	queued = false
-	route.FirstToken(first.CachedTokens)
-	mm.cached.Observe(float64(first.CachedTokens))
+	// A first Delta without PromptTokens carries no usage: an upstream
+	// server that reports cached_tokens only in its final usage chunk. The
+	// router hears them at the end, not a false 0 now.
+	late := first.PromptTokens == 0 && first.Finish == engine.FinishNone
+	if late {
+		route.FirstToken(-1)
+	} else {
+		route.FirstToken(first.CachedTokens)
+		mm.cached.Observe(float64(first.CachedTokens))
+	}
 
 	h := w.Header()
 	h.Set("X-Request-Id", j.id)
@@ -513,6 +521,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		out.stream_(w)
 	} else {
 		status = out.collect(w)
+	}
+	if late {
+		route.CachedTokens(out.cached)
+		mm.cached.Observe(float64(out.cached))
 	}
 	mm.osl.Observe(float64(out.completion))
 	mm.duration.Observe(time.Since(j.start).Seconds())
