@@ -615,6 +615,11 @@ type workerHealth struct {
 	Engine string `json:"engine"`
 	// KVEvents is the worker's KV event stream state under the kv policies.
 	KVEvents string `json:"kv_events,omitempty"`
+	// KVEventsApplied and KVLastEventAgeSeconds show that the worker's
+	// events, not approximation, route it (kv mode; age absent: no event
+	// ever arrived).
+	KVEventsApplied       uint64   `json:"kv_events_applied,omitempty"`
+	KVLastEventAgeSeconds *float64 `json:"kv_last_event_age_seconds,omitempty"`
 	// Stuck: it holds requests but produces nothing; the router skips it.
 	Stuck bool `json:"stuck,omitempty"`
 }
@@ -622,6 +627,11 @@ type workerHealth struct {
 // workerStates is implemented by policies that track per-worker state
 // worth showing on /health (the kv policies' event stream state).
 type workerStates interface{ Health() map[string]string }
+
+// workerEvents is implemented by the kv policy: per-worker event counts.
+type workerEvents interface {
+	EventStats() map[string]router.EventStats
+}
 
 // handleHealth is ready (200) when every model has a live worker and the
 // server is not draining. Degraded diagnostics keep it 200 (the system still
@@ -636,11 +646,23 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	if ws, ok := s.router.Policy().(workerStates); ok {
 		states = ws.Health()
 	}
+	var evs map[string]router.EventStats
+	if we, ok := s.router.Policy().(workerEvents); ok {
+		evs = we.EventStats()
+	}
 	stuck := s.router.CheckStuck()
 	for _, wk := range s.router.Workers() {
 		count[wk.Model]++
-		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
-			Stuck: slices.Contains(stuck, wk.ID)})
+		wh := workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
+			Stuck: slices.Contains(stuck, wk.ID)}
+		if st, ok := evs[wk.ID]; ok {
+			wh.KVEventsApplied = st.Applied
+			if st.LastAge >= 0 {
+				age := st.LastAge.Seconds()
+				wh.KVLastEventAgeSeconds = &age
+			}
+		}
+		rep.Workers = append(rep.Workers, wh)
 	}
 	code := http.StatusOK
 	s.mu.RLock()

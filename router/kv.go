@@ -517,6 +517,22 @@ func (k *KV) Health() map[string]string {
 	return out
 }
 
+// EventStats returns each worker's KV event counts (for /health).
+func (k *KV) EventStats() map[string]EventStats {
+	now := k.cfg.Now().UnixNano()
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	out := make(map[string]EventStats, len(k.workers))
+	for id, w := range k.workers {
+		st := EventStats{Applied: w.applied.Load(), LastAge: -1}
+		if t := w.lastEvent.Load(); t != 0 {
+			st.LastAge = time.Duration(now - t)
+		}
+		out[id] = st
+	}
+	return out
+}
+
 // String describes the policy for logs.
 func (k *KV) String() string {
 	var b strings.Builder
