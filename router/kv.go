@@ -105,6 +105,10 @@ type KVConfig struct {
 	RebuildWindow time.Duration
 	// Topic is the KV event topic to subscribe to ("": all).
 	Topic string
+	// Listener is the bound socket (--kv-events-bind) that publishers
+	// dial into; a worker whose endpoint is "topic:NAME" is followed on it
+	// under that topic.
+	Listener *kvevents.Listener
 	// DriftWindow and DriftThreshold: kv_prediction_drift is raised for a
 	// worker when fewer than DriftThreshold of its last DriftWindow
 	// predictions were within one block of the engine's cached_tokens.
@@ -354,11 +358,18 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 		w.setStream(kvevents.StreamStatus{State: kvevents.StreamLive})
 		return nil
 	}
-	sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
+	scfg := kvevents.SubscriberConfig{
 		Worker: id, Endpoint: endpoint, ReplayEndpoint: replayEndpoint, Topic: k.cfg.Topic,
 		Handler: w, Logger: k.cfg.Logger, Metrics: k.subMet,
 		ReplayTimeout: k.cfg.ReplayTimeout, DialTimeout: k.cfg.DialTimeout,
-	})
+	}
+	if topic, ok := strings.CutPrefix(endpoint, BoundPrefix); ok {
+		if k.cfg.Listener == nil {
+			return fmt.Errorf("router: worker %s: KV events %q need a bound socket (--kv-events-bind)", id, endpoint)
+		}
+		scfg.Listener, scfg.Topic, scfg.Endpoint = k.cfg.Listener, topic, ""
+	}
+	sub, err := kvevents.NewSubscriber(scfg)
 	if err != nil {
 		return fmt.Errorf("router: worker %s: %w", id, err)
 	}
@@ -375,6 +386,10 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	}()
 	return nil
 }
+
+// BoundPrefix marks a worker endpoint that is a topic on the bound socket
+// (KVConfig.Listener): "topic:NAME".
+const BoundPrefix = "topic:"
 
 // RemoveWorker stops the worker's subscription and forgets it, its index
 // entries and its diagnostics. Requests still in flight on it finish
