@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"errors"
 
 	"github.com/tandemllm/tandem/engine"
@@ -54,21 +53,6 @@ type Decision struct {
 	// hold (0 for load-only policies). Compared later with the engine's
 	// reported cached_tokens to measure prediction accuracy.
 	PredictedCachedTokens int
-}
-
-type decisionKey struct{}
-
-// WithDecision gives a routed request's context the router's decision, so
-// a Generator wrapping the chosen worker (a disaggregation driver) can use
-// what the router predicted it caches.
-func WithDecision(ctx context.Context, d Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
-}
-
-// DecisionFrom returns the decision WithDecision stored.
-func DecisionFrom(ctx context.Context) (Decision, bool) {
-	d, ok := ctx.Value(decisionKey{}).(Decision)
-	return d, ok
 }
 
 // Policy picks one of candidates, which is never empty. Implementations must
