@@ -109,6 +109,10 @@ type KVConfig struct {
 	// dial into; a worker whose endpoint is "topic:NAME" is followed on it
 	// under that topic.
 	Listener *kvevents.Listener
+	// Bind, when set and Listener is not, is the endpoint the policy binds
+	// its own Listener on (--kv-events-bind tcp://host:port), closed with
+	// the policy.
+	Bind string
 	// DriftWindow and DriftThreshold: kv_prediction_drift is raised for a
 	// worker when fewer than DriftThreshold of its last DriftWindow
 	// predictions were within one block of the engine's cached_tokens.
@@ -242,6 +246,8 @@ type KV struct {
 	lastIDs []string
 	lastWs  []*kvWorker
 	gen     uint64 // bumped when a worker comes or goes
+
+	ownListener *kvevents.Listener // bound by KVConfig.Bind, closed by Close
 }
 
 // NewKV returns the kv policy. Subscriptions started by AddWorker live until
@@ -291,6 +297,14 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	k.ctx, k.cancel = context.WithCancel(ctx)
+	if events && cfg.Listener == nil && cfg.Bind != "" {
+		l, err := kvevents.Listen(k.ctx, cfg.Bind, cfg.Logger)
+		if err != nil {
+			k.cancel()
+			return nil, fmt.Errorf("router: --kv-events-bind: %w", err)
+		}
+		k.cfg.Listener, k.ownListener = l, l
+	}
 	return k, nil
 }
 
@@ -315,6 +329,9 @@ func (k *KV) Close() {
 		w.stopTimer()
 	}
 	k.wg.Wait()
+	if k.ownListener != nil {
+		k.ownListener.Close()
+	}
 }
 
 // AddWorker registers a worker. In kv mode, a non-empty endpoint starts a

@@ -17,15 +17,15 @@ type kvMetrics struct {
 	// worker: KV events applied to its index, and when the last arrived.
 	applied   *prometheus.CounterVec
 	lastEvent *prometheus.GaugeVec
-	picks       *prometheus.HistogramVec
-	predicted   prometheus.Histogram
-	reported    prometheus.Histogram
-	predErr     prometheus.Histogram
-	predHit     *prometheus.GaugeVec
-	accuracy    *prometheus.GaugeVec
-	cacheHit    *prometheus.GaugeVec
-	ttftRatio   *prometheus.HistogramVec
-	ttftErr     *prometheus.GaugeVec
+	picks     *prometheus.HistogramVec
+	predicted prometheus.Histogram
+	reported  prometheus.Histogram
+	predErr   prometheus.Histogram
+	predHit   *prometheus.GaugeVec
+	accuracy  *prometheus.GaugeVec
+	cacheHit  *prometheus.GaugeVec
+	ttftRatio *prometheus.HistogramVec
+	ttftErr   *prometheus.GaugeVec
 }
 
 func newKVMetrics(reg prometheus.Registerer, policy string) (*kvMetrics, error) {

@@ -1,0 +1,44 @@
+package kvrouting
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/router"
+)
+
+// TestSeedExperimentUpstream runs the seed experiment through
+// engine/upstream against vLLM look-alike HTTP servers whose publishers
+// behave as the engines in the field do, with the router's approximation
+// disabled (--router-ttl 1ms): every hit is the events' doing. Each
+// worker's events must have been applied (the /health proof).
+func TestSeedExperimentUpstream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: about 20 s")
+	}
+	modes := []struct {
+		name string
+		mode UpstreamMode
+	}{
+		{"vLLM map, publisher binds", UpstreamMode{Format: kvevents.FormatMap}},
+		{"vLLM array, batches from 1, parent 0", UpstreamMode{Format: kvevents.FormatArray, FirstSeq: 1, ZeroParent: true}},
+		{"publishers dial one bound socket", UpstreamMode{Format: kvevents.FormatMap, Dial: true, FirstSeq: 1}},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			mode := m.mode
+			res, err := Run(t.Context(), Scenario{Mode: "kv", Cost: router.CostTTFT, Seed: 1, Upstream: &mode, ApproxTTL: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %v", m.name, res)
+			if res.Hits != 60 || res.Rerequests != 60 {
+				t.Errorf("%s: %v, want 60/60", m.name, res)
+			}
+			for _, d := range res.Diagnostics {
+				t.Errorf("diagnostic %s on %s: %s", d.Code, d.Subject, d.Message)
+			}
+		})
+	}
+}
