@@ -114,6 +114,8 @@ type Result struct {
 	DiagLatency time.Duration
 	Diagnostics []health.Diagnostic
 	Health      map[string]string
+	// Events is each worker's KV events applied and last age at the end.
+	Events map[string]router.EventStats
 	// StartHealth is each worker's KV state when the first request was
 	// routed: "connecting" or "syncing" shows the first decisions raced the
 	// subscriptions, as in the report's first cross-server run.
@@ -436,7 +438,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 	res.Diagnostics = board.Active()
 	if kv != nil {
-		res.Health = kv.Health()
+		res.Health, res.Events = kv.Health(), kv.EventStats()
 	}
 	return res, nil
 }
