@@ -86,7 +86,10 @@ type SubscriberConfig struct {
 	// ReplayEndpoint is the worker's ROUTER replay socket; "" disables gap
 	// recovery (every gap is then a loss).
 	ReplayEndpoint string
-	// Topic is the subscription prefix ("" receives everything).
+	// Topic is the exact topic of the publisher's stream ("" receives
+	// everything): the ZMQ subscription is its prefix, and messages whose
+	// topic only starts with it are counted (result other_topic) and
+	// ignored.
 	Topic   string
 	Handler Handler
 	Logger  *slog.Logger
@@ -119,7 +122,7 @@ func NewSubscriberMetrics(reg prometheus.Registerer) (*SubscriberMetrics, error)
 	m := &SubscriberMetrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_kvevents_messages_total",
-			Help: "KV event messages received, by worker and result (applied, duplicate, corrupt).",
+			Help: "KV event messages received, by worker and result (applied, duplicate, corrupt, other_topic).",
 		}, []string{"worker", "result"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_kvevents_lost_batches_total",
@@ -580,6 +583,13 @@ func (s *Subscriber) recoverGap(ctx context.Context, want, got uint64) {
 func (s *Subscriber) parseLive(frames [][]byte) (uint64, []byte, bool) {
 	if len(frames) != 3 {
 		s.corrupt(fmt.Errorf("%d frames, want 3", len(frames)))
+		return 0, nil, false
+	}
+	if t := s.cfg.Topic; t != "" && string(frames[0]) != t {
+		// ZMQ subscriptions match by prefix: "kv" also receives "kv-2".
+		// The topic names one publisher's stream, so only an exact match
+		// is this stream's; another's seq would read as a gap.
+		s.count("other_topic")
 		return 0, nil, false
 	}
 	if len(frames[1]) != 8 {
