@@ -18,8 +18,8 @@ import (
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/engine/upstream/standin"
-	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/router"
 )
 
