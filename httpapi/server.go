@@ -35,6 +35,11 @@ type Config struct {
 	// MaxRetries is how many other workers a request is tried on when its
 	// worker fails before streaming any token.
 	MaxRetries int
+	// MigrationLimit is how many times a stream whose worker fails after
+	// its first token is continued on another worker, with the prompt plus
+	// the tokens already sent (Dynamo's --migration-limit; 0: never, the
+	// client gets the stream_interrupted error event).
+	MigrationLimit int
 	// RetryAfter is the Retry-After hint, in seconds, on 503s and 429s.
 	RetryAfter int
 	// MaxTokensDefault caps the tokens generated for a request that sets
@@ -515,6 +520,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 
 	out := &output{
 		s: s, j: j, m: m, stream: stream, route: route, first: first, firstOK: firstOK, cancel: cancel,
+		ctx: ctx, ereq: ereq, tried: tried, routeFirst: true,
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
@@ -525,6 +531,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	} else {
 		status = out.collect(w)
 	}
+	out.route.Done() // a migrated stream's last route (idempotent)
 	if late {
 		route.CachedTokens(out.cached)
 		mm.cached.Observe(float64(out.cached))
