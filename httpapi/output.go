@@ -31,14 +31,14 @@ type output struct {
 
 	// Migration (--migration-limit): the request's context and engine
 	// request, the workers already failed, the generated ids so far, and
-	// whether the current route has had its first token.
+	// whether the current route still awaits its first token.
 	ctx        context.Context
 	ereq       *engine.Request
 	tried      []string
 	gen        []engine.Token
 	migrations int
 	migrated   bool
-	routeFirst bool
+	needFirst  bool // a migrated route awaits its first token
 
 	completion     int
 	prompt, cached int
@@ -74,8 +74,8 @@ func (o *output) next() (text string, done bool, err error) {
 			}
 			return "", true, err
 		}
-		if !o.routeFirst {
-			o.routeFirst = true
+		if o.needFirst {
+			o.needFirst = false
 			o.route.FirstToken(d.CachedTokens)
 		}
 		now := time.Now()
@@ -93,7 +93,7 @@ func (o *output) next() (text string, done bool, err error) {
 		// generated; the client's usage stays that of its own prompt.
 		o.prompt, o.cached = d.PromptTokens, d.CachedTokens
 	}
-	if o.s.cfg.MigrationLimit > 0 {
+	if o.s != nil && o.s.cfg.MigrationLimit > 0 {
 		o.gen = append(o.gen, d.Tokens...)
 	}
 	if d.KVTransferParams != nil {
@@ -131,8 +131,11 @@ func (o *output) next() (text string, done bool, err error) {
 // stop matcher carry on, so the client sees one unbroken stream. It
 // reports whether a new stream replaced the broken one.
 func (o *output) migrate(cause error) bool {
+	if o.s == nil || o.ctx == nil || o.ctx.Err() != nil {
+		return false
+	}
 	limit := o.s.cfg.MigrationLimit
-	if o.migrations >= limit || o.ctx == nil || o.ctx.Err() != nil {
+	if o.migrations >= limit {
 		return false
 	}
 	old := o.route
@@ -167,7 +170,7 @@ func (o *output) migrate(cause error) bool {
 		o.s.log.Warn("worker failed mid-stream; the request continues on another worker", "diagnostic_code", "request_migrated",
 			"request_id", o.j.id, "from", old.Worker.ID, "to", rt.Worker.ID, "tokens_sent", len(o.gen), "migration", o.migrations, "err", cause)
 		o.m.metrics.migrated.Inc()
-		o.route, o.stream, o.routeFirst, o.migrated = rt, st, false, true
+		o.route, o.stream, o.needFirst, o.migrated = rt, st, true, true
 		return true
 	}
 	o.m.metrics.migrateFailed.Inc()

@@ -520,7 +520,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 
 	out := &output{
 		s: s, j: j, m: m, stream: stream, route: route, first: first, firstOK: firstOK, cancel: cancel,
-		ctx: ctx, ereq: ereq, tried: tried, routeFirst: true,
+		ctx: ctx, ereq: ereq, tried: tried,
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
