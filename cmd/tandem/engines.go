@@ -55,7 +55,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringArrayVar(&e.up.events, "upstream-kv-events", nil, "upstream: ZMQ KV event endpoint of each --upstream server, in order (vLLM --kv-events-config), for --router-mode kv")
 	f.StringVar(&e.up.model, "upstream-model", "", "upstream: the servers' model name (empty: the first /v1/models lists)")
 	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
-	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) or openai (any OpenAI-compatible server: text prompts, standard fields only)")
+	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
 	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")

@@ -103,6 +103,8 @@ type Engine struct {
 
 	textOnly  atomic.Bool // logged once: the server sends text without ids
 	noDetails atomic.Bool // DiagNoCachedTokens raised
+
+	slots *slots // APILlamaCpp: each prefix's slot
 }
 
 // maxErrorBody bounds how much of an error response is read.
@@ -133,15 +135,15 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	switch cfg.API {
 	case "":
 		cfg.API = APIVLLM
-	case APIVLLM:
+	case APIVLLM, APILlamaCpp:
 	case APIOpenAI:
 		if cfg.Codec == nil {
 			return nil, errors.New("upstream: --upstream-api openai needs a tokenizer (the prompt is sent as text)")
 		}
 	default:
-		return nil, fmt.Errorf("upstream: unknown API %q (want %s or %s)", cfg.API, APIVLLM, APIOpenAI)
+		return nil, fmt.Errorf("upstream: unknown API %q (want %s, %s or %s)", cfg.API, APIVLLM, APIOpenAI, APILlamaCpp)
 	}
-	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{})}
+	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{}), slots: newSlots()}
 	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
 	defer cancel()
 	if err := e.probe(pctx); err != nil {
@@ -163,6 +165,9 @@ func (e *Engine) AttachBoard(b *health.Board, subject string) {
 	e.mu.Unlock()
 	if down != nil {
 		e.raise(b, subject, down)
+	}
+	if e.cfg.API == APILlamaCpp {
+		e.noKVEvents(b, subject)
 	}
 }
 
@@ -369,6 +374,9 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if e.closed.Load() {
 		return nil, engine.ErrClosed
 	}
+	if e.cfg.API == APILlamaCpp {
+		return e.generateLlama(ctx, req)
+	}
 	b := body{Model: e.cfg.Model, Prompt: req.Prompt, MinTokens: req.MinTokens,
 		IgnoreEOS: req.IgnoreEOS, StopTokenIDs: req.StopTokens, Temperature: req.Sampling.Temperature,
 		TopK: req.Sampling.TopK, ReturnTokenIDs: true, KVTransferParams: req.KVTransferParams}
@@ -454,6 +462,7 @@ func statusError(url string, resp *http.Response) error {
 		Error struct {
 			Message string `json:"message"`
 			Code    any    `json:"code"`
+			Type    string `json:"type"` // llama.cpp: exceed_context_size_error, ...
 		} `json:"error"`
 		Message string `json:"message"` // very old vLLM: a flat error object
 	}
@@ -467,6 +476,8 @@ func statusError(url string, resp *http.Response) error {
 	}
 	code := fmt.Sprint(e.Error.Code)
 	switch {
+	case e.Error.Type == "exceed_context_size_error":
+		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
 	case resp.StatusCode == http.StatusBadRequest && (strings.Contains(code, "context_length") ||
 		strings.Contains(msg, "context length") || strings.Contains(msg, "maximum context")):
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
