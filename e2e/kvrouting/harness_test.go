@@ -83,6 +83,11 @@ type UpstreamMode struct {
 	// FirstSeq numbers the first batch; ZeroParent writes parent 0 for none.
 	FirstSeq   uint64
 	ZeroParent bool
+	// LlamaCpp: llama-server look-alikes instead (engine/upstream/standin
+	// LlamaCpp, LlamaCppSlots slots each), which publish no events; run
+	// with Mode kv-approx.
+	LlamaCpp      bool
+	LlamaCppSlots int
 }
 
 // Result is what a run measured.
@@ -200,6 +205,21 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			EngineLabel: fmt.Sprint(i), Logger: log,
 			KVEvents: mocker.KVEventsConfig{Enabled: !off, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
 		}
+		if u := sc.Upstream; u != nil && u.LlamaCpp {
+			srv, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "m", Slots: u.LlamaCppSlots, NCtx: ContextLength,
+				PrefillPerToken: 2 * time.Microsecond, DecodePerToken: 50 * time.Microsecond})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer srv.Close()
+			up, err := upstream.New(ctx, upstream.Config{URL: srv.URL(), API: upstream.APILlamaCpp, BlockSize: BlockSize, HealthInterval: -1, Logger: log})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer up.Close()
+			gens[i], infos[i] = up, up.Info()
+			continue
+		}
 		if u := sc.Upstream; u != nil {
 			cfg.KVEvents.Format, cfg.KVEvents.FirstSeq, cfg.KVEvents.ZeroParent = u.Format, u.FirstSeq, u.ZeroParent
 			if u.Dial {
@@ -244,7 +264,10 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		if kv == nil {
 			continue
 		}
-		ep, replay := e.KVEventsEndpoint(), e.KVEventsReplayEndpoint()
+		var ep, replay string
+		if e != nil { // nil: a server without events (llama.cpp)
+			ep, replay = e.KVEventsEndpoint(), e.KVEventsReplayEndpoint()
+		}
 		if listener != nil {
 			ep = router.BoundPrefix + id
 		}

@@ -52,3 +52,21 @@ func TestSeedExperimentUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestSeedExperimentLlamaCpp: llama-server look-alikes publish no KV
+// events; the router routes them by approximation and the engine asks for
+// each prefix's slot again (id_slot). The bar is ≥ 57/60.
+func TestSeedExperimentLlamaCpp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	res, err := Run(t.Context(), Scenario{Mode: "kv-approx", Cost: router.CostTandem, Seed: 1,
+		Upstream: &UpstreamMode{LlamaCpp: true, LlamaCppSlots: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("llama.cpp, slot affinity: %v", res)
+	if res.Hits < 57 || res.Rerequests != 60 {
+		t.Errorf("%v, want ≥ 57/60", res)
+	}
+}
