@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,10 @@ func TestLlamaCpp(t *testing.T) {
 	cfg := Config{URL: srv.URL(), API: APILlamaCpp, BlockSize: 16, HealthInterval: -1, Logger: quiet}
 	if _, err := New(t.Context(), cfg); err == nil {
 		t.Fatal("a loading server (503) was accepted")
+	}
+	probe := &Engine{cfg: Config{URL: srv.URL(), Client: http.DefaultClient}}
+	if err := probe.healthy(t.Context()); err == nil || !strings.Contains(err.Error(), "Loading model") {
+		t.Fatalf("health while loading: %v", err)
 	}
 	resp, err := http.Get(srv.URL() + "/health")
 	if err != nil {

@@ -232,9 +232,18 @@ func (e *Engine) healthy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// llama-server says why: 503 {"error":{"message":"Loading model"}}.
+		var le struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(b, &le) == nil && le.Error.Message != "" {
+			return fmt.Errorf("GET /health: status %d: %s", resp.StatusCode, le.Error.Message)
+		}
 		return fmt.Errorf("GET /health: status %d", resp.StatusCode)
 	}
 	return nil
