@@ -11,7 +11,6 @@ import (
 	"hash/maphash"
 	"io"
 	"math"
-	"net/http"
 	"strconv"
 	"sync"
 
@@ -163,26 +162,8 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+"/completion", bytes.NewReader(payload))
+	resp, err := e.post(ctx, "/completion", payload, req.ID)
 	if err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	e.auth(hr)
-	resp, err := e.cfg.Client.Do(hr)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		e.suspect()
-		return nil, fmt.Errorf("upstream %s: %w: %w", e.cfg.URL, engine.ErrUnavailable, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		err := statusError(e.cfg.URL, resp)
-		if errors.Is(err, engine.ErrUnavailable) {
-			e.suspect()
-		}
 		return nil, err
 	}
 	return &llamaStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)},

@@ -421,13 +421,28 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+"/v1/completions", bytes.NewReader(payload))
+	resp, err := e.post(ctx, "/v1/completions", payload, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !b.Stream {
+		defer resp.Body.Close()
+		return e.whole(resp.Body, len(req.Prompt))
+	}
+	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)}, nil
+}
+
+// post sends a JSON request and returns a 200 response; a refusal is
+// mapped by statusError, and an unreachable or failing server is checked
+// by the health watcher at once.
+func (e *Engine) post(ctx context.Context, path string, payload []byte, id string) (*http.Response, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+path, bytes.NewReader(payload))
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	if req.ID != "" {
-		hr.Header.Set("X-Request-Id", req.ID)
+	if id != "" {
+		hr.Header.Set("X-Request-Id", id)
 	}
 	e.auth(hr)
 	resp, err := e.cfg.Client.Do(hr)
@@ -446,11 +461,7 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		}
 		return nil, err
 	}
-	if !b.Stream {
-		defer resp.Body.Close()
-		return e.whole(resp.Body, len(req.Prompt))
-	}
-	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)}, nil
+	return resp, nil
 }
 
 // remoteDecode reports whether kv_transfer_params ask for a prefill leg.
