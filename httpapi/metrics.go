@@ -3,16 +3,17 @@ package httpapi
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	requests *prometheus.CounterVec
-	ttft     *prometheus.HistogramVec
-	itl      *prometheus.HistogramVec
-	duration *prometheus.HistogramVec
-	isl      *prometheus.HistogramVec
-	osl      *prometheus.HistogramVec
-	cached   *prometheus.HistogramVec
-	inflight *prometheus.GaugeVec
-	queued   *prometheus.GaugeVec
-	retries  *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+	ttft       *prometheus.HistogramVec
+	itl        *prometheus.HistogramVec
+	duration   *prometheus.HistogramVec
+	isl        *prometheus.HistogramVec
+	osl        *prometheus.HistogramVec
+	cached     *prometheus.HistogramVec
+	inflight   *prometheus.GaugeVec
+	queued     *prometheus.GaugeVec
+	retries    *prometheus.CounterVec
+	migrations *prometheus.CounterVec
 	// Limits: requests refused by admission control, connections past
 	// the cap, bodies past the memory budget.
 	admissionRejected *prometheus.CounterVec
@@ -57,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_frontend_retries_total", Help: "Requests re-routed because their worker failed before the first token.",
 		}, []string{"model"}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_migrations_total", Help: "Streams continued on another worker after theirs failed mid-stream (--migration-limit), by result (ok, failed).",
+		}, []string{"model", "result"}),
 		admissionRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_frontend_admission_rejected_total", Help: "Requests refused with 429 by a model's admission limit, by reason (queue_full, queue_timeout; client_gone: left while queued).",
 		}, []string{"model", "reason"}),
@@ -69,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries,
-			m.admissionRejected, m.connsRefused, m.bodyRefused)
+			m.migrations, m.admissionRejected, m.connsRefused, m.bodyRefused)
 	}
 	m.authFailures = newAuthFailures(reg)
 	return m
@@ -82,6 +86,7 @@ type modelMetrics struct {
 	ttft, itl, duration, isl, osl, cached prometheus.Observer
 	inflight, queued                      prometheus.Gauge
 	retries                               prometheus.Counter
+	migrated, migrateFailed               prometheus.Counter
 }
 
 func (m *metrics) forModel(model string) *modelMetrics {
@@ -90,6 +95,7 @@ func (m *metrics) forModel(model string) *modelMetrics {
 		duration: m.duration.WithLabelValues(model), isl: m.isl.WithLabelValues(model),
 		osl: m.osl.WithLabelValues(model), cached: m.cached.WithLabelValues(model),
 		inflight: m.inflight.WithLabelValues(model), queued: m.queued.WithLabelValues(model),
-		retries: m.retries.WithLabelValues(model),
+		retries:  m.retries.WithLabelValues(model),
+		migrated: m.migrations.WithLabelValues(model, "ok"), migrateFailed: m.migrations.WithLabelValues(model, "failed"),
 	}
 }

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +28,17 @@ type output struct {
 	cancel  func()
 	detok   *tokenizer.Detokenizer
 	stop    stopMatcher
+
+	// Migration (--migration-limit): the request's context and engine
+	// request, the workers already failed, the generated ids so far, and
+	// whether the current route still awaits its first token.
+	ctx        context.Context
+	ereq       *engine.Request
+	tried      []string
+	gen        []engine.Token
+	migrations int
+	migrated   bool
+	needFirst  bool // a migrated route awaits its first token
 
 	completion     int
 	prompt, cached int
@@ -56,7 +69,14 @@ func (o *output) next() (text string, done bool, err error) {
 			return o.flush(), true, nil
 		}
 		if err != nil {
+			if o.migrate(err) {
+				return o.next()
+			}
 			return "", true, err
+		}
+		if o.needFirst {
+			o.needFirst = false
+			o.route.FirstToken(d.CachedTokens)
 		}
 		now := time.Now()
 		o.route.Progress(now)
@@ -68,8 +88,13 @@ func (o *output) next() (text string, done bool, err error) {
 		}
 		o.last = now
 	}
-	if d.PromptTokens > 0 {
+	if d.PromptTokens > 0 && !o.migrated {
+		// After a migration the engine's prompt includes what was
+		// generated; the client's usage stays that of its own prompt.
 		o.prompt, o.cached = d.PromptTokens, d.CachedTokens
+	}
+	if o.s != nil && o.s.cfg.MigrationLimit > 0 {
+		o.gen = append(o.gen, d.Tokens...)
 	}
 	if d.KVTransferParams != nil {
 		o.kvParams = d.KVTransferParams
@@ -98,6 +123,58 @@ func (o *output) next() (text string, done bool, err error) {
 		o.finish = "stop"
 	}
 	return emit + o.flush(), true, nil
+}
+
+// migrate continues a stream whose worker failed after its first token on
+// another worker: the prompt plus the tokens already sent, for what is left
+// of max_tokens, as Dynamo's --migration-limit does. The detokenizer and
+// stop matcher carry on, so the client sees one unbroken stream. It
+// reports whether a new stream replaced the broken one.
+func (o *output) migrate(cause error) bool {
+	if o.s == nil || o.ctx == nil || o.ctx.Err() != nil {
+		return false
+	}
+	limit := o.s.cfg.MigrationLimit
+	if o.migrations >= limit {
+		return false
+	}
+	old := o.route
+	old.Unreachable() // its stream broke: quarantined until it serves again
+	old.Done()
+	o.tried = append(o.tried, old.Worker.ID)
+	req := *o.ereq
+	req.Prompt = append(slices.Clip(o.j.prompt), o.gen...)
+	req.KVTransferParams, req.PredictedCachedTokens = nil, 0
+	if req.MaxTokens > 0 {
+		if req.MaxTokens -= len(o.gen); req.MaxTokens <= 0 {
+			return false
+		}
+	}
+	req.MinTokens = max(req.MinTokens-len(o.gen), 0)
+	for o.migrations < limit {
+		o.migrations++
+		rt, err := o.s.router.Route(&router.Request{ID: o.j.id, Model: o.m.Name, Tokens: req.Prompt}, o.tried...)
+		if err != nil {
+			break
+		}
+		req.PredictedCachedTokens = rt.Decision.PredictedCachedTokens
+		st, err := rt.Worker.Gen.Generate(o.ctx, &req)
+		if err != nil {
+			if o.ctx.Err() == nil {
+				rt.Unreachable()
+			}
+			rt.Done()
+			o.tried = append(o.tried, rt.Worker.ID)
+			continue
+		}
+		o.s.log.Warn("worker failed mid-stream; the request continues on another worker", "diagnostic_code", "request_migrated",
+			"request_id", o.j.id, "from", old.Worker.ID, "to", rt.Worker.ID, "tokens_sent", len(o.gen), "migration", o.migrations, "err", cause)
+		o.m.metrics.migrated.Inc()
+		o.route, o.stream, o.needFirst, o.migrated = rt, st, true, true
+		return true
+	}
+	o.m.metrics.migrateFailed.Inc()
+	return false
 }
 
 // pushIDs is next's text step for return_token_ids: it also records the

@@ -35,6 +35,11 @@ type Config struct {
 	// MaxRetries is how many other workers a request is tried on when its
 	// worker fails before streaming any token.
 	MaxRetries int
+	// MigrationLimit is how many times a stream whose worker fails after
+	// its first token is continued on another worker, with the prompt plus
+	// the tokens already sent (Dynamo's --migration-limit; 0: never, the
+	// client gets the stream_interrupted error event).
+	MigrationLimit int
 	// RetryAfter is the Retry-After hint, in seconds, on 503s and 429s.
 	RetryAfter int
 	// MaxTokensDefault caps the tokens generated for a request that sets
@@ -498,8 +503,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	mm.ttft.Observe(ttft.Seconds())
 	mm.queued.Dec()
 	queued = false
-	route.FirstToken(first.CachedTokens)
-	mm.cached.Observe(float64(first.CachedTokens))
+	// A first Delta without PromptTokens carries no usage: an upstream
+	// server that reports cached_tokens only in its final usage chunk. The
+	// router hears them at the end, not a false 0 now.
+	late := first.PromptTokens == 0 && first.Finish == engine.FinishNone
+	if late {
+		route.FirstToken(-1)
+	} else {
+		route.FirstToken(first.CachedTokens)
+		mm.cached.Observe(float64(first.CachedTokens))
+	}
 
 	h := w.Header()
 	h.Set("X-Request-Id", j.id)
@@ -507,6 +520,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 
 	out := &output{
 		s: s, j: j, m: m, stream: stream, route: route, first: first, firstOK: firstOK, cancel: cancel,
+		ctx: ctx, ereq: ereq, tried: tried,
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
@@ -516,6 +530,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		out.stream_(w)
 	} else {
 		status = out.collect(w)
+	}
+	out.route.Done() // a migrated stream's last route (idempotent)
+	if late {
+		route.CachedTokens(out.cached)
+		mm.cached.Observe(float64(out.cached))
 	}
 	mm.osl.Observe(float64(out.completion))
 	mm.duration.Observe(time.Since(j.start).Seconds())
@@ -606,6 +625,11 @@ type workerHealth struct {
 	Engine string `json:"engine"`
 	// KVEvents is the worker's KV event stream state under the kv policies.
 	KVEvents string `json:"kv_events,omitempty"`
+	// KVEventsApplied and KVLastEventAgeSeconds show that the worker's
+	// events, not approximation, route it (kv mode; age absent: no event
+	// ever arrived).
+	KVEventsApplied       uint64   `json:"kv_events_applied,omitempty"`
+	KVLastEventAgeSeconds *float64 `json:"kv_last_event_age_seconds,omitempty"`
 	// Stuck: it holds requests but produces nothing; the router skips it.
 	Stuck bool `json:"stuck,omitempty"`
 }
@@ -613,6 +637,11 @@ type workerHealth struct {
 // workerStates is implemented by policies that track per-worker state
 // worth showing on /health (the kv policies' event stream state).
 type workerStates interface{ Health() map[string]string }
+
+// workerEvents is implemented by the kv policy: per-worker event counts.
+type workerEvents interface {
+	EventStats() map[string]router.EventStats
+}
 
 // handleHealth is ready (200) when every model has a live worker and the
 // server is not draining. Degraded diagnostics keep it 200 (the system still
@@ -627,11 +656,23 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	if ws, ok := s.router.Policy().(workerStates); ok {
 		states = ws.Health()
 	}
+	var evs map[string]router.EventStats
+	if we, ok := s.router.Policy().(workerEvents); ok {
+		evs = we.EventStats()
+	}
 	stuck := s.router.CheckStuck()
 	for _, wk := range s.router.Workers() {
 		count[wk.Model]++
-		rep.Workers = append(rep.Workers, workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
-			Stuck: slices.Contains(stuck, wk.ID)})
+		wh := workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
+			Stuck: slices.Contains(stuck, wk.ID)}
+		if st, ok := evs[wk.ID]; ok {
+			wh.KVEventsApplied = st.Applied
+			if st.LastAge >= 0 {
+				age := st.LastAge.Seconds()
+				wh.KVLastEventAgeSeconds = &age
+			}
+		}
+		rep.Workers = append(rep.Workers, wh)
 	}
 	code := http.StatusOK
 	s.mu.RLock()

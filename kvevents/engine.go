@@ -40,6 +40,14 @@ type EngineConfig struct {
 	// hashes, not prompts, and a Tandem router whose block size is the
 	// engine's indexes the hashes as they are (--kv-events-token-ids=false).
 	OmitTokenIDs bool
+	// Dial connects to a binding subscriber instead of binding
+	// (PublisherConfig.Dial); FirstSeq numbers the first batch.
+	Dial     bool
+	FirstSeq uint64
+	// ZeroParent writes parent_block_hash 0 instead of None for a chain
+	// that starts at block 0, as array-form vLLM look-alikes do (the
+	// quirk subscribers must accept).
+	ZeroParent bool
 }
 
 // EngineEvents is what an engine needs to publish its KV cache's events the
@@ -68,6 +76,8 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 		HWM:              cfg.HWM,
 		MaxQueueSize:     cfg.MaxQueueSize,
 		DataParallelRank: cfg.DataParallelRank,
+		Dial:             cfg.Dial,
+		FirstSeq:         cfg.FirstSeq,
 		Logger:           log,
 	})
 	if err != nil {
@@ -78,7 +88,7 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 		h = &kvcache.XXH3Hasher{}
 	}
 	return &EngineEvents{
-		stepRecorder: stepRecorder{blockSize: blockSize, format: cfg.Format, bytesHashes: cfg.BytesHashes, omitTokens: cfg.OmitTokenIDs},
+		stepRecorder: stepRecorder{blockSize: blockSize, format: cfg.Format, bytesHashes: cfg.BytesHashes, omitTokens: cfg.OmitTokenIDs, zeroParent: cfg.ZeroParent},
 		pub:          pub, hasher: h, dpRank: cfg.DataParallelRank,
 	}, nil
 }
@@ -118,6 +128,7 @@ type stepRecorder struct {
 	format      Format
 	bytesHashes bool
 	omitTokens  bool
+	zeroParent  bool
 
 	events []Event
 	hashes []Hash
@@ -171,6 +182,8 @@ func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.B
 	}
 	if !parent.IsZero() {
 		e.ParentBlockHash, e.HasParent = b.hash(parent), true
+	} else if b.zeroParent {
+		e.HasParent = true // parent_block_hash 0: "none" to its writer
 	}
 	b.vllmShape(&e, len(blocks))
 	b.events = append(b.events, e)

@@ -52,7 +52,18 @@ type PublisherConfig struct {
 	// DataParallelRank is stamped on batches published with PublishBatch that
 	// carry none, as vLLM's publisher does.
 	DataParallelRank int
-	Logger           *slog.Logger
+	// Dial connects the PUB socket to Endpoint, a subscriber that binds
+	// (`tandem serve --kv-events-bind`), instead of binding it. vLLM does
+	// the same when the endpoint's host is not a wildcard
+	// (vllm/distributed/kv_events.py, ZmqEventPublisher: bind for "*",
+	// connect otherwise), and llm-d's tooling binds one SUB for a fleet.
+	// The dial is retried until it succeeds or the publisher closes; a
+	// later drop is not redialed (zmq4's automatic redial races with Close).
+	Dial bool
+	// FirstSeq is the first batch's sequence number (vLLM: 0; some
+	// look-alikes number from 1).
+	FirstSeq uint64
+	Logger   *slog.Logger
 }
 
 type ringEntry struct {
@@ -128,7 +139,10 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 		p.pub.Close()
 		return nil, fmt.Errorf("kvevents: set HWM: %w", err)
 	}
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	p.nextSeq.Store(cfg.FirstSeq)
+	if cfg.Dial {
+		go p.dial()
+	} else if err := p.pub.Listen(cfg.Endpoint); err != nil {
 		cancel()
 		p.pub.Close()
 		return nil, fmt.Errorf("kvevents: bind PUB %s: %w", cfg.Endpoint, err)
@@ -149,8 +163,35 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 }
 
 // Endpoint returns the bound PUB address with the actual port, for
-// subscribers to dial.
-func (p *Publisher) Endpoint() string { return endpointOf(p.pub, p.cfg.Endpoint) }
+// subscribers to dial (with Dial: the subscriber's address).
+func (p *Publisher) Endpoint() string {
+	if p.cfg.Dial {
+		return p.cfg.Endpoint
+	}
+	return endpointOf(p.pub, p.cfg.Endpoint)
+}
+
+// dial connects the PUB socket to a binding subscriber, retrying with
+// backoff until it succeeds or the publisher closes. Batches published
+// before the connection exists are dropped by the socket (ZMQ PUB) and
+// stay in the replay ring.
+func (p *Publisher) dial() {
+	backoff := 10 * time.Millisecond
+	for p.ctx.Err() == nil {
+		err := p.pub.Dial(p.cfg.Endpoint)
+		if err == nil {
+			p.log.Debug("KV event publisher connected", "endpoint", p.cfg.Endpoint)
+			return
+		}
+		p.log.Debug("KV event publisher cannot reach its subscriber yet", "endpoint", p.cfg.Endpoint, "err", err)
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
 
 // ReplayEndpoint returns the bound replay address ("" without replay).
 func (p *Publisher) ReplayEndpoint() string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -85,7 +86,10 @@ type SubscriberConfig struct {
 	// ReplayEndpoint is the worker's ROUTER replay socket; "" disables gap
 	// recovery (every gap is then a loss).
 	ReplayEndpoint string
-	// Topic is the subscription prefix ("" receives everything).
+	// Topic is the exact topic of the publisher's stream ("" receives
+	// everything): the ZMQ subscription is its prefix, and messages whose
+	// topic only starts with it are counted (result other_topic) and
+	// ignored.
 	Topic   string
 	Handler Handler
 	Logger  *slog.Logger
@@ -98,6 +102,10 @@ type SubscriberConfig struct {
 	// MinBackoff and MaxBackoff bound the reconnect delay, doubled after each
 	// failure (defaults 10 ms and 5 s, Dynamo's).
 	MinBackoff, MaxBackoff time.Duration
+	// Listener, when set, is the bound socket the publisher dials into;
+	// Endpoint is then only its name in logs, and Topic (required) is the
+	// exact topic that tells this publisher's messages from the others'.
+	Listener *Listener
 }
 
 // SubscriberMetrics count what subscribers see, labelled by worker.
@@ -114,7 +122,7 @@ func NewSubscriberMetrics(reg prometheus.Registerer) (*SubscriberMetrics, error)
 	m := &SubscriberMetrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_kvevents_messages_total",
-			Help: "KV event messages received, by worker and result (applied, duplicate, corrupt).",
+			Help: "KV event messages received, by worker and result (applied, duplicate, corrupt, other_topic).",
 		}, []string{"worker", "result"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_kvevents_lost_batches_total",
@@ -191,6 +199,12 @@ type Subscriber struct {
 
 // NewSubscriber validates cfg; Run does the work.
 func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	if cfg.Listener != nil && cfg.Topic == "" {
+		return nil, fmt.Errorf("kvevents: subscriber for %q on a bound socket: no topic to tell its publisher apart", cfg.Worker)
+	}
+	if cfg.Listener != nil && cfg.Endpoint == "" {
+		cfg.Endpoint = cfg.Listener.Endpoint()
+	}
 	if cfg.Endpoint == "" {
 		return nil, fmt.Errorf("kvevents: subscriber for %q: no endpoint", cfg.Worker)
 	}
@@ -255,6 +269,9 @@ func (s *Subscriber) state(st StreamStatus) { s.cfg.Handler.HandleState(st) }
 // session is one connection: dial, catch up, then consume live messages
 // until an error.
 func (s *Subscriber) session(ctx context.Context) error {
+	if l := s.cfg.Listener; l != nil {
+		return s.boundSession(ctx, l)
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Automatic reconnection stays off: in zmq4 it redials from the
@@ -284,6 +301,128 @@ func (s *Subscriber) session(ctx context.Context) error {
 		}
 		s.onLive(ctx, msg.Frames)
 	}
+}
+
+// boundSession consumes the messages the listener routes to this topic.
+func (s *Subscriber) boundSession(ctx context.Context, l *Listener) error {
+	feed, err := l.attach(s.cfg.Topic)
+	if err != nil {
+		return err
+	}
+	defer l.detach(s.cfg.Topic, feed)
+	if m := s.cfg.Metrics; m != nil {
+		m.reconnects.WithLabelValues(s.cfg.Worker).Inc()
+	}
+	s.live = false
+	s.catchUp(ctx)
+	s.state(StreamStatus{State: StreamSynced, Seq: s.last})
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.done:
+			return errors.New("listener closed")
+		case frames := <-feed:
+			s.onLive(ctx, frames)
+		}
+	}
+}
+
+// Listener is a SUB socket that binds (--kv-events-bind): publishers dial
+// into it — vLLM whose endpoint names a host (it connects then), llm-d's
+// simulators, Tandem engines with PublisherConfig.Dial — and are told
+// apart by topic, each routed to its own Subscriber with its own sequence
+// tracking and replay.
+type Listener struct {
+	sock zmq4.Socket
+	ep   string
+	log  *slog.Logger
+	done chan struct{}
+
+	mu      sync.Mutex
+	feeds   map[string]chan [][]byte
+	unknown map[string]bool // topics seen with no subscriber (logged once)
+}
+
+// feedDepth bounds the messages waiting for one subscriber; beyond it the
+// listener drops, and the subscriber's sequence check recovers by replay.
+const feedDepth = 4096
+
+// Listen binds a SUB socket at endpoint (tcp://host:port; port 0 picks
+// one) and routes messages by topic until ctx ends or Close.
+func Listen(ctx context.Context, endpoint string, log *slog.Logger) (*Listener, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "kvevents.listener")
+	sock := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
+	if err := sock.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("kvevents: subscribe: %w", err)
+	}
+	if err := sock.Listen(endpoint); err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("kvevents: bind SUB %s: %w", endpoint, err)
+	}
+	l := &Listener{sock: sock, ep: endpointOf(sock, endpoint), log: log, done: make(chan struct{}),
+		feeds: map[string]chan [][]byte{}, unknown: map[string]bool{}}
+	go l.recv()
+	return l, nil
+}
+
+// Endpoint is the bound address with the actual port, for publishers.
+func (l *Listener) Endpoint() string { return l.ep }
+
+// Close stops the socket; subscribers on it reconnect until their context
+// ends.
+func (l *Listener) Close() error { return l.sock.Close() }
+
+func (l *Listener) recv() {
+	defer close(l.done)
+	for {
+		msg, err := l.sock.Recv()
+		if err != nil {
+			return
+		}
+		if len(msg.Frames) == 0 {
+			continue
+		}
+		topic := string(msg.Frames[0])
+		l.mu.Lock()
+		feed := l.feeds[topic]
+		if feed == nil && !l.unknown[topic] && len(l.unknown) < 1024 {
+			l.unknown[topic] = true
+			l.log.Warn("KV events on the bound socket with a topic no worker claims; ignored", "topic", topic)
+		}
+		l.mu.Unlock()
+		if feed == nil {
+			continue
+		}
+		select {
+		case feed <- msg.Frames:
+		default: // the subscriber lags: its seq check sees the gap
+		}
+	}
+}
+
+func (l *Listener) attach(topic string) (chan [][]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, dup := l.feeds[topic]; dup {
+		return nil, fmt.Errorf("kvevents: topic %q already has a subscriber on %s", topic, l.ep)
+	}
+	feed := make(chan [][]byte, feedDepth)
+	l.feeds[topic] = feed
+	delete(l.unknown, topic)
+	return feed, nil
+}
+
+func (l *Listener) detach(topic string, feed chan [][]byte) {
+	l.mu.Lock()
+	if l.feeds[topic] == feed {
+		delete(l.feeds, topic)
+	}
+	l.mu.Unlock()
 }
 
 // dialWithin bounds Dial, whose ZMTP handshake has no timeout of its own: a
@@ -444,6 +583,13 @@ func (s *Subscriber) recoverGap(ctx context.Context, want, got uint64) {
 func (s *Subscriber) parseLive(frames [][]byte) (uint64, []byte, bool) {
 	if len(frames) != 3 {
 		s.corrupt(fmt.Errorf("%d frames, want 3", len(frames)))
+		return 0, nil, false
+	}
+	if t := s.cfg.Topic; t != "" && string(frames[0]) != t {
+		// ZMQ subscriptions match by prefix: "kv" also receives "kv-2".
+		// The topic names one publisher's stream, so only an exact match
+		// is this stream's; another's seq would read as a gap.
+		s.count("other_topic")
 		return 0, nil, false
 	}
 	if len(frames[1]) != 8 {

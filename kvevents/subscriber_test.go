@@ -444,6 +444,33 @@ func TestSubscriberWithoutReplay(t *testing.T) {
 	rec.waitFor(t, "loss", func(_ []uint64, st []StreamStatus) bool { return hasState(st, StreamLoss) })
 }
 
+// TestSubscriberTopicFilter: a ZMQ subscription to "t" also receives
+// "t2" (prefix match); those messages, another stream's sequence, are
+// ignored, not read as a gap.
+func TestSubscriberTopicFilter(t *testing.T) {
+	f := newFakePublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", false)
+	pubEP, _ := f.endpoints()
+	rec := startSubscriber(t, t.Context(), SubscriberConfig{Worker: "w", Endpoint: pubEP, Topic: "t"})
+	s := uint64(1)
+	for ; ; s++ {
+		f.publish(s, payloadTS(float64(s)))
+		if _, _, st := rec.snapshot(); hasState(st, StreamLive) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.send(zmq4.NewMsgFrom([]byte("t2"), be8(1000), payloadTS(1000)))
+	f.send(zmq4.NewMsgFrom([]byte("t-other"), be8(0), payloadTS(1001)))
+	f.publish(s+1, payloadTS(float64(s+1)))
+	rec.waitFor(t, "the next batch", func(seqs []uint64, _ []StreamStatus) bool {
+		return len(seqs) > 0 && seqs[len(seqs)-1] == s+1
+	})
+	seqs, ts, states := rec.snapshot()
+	if hasState(states, StreamLoss) || hasState(states, StreamReset) || slices.Contains(ts, 1000) || slices.Contains(ts, 1001) {
+		t.Fatalf("another topic's messages were taken: seqs %v ts %v states %v", seqs, ts, stateNames(states))
+	}
+}
+
 func TestSubscriberConfigErrors(t *testing.T) {
 	for _, cfg := range []SubscriberConfig{{Handler: newRecorder()}, {Endpoint: "tcp://127.0.0.1:1"}} {
 		if _, err := NewSubscriber(cfg); err == nil {

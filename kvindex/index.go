@@ -350,6 +350,12 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 	hasParent := false
 	if ev.HasParent {
 		pi, ok := w.engine.get(ev.ParentBlockHash.V)
+		if !ok && ev.ParentBlockHash.V == 0 {
+			// 0 for "no parent" when no block 0 is known: publishers
+			// written against the array form (vLLM look-alikes, llm-d's
+			// simulators) write 0 where vLLM writes None.
+			pi, ok = nilNode, true
+		}
 		if !ok {
 			// The parent was evicted or pruned, or its event was lost. The
 			// chain cannot be placed; the stream's seq numbers tell lost
@@ -357,9 +363,11 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 			st.ParentMissing++
 			return
 		}
-		p := ix.nodes.at(pi)
-		parent, hasParent = p.hash, true
-		p.stamp = now
+		if pi != nilNode {
+			p := ix.nodes.at(pi)
+			parent, hasParent = p.hash, true
+			p.stamp = now
+		}
 	}
 	k := ebs / ix.bs
 	// Hash everything first (pure computation), then warm the table slots

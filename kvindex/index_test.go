@@ -598,3 +598,37 @@ func (m metricByName) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// TestParentZeroIsNone: a publisher that writes parent_block_hash 0 for
+// "no parent" (array-form vLLM look-alikes) has its chains placed at the
+// root, and its BlockRemoved find what was stored; a known block whose
+// engine hash is 0 stays a real parent.
+func TestParentZeroIsNone(t *testing.T) {
+	ix := mustNew(t, Config{})
+	if err := ix.AddWorker("w", 0); err != nil {
+		t.Fatal(err)
+	}
+	a := seqTokens(1, 2)
+	ev := stored(a, 0, 2, engineHash(1), bs)
+	ev.HasParent, ev.ParentBlockHash = true, kvevents.IntHash(0)
+	st, err := ix.Apply("w", []kvevents.Event{ev})
+	if err != nil || st.StoredEvents != 1 || st.ParentMissing != 0 {
+		t.Fatalf("stats %+v err %v", st, err)
+	}
+	var h Hasher
+	if got := lookupMap(ix, h.Append(nil, 0, false, a, bs)); got["w"] != 2 {
+		t.Fatalf("lookup %v, want 2 blocks", got)
+	}
+	if st, _ := ix.Apply("w", []kvevents.Event{removed(engineHash(1)(1))}); st.Removed != 1 {
+		t.Fatalf("remove %+v", st)
+	}
+	// A real block with engine hash 0 is a parent like any other.
+	b := seqTokens(2, 2)
+	zero := func(i int) uint64 { return uint64(i) }
+	if st, _ := ix.Apply("w", []kvevents.Event{stored(b, 0, 1, zero, bs), stored(b, 1, 2, zero, bs)}); st.StoredEvents != 2 {
+		t.Fatalf("chain on hash 0: %+v", st)
+	}
+	if got := lookupMap(ix, h.Append(nil, 0, false, b, bs)); got["w"] != 2 {
+		t.Fatalf("chain on hash 0: lookup %v", got)
+	}
+}

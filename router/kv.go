@@ -105,6 +105,14 @@ type KVConfig struct {
 	RebuildWindow time.Duration
 	// Topic is the KV event topic to subscribe to ("": all).
 	Topic string
+	// Listener is the bound socket (--kv-events-bind) that publishers
+	// dial into; a worker whose endpoint is "topic:NAME" is followed on it
+	// under that topic.
+	Listener *kvevents.Listener
+	// Bind, when set and Listener is not, is the endpoint the policy binds
+	// its own Listener on (--kv-events-bind tcp://host:port), closed with
+	// the policy.
+	Bind string
 	// DriftWindow and DriftThreshold: kv_prediction_drift is raised for a
 	// worker when fewer than DriftThreshold of its last DriftWindow
 	// predictions were within one block of the engine's cached_tokens.
@@ -238,6 +246,8 @@ type KV struct {
 	lastIDs []string
 	lastWs  []*kvWorker
 	gen     uint64 // bumped when a worker comes or goes
+
+	ownListener *kvevents.Listener // bound by KVConfig.Bind, closed by Close
 }
 
 // NewKV returns the kv policy. Subscriptions started by AddWorker live until
@@ -287,6 +297,14 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	k.ctx, k.cancel = context.WithCancel(ctx)
+	if events && cfg.Listener == nil && cfg.Bind != "" {
+		l, err := kvevents.Listen(k.ctx, cfg.Bind, cfg.Logger)
+		if err != nil {
+			k.cancel()
+			return nil, fmt.Errorf("router: --kv-events-bind: %w", err)
+		}
+		k.cfg.Listener, k.ownListener = l, l
+	}
 	return k, nil
 }
 
@@ -311,6 +329,9 @@ func (k *KV) Close() {
 		w.stopTimer()
 	}
 	k.wg.Wait()
+	if k.ownListener != nil {
+		k.ownListener.Close()
+	}
 }
 
 // AddWorker registers a worker. In kv mode, a non-empty endpoint starts a
@@ -354,11 +375,18 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 		w.setStream(kvevents.StreamStatus{State: kvevents.StreamLive})
 		return nil
 	}
-	sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
+	scfg := kvevents.SubscriberConfig{
 		Worker: id, Endpoint: endpoint, ReplayEndpoint: replayEndpoint, Topic: k.cfg.Topic,
 		Handler: w, Logger: k.cfg.Logger, Metrics: k.subMet,
 		ReplayTimeout: k.cfg.ReplayTimeout, DialTimeout: k.cfg.DialTimeout,
-	})
+	}
+	if topic, ok := strings.CutPrefix(endpoint, BoundPrefix); ok {
+		if k.cfg.Listener == nil {
+			return fmt.Errorf("router: worker %s: KV events %q need a bound socket (--kv-events-bind)", id, endpoint)
+		}
+		scfg.Listener, scfg.Topic, scfg.Endpoint = k.cfg.Listener, topic, ""
+	}
+	sub, err := kvevents.NewSubscriber(scfg)
 	if err != nil {
 		return fmt.Errorf("router: worker %s: %w", id, err)
 	}
@@ -375,6 +403,10 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	}()
 	return nil
 }
+
+// BoundPrefix marks a worker endpoint that is a topic on the bound socket
+// (KVConfig.Listener): "topic:NAME".
+const BoundPrefix = "topic:"
 
 // RemoveWorker stops the worker's subscription and forgets it, its index
 // entries and its diagnostics. Requests still in flight on it finish
@@ -513,6 +545,22 @@ func (k *KV) Health() map[string]string {
 	out := make(map[string]string, len(k.workers))
 	for id, w := range k.workers {
 		out[id] = w.healthState().String()
+	}
+	return out
+}
+
+// EventStats returns each worker's KV event counts (for /health).
+func (k *KV) EventStats() map[string]EventStats {
+	now := k.cfg.Now().UnixNano()
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	out := make(map[string]EventStats, len(k.workers))
+	for id, w := range k.workers {
+		st := EventStats{Applied: w.applied.Load(), LastAge: -1}
+		if t := w.lastEvent.Load(); t != 0 {
+			st.LastAge = time.Duration(now - t)
+		}
+		out[id] = st
 	}
 	return out
 }

@@ -79,6 +79,11 @@ type kvWorker struct {
 	removed       bool
 	acc           accuracy
 
+	// applied counts KV events applied to the index; lastEvent is when the
+	// last batch arrived (unix ns, 0: never). Read by EventStats.
+	applied   atomic.Uint64
+	lastEvent atomic.Int64
+
 	ingestMu   sync.Mutex
 	ingestHas  bool
 	ingestNext uint64
@@ -161,6 +166,13 @@ func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
 		return
 	}
 	k.met.blockEvents.WithLabelValues(w.id).Add(float64(st.Stored + st.Removed))
+	now := k.cfg.Now()
+	w.lastEvent.Store(now.UnixNano())
+	k.met.lastEvent.WithLabelValues(w.id).Set(float64(now.UnixNano()) / 1e9)
+	if n := st.StoredEvents + st.Cleared + appliedRemovals(b.Events); n > 0 {
+		w.applied.Add(uint64(n))
+		k.met.applied.WithLabelValues(w.id).Add(float64(n))
+	}
 	if st.BlockSizeMismatch > 0 {
 		k.board.Raise(DiagKVBlockSize, w.id, health.Error,
 			fmt.Sprintf("worker %s published blocks whose size is not a multiple of the router's %d; they are dropped", w.id, k.cfg.BlockSize),
@@ -169,6 +181,25 @@ func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
 	if st.StoredEvents > 0 {
 		w.onStored()
 	}
+}
+
+// appliedRemovals counts the batch's device-tier BlockRemoved events.
+func appliedRemovals(evs []kvevents.Event) int {
+	n := 0
+	for i := range evs {
+		if evs[i].Type == kvevents.TypeBlockRemoved && (evs[i].Medium == "" || evs[i].Medium == "GPU") {
+			n++
+		}
+	}
+	return n
+}
+
+// EventStats is what a worker's KV events did: how many were applied to
+// the index and how long ago the last batch arrived.
+type EventStats struct {
+	Applied uint64
+	// LastAge is the age of the last batch; negative: none ever arrived.
+	LastAge time.Duration
 }
 
 // onStored is the proof that events flow.

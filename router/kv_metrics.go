@@ -13,15 +13,19 @@ import (
 type kvMetrics struct {
 	health      *prometheus.GaugeVec
 	blockEvents *prometheus.CounterVec
-	picks       *prometheus.HistogramVec
-	predicted   prometheus.Histogram
-	reported    prometheus.Histogram
-	predErr     prometheus.Histogram
-	predHit     *prometheus.GaugeVec
-	accuracy    *prometheus.GaugeVec
-	cacheHit    *prometheus.GaugeVec
-	ttftRatio   *prometheus.HistogramVec
-	ttftErr     *prometheus.GaugeVec
+	// applied and lastEvent prove that events, not the fallback, route a
+	// worker: KV events applied to its index, and when the last arrived.
+	applied   *prometheus.CounterVec
+	lastEvent *prometheus.GaugeVec
+	picks     *prometheus.HistogramVec
+	predicted prometheus.Histogram
+	reported  prometheus.Histogram
+	predErr   prometheus.Histogram
+	predHit   *prometheus.GaugeVec
+	accuracy  *prometheus.GaugeVec
+	cacheHit  *prometheus.GaugeVec
+	ttftRatio *prometheus.HistogramVec
+	ttftErr   *prometheus.GaugeVec
 }
 
 func newKVMetrics(reg prometheus.Registerer, policy string) (*kvMetrics, error) {
@@ -35,6 +39,14 @@ func newKVMetrics(reg prometheus.Registerer, policy string) (*kvMetrics, error) 
 		blockEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_router_kv_block_events_total",
 			Help: "Index blocks stored or removed by the worker's KV events.",
+		}, []string{"worker"}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_router_kv_events_applied_total",
+			Help: "KV events (BlockStored, BlockRemoved, AllBlocksCleared) applied to the worker's index: the proof that its events, not approximation, route it.",
+		}, []string{"worker"}),
+		lastEvent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tandem_router_kv_last_event_timestamp_seconds",
+			Help: "Unix time of the last KV event batch received from the worker (age: time() - this).",
 		}, []string{"worker"}),
 		picks: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tandem_router_kv_pick_seconds", ConstLabels: cl,
@@ -77,7 +89,7 @@ func newKVMetrics(reg prometheus.Registerer, policy string) (*kvMetrics, error) 
 		}, []string{"worker"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.health, m.blockEvents, m.picks, m.predicted, m.reported, m.predErr, m.predHit, m.accuracy, m.cacheHit, m.ttftRatio, m.ttftErr} {
+		for _, c := range []prometheus.Collector{m.health, m.blockEvents, m.applied, m.lastEvent, m.picks, m.predicted, m.reported, m.predErr, m.predHit, m.accuracy, m.cacheHit, m.ttftRatio, m.ttftErr} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register kv metrics: %w", err)
 			}
@@ -104,6 +116,8 @@ func (m *kvMetrics) forget(worker string) {
 	l := prometheus.Labels{"worker": worker}
 	m.health.DeletePartialMatch(l)
 	m.blockEvents.DeletePartialMatch(l)
+	m.applied.DeletePartialMatch(l)
+	m.lastEvent.DeletePartialMatch(l)
 	m.predHit.DeletePartialMatch(l)
 	m.accuracy.DeletePartialMatch(l)
 	m.cacheHit.DeletePartialMatch(l)

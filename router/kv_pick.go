@@ -17,6 +17,9 @@ type flight struct {
 	predicted     int // blocks
 	routedAt      time.Time
 	firstDone     bool
+	// lateTTFT is the TTFT of a first token whose cached_tokens the
+	// engine reports only later (CachedTokensLate); 0 otherwise.
+	lateTTFT time.Duration
 	// The TTFT prediction made at routing: when the prefill was expected
 	// to start and end (unix ns), the work it added to the worker's queue
 	// (seconds) and whether the worker was decoding other requests.
@@ -428,8 +431,40 @@ func (k *KV) FirstToken(req *Request, workerID string, cachedTokens int) {
 		k.active.prefillDone(f.w, f.hashes, f.prefillTokens, f.predFinish, now.UnixNano())
 	}
 	k.mu.RUnlock()
+	if cachedTokens < 0 {
+		// Not known yet (an upstream that reports usage only at the end):
+		// the checks wait for CachedTokensLate.
+		k.mu.Lock()
+		f.lateTTFT = max(now.Sub(f.routedAt), 1)
+		k.mu.Unlock()
+		return
+	}
+	k.grade(f, live, cachedTokens, now.Sub(f.routedAt))
+}
+
+// CachedTokensLate implements LateObserver: the engine's cached_tokens for
+// a request whose first token came without them.
+func (k *KV) CachedTokensLate(req *Request, workerID string, cachedTokens int) {
+	k.mu.Lock()
+	f := k.flights[req]
+	var ttft time.Duration
+	if f != nil {
+		ttft, f.lateTTFT = f.lateTTFT, 0
+	}
+	k.mu.Unlock()
+	if f == nil || ttft == 0 || cachedTokens < 0 {
+		return
+	}
+	k.mu.RLock()
+	live := k.slots[f.w.slot] == f.w
+	k.mu.RUnlock()
+	k.grade(f, live, cachedTokens, ttft)
+}
+
+// grade checks the routing prediction against the engine's cached tokens.
+func (k *KV) grade(f *flight, live bool, cachedTokens int, ttft time.Duration) {
 	if live && k.cost.model() == CostTTFT {
-		k.gradeTTFT(f, cachedTokens, now.Sub(f.routedAt))
+		k.gradeTTFT(f, cachedTokens, ttft)
 	}
 	bs := k.cfg.BlockSize
 	actual := cachedTokens / bs

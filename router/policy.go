@@ -71,6 +71,14 @@ type Observer interface {
 	WorkerRemoved(workerID string)
 }
 
+// LateObserver is implemented by observers that accept an engine's
+// cached_tokens after the first token: FirstToken was called with -1
+// (unknown), and CachedTokensLate brings the count once the engine
+// reported it (an upstream server that sends usage only at the end).
+type LateObserver interface {
+	CachedTokensLate(req *Request, workerID string, cachedTokens int)
+}
+
 // WorkerObserver is implemented by policies that want to know about each
 // worker as it is added (its engine's timing, for the ttft cost).
 type WorkerObserver interface {

@@ -377,7 +377,16 @@ func (rt *Route) Progress(now time.Time) {
 	}
 }
 
-// FirstToken records that prefill finished, with the engine's cached tokens.
+// CachedTokens reports the engine's cached tokens after a FirstToken(-1)
+// (they were not known at the first token).
+func (rt *Route) CachedTokens(cachedTokens int) {
+	if lo, ok := rt.r.observer.(LateObserver); ok {
+		lo.CachedTokensLate(rt.req, rt.s.ID, cachedTokens)
+	}
+}
+
+// FirstToken records that prefill finished, with the engine's cached
+// tokens (-1: not known yet; CachedTokens brings them later).
 func (rt *Route) FirstToken(cachedTokens int) {
 	rt.mu.Lock()
 	if rt.gotFirst || rt.done {

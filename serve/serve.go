@@ -32,9 +32,13 @@ type Config struct {
 	RouterMode   string
 	RequestPlane string // "inproc" (default) or "grpc"
 	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
-	WorkerIDs    []string
-	DrainTimeout time.Duration
-	Frontend     httpapi.Config
+	WorkerIDs []string
+	// ServedModelName is the model's name on the OpenAI API
+	// (--served-model-name). "": the tokenizer's, or for upstream servers
+	// the one their /v1/models lists (all of a pool must agree).
+	ServedModelName string
+	DrainTimeout    time.Duration
+	Frontend        httpapi.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
@@ -163,6 +167,9 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			}
 		}
 		info := eng.Info()
+		if model, err = servedModel(cfg.ServedModelName, model, eng, s.engines[0], i); err != nil {
+			return nil, err
+		}
 		if i == 0 {
 			// A tokenizer directory may not state the context length
 			// (llama2.c has none); the engine knows it.
@@ -233,6 +240,36 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 	go func() { s.served <- httpapi.Serve(s.http, lis, tc) }()
 	return s, nil
+}
+
+// servedModel names the model: --served-model-name if given, else for an
+// upstream server the name it serves (a user asks for the model the server
+// lists, not Tandem's tokenizer's), and every upstream of the pool must
+// serve the first one's model.
+func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, i int) (*tokenizer.Model, error) {
+	info := eng.Info()
+	if info.Kind == "upstream" && i > 0 && info.Model != first.Info().Model {
+		url := func(e engine.Engine) string {
+			if u, ok := e.(interface{ URL() string }); ok {
+				return u.URL()
+			}
+			return "?"
+		}
+		return nil, fmt.Errorf("serve: upstream %s serves model %q but upstream %s serves %q: one pool serves one model (set --upstream-model to pick one)",
+			url(first), first.Info().Model, url(eng), info.Model)
+	}
+	if i > 0 {
+		return model, nil
+	}
+	if name == "" && info.Kind == "upstream" {
+		name = info.Model
+	}
+	if name == "" || name == model.Name {
+		return model, nil
+	}
+	m := *model
+	m.Name = name
+	return &m, nil
 }
 
 func (s *System) serveGRPC(eng engine.Engine, vocab int) (engine.Generator, string, error) {

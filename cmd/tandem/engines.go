@@ -42,6 +42,8 @@ type upstreamFlags struct {
 	events  []string // the servers' KV event endpoints, in --upstream order
 	model   string
 	apiKey  string
+	api     string
+	replay  []string // the servers' KV event replay endpoints, in --upstream order
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -53,6 +55,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringArrayVar(&e.up.events, "upstream-kv-events", nil, "upstream: ZMQ KV event endpoint of each --upstream server, in order (vLLM --kv-events-config), for --router-mode kv")
 	f.StringVar(&e.up.model, "upstream-model", "", "upstream: the servers' model name (empty: the first /v1/models lists)")
 	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
+	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
+	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
 	m := &e.mock
@@ -112,7 +116,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		if err := e.up.check(); err != nil {
 			return nil, nil, err
 		}
-		return model, e.upstreamFactory(), nil
+		return model, e.upstreamFactory(model.Tokenizer), nil
 	}
 	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker, native or upstream)", e.kind)
 }
@@ -124,21 +128,27 @@ func (u *upstreamFlags) check() error {
 	if len(u.events) > len(u.urls) {
 		return fmt.Errorf("%d --upstream-kv-events for %d --upstream servers", len(u.events), len(u.urls))
 	}
+	if len(u.replay) > len(u.events) {
+		return fmt.Errorf("%d --upstream-kv-events-replay for %d --upstream-kv-events", len(u.replay), len(u.events))
+	}
 	return nil
 }
 
 // upstreamFactory returns worker i's engine: the --upstream servers, then
 // the --upstream-prefill ones.
-func (e *engineFlags) upstreamFactory() serve.EngineFactory {
+func (e *engineFlags) upstreamFactory(codec upstream.Codec) serve.EngineFactory {
 	return func(i int) (engine.Engine, error) {
 		u := e.up
 		all := append(append([]string(nil), u.urls...), u.prefill...)
 		if i >= len(all) {
 			return nil, fmt.Errorf("no --upstream server for worker %d", i)
 		}
-		cfg := upstream.Config{URL: all[i], Model: u.model, APIKey: u.apiKey, BlockSize: e.mock.BlockSize}
+		cfg := upstream.Config{URL: all[i], Model: u.model, APIKey: u.apiKey, BlockSize: e.mock.BlockSize, API: u.api, Codec: codec}
 		if i < len(u.events) {
 			cfg.KVEventsEndpoint = u.events[i]
+		}
+		if i < len(u.replay) {
+			cfg.KVEventsReplayEndpoint = u.replay[i]
 		}
 		return upstream.New(context.Background(), cfg)
 	}

@@ -13,6 +13,7 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f := cmd.Flags()
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	f.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "other workers to try when a worker fails before the first token")
+	f.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a stream whose worker fails after its first token continues on another worker with the prompt plus the tokens already sent (0: never; Dynamo's --migration-limit)")
 	f.IntVar(&c.MaxTokensDefault, "max-tokens-default", c.MaxTokensDefault, "tokens generated for a request that sets no max_tokens (0: up to the context length)")
 	f.IntVar(&c.MaxTokensLimit, "max-tokens-limit", c.MaxTokensLimit, "largest max_tokens a request may ask for (0: the context length)")
 	f.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "requests served at once per model (0: no limit); more wait in a queue of --max-queue")

@@ -27,6 +27,7 @@ func (r *routerFlags) register(cmd *cobra.Command, defaultMode string) {
 	f.IntVar(&r.kv.IndexMaxBlocks, "index-max-blocks", 0, "kv: bound on indexed (worker, block) residences, least recently used pruned first (0: default)")
 	f.DurationVar(&r.kv.ApproxTTL, "router-ttl", router.DefaultApproxTTL, "kv-approx: how long a routing decision is remembered")
 	f.DurationVar(&r.kv.KVEventsTimeout, "kv-events-timeout", router.DefaultKVEventsTimeout, "kv: a worker that computed full blocks and sent no BlockStored for this long raises kv_events_missing")
+	f.StringVar(&r.kv.Bind, "kv-events-bind", "", "kv: bind one ZMQ SUB socket here (tcp://host:port) for publishers that dial in (vLLM with a host in its endpoint, llm-d's simulators); a worker whose KV event endpoint is topic:NAME is followed on it by that topic")
 	f.StringVar(&r.onMissing, "on-missing-kv-events", string(router.MissingFallback), "kv: for a worker without events: fallback (route it by approximation) or fail (stop routing to it)")
 }
 

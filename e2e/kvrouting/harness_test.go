@@ -16,7 +16,10 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/engine/upstream"
+	"github.com/tandemllm/tandem/engine/upstream/standin"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/router"
 )
 
@@ -61,6 +64,30 @@ type Scenario struct {
 	// KVEventsTimeout overrides the router's (default 5 s).
 	KVEventsTimeout time.Duration
 	Logger          *slog.Logger
+	// Upstream, when set, puts each mocker behind a vLLM look-alike HTTP
+	// server (engine/upstream/standin) reached through engine/upstream,
+	// with the publisher quirks it names.
+	Upstream *UpstreamMode
+	// ApproxTTL is the router's --router-ttl (0: the default); near 0 the
+	// approximate index forgets every decision at once, so only events
+	// can route.
+	ApproxTTL time.Duration
+}
+
+// UpstreamMode is how the look-alike servers publish their KV events.
+type UpstreamMode struct {
+	Format kvevents.Format
+	// Dial: the publishers dial one socket the router binds
+	// (--kv-events-bind), told apart by topic.
+	Dial bool
+	// FirstSeq numbers the first batch; ZeroParent writes parent 0 for none.
+	FirstSeq   uint64
+	ZeroParent bool
+	// LlamaCpp: llama-server look-alikes instead (engine/upstream/standin
+	// LlamaCpp, LlamaCppSlots slots each), which publish no events; run
+	// with Mode kv-approx.
+	LlamaCpp      bool
+	LlamaCppSlots int
 }
 
 // Result is what a run measured.
@@ -92,6 +119,8 @@ type Result struct {
 	DiagLatency time.Duration
 	Diagnostics []health.Diagnostic
 	Health      map[string]string
+	// Events is each worker's KV events applied and last age at the end.
+	Events map[string]router.EventStats
 	// StartHealth is each worker's KV state when the first request was
 	// routed: "connecting" or "syncing" shows the first decisions raced the
 	// subscriptions, as in the report's first cross-server run.
@@ -156,7 +185,18 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	res := Result{Scenario: sc, PerRound: make([]int, Rounds), PerWorker: map[string]int{}}
 	board := health.NewBoard(log, nil)
 
+	var listener *kvevents.Listener
+	if sc.Upstream != nil && sc.Upstream.Dial {
+		l, err := kvevents.Listen(ctx, "tcp://127.0.0.1:0", log)
+		if err != nil {
+			return res, err
+		}
+		defer l.Close()
+		listener = l
+	}
 	engines := make([]*mocker.Engine, Workers)
+	gens := make([]engine.Generator, Workers)
+	infos := make([]engine.Info, Workers)
 	for i := range engines {
 		off := contains(sc.EventsOff, i)
 		cfg := mocker.Config{
@@ -165,15 +205,48 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			EngineLabel: fmt.Sprint(i), Logger: log,
 			KVEvents: mocker.KVEventsConfig{Enabled: !off, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
 		}
+		if u := sc.Upstream; u != nil && u.LlamaCpp {
+			srv, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "m", Slots: u.LlamaCppSlots, NCtx: ContextLength,
+				PrefillPerToken: 2 * time.Microsecond, DecodePerToken: 50 * time.Microsecond})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer srv.Close()
+			up, err := upstream.New(ctx, upstream.Config{URL: srv.URL(), API: upstream.APILlamaCpp, BlockSize: BlockSize, HealthInterval: -1, Logger: log})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer up.Close()
+			gens[i], infos[i] = up, up.Info()
+			continue
+		}
+		if u := sc.Upstream; u != nil {
+			cfg.KVEvents.Format, cfg.KVEvents.FirstSeq, cfg.KVEvents.ZeroParent = u.Format, u.FirstSeq, u.ZeroParent
+			if u.Dial {
+				cfg.KVEvents.Dial, cfg.KVEvents.Endpoint, cfg.KVEvents.Topic = true, listener.Endpoint(), fmt.Sprint("worker-", i)
+			}
+			srv, err := standin.Start(standin.Options{Model: "m", Mocker: cfg, ReturnTokenIDs: true, PromptTokensDetails: true})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer srv.Close()
+			up, err := upstream.New(ctx, upstream.Config{URL: srv.URL(), BlockSize: BlockSize, HealthInterval: -1, Logger: log})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer up.Close()
+			engines[i], gens[i], infos[i] = srv.Engine(), up, up.Info()
+			continue
+		}
 		e, err := mocker.New(cfg)
 		if err != nil {
 			return res, fmt.Errorf("worker %d: %w", i, err)
 		}
 		defer e.Close()
-		engines[i] = e
+		engines[i], gens[i], infos[i] = e, e, e.Info()
 	}
 
-	policy, kv, err := newPolicy(ctx, sc, board, log)
+	policy, kv, err := newPolicy(ctx, sc, board, log, listener)
 	if err != nil {
 		return res, err
 	}
@@ -183,11 +256,21 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	r := router.New(policy, prometheus.NewRegistry())
 	for i, e := range engines {
 		id := fmt.Sprint("worker-", i)
-		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: e, Info: e.Info(), Timing: e})
+		w := router.Worker{ID: id, Model: "m", Gen: gens[i], Info: infos[i]}
+		if sc.Upstream == nil {
+			w.Timing = e // in process the engine prices itself; across HTTP the router learns
+		}
+		r.AddWorker(w)
 		if kv == nil {
 			continue
 		}
-		ep, replay := e.KVEventsEndpoint(), e.KVEventsReplayEndpoint()
+		var ep, replay string
+		if e != nil { // nil: a server without events (llama.cpp)
+			ep, replay = e.KVEventsEndpoint(), e.KVEventsReplayEndpoint()
+		}
+		if listener != nil {
+			ep = router.BoundPrefix + id
+		}
 		if contains(sc.EventsOff, i) {
 			// The operator configured an endpoint, but the engine publishes
 			// nothing there: the report's silent failure.
@@ -378,14 +461,14 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 	res.Diagnostics = board.Active()
 	if kv != nil {
-		res.Health = kv.Health()
+		res.Health, res.Events = kv.Health(), kv.EventStats()
 	}
 	return res, nil
 }
 
-func newPolicy(ctx context.Context, sc Scenario, board *health.Board, log *slog.Logger) (router.Policy, *router.KV, error) {
+func newPolicy(ctx context.Context, sc Scenario, board *health.Board, log *slog.Logger, l *kvevents.Listener) (router.Policy, *router.KV, error) {
 	cfg := router.KVConfig{BlockSize: BlockSize, Cost: sc.Cost, Seed: sc.Seed + 1, Board: board, Logger: log,
-		KVEventsTimeout: sc.KVEventsTimeout}
+		KVEventsTimeout: sc.KVEventsTimeout, ApproxTTL: sc.ApproxTTL, Listener: l}
 	switch sc.Mode {
 	case "kv":
 		kv, err := router.NewKV(ctx, cfg)

@@ -111,7 +111,7 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		return res, errors.New("kvrouting: fleet needs a worker")
 	}
 	board := health.NewBoard(log, nil)
-	policy, kv, err := newPolicy(ctx, Scenario{Mode: sc.Mode, Cost: sc.Cost, Seed: sc.Seed}, board, log)
+	policy, kv, err := newPolicy(ctx, Scenario{Mode: sc.Mode, Cost: sc.Cost, Seed: sc.Seed}, board, log, nil)
 	if err != nil {
 		return res, err
 	}

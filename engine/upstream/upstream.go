@@ -50,12 +50,40 @@ type Config struct {
 	HealthInterval time.Duration
 	// Logger receives the upstream_unavailable / upstream_recovered lines.
 	Logger *slog.Logger
+	// API is the dialect the server speaks: APIVLLM (default: token-id
+	// prompts and vLLM's extensions) or APIOpenAI (any OpenAI-compatible
+	// server: text prompts and standard fields only).
+	API string
+	// Codec turns text into ids and back where the server speaks text: an
+	// APIOpenAI prompt is sent as its text, and a response without
+	// token_ids (vLLM before 0.10.2, SGLang's and llama.cpp's OpenAI APIs,
+	// most OpenAI-compatible servers) is tokenized with it. nil: such
+	// responses are refused (ErrNoTokenIDs).
+	Codec Codec
 }
+
+// Codec is the part of a tokenizer the engine needs (tokenizer.Tokenizer
+// satisfies it).
+type Codec interface {
+	Encode(text string) []engine.Token
+	Decode(ids []engine.Token) string
+}
+
+// The dialects of Config.API.
+const (
+	APIVLLM   = "vllm"
+	APIOpenAI = "openai"
+)
 
 // Diagnostic codes of an upstream server.
 const (
 	DiagUnavailable = "upstream_unavailable"
 	DiagRecovered   = "upstream_recovered"
+	// DiagNoCachedTokens: the server reports usage without
+	// prompt_tokens_details (vLLM without --enable-prompt-tokens-details),
+	// so the router cannot check its KV predictions; it is a diagnostic,
+	// never a silent 0.
+	DiagNoCachedTokens = "upstream_no_cached_tokens"
 )
 
 // Engine is an upstream server behind the engine seam.
@@ -72,6 +100,11 @@ type Engine struct {
 	board   *health.Board
 	subject string
 	down    error // non-nil while the server is unreachable
+
+	textOnly  atomic.Bool // logged once: the server sends text without ids
+	noDetails atomic.Bool // DiagNoCachedTokens raised
+
+	slots *slots // APILlamaCpp: each prefix's slot
 }
 
 // maxErrorBody bounds how much of an error response is read.
@@ -99,7 +132,18 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{})}
+	switch cfg.API {
+	case "":
+		cfg.API = APIVLLM
+	case APIVLLM, APILlamaCpp:
+	case APIOpenAI:
+		if cfg.Codec == nil {
+			return nil, errors.New("upstream: --upstream-api openai needs a tokenizer (the prompt is sent as text)")
+		}
+	default:
+		return nil, fmt.Errorf("upstream: unknown API %q (want %s, %s or %s)", cfg.API, APIVLLM, APIOpenAI, APILlamaCpp)
+	}
+	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{}), slots: newSlots()}
 	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
 	defer cancel()
 	if err := e.probe(pctx); err != nil {
@@ -121,6 +165,9 @@ func (e *Engine) AttachBoard(b *health.Board, subject string) {
 	e.mu.Unlock()
 	if down != nil {
 		e.raise(b, subject, down)
+	}
+	if e.cfg.API == APILlamaCpp {
+		e.noKVEvents(b, subject)
 	}
 }
 
@@ -185,9 +232,18 @@ func (e *Engine) healthy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// llama-server says why: 503 {"error":{"message":"Loading model"}}.
+		var le struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(b, &le) == nil && le.Error.Message != "" {
+			return fmt.Errorf("GET /health: status %d: %s", resp.StatusCode, le.Error.Message)
+		}
 		return fmt.Errorf("GET /health: status %d", resp.StatusCode)
 	}
 	return nil
@@ -278,13 +334,16 @@ func (e *Engine) KVEventsReplayEndpoint() string { return e.cfg.KVEventsReplayEn
 
 type streamOptions struct {
 	IncludeUsage         bool `json:"include_usage"`
-	ContinuousUsageStats bool `json:"continuous_usage_stats"`
+	ContinuousUsageStats bool `json:"continuous_usage_stats,omitempty"`
 }
 
-// body is a /v1/completions request with vLLM's extensions.
+// body is a /v1/completions request with vLLM's extensions (APIVLLM) or
+// with the standard fields only (APIOpenAI: the extensions are all
+// omitempty and left zero, since strict servers refuse unknown fields).
 type body struct {
 	Model            string          `json:"model"`
 	Prompt           []engine.Token  `json:"-"` // spliced in by encode
+	PromptText       string          `json:"prompt,omitempty"`
 	MaxTokens        *int            `json:"max_tokens,omitempty"`
 	MinTokens        int             `json:"min_tokens,omitempty"`
 	IgnoreEOS        bool            `json:"ignore_eos,omitempty"`
@@ -295,7 +354,7 @@ type body struct {
 	Seed             *int64          `json:"seed,omitempty"`
 	Stream           bool            `json:"stream"`
 	StreamOptions    *streamOptions  `json:"stream_options,omitempty"`
-	ReturnTokenIDs   bool            `json:"return_token_ids"`
+	ReturnTokenIDs   bool            `json:"return_token_ids,omitempty"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 }
 
@@ -303,8 +362,8 @@ type body struct {
 // thousands of ids, which encoding/json formats several times slower.
 func (b *body) encode() ([]byte, error) {
 	rest, err := json.Marshal(b)
-	if err != nil {
-		return nil, err
+	if err != nil || b.PromptText != "" {
+		return rest, err
 	}
 	out := make([]byte, 0, len(rest)+12+8*len(b.Prompt))
 	out = append(out, `{"prompt":[`...)
@@ -324,9 +383,18 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if e.closed.Load() {
 		return nil, engine.ErrClosed
 	}
+	if e.cfg.API == APILlamaCpp {
+		return e.generateLlama(ctx, req)
+	}
 	b := body{Model: e.cfg.Model, Prompt: req.Prompt, MinTokens: req.MinTokens,
 		IgnoreEOS: req.IgnoreEOS, StopTokenIDs: req.StopTokens, Temperature: req.Sampling.Temperature,
 		TopK: req.Sampling.TopK, ReturnTokenIDs: true, KVTransferParams: req.KVTransferParams}
+	openAI := e.cfg.API == APIOpenAI
+	if openAI {
+		// The standard API: the prompt as text (a server with another
+		// tokenizer would misread our ids), none of vLLM's fields.
+		b = body{Model: e.cfg.Model, PromptText: e.cfg.Codec.Decode(req.Prompt), Temperature: req.Sampling.Temperature}
+	}
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
 		b.TopP = tp
 	}
@@ -347,19 +415,34 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	// response; everything else streams.
 	b.Stream = !remoteDecode(req.KVTransferParams)
 	if b.Stream {
-		b.StreamOptions = &streamOptions{IncludeUsage: true, ContinuousUsageStats: true}
+		b.StreamOptions = &streamOptions{IncludeUsage: true, ContinuousUsageStats: !openAI}
 	}
 	payload, err := b.encode()
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+"/v1/completions", bytes.NewReader(payload))
+	resp, err := e.post(ctx, "/v1/completions", payload, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	if !b.Stream {
+		defer resp.Body.Close()
+		return e.whole(resp.Body, len(req.Prompt))
+	}
+	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)}, nil
+}
+
+// post sends a JSON request and returns a 200 response; a refusal is
+// mapped by statusError, and an unreachable or failing server is checked
+// by the health watcher at once.
+func (e *Engine) post(ctx context.Context, path string, payload []byte, id string) (*http.Response, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+path, bytes.NewReader(payload))
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	if req.ID != "" {
-		hr.Header.Set("X-Request-Id", req.ID)
+	if id != "" {
+		hr.Header.Set("X-Request-Id", id)
 	}
 	e.auth(hr)
 	resp, err := e.cfg.Client.Do(hr)
@@ -378,11 +461,7 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		}
 		return nil, err
 	}
-	if !b.Stream {
-		defer resp.Body.Close()
-		return whole(resp.Body, len(req.Prompt))
-	}
-	return &sseStream{body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)}, nil
+	return resp, nil
 }
 
 // remoteDecode reports whether kv_transfer_params ask for a prefill leg.
@@ -403,6 +482,7 @@ func statusError(url string, resp *http.Response) error {
 		Error struct {
 			Message string `json:"message"`
 			Code    any    `json:"code"`
+			Type    string `json:"type"` // llama.cpp: exceed_context_size_error, ...
 		} `json:"error"`
 		Message string `json:"message"` // very old vLLM: a flat error object
 	}
@@ -416,6 +496,8 @@ func statusError(url string, resp *http.Response) error {
 	}
 	code := fmt.Sprint(e.Error.Code)
 	switch {
+	case e.Error.Type == "exceed_context_size_error":
+		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
 	case resp.StatusCode == http.StatusBadRequest && (strings.Contains(code, "context_length") ||
 		strings.Contains(msg, "context length") || strings.Contains(msg, "maximum context")):
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
@@ -450,18 +532,24 @@ type completion struct {
 	} `json:"error"`
 }
 
-// ErrNoTokenIDs: the upstream ignores return_token_ids.
-var ErrNoTokenIDs = errors.New("upstream returned text without token_ids: it must support vLLM's return_token_ids (vLLM ≥ 0.10.2)")
+// ErrNoTokenIDs: the upstream sends text without ids and the engine has
+// no Codec to tokenize it.
+var ErrNoTokenIDs = errors.New("upstream returned text without token_ids and no tokenizer is configured to read it")
 
 // apply adds one completion (chunk) to d; done reports a finish reason.
-func (c *completion) apply(d *engine.Delta, promptLen int) (done bool, err error) {
+func (e *Engine) apply(c *completion, d *engine.Delta, promptLen int) (done bool, err error) {
 	if c.Error != nil {
 		return true, fmt.Errorf("upstream: %s", c.Error.Message)
 	}
 	if u := c.Usage; u != nil && u.PromptTokens > 0 {
 		d.PromptTokens = u.PromptTokens
+		// cached_tokens is read wherever the server puts it: on every
+		// chunk (vLLM's continuous_usage_stats) or on the final usage
+		// chunk only (include_usage: OpenAI, SGLang, older vLLM).
 		if u.PromptTokensDetails != nil {
 			d.CachedTokens = u.PromptTokensDetails.CachedTokens
+		} else {
+			e.noCachedTokens()
 		}
 	}
 	if c.KVTransferParams != nil && !bytes.Equal(bytes.TrimSpace(c.KVTransferParams), []byte("null")) {
@@ -472,7 +560,19 @@ func (c *completion) apply(d *engine.Delta, promptLen int) (done bool, err error
 	}
 	ch := c.Choices[0]
 	if ch.TokenIDs == nil && ch.Text != "" {
-		return true, ErrNoTokenIDs
+		// Text without ids: vLLM before 0.10.2 ignores return_token_ids
+		// (vllm/entrypoints/openai/protocol.py gained it in v0.10.2), and
+		// SGLang's, llama.cpp's and most OpenAI-compatible servers never
+		// send ids. The ids are Tandem's tokenization of the text, which
+		// the frontend detokenizes back to the same text.
+		if e.cfg.Codec == nil {
+			return true, ErrNoTokenIDs
+		}
+		if !e.textOnly.Swap(true) && e.cfg.API == APIVLLM {
+			e.cfg.Logger.Info("the upstream returns text without token_ids (vLLM before 0.10.2?); tokenizing its text with Tandem's tokenizer",
+				"url", e.cfg.URL)
+		}
+		d.Tokens = append(d.Tokens, e.cfg.Codec.Encode(ch.Text)...)
 	}
 	d.Tokens = append(d.Tokens, ch.TokenIDs...)
 	if ch.FinishReason == nil {
@@ -492,14 +592,30 @@ func (c *completion) apply(d *engine.Delta, promptLen int) (done bool, err error
 	return true, nil
 }
 
+// noCachedTokens raises DiagNoCachedTokens once.
+func (e *Engine) noCachedTokens() {
+	if e.noDetails.Swap(true) {
+		return
+	}
+	e.mu.Lock()
+	b, subject := e.board, e.subject
+	e.mu.Unlock()
+	msg := "the upstream reports usage without prompt_tokens_details.cached_tokens (start vLLM with --enable-prompt-tokens-details); the router cannot check its KV predictions against this worker"
+	if b != nil {
+		b.Raise(DiagNoCachedTokens, subject, health.Warn, msg, "url", e.cfg.URL)
+		return
+	}
+	e.cfg.Logger.Warn(msg, "diagnostic_code", DiagNoCachedTokens, "url", e.cfg.URL)
+}
+
 // whole reads an unstreamed response as one Delta.
-func whole(r io.Reader, promptLen int) (engine.Stream, error) {
+func (e *Engine) whole(r io.Reader, promptLen int) (engine.Stream, error) {
 	var c completion
 	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&c); err != nil {
 		return nil, fmt.Errorf("upstream: response: %w", err)
 	}
 	d := engine.Delta{}
-	done, err := c.apply(&d, promptLen)
+	done, err := e.apply(&c, &d, promptLen)
 	if err != nil {
 		return nil, err
 	}
@@ -528,6 +644,7 @@ func (s *oneDelta) Recv() (engine.Delta, error) {
 // sseStream reads a streamed completion: each chunk with tokens is one
 // Delta; usage-only chunks update the counts carried by the next Delta.
 type sseStream struct {
+	e         *Engine
 	body      io.Closer
 	r         *bufio.Reader
 	promptLen int
@@ -613,13 +730,13 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 		if s.final != nil {
 			// After the finish: the usage chunk (include_usage without
 			// continuous stats) completes the counts.
-			if _, err := c.apply(s.final, s.promptLen); err != nil {
+			if _, err := s.e.apply(&c, s.final, s.promptLen); err != nil {
 				return s.fail(err)
 			}
 			continue
 		}
 		d := s.pending
-		done, err := c.apply(&d, s.promptLen)
+		done, err := s.e.apply(&c, &d, s.promptLen)
 		if err != nil {
 			return s.fail(err)
 		}
@@ -628,9 +745,9 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 			continue
 		}
 		s.pending = engine.Delta{}
-		if !s.started && d.PromptTokens == 0 {
-			d.PromptTokens = s.promptLen
-		}
+		// A first Delta without usage leaves PromptTokens 0: the frontend
+		// then takes cached_tokens from a later Delta (the final usage
+		// chunk) instead of reporting 0 to the router.
 		s.started = true
 		if done && !s.sawUsage {
 			s.final = &d

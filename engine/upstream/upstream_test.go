@@ -142,7 +142,7 @@ func TestGenerate(t *testing.T) {
 		{"usage only after the finish", []string{first + "}", mid + "}", last + "}", `{"choices":[],` + usage + "}"},
 			[]engine.Token{9, 10, 11, 12}, nil, 2},
 		{"no usage at all", []string{first + "}", last + "}"}, []engine.Token{9, 10, 12}, nil, 0},
-		{"text without token_ids", []string{`{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}`}, nil, ErrNoTokenIDs, 0},
+		{"text without token_ids and no codec", []string{`{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}`}, nil, ErrNoTokenIDs, 0},
 		{"error event", []string{first + "}", `{"error":{"message":"engine died","code":500}}`}, []engine.Token{9, 10}, errors.New("engine died"), 0},
 		{"no finish before [DONE]", []string{first + "}"}, []engine.Token{9, 10}, io.ErrUnexpectedEOF, 0},
 	}
@@ -396,4 +396,99 @@ func TestHealthWatch(t *testing.T) {
 		}
 		waitActive(t, b, true)
 	})
+}
+
+// wordCodec is a Codec whose ids are the bytes of the text, so the
+// round trip is exact and the counts are easy to check.
+type wordCodec struct{}
+
+func (wordCodec) Encode(s string) []engine.Token {
+	out := make([]engine.Token, len(s))
+	for i := range len(s) {
+		out[i] = engine.Token(s[i])
+	}
+	return out
+}
+
+func (wordCodec) Decode(ids []engine.Token) string {
+	b := make([]byte, len(ids))
+	for i, t := range ids {
+		b[i] = byte(t)
+	}
+	return string(b)
+}
+
+// TestTextOnly: a server that sends text without token_ids (vLLM before
+// 0.10.2, SGLang's and llama.cpp's OpenAI APIs) is served through the
+// Codec, and cached_tokens that come only with the final usage chunk
+// reach the last Delta while the first carries no usage (PromptTokens 0).
+func TestTextOnly(t *testing.T) {
+	var codec wordCodec
+	chunks := []string{
+		`{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}`,
+		`{"choices":[{"index":0,"text":" you","finish_reason":"stop"}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":2}}}`,
+	}
+	for _, api := range []string{APIVLLM, APIOpenAI} {
+		t.Run(api, func(t *testing.T) {
+			f := &fakeVLLM{complete: func(w http.ResponseWriter, _ *http.Request, _ map[string]any) { sse(w, chunks...) }}
+			e, err := newTest(t, Config{URL: f.start(t), API: api, Codec: wordCodec{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := e.Generate(context.Background(), &engine.Request{ID: "r", Prompt: codec.Encode("abc"), MaxTokens: 8, IgnoreEOS: true, StopTokens: []engine.Token{1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d0, err := st.Recv()
+			if err != nil || d0.PromptTokens != 0 || codec.Decode(d0.Tokens) != "Hi" {
+				t.Fatalf("first %+v %v", d0, err)
+			}
+			toks, last, err := collect(t, st)
+			if err != nil || codec.Decode(toks) != " you" || last.PromptTokens != 3 || last.CachedTokens != 2 || last.Finish != engine.FinishStop {
+				t.Fatalf("rest %q %+v %v", codec.Decode(toks), last, err)
+			}
+			body := f.bodies[0]
+			if api == APIOpenAI {
+				if body["prompt"] != "abc" {
+					t.Errorf("openai prompt %v, want the text", body["prompt"])
+				}
+				for _, k := range []string{"return_token_ids", "ignore_eos", "stop_token_ids", "min_tokens", "top_k"} {
+					if _, ok := body[k]; ok {
+						t.Errorf("openai request carries vLLM's %s", k)
+					}
+				}
+				if so := fmt.Sprint(body["stream_options"]); so != "map[include_usage:true]" {
+					t.Errorf("stream_options %s", so)
+				}
+			}
+		})
+	}
+	if _, err := New(context.Background(), Config{URL: "http://127.0.0.1:1", API: APIOpenAI}); err == nil {
+		t.Error("openai without a codec accepted")
+	}
+}
+
+// TestNoCachedTokensDiagnostic: usage without prompt_tokens_details (vLLM
+// without --enable-prompt-tokens-details) raises a diagnostic.
+func TestNoCachedTokensDiagnostic(t *testing.T) {
+	f := &fakeVLLM{complete: func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
+		sse(w, `{"choices":[{"index":0,"text":"x","token_ids":[5],"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1}}`)
+	}}
+	e, err := newTest(t, Config{URL: f.start(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := health.NewBoard(slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	e.AttachBoard(b, "w0")
+	st, err := e.Generate(context.Background(), &engine.Request{ID: "r", Prompt: []engine.Token{1, 2}, MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := collect(t, st); err != nil {
+		t.Fatal(err)
+	}
+	if !b.IsActive(DiagNoCachedTokens, "w0") {
+		t.Fatalf("no %s: %+v", DiagNoCachedTokens, b.Active())
+	}
 }

@@ -1,0 +1,383 @@
+package standin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// LlamaCppOptions select a llama-server look-alike's behaviour. Each cites
+// ggml-org/llama.cpp tools/server (README.md, server.cpp,
+// server-common.cpp).
+type LlamaCppOptions struct {
+	// Model is the name /v1/models lists (llama-server: the GGUF's file
+	// name or --alias).
+	Model string
+	// Slots is -np/--parallel: independent sequences, each with its own
+	// cache of one prompt (default 4).
+	Slots int
+	// NCtx is each slot's context (-c / np; default 8192): a longer prompt
+	// is refused with exceed_context_size_error.
+	NCtx int
+	// LoadTime: /health answers 503 "Loading model" for this long after
+	// Start, as the server does until the model is loaded; every other
+	// endpoint too (the server's readiness middleware).
+	LoadTime time.Duration
+	// PrefillPerToken and DecodePerToken are the simulated compute times:
+	// only the prompt tokens a slot does not already hold are evaluated.
+	PrefillPerToken, DecodePerToken time.Duration
+	// PingEvery sends SSE comment pings (": ping") while a stream waits
+	// (--sse-ping-interval, 30 s by default in llama-server; 0: one ping
+	// before the first token, so readers always meet one).
+	PingEvery time.Duration
+	// SlotSimilarity is -sps/--slot-prompt-similarity (default 0.10; a
+	// negative value disables it): with id_slot -1, the idle slot whose
+	// cached prompt shares the longest prefix wins if the shared part is
+	// more than this fraction of the prompt, else the least recently used.
+	SlotSimilarity float64
+}
+
+// LlamaCpp is a running llama-server look-alike: POST /completion with
+// token prompts, cache_prompt, id_slot, return_tokens; SSE with comment
+// pings and no [DONE]; GET /health, /v1/models, /slots, /metrics
+// (llamacpp:*). It publishes no KV events, as llama.cpp does not.
+type LlamaCpp struct {
+	opts  LlamaCppOptions
+	srv   *http.Server
+	lis   net.Listener
+	ready time.Time
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	slots   []llamaSlot
+	clock   uint64
+	metrics struct{ promptTokens, predicted, processing, deferred int64 }
+}
+
+type llamaSlot struct {
+	tokens   []engine.Token // prompt + output of the last task: the slot's cache
+	busy     bool
+	lastUsed uint64
+}
+
+// StartLlamaCpp listens on 127.0.0.1 (any port) and serves.
+func StartLlamaCpp(opts LlamaCppOptions) (*LlamaCpp, error) {
+	if opts.Model == "" {
+		opts.Model = "standin.gguf"
+	}
+	if opts.Slots <= 0 {
+		opts.Slots = 4
+	}
+	if opts.NCtx <= 0 {
+		opts.NCtx = 8192
+	}
+	if opts.SlotSimilarity == 0 {
+		opts.SlotSimilarity = 0.10
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("standin: %w", err)
+	}
+	s := &LlamaCpp{opts: opts, lis: lis, ready: time.Now().Add(opts.LoadTime), slots: make([]llamaSlot, opts.Slots)}
+	s.cond = sync.NewCond(&s.mu)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/models", s.loaded(s.models))
+	mux.HandleFunc("POST /completion", s.loaded(s.completion))
+	mux.HandleFunc("GET /slots", s.loaded(s.slotsInfo))
+	mux.HandleFunc("GET /metrics", s.loaded(s.metricsText))
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(lis) }()
+	return s, nil
+}
+
+// URL is the server's base URL.
+func (s *LlamaCpp) URL() string { return "http://" + s.lis.Addr().String() }
+
+// Close stops the server.
+func (s *LlamaCpp) Close() error { return s.srv.Close() }
+
+// llamaErr writes format_error_response's shape (server-common.cpp).
+func llamaErr(w http.ResponseWriter, code int, typ, msg string, extra map[string]any) {
+	body := map[string]any{"code": code, "message": msg, "type": typ}
+	for k, v := range extra {
+		body[k] = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": body})
+}
+
+func (s *LlamaCpp) loading() bool { return time.Now().Before(s.ready) }
+
+// health: 503 {"error":{"code":503,"message":"Loading model","type":
+// "unavailable_error"}} while loading, then 200 {"status":"ok"}
+// (tools/server/README.md, GET /health).
+func (s *LlamaCpp) health(w http.ResponseWriter, _ *http.Request) {
+	if s.loading() {
+		llamaErr(w, http.StatusServiceUnavailable, "unavailable_error", "Loading model", nil)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"status":"ok"}`)
+}
+
+func (s *LlamaCpp) loaded(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.loading() {
+			llamaErr(w, http.StatusServiceUnavailable, "unavailable_error", "Loading model", nil)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// models: llama-server lists one model, with its GGUF metadata under meta
+// and no max_model_len.
+func (s *LlamaCpp) models(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": s.opts.Model, "object": "model", "owned_by": "llamacpp", "created": 0,
+		"meta": map[string]any{"n_ctx_train": s.opts.NCtx, "n_vocab": 151936}}}})
+}
+
+func (s *LlamaCpp) slotsInfo(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	out := make([]map[string]any, len(s.slots))
+	for i, sl := range s.slots {
+		out[i] = map[string]any{"id": i, "n_ctx": s.opts.NCtx, "is_processing": sl.busy, "n_past": len(sl.tokens)}
+	}
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// metricsText: the llamacpp:* names of the README's /metrics (--metrics).
+func (s *LlamaCpp) metricsText(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	m := s.metrics
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total %d\n", m.promptTokens)
+	fmt.Fprintf(w, "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total %d\n", m.predicted)
+	fmt.Fprintf(w, "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n", m.processing)
+	fmt.Fprintf(w, "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n", m.deferred)
+}
+
+type completionReq struct {
+	Prompt       []engine.Token `json:"prompt"`
+	NPredict     *int           `json:"n_predict"`
+	Stream       bool           `json:"stream"`
+	CachePrompt  *bool          `json:"cache_prompt"`
+	IDSlot       *int           `json:"id_slot"`
+	ReturnTokens bool           `json:"return_tokens"`
+}
+
+func lcp(a, b []engine.Token) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// acquire picks the task's slot as get_available_slot does (server.cpp):
+// id_slot when given (the task waits for it), else the most similar idle
+// slot above SlotSimilarity, else the least recently used idle one;
+// with none idle the task is deferred. It waits until ctx ends.
+func (s *LlamaCpp) acquire(ctx context.Context, want int, prompt []engine.Token) (int, error) {
+	stop := context.AfterFunc(ctx, func() { s.mu.Lock(); s.cond.Broadcast(); s.mu.Unlock() })
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deferred := false
+	defer func() {
+		if deferred {
+			s.metrics.deferred--
+		}
+	}()
+	for {
+		pick := -1
+		if want >= 0 {
+			if !s.slots[want].busy {
+				pick = want
+			}
+		} else {
+			best := 0
+			for i, sl := range s.slots {
+				if sl.busy {
+					continue
+				}
+				if n := lcp(sl.tokens, prompt); n > best && s.opts.SlotSimilarity >= 0 && float64(n) > s.opts.SlotSimilarity*float64(len(prompt)) {
+					pick, best = i, n
+				}
+			}
+			if pick < 0 {
+				for i, sl := range s.slots {
+					if !sl.busy && (pick < 0 || sl.lastUsed < s.slots[pick].lastUsed) {
+						pick = i
+					}
+				}
+			}
+		}
+		if pick >= 0 {
+			s.slots[pick].busy = true
+			s.clock++
+			s.slots[pick].lastUsed = s.clock
+			s.metrics.processing++
+			return pick, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if !deferred {
+			deferred = true
+			s.metrics.deferred++
+		}
+		s.cond.Wait()
+	}
+}
+
+func (s *LlamaCpp) release(slot int, tokens []engine.Token) {
+	s.mu.Lock()
+	s.slots[slot].busy = false
+	s.slots[slot].tokens = tokens
+	s.metrics.processing--
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
+	var req completionReq
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&req); err != nil {
+		llamaErr(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return
+	}
+	if len(req.Prompt) == 0 {
+		llamaErr(w, http.StatusBadRequest, "invalid_request_error", "\"prompt\" must be provided", nil)
+		return
+	}
+	if len(req.Prompt) >= s.opts.NCtx {
+		llamaErr(w, http.StatusBadRequest, "exceed_context_size_error", "the request exceeds the available context size, try increasing it",
+			map[string]any{"n_prompt_tokens": len(req.Prompt), "n_ctx": s.opts.NCtx})
+		return
+	}
+	want := -1
+	if req.IDSlot != nil && *req.IDSlot >= 0 {
+		if *req.IDSlot >= len(s.slots) {
+			llamaErr(w, http.StatusBadRequest, "invalid_request_error", "Invalid slot ID", nil)
+			return
+		}
+		want = *req.IDSlot
+	}
+	nPredict := s.opts.NCtx - len(req.Prompt) // -1 (default): until the context is full
+	if req.NPredict != nil && *req.NPredict >= 0 {
+		nPredict = min(*req.NPredict, nPredict)
+	}
+	flusher, _ := w.(http.Flusher)
+	if req.Stream {
+		w.Header().Set("Content-Type", "text/event-stream")
+		// A ping before the task runs: readers must skip SSE comments.
+		_, _ = io.WriteString(w, ": ping\n\n")
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	slot, err := s.acquire(r.Context(), want, req.Prompt)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	cached := 0
+	if req.CachePrompt == nil || *req.CachePrompt { // cache_prompt defaults to true
+		cached = lcp(s.slots[slot].tokens, req.Prompt)
+	}
+	s.mu.Unlock()
+	// At least one prompt token is evaluated, for the logits
+	// (server.cpp: "we have to evaluate at least 1 token").
+	cached = min(cached, len(req.Prompt)-1)
+	all := append([]engine.Token(nil), req.Prompt...)
+	defer func() { s.release(slot, all) }()
+	if !sleepCtx(r.Context(), time.Duration(len(req.Prompt)-cached)*s.opts.PrefillPerToken) {
+		return
+	}
+	s.mu.Lock()
+	s.metrics.promptTokens += int64(len(req.Prompt) - cached)
+	s.mu.Unlock()
+	var out []engine.Token
+	lastPing := time.Now()
+	for i := range nPredict {
+		if i > 0 && !sleepCtx(r.Context(), s.opts.DecodePerToken) {
+			return
+		}
+		tok := engine.Token(1000 + (int(req.Prompt[len(req.Prompt)-1])*31+i)%50000)
+		out = append(out, tok)
+		all = append(all, tok)
+		if req.Stream {
+			if s.opts.PingEvery > 0 && time.Since(lastPing) >= s.opts.PingEvery {
+				_, _ = io.WriteString(w, ": ping\n\n")
+				lastPing = time.Now()
+			}
+			ev := map[string]any{"index": 0, "content": fmt.Sprintf(" t%d", tok), "stop": false, "id_slot": slot,
+				"tokens_predicted": i + 1, "tokens_evaluated": len(req.Prompt)}
+			if req.ReturnTokens {
+				ev["tokens"] = []engine.Token{tok}
+			}
+			if !writeSSE(w, flusher, ev) {
+				return
+			}
+		}
+	}
+	s.mu.Lock()
+	s.metrics.predicted += int64(len(out))
+	s.mu.Unlock()
+	final := map[string]any{"index": 0, "content": "", "stop": true, "id_slot": slot, "model": s.opts.Model,
+		"stop_type": "limit", "tokens_predicted": len(out), "tokens_evaluated": len(req.Prompt), "tokens_cached": len(all) - 1,
+		"timings": map[string]any{"cache_n": cached, "prompt_n": len(req.Prompt) - cached, "predicted_n": len(out)}}
+	if !req.Stream {
+		final["content"] = fmt.Sprint(out)
+		if req.ReturnTokens {
+			final["tokens"] = out
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(final)
+		return
+	}
+	final["tokens"] = []engine.Token{}
+	writeSSE(w, flusher, final) // no [DONE]: the stop event ends /completion's stream
+}
+
+func writeSSE(w io.Writer, f http.Flusher, v any) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+		return false
+	}
+	if f != nil {
+		f.Flush()
+	}
+	return true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,247 @@
+package standin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/mocker"
+)
+
+// Codec turns ids into text and back (tokenizer.Tokenizer satisfies it).
+type Codec interface {
+	Encode(text string) []engine.Token
+	Decode(ids []engine.Token) string
+}
+
+// Options select the server's behaviour.
+type Options struct {
+	// Model is the served model name (/v1/models).
+	Model string
+	// Mocker computes; its KVEvents configure the publisher.
+	Mocker mocker.Config
+	// ReturnTokenIDs honours return_token_ids (vLLM ≥ 0.10.2).
+	ReturnTokenIDs bool
+	// PromptTokensDetails reports cached tokens (--enable-prompt-tokens-details).
+	PromptTokensDetails bool
+	// Codec writes the text of chunks and reads text prompts (nil: text
+	// is empty and text prompts are refused).
+	Codec Codec
+}
+
+// Server is a running stand-in.
+type Server struct {
+	opts Options
+	eng  *mocker.Engine
+	srv  *http.Server
+	lis  net.Listener
+	reqs atomic.Int64
+}
+
+// Start listens on 127.0.0.1 (any port) and serves.
+func Start(opts Options) (*Server, error) {
+	if opts.Model == "" {
+		opts.Model = "standin"
+	}
+	opts.Mocker.Model = opts.Model
+	eng, err := mocker.New(opts.Mocker)
+	if err != nil {
+		return nil, fmt.Errorf("standin: %w", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		eng.Close()
+		return nil, fmt.Errorf("standin: %w", err)
+	}
+	s := &Server{opts: opts, eng: eng, lis: lis}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {}) // vLLM: 200, empty body
+	mux.HandleFunc("POST /v1/completions", s.completions)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(lis) }()
+	return s, nil
+}
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return "http://" + s.lis.Addr().String() }
+
+// Engine is the mocker behind the server (its KV event endpoints).
+func (s *Server) Engine() *mocker.Engine { return s.eng }
+
+// Requests counts completions served.
+func (s *Server) Requests() int64 { return s.reqs.Load() }
+
+// Close stops the server and the engine.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	return errors.Join(err, s.eng.Close())
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	// vLLM lists max_model_len beside the OpenAI fields
+	// (vllm/entrypoints/openai/protocol.py, ModelCard).
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": s.opts.Model, "object": "model", "owned_by": "vllm", "max_model_len": s.eng.Info().ContextLength}}})
+}
+
+type request struct {
+	Model          string          `json:"model"`
+	Prompt         json.RawMessage `json:"prompt"`
+	MaxTokens      *int            `json:"max_tokens"`
+	MinTokens      int             `json:"min_tokens"`
+	IgnoreEOS      bool            `json:"ignore_eos"`
+	StopTokenIDs   []engine.Token  `json:"stop_token_ids"`
+	Stream         bool            `json:"stream"`
+	ReturnTokenIDs bool            `json:"return_token_ids"`
+	StreamOptions  *struct {
+		IncludeUsage         bool `json:"include_usage"`
+		ContinuousUsageStats bool `json:"continuous_usage_stats"`
+	} `json:"stream_options"`
+}
+
+// errorBody is vLLM's ErrorResponse.
+func errorBody(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": "BadRequestError", "param": nil, "code": code}})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var req request
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&req); err != nil {
+		errorBody(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Model != s.opts.Model {
+		// vLLM: 404 "The model `x` does not exist."
+		errorBody(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	var prompt []engine.Token
+	if err := json.Unmarshal(req.Prompt, &prompt); err != nil {
+		var text string
+		if json.Unmarshal(req.Prompt, &text) != nil || s.opts.Codec == nil {
+			errorBody(w, http.StatusBadRequest, "prompt must be a string or a list of token ids")
+			return
+		}
+		prompt = s.opts.Codec.Encode(text)
+	}
+	max := 16 // vLLM's completions default
+	if req.MaxTokens != nil {
+		max = *req.MaxTokens
+	}
+	info := s.eng.Info()
+	if len(prompt)+max > info.ContextLength {
+		errorBody(w, http.StatusBadRequest, fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens.", info.ContextLength, len(prompt)+max))
+		return
+	}
+	s.reqs.Add(1)
+	st, err := s.eng.Generate(r.Context(), &engine.Request{ID: r.Header.Get("X-Request-Id"), Model: req.Model, Prompt: prompt,
+		MaxTokens: max, MinTokens: req.MinTokens, IgnoreEOS: req.IgnoreEOS, StopTokens: req.StopTokenIDs})
+	if err != nil {
+		errorBody(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	ids := req.ReturnTokenIDs && s.opts.ReturnTokenIDs
+	id := fmt.Sprintf("cmpl-%d", s.reqs.Load())
+	usage := func(cached, completion int) map[string]any {
+		u := map[string]any{"prompt_tokens": len(prompt), "completion_tokens": completion, "total_tokens": len(prompt) + completion}
+		if s.opts.PromptTokensDetails {
+			u["prompt_tokens_details"] = map[string]any{"cached_tokens": cached}
+		}
+		return u
+	}
+	choice := func(toks []engine.Token, finish engine.FinishReason) map[string]any {
+		c := map[string]any{"index": 0, "text": s.text(toks), "logprobs": nil, "finish_reason": nil}
+		if finish != engine.FinishNone {
+			c["finish_reason"] = finishName(finish)
+		}
+		if ids {
+			c["token_ids"] = toks
+		}
+		return c
+	}
+	var all []engine.Token
+	cached, n := 0, 0
+	if !req.Stream {
+		var finish engine.FinishReason
+		for {
+			d, err := st.Recv()
+			if err != nil {
+				break
+			}
+			if d.PromptTokens > 0 {
+				cached = d.CachedTokens
+			}
+			all = append(all, d.Tokens...)
+			if d.Finish != engine.FinishNone {
+				finish = d.Finish
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(),
+			"model": req.Model, "choices": []any{choice(all, finish)}, "usage": usage(cached, len(all))})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	cont := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
+	final := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	write := func(v map[string]any) {
+		v["id"], v["object"], v["created"], v["model"] = id, "text_completion", time.Now().Unix(), req.Model
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	for {
+		d, err := st.Recv()
+		if err != nil {
+			break
+		}
+		if d.PromptTokens > 0 {
+			cached = d.CachedTokens
+		}
+		n += len(d.Tokens)
+		chunk := map[string]any{"choices": []any{choice(d.Tokens, d.Finish)}}
+		if cont {
+			chunk["usage"] = usage(cached, n)
+		}
+		write(chunk)
+		if d.Finish != engine.FinishNone {
+			break
+		}
+	}
+	if final {
+		write(map[string]any{"choices": []any{}, "usage": usage(cached, n)})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+func (s *Server) text(toks []engine.Token) string {
+	if s.opts.Codec == nil {
+		return ""
+	}
+	return s.opts.Codec.Decode(toks)
+}
+
+func finishName(f engine.FinishReason) string {
+	if f == engine.FinishLength {
+		return "length"
+	}
+	return "stop"
+}
