@@ -70,6 +70,7 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 
 func newServeCmd() *cobra.Command {
 	var setup *serveSetup
+	var tf tracingFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -79,6 +80,11 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopTracing, err := tf.start(cmd.Context(), "serve", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			sys, model, err := setup.start(log)
 			if err != nil {
 				return err
@@ -104,6 +110,7 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	setup = newServeSetup(cmd)
+	tf.register(cmd, "tandem")
 	return cmd
 }
 
