@@ -3,17 +3,17 @@ package tracing
 // Span names, one per step of a request. Jaeger shows them in this order
 // for a disaggregated request (TestJaegerTrace in cmd/tandem checks it).
 const (
-	SpanHTTP        = "http.request"  // frontend: the whole request, from the first byte read
-	SpanTemplate    = "template"      // frontend: the chat template rendered
-	SpanTokenize    = "tokenize"      // frontend: the prompt tokenized
-	SpanQueue       = "queue"         // frontend: waiting for an admission slot (--max-inflight)
-	SpanRoute       = "route"         // frontend: the router's decision
-	SpanDisagg      = "disagg.decide" // frontend: local vs remote prefill, with both estimates
-	SpanPrefill     = "prefill"       // prefill worker: the remote prefill leg's compute
-	SpanKVTransfer  = "kv_transfer"   // prefill worker: the blocks streamed to the decode worker
-	SpanFirstToken  = "first_token"   // frontend: from the engine call to the first token
-	SpanStream      = "stream"        // frontend: from the first token to the end of the stream
-	SpanKVReceive   = "kv_receive"    // decode worker: blocks received and imported
+	SpanHTTP       = "http.request"  // frontend: the whole request, from the first byte read
+	SpanTemplate   = "template"      // frontend: the chat template rendered
+	SpanTokenize   = "tokenize"      // frontend: the prompt tokenized
+	SpanQueue      = "queue"         // frontend: waiting for an admission slot (--max-inflight)
+	SpanRoute      = "route"         // frontend: the router's decision
+	SpanDisagg     = "disagg.decide" // frontend: local vs remote prefill, with both estimates
+	SpanPrefill    = "prefill"       // prefill worker: the remote prefill leg's compute
+	SpanKVTransfer = "kv_transfer"   // prefill worker: the blocks streamed to the decode worker
+	SpanFirstToken = "first_token"   // frontend: from the engine call to the first token
+	SpanStream     = "stream"        // frontend: from the first token to the end of the stream
+	SpanKVReceive  = "kv_receive"    // decode worker: blocks received and imported
 )
 
 // Attribute keys shared by the spans (OpenTelemetry semantic conventions
