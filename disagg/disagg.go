@@ -13,7 +13,6 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tracing"
 )
 
@@ -55,7 +54,7 @@ const (
 
 // Fallback codes (tandem_disagg_fallbacks_total, log diagnostic_code).
 const (
-	FallbackPrefillFailed = "disagg_prefill_failed"
+	FallbackPrefillFailed = kvtransfer.CodePrefillFailed
 	// FallbackPrefillTimeout: the remote leg outlived Config.LegTimeout (a
 	// stuck or overloaded prefill worker); the request stops waiting.
 	FallbackPrefillTimeout = "disagg_prefill_timeout"
@@ -125,8 +124,8 @@ type Orchestrator struct {
 
 	mu      sync.Mutex
 	prefill []*prefillWorker
-	decode  map[string]Side    // the wrapped decode workers, whose links are probed
-	rates   map[string]float64 // learned seconds per prefill token, of engines that cannot estimate
+	decode  map[string]kvtransfer.Side // the wrapped decode workers, whose links are probed
+	rates   map[string]float64         // learned seconds per prefill token, of engines that cannot estimate
 	probing map[chan struct{}]struct{}
 }
 
@@ -138,7 +137,7 @@ const DefaultLegTimeout = kvtransfer.DefaultTimeout
 const probeTimeout = 10 * time.Second
 
 type prefillWorker struct {
-	Side
+	kvtransfer.Side
 	// queue is the worker's estimated seconds of prefill legs in flight
 	// (under mu). A pointer, so a replaced Side keeps the legs its
 	// predecessor started, and they still subtract what they added.
@@ -161,7 +160,7 @@ func New(cfg Config) *Orchestrator {
 		cfg.Logger = slog.Default()
 	}
 	o := &Orchestrator{
-		cfg: cfg, log: cfg.Logger, rates: map[string]float64{}, decode: map[string]Side{}, probing: map[chan struct{}]struct{}{},
+		cfg: cfg, log: cfg.Logger, rates: map[string]float64{}, decode: map[string]kvtransfer.Side{}, probing: map[chan struct{}]struct{}{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_disagg_decisions_total",
 			Help: "Disaggregation decisions: where the prompt was prefilled and why.",
@@ -199,7 +198,7 @@ func (o *Orchestrator) Close() {
 // probeLocked measures the link from prefill worker p to decode worker d
 // in the background, so that the first request on the pair is priced on a
 // measurement instead of paying for the probe itself.
-func (o *Orchestrator) probeLocked(p, d Side) {
+func (o *Orchestrator) probeLocked(p, d kvtransfer.Side) {
 	if o.cfg.Mode == Never || o.ctx.Err() != nil {
 		return
 	}
@@ -239,7 +238,7 @@ func (o *Orchestrator) Probed(ctx context.Context) error {
 }
 
 // AddPrefill registers (or, for a known id, replaces) a prefill worker.
-func (o *Orchestrator) AddPrefill(s Side) {
+func (o *Orchestrator) AddPrefill(s kvtransfer.Side) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for i, p := range o.prefill {
@@ -282,7 +281,7 @@ func (o *Orchestrator) PrefillWorkers() []string {
 // remotely as the decider chooses. A worker that receives no blocks, or
 // mode never, gets gen back unwrapped. Every prefill worker's link to s is
 // probed in the background (Probed waits for that).
-func (o *Orchestrator) Wrap(s Side, gen engine.Generator) engine.Generator {
+func (o *Orchestrator) Wrap(s kvtransfer.Side, gen engine.Generator) engine.Generator {
 	if s.TransferAddr() == "" || o.cfg.Mode == Never {
 		return gen
 	}
@@ -305,13 +304,13 @@ func (o *Orchestrator) RemoveDecode(id string) {
 
 type decodeGen struct {
 	o    *Orchestrator
-	side Side
+	side kvtransfer.Side
 	gen  engine.Generator
 }
 
 func (g *decodeGen) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	sctx, span := startSpan(ctx, tracing.SpanDisagg)
-	d, l := g.o.decide(sctx, g.side, req.Prompt)
+	d, l := g.o.decide(sctx, g.side, req.Prompt, req.PredictedCachedTokens)
 	if l != nil {
 		if code, err := g.o.remote(sctx, g.side, l, req, &d); err != nil {
 			if ctx.Err() != nil {
@@ -367,14 +366,14 @@ func (o *Orchestrator) learn(id string, n int, d time.Duration) {
 // candidate is a prefill worker priced for one request.
 type candidate struct {
 	p   *prefillWorker
-	a   Assessment
+	a   kvtransfer.Assessment
 	err error
 }
 
 // assess asks the decode worker and every prefill candidate about the
 // prompt at once: across processes each is a round trip, and they are
 // independent.
-func assess(ctx context.Context, dec Side, cands []*prefillWorker, prompt []engine.Token, tail int) (Assessment, error, []candidate) {
+func assess(ctx context.Context, dec kvtransfer.Side, cands []*prefillWorker, prompt []engine.Token, tail int) (kvtransfer.Assessment, error, []candidate) {
 	out := make([]candidate, len(cands))
 	var wg sync.WaitGroup
 	for i, p := range cands {
@@ -409,7 +408,9 @@ type leg struct {
 
 // decide prices local and remote prefill for prompt on decode worker dec.
 // It returns the remote leg to run, nil for local prefill.
-func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Token) (d Decision, l *leg) {
+// predicted is the prefix the router expects dec to hold
+// (engine.Request.PredictedCachedTokens).
+func (o *Orchestrator) decide(ctx context.Context, dec kvtransfer.Side, prompt []engine.Token, predicted int) (d Decision, l *leg) {
 	d = Decision{DecodeWorker: dec.ID(), PromptTokens: len(prompt), Choice: ChoiceLocal}
 	defer func() {
 		o.decisions.WithLabelValues(d.Choice, d.Reason).Inc()
@@ -429,12 +430,12 @@ func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Tok
 		d.LocalUncached, d.Reason = len(prompt), ReasonNothingToMove
 		return d, nil
 	}
-	if r, ok := router.DecisionFrom(ctx); ok && o.cfg.Mode == Auto && r.WorkerID == dec.ID() && r.PredictedCachedTokens >= full*bs {
+	if o.cfg.Mode == Auto && predicted >= full*bs {
 		// The KV router expects the decode worker to hold every whole
 		// block: there is nothing to move, and asking would cost a round
 		// trip per worker (a wrong guess costs a local prefill, which is
 		// what a cache miss on an aggregated worker costs too).
-		d.LocalUncached, d.Reason, d.Predicted = len(prompt)-r.PredictedCachedTokens, ReasonNothingToMove, true
+		d.LocalUncached, d.Reason, d.Predicted = len(prompt)-min(predicted, len(prompt)), ReasonNothingToMove, true
 		return d, nil
 	}
 	tail := len(prompt) - full*bs
@@ -531,7 +532,7 @@ func (o *Orchestrator) decide(ctx context.Context, dec Side, prompt []engine.Tok
 
 // remote runs the prefill leg on p, which streams the blocks decode
 // worker dec lacks. On failure it returns the fallback code.
-func (o *Orchestrator) remote(ctx context.Context, dec Side, l *leg, req *engine.Request, d *Decision) (string, error) {
+func (o *Orchestrator) remote(ctx context.Context, dec kvtransfer.Side, l *leg, req *engine.Request, d *Decision) (string, error) {
 	p := l.p
 	o.mu.Lock()
 	*p.queue += l.seconds

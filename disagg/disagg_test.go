@@ -18,7 +18,6 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/kvtransfer"
-	"github.com/tandemllm/tandem/router"
 )
 
 // busy reports a fixed number of running decodes, to price interference
@@ -55,9 +54,9 @@ func node(t testing.TB, id string, e engine.Engine, listen bool) *kvtransfer.Nod
 	return n
 }
 
-func local(t testing.TB, w Worker) *Local {
+func local(t testing.TB, w kvtransfer.Worker) *kvtransfer.Local {
 	t.Helper()
-	l, err := NewLocal(w)
+	l, err := kvtransfer.NewLocal(w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +118,11 @@ func newSetup(t *testing.T, mode Mode, running int, preBytes int, link float64) 
 		s.seen = append(s.seen, d)
 		s.mu.Unlock()
 	}})
-	s.orch.AddPrefill(local(t, Worker{ID: "p0", Engine: s.pre, Node: s.preNode}))
+	s.orch.AddPrefill(local(t, kvtransfer.Worker{ID: "p0", Engine: s.pre, Node: s.preNode}))
 	if link > 0 {
 		s.preNode.SetThroughput(kvtransfer.Peer{ID: "d0", Addr: s.decNode.Addr()}, link)
 	}
-	s.gen = s.orch.Wrap(local(t, Worker{ID: "d0", Engine: s.dec, Node: s.decNode}), s.dec)
+	s.gen = s.orch.Wrap(local(t, kvtransfer.Worker{ID: "d0", Engine: s.dec, Node: s.decNode}), s.dec)
 	return s
 }
 
@@ -252,8 +251,8 @@ func TestNativeBitExact(t *testing.T) {
 	o := New(Config{Mode: Always, Logger: slog.New(slog.DiscardHandler)})
 	var d Decision
 	o.cfg.OnDecision = func(x Decision) { d = x }
-	o.AddPrefill(local(t, Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}))
-	gen := o.Wrap(local(t, Worker{ID: "d0", Engine: dec, Node: node(t, "d0", dec, true)}), dec)
+	o.AddPrefill(local(t, kvtransfer.Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}))
+	gen := o.Wrap(local(t, kvtransfer.Worker{ID: "d0", Engine: dec, Node: node(t, "d0", dec, true)}), dec)
 	p := prompt(150, 5)
 	for i := range p {
 		p[i] = p[i]%400 + 3
@@ -303,8 +302,8 @@ func TestChunkedPrefillStreams(t *testing.T) {
 	t.Cleanup(func() { _ = pre.Close() })
 	var d Decision
 	o := New(Config{Mode: Always, Logger: slog.New(slog.DiscardHandler), OnDecision: func(x Decision) { d = x }})
-	o.AddPrefill(local(t, Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}))
-	gen := o.Wrap(local(t, Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), dm)
+	o.AddPrefill(local(t, kvtransfer.Worker{ID: "p0", Engine: pre, Node: node(t, "p0", pre, false)}))
+	gen := o.Wrap(local(t, kvtransfer.Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), dm)
 	_, cached := collect(t, gen, &engine.Request{Prompt: prompt(2049, 9), MaxTokens: 2, IgnoreEOS: true})
 	if d.Choice != ChoiceRemote || d.Fallback != "" || d.PrefillChunks != 9 {
 		t.Fatalf("decision %+v, want remote in 9 chunks", d)
@@ -323,9 +322,9 @@ func TestLinksProbedInBackground(t *testing.T) {
 	o := New(Config{Mode: Auto, Logger: slog.New(slog.DiscardHandler)})
 	defer o.Close()
 	pn, dn, pn2 := node(t, "p0", pm, false), node(t, "d0", dm, true), node(t, "p1", pm2, false)
-	o.AddPrefill(local(t, Worker{ID: "p0", Engine: pm, Node: pn}))
-	o.Wrap(local(t, Worker{ID: "d0", Engine: dm, Node: dn}), dm)
-	o.AddPrefill(local(t, Worker{ID: "p1", Engine: pm2, Node: pn2}))
+	o.AddPrefill(local(t, kvtransfer.Worker{ID: "p0", Engine: pm, Node: pn}))
+	o.Wrap(local(t, kvtransfer.Worker{ID: "d0", Engine: dm, Node: dn}), dm)
+	o.AddPrefill(local(t, kvtransfer.Worker{ID: "p1", Engine: pm2, Node: pn2}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := o.Probed(ctx); err != nil {
@@ -340,11 +339,11 @@ func TestLinksProbedInBackground(t *testing.T) {
 
 // stuck is a prefill worker whose legs never finish (a hung process): it
 // answers everything else as the real one does.
-type stuck struct{ *Local }
+type stuck struct{ *kvtransfer.Local }
 
-func (s stuck) PrefillAndSend(ctx context.Context, _ *engine.Request, _ kvtransfer.Peer, _ int) (Push, error) {
+func (s stuck) PrefillAndSend(ctx context.Context, _ *engine.Request, _ kvtransfer.Peer, _ int) (kvtransfer.Push, error) {
 	<-ctx.Done()
-	return Push{}, ctx.Err()
+	return kvtransfer.Push{}, ctx.Err()
 }
 
 // TestStuckPrefillTimesOut: a leg that outlives LegTimeout falls back to
@@ -354,8 +353,8 @@ func TestStuckPrefillTimesOut(t *testing.T) {
 	var d Decision
 	o := New(Config{Mode: Always, LegTimeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), OnDecision: func(x Decision) { d = x }})
 	defer o.Close()
-	o.AddPrefill(stuck{local(t, Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)})})
-	gen := o.Wrap(local(t, Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), dm)
+	o.AddPrefill(stuck{local(t, kvtransfer.Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)})})
+	gen := o.Wrap(local(t, kvtransfer.Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), dm)
 	got, _ := collect(t, gen, &engine.Request{Prompt: prompt(400, 2), MaxTokens: 3, IgnoreEOS: true})
 	if len(got) != 3 || d.Choice != ChoiceRemote || d.Fallback != FallbackPrefillTimeout {
 		t.Fatalf("tokens %v, decision %+v", got, d)
@@ -365,11 +364,11 @@ func TestStuckPrefillTimesOut(t *testing.T) {
 // counting is a Side that counts Assess calls (a round trip each across
 // processes).
 type counting struct {
-	*Local
+	*kvtransfer.Local
 	n *atomic.Int64
 }
 
-func (c counting) Assess(ctx context.Context, p []engine.Token, tail int) (Assessment, error) {
+func (c counting) Assess(ctx context.Context, p []engine.Token, tail int) (kvtransfer.Assessment, error) {
 	c.n.Add(1)
 	return c.Local.Assess(ctx, p, tail)
 }
@@ -395,10 +394,9 @@ func TestPredictedHitAsksNobody(t *testing.T) {
 			var d Decision
 			o := New(Config{Mode: tc.mode, Logger: slog.New(slog.DiscardHandler), OnDecision: func(x Decision) { d = x }})
 			defer o.Close()
-			o.AddPrefill(counting{local(t, Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)}), &asks})
-			gen := o.Wrap(counting{local(t, Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), &asks}, dm)
-			ctx := router.WithDecision(context.Background(), router.Decision{WorkerID: "d0", PredictedCachedTokens: tc.predicted})
-			st, err := gen.Generate(ctx, &engine.Request{Prompt: p, MaxTokens: 1})
+			o.AddPrefill(counting{local(t, kvtransfer.Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)}), &asks})
+			gen := o.Wrap(counting{local(t, kvtransfer.Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), &asks}, dm)
+			st, err := gen.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1, PredictedCachedTokens: tc.predicted})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+
+	"github.com/tandemllm/tandem/tokenid"
 )
 
-// Token is a vocabulary id. int32 covers every vocabulary in use (o200k,
-// Qwen3's 151k) and halves the memory of prompts held by schedulers and
-// indexes compared with int.
-type Token = int32
+// Token is a vocabulary id (tokenid.ID, defined once below every layer).
+// The alias stays because the seam's signatures, and all their callers,
+// read engine.Token.
+type Token = tokenid.ID
 
 // FinishReason says why a sequence ended. The values are the OpenAI ones so
 // the frontend can pass them through unchanged.
@@ -54,6 +56,13 @@ type Request struct {
 	// not interpret it, an engine wrapper that speaks the protocol does
 	// (disagg/vllmpd). Nil when the client sent none.
 	KVTransferParams []byte
+	// PredictedCachedTokens is the prompt prefix the router expects the
+	// worker it chose to hold (router.Decision), set by the frontend on
+	// the request it hands that worker's Generator: a disaggregation
+	// driver wrapping the worker skips a prefill leg that would move
+	// nothing. 0 when no prediction was made. Frontend-side only: it does
+	// not cross the request plane.
+	PredictedCachedTokens int
 }
 
 // Delta is one batch of progress on a sequence. An engine may coalesce

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -101,7 +100,7 @@ func (c *conn) close() {
 // side is the worker's part in disaggregation over this connection. Its
 // calls count as streams, so a draining prefill worker finishes the legs
 // it is running before its connection closes.
-func (c *conn) side(rec discovery.Record) disagg.Side {
+func (c *conn) side(rec discovery.Record) kvtransfer.Side {
 	return &countedSide{Side: requestplane.NewSide(c.c, requestplane.SideDesc{
 		ID: rec.ID, Layout: rec.KVLayout.EngineLayout, BlockSize: rec.KVLayout.BlockSize,
 		BlockBytes: rec.KVTransfer.BlockBytes, TransferAddr: rec.KVTransfer.Addr,
@@ -113,7 +112,7 @@ type countedSide struct {
 	c *conn
 }
 
-func (s *countedSide) Assess(ctx context.Context, prompt []engine.Token, tail int) (disagg.Assessment, error) {
+func (s *countedSide) Assess(ctx context.Context, prompt []engine.Token, tail int) (kvtransfer.Assessment, error) {
 	s.c.hold()
 	defer s.c.release()
 	return s.Side.Assess(ctx, prompt, tail)
@@ -125,7 +124,7 @@ func (s *countedSide) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) 
 	return s.Side.LinkThroughput(ctx, peer)
 }
 
-func (s *countedSide) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (disagg.Push, error) {
+func (s *countedSide) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (kvtransfer.Push, error) {
 	s.c.hold()
 	defer s.c.release()
 	return s.Side.PrefillAndSend(ctx, req, peer, from)

@@ -14,6 +14,6 @@
 // its streams.
 //
 // Failures before the first token need nothing here: the frontend retries
-// requestplane.ErrUnavailable on another worker, and a dead worker's
+// engine.ErrUnavailable on another worker, and a dead worker's
 // connection fails exactly that way until its record expires.
 package frontend

@@ -30,7 +30,6 @@ import (
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/router"
-	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -38,7 +37,7 @@ import (
 type Config struct {
 	// HTTPAddr is the OpenAI API's listen address (--http-addr).
 	HTTPAddr string
-	// RouterMode is one of serve.RouterModes (--router-mode).
+	// RouterMode is one of router.Modes (--router-mode).
 	RouterMode string
 	// KV configures the kv and kv-approx modes; its Board, Logger and
 	// Registerer are the frontend's.
@@ -253,7 +252,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 	kc := f.cfg.KV
 	kc.Board, kc.Logger, kc.Registerer = f.Board, log, f.Metrics
-	p, err := serve.NewPolicy(f.ctx, f.cfg.RouterMode, kc)
+	p, err := router.NewPolicy(f.ctx, f.cfg.RouterMode, kc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}

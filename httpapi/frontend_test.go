@@ -19,7 +19,6 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/requestplane"
 )
 
 func client(url string) openai.Client {
@@ -261,7 +260,7 @@ type deadWorker struct{ calls int }
 
 func (d *deadWorker) Generate(context.Context, *engine.Request) (engine.Stream, error) {
 	d.calls++
-	return nil, fmt.Errorf("dial: %w", requestplane.ErrUnavailable)
+	return nil, fmt.Errorf("dial: %w", engine.ErrUnavailable)
 }
 
 func TestRetryOnDeadWorkerBeforeFirstToken(t *testing.T) {
@@ -288,7 +287,7 @@ func (b *brokenStream) Recv() (engine.Delta, error) {
 	if b.n == 1 {
 		return engine.Delta{Tokens: toks("a"), PromptTokens: 1}, nil
 	}
-	return engine.Delta{}, fmt.Errorf("connection reset: %w", requestplane.ErrUnavailable)
+	return engine.Delta{}, fmt.Errorf("connection reset: %w", engine.ErrUnavailable)
 }
 
 type brokenWorker struct{}

@@ -26,7 +26,6 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/openai"
-	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/tracing"
@@ -486,7 +485,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			timer = time.AfterFunc(d, func() { timedOut.Store(true); acancel() })
 		}
 		fctx, fspan := child(actx, tracing.SpanFirstToken)
-		stream, err = route.Worker.Gen.Generate(router.WithDecision(fctx, route.Decision), ereq)
+		// A copy per attempt: an earlier attempt's engine may still read
+		// its request while it winds down.
+		areq := *ereq
+		areq.PredictedCachedTokens = route.Decision.PredictedCachedTokens
+		stream, err = route.Worker.Gen.Generate(fctx, &areq)
 		if err == nil {
 			first, err = stream.Recv()
 			if err == io.EOF {
@@ -506,11 +509,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			break
 		}
 		acancel()
-		if errors.Is(err, requestplane.ErrUnavailable) && r.Context().Err() == nil {
+		if errors.Is(err, engine.ErrUnavailable) && r.Context().Err() == nil {
 			route.Unreachable()
 		}
 		route.Done()
-		retryable := errors.Is(err, requestplane.ErrUnavailable) || errors.Is(err, errFirstTokenTimeout)
+		retryable := errors.Is(err, engine.ErrUnavailable) || errors.Is(err, errFirstTokenTimeout)
 		if retryable && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
 			tried, lastErr = append(tried, route.Worker.ID), err
 			mm.retries.Inc()
@@ -584,7 +587,7 @@ func (s *Server) engineError(err error) *openai.Error {
 		return openai.BadRequest("max_tokens", "context_length_exceeded", "%v", err)
 	case errors.Is(err, engine.ErrInvalidRequest):
 		return openai.BadRequest("", "invalid_value", "%v", err)
-	case errors.Is(err, requestplane.ErrUnavailable), errors.Is(err, engine.ErrClosed):
+	case errors.Is(err, engine.ErrUnavailable), errors.Is(err, engine.ErrClosed):
 		return openai.Unavailable("worker_unavailable", s.cfg.RetryAfter, "the worker is unavailable: %v", err)
 	case errors.Is(err, context.Canceled):
 		return &openai.Error{Status: 499, Type: "cancelled", Code: "client_closed_request", Message: "the client closed the request"}

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 func closed(ch <-chan struct{}) bool {
@@ -134,7 +136,7 @@ func TestChanged(t *testing.T) {
 
 // allocated returns a Seq holding slots for all of tokens, nothing
 // committed: a prefill about to run chunk by chunk.
-func allocated(t *testing.T, c *Cache, tokens []Token) *Seq {
+func allocated(t *testing.T, c *Cache, tokens []tokenid.ID) *Seq {
 	t.Helper()
 	s := &Seq{}
 	if err := c.Allocate(s, len(tokens)); err != nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // BlockHash is a full block's chained hash as the engine computes it. Digests
@@ -31,7 +33,7 @@ func HashFromUint64(v uint64) BlockHash {
 // own root value (vLLM's NONE_HASH, for instance). A Hasher is called only
 // from the cache's owning goroutine, so it may keep scratch buffers.
 type Hasher interface {
-	Hash(parent BlockHash, tokens []Token) BlockHash
+	Hash(parent BlockHash, tokens []tokenid.ID) BlockHash
 }
 
 // XXH3Seed is the seed Dynamo's router uses for its block hashes; the default
@@ -48,7 +50,7 @@ type XXH3Hasher struct {
 }
 
 // Hash implements Hasher.
-func (x *XXH3Hasher) Hash(parent BlockHash, tokens []Token) BlockHash {
+func (x *XXH3Hasher) Hash(parent BlockHash, tokens []tokenid.ID) BlockHash {
 	buf := x.buf[:0]
 	for _, t := range tokens {
 		buf = binary.LittleEndian.AppendUint32(buf, uint32(t))

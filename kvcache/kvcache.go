@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-)
 
-// Token is a vocabulary id (the same type as engine.Token, declared here so
-// the cache depends on nothing).
-type Token = int32
+	"github.com/tandemllm/tandem/tokenid"
+)
 
 // BlockID indexes a physical block in [0, NumBlocks). It is dense so engines
 // can use it directly as an offset into their K/V pools.
@@ -31,7 +29,7 @@ type EventSink interface {
 	// of one sequence, blocks[i] holding tokens[i*BlockSize:(i+1)*BlockSize].
 	// parent is the hash of the block before blocks[0], zero at a sequence's
 	// start.
-	BlocksStored(parent BlockHash, blocks []BlockHash, tokens []Token)
+	BlocksStored(parent BlockHash, blocks []BlockHash, tokens []tokenid.ID)
 	// BlocksRemoved reports cached blocks that were evicted.
 	BlocksRemoved(blocks []BlockHash)
 	// AllBlocksCleared reports that Reset dropped every cached block.
@@ -76,7 +74,7 @@ type BlockInfo struct {
 	Hash   BlockHash // valid when Hashed
 	// Tokens are the block's tokens when it is committed (nil otherwise).
 	// The slice aliases cache storage: copy it to keep it.
-	Tokens []Token
+	Tokens []tokenid.ID
 }
 
 type blockMeta struct {
@@ -99,7 +97,7 @@ type Cache struct {
 	// len(meta) were never touched and are implicitly free. Growing lazily
 	// keeps an idle worker's cache nearly free of memory.
 	meta   []blockMeta
-	tokens []Token // len(meta)*bs
+	tokens []tokenid.ID // len(meta)*bs
 
 	free             []BlockID // touched, unreferenced, not hashed
 	lruHead, lruTail BlockID   // cached blocks; head is evicted first
@@ -235,7 +233,7 @@ func (s *Seq) Reset() {
 }
 
 // hashUpTo makes sure s.hashes covers the first n full blocks of tokens.
-func (c *Cache) hashUpTo(s *Seq, tokens []Token, n int) {
+func (c *Cache) hashUpTo(s *Seq, tokens []tokenid.ID, n int) {
 	for i := len(s.hashes); i < n; i++ {
 		var parent BlockHash
 		if i > 0 {
@@ -257,7 +255,7 @@ func (c *Cache) lookup(h BlockHash) (BlockID, bool) {
 // Match returns how many leading tokens (whole blocks) are in the cache,
 // without referencing anything or touching LRU order. Routers and admission
 // estimates use it; it hashes tokens on every call.
-func (c *Cache) Match(tokens []Token) int {
+func (c *Cache) Match(tokens []tokenid.ID) int {
 	if c.noPrefix || len(c.index) == 0 {
 		return 0
 	}
@@ -277,7 +275,7 @@ func (c *Cache) Match(tokens []Token) int {
 // Acquire references the longest cached prefix of tokens (whole blocks) for
 // an empty Seq and returns its length in tokens. A Seq that already holds
 // blocks is left alone and 0 is returned.
-func (c *Cache) Acquire(s *Seq, tokens []Token) int {
+func (c *Cache) Acquire(s *Seq, tokens []tokenid.ID) int {
 	if c.noPrefix || len(s.blocks) != 0 {
 		return 0
 	}
@@ -349,7 +347,7 @@ func (c *Cache) take() BlockID {
 	case len(c.meta) < c.numBlocks:
 		b = BlockID(len(c.meta))
 		c.meta = append(c.meta, blockMeta{prev: noBlock, next: noBlock})
-		c.tokens = append(c.tokens, make([]Token, c.bs)...)
+		c.tokens = append(c.tokens, make([]tokenid.ID, c.bs)...)
 	default:
 		b = c.lruHead
 		c.lruRemove(b)
@@ -370,7 +368,7 @@ func (c *Cache) take() BlockID {
 // whose K/V is now computed; only the first NumTokens count). Blocks whose
 // hash already lives in another block are deduplicated: s switches to the
 // existing block and releases its own.
-func (c *Cache) Commit(s *Seq, tokens []Token) {
+func (c *Cache) Commit(s *Seq, tokens []tokenid.ID) {
 	n := min(len(tokens), s.numTokens)
 	full := n / c.bs
 	if full <= s.committed {
@@ -469,7 +467,7 @@ func (c *Cache) Free(s *Seq) {
 // indexes into s.Blocks() whose K/V the caller must fill (blocks that were
 // not already present). Only whole blocks are imported, and s must not end
 // in a partial block.
-func (c *Cache) Import(s *Seq, tokens []Token) ([]int, error) {
+func (c *Cache) Import(s *Seq, tokens []tokenid.ID) ([]int, error) {
 	if s.numTokens%c.bs != 0 {
 		return nil, fmt.Errorf("kvcache: import after a partial block (%d tokens held)", s.numTokens)
 	}

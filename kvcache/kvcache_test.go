@@ -5,18 +5,20 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // recSink records events as compact strings-free structs for assertions.
 type recSink struct {
 	stored  [][]uint64 // hashes per BlocksStored call
 	parents []uint64
-	tokens  [][]Token
+	tokens  [][]tokenid.ID
 	removed []uint64
 	cleared int
 }
 
-func (r *recSink) BlocksStored(parent BlockHash, blocks []BlockHash, tokens []Token) {
+func (r *recSink) BlocksStored(parent BlockHash, blocks []BlockHash, tokens []tokenid.ID) {
 	hs := make([]uint64, len(blocks))
 	for i, h := range blocks {
 		hs[i] = h.Uint64()
@@ -34,10 +36,10 @@ func (r *recSink) BlocksRemoved(blocks []BlockHash) {
 
 func (r *recSink) AllBlocksCleared() { r.cleared++ }
 
-func seqTokens(start, n int) []Token {
-	t := make([]Token, n)
+func seqTokens(start, n int) []tokenid.ID {
+	t := make([]tokenid.ID, n)
 	for i := range t {
-		t[i] = Token(start + i)
+		t[i] = tokenid.ID(start + i)
 	}
 	return t
 }
@@ -53,7 +55,7 @@ func mustNew(t *testing.T, blocks, bs int, sink EventSink) *Cache {
 
 // run admits tokens into a fresh Seq the way a scheduler does: match, then
 // allocate and commit everything.
-func run(t *testing.T, c *Cache, tokens []Token) (*Seq, int) {
+func run(t *testing.T, c *Cache, tokens []tokenid.ID) (*Seq, int) {
 	t.Helper()
 	s := &Seq{}
 	hit := c.Acquire(s, tokens[:len(tokens)-1])
@@ -84,8 +86,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestPrefixHit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		first   []Token
-		second  []Token
+		first   []tokenid.ID
+		second  []tokenid.ID
 		wantHit int
 	}{
 		{"identical prompt recomputes last token", seqTokens(0, 64), seqTokens(0, 64), 48},
@@ -322,7 +324,7 @@ func TestRandomizedInvariants(t *testing.T) {
 		c := mustNew(t, 24, bs, sink)
 		type live struct {
 			s      *Seq
-			tokens []Token
+			tokens []tokenid.ID
 			done   int // tokens computed
 		}
 		var running []*live
@@ -341,7 +343,7 @@ func TestRandomizedInvariants(t *testing.T) {
 				l := running[rng.IntN(len(running))]
 				chunk := 1 + rng.IntN(9)
 				if l.done+chunk > len(l.tokens) {
-					l.tokens = append(l.tokens, Token(9000+step))
+					l.tokens = append(l.tokens, tokenid.ID(9000+step))
 				}
 				target := min(l.done+chunk, len(l.tokens))
 				if err := c.Allocate(l.s, target); err != nil {
@@ -408,19 +410,19 @@ func TestRandomizedInvariants(t *testing.T) {
 
 func TestXXH3HasherChains(t *testing.T) {
 	h := &XXH3Hasher{}
-	a := h.Hash(BlockHash{}, []Token{1, 2, 3, 4})
-	b := h.Hash(a, []Token{5, 6, 7, 8})
+	a := h.Hash(BlockHash{}, []tokenid.ID{1, 2, 3, 4})
+	b := h.Hash(a, []tokenid.ID{5, 6, 7, 8})
 	if a == b || a.IsZero() {
 		t.Fatal("degenerate hashes")
 	}
-	if h.Hash(BlockHash{}, []Token{1, 2, 3, 4}) != a {
+	if h.Hash(BlockHash{}, []tokenid.ID{1, 2, 3, 4}) != a {
 		t.Fatal("not deterministic")
 	}
-	if h.Hash(BlockHash{}, []Token{5, 6, 7, 8}) == b {
+	if h.Hash(BlockHash{}, []tokenid.ID{5, 6, 7, 8}) == b {
 		t.Fatal("parent ignored")
 	}
 	// Dynamo's documented local hash of the one-token block [1].
-	if got := h.Hash(BlockHash{}, []Token{1}).Uint64(); got != 14426539925402682893 {
+	if got := h.Hash(BlockHash{}, []tokenid.ID{1}).Uint64(); got != 14426539925402682893 {
 		t.Fatalf("xxh3([1]) = %d", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/tandemllm/tandem/kvcache"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // EngineConfig configures an engine's vLLM-compatible KV event publishing
@@ -152,7 +153,7 @@ func (b *stepRecorder) vllmShape(e *Event, blocks int) {
 }
 
 // BlocksStored implements kvcache.EventSink.
-func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.BlockHash, tokens []kvcache.Token) {
+func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.BlockHash, tokens []tokenid.ID) {
 	hs := len(b.hashes)
 	for _, h := range blocks {
 		b.hashes = append(b.hashes, b.hash(h))

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/tandemllm/tandem/kvcache"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // DefaultNoneHashSeed is the seed newer vLLM releases hash into NONE_HASH
@@ -66,7 +67,7 @@ func NewVLLMHasher(seed string) *VLLMHasher {
 }
 
 // Hash implements kvcache.Hasher.
-func (h *VLLMHasher) Hash(parent kvcache.BlockHash, tokens []kvcache.Token) kvcache.BlockHash {
+func (h *VLLMHasher) Hash(parent kvcache.BlockHash, tokens []tokenid.ID) kvcache.BlockHash {
 	p := [32]byte(parent)
 	if parent.IsZero() {
 		p = h.none

@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
@@ -116,13 +115,13 @@ func engineInfo(m *rpv1.EngineInfo) engine.Info {
 		KVCapacityTokens: int(min(m.KvCapacityTokens, math.MaxInt)), EOS: m.Eos}
 }
 
-func wireAssessment(a disagg.Assessment) *rpv1.Assessment {
+func wireAssessment(a kvtransfer.Assessment) *rpv1.Assessment {
 	return &rpv1.Assessment{CachedTokens: int32Of(a.CachedTokens), RunningDecodes: int32Of(a.RunningDecodes),
 		UncachedSeconds: a.UncachedSeconds, TailSeconds: a.TailSeconds, ChunkTokens: int32Of(a.ChunkTokens)}
 }
 
-func engineAssessment(m *rpv1.Assessment) disagg.Assessment {
-	return disagg.Assessment{CachedTokens: int(m.CachedTokens), RunningDecodes: int(m.RunningDecodes),
+func engineAssessment(m *rpv1.Assessment) kvtransfer.Assessment {
+	return kvtransfer.Assessment{CachedTokens: int(m.CachedTokens), RunningDecodes: int(m.RunningDecodes),
 		UncachedSeconds: m.UncachedSeconds, TailSeconds: m.TailSeconds, ChunkTokens: int(m.ChunkTokens)}
 }
 

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
@@ -74,7 +73,7 @@ func TestControlMessagesOverWire(t *testing.T) {
 	if got := engineInfo(overWire(t, wireInfo(info))); !reflect.DeepEqual(got, info) {
 		t.Fatalf("info %+v", got)
 	}
-	a := disagg.Assessment{CachedTokens: 160, RunningDecodes: 3, UncachedSeconds: 0.25, TailSeconds: -1, ChunkTokens: 512}
+	a := kvtransfer.Assessment{CachedTokens: 160, RunningDecodes: 3, UncachedSeconds: 0.25, TailSeconds: -1, ChunkTokens: 512}
 	if got := engineAssessment(overWire(t, wireAssessment(a))); got != a {
 		t.Fatalf("assessment %+v", got)
 	}

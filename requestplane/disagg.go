@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
@@ -27,7 +26,7 @@ import (
 // no part in it.
 var errNoSide = status.Error(codes.Unimplemented, "this worker takes no part in disaggregated prefill (no KV transfer node)")
 
-// tokenKeyer is a Side that can hand out its token key (disagg.Local).
+// tokenKeyer is a Side that can hand out its token key (kvtransfer.Local).
 type tokenKeyer interface{ TokenKey() []byte }
 
 // TransferKey hands a frontend the key this worker's transfer tokens are
@@ -95,7 +94,7 @@ func codeOf(err error) string {
 }
 
 // Side is a remote worker as a frontend's disaggregation orchestrator sees
-// it (disagg.Side): the static facts come from the worker's discovery
+// it (kvtransfer.Side): the static facts come from the worker's discovery
 // record, the calls go over its request plane.
 type Side struct {
 	c    *Client
@@ -125,12 +124,12 @@ type linkEstimate struct {
 // estimate in the meantime.
 const linkTTL = 10 * time.Second
 
-// NewSide returns the disagg.Side of the worker behind c.
+// NewSide returns the kvtransfer.Side of the worker behind c.
 func NewSide(c *Client, d SideDesc) *Side {
 	return &Side{c: c, desc: d, links: map[string]linkEstimate{}}
 }
 
-// TransferToken implements disagg.Side: the worker's token key is
+// TransferToken implements kvtransfer.Side: the worker's token key is
 // fetched once, then every token is minted here without a round trip.
 func (s *Side) TransferToken(ctx context.Context, sender string, tokens []engine.Token, from int) ([]byte, error) {
 	s.mu.Lock()
@@ -168,16 +167,16 @@ func (s *Side) BlockSize() int       { return s.desc.BlockSize }
 func (s *Side) BlockBytes() int      { return s.desc.BlockBytes }
 func (s *Side) TransferAddr() string { return s.desc.TransferAddr }
 
-// Assess implements disagg.Side.
-func (s *Side) Assess(ctx context.Context, prompt []engine.Token, tail int) (disagg.Assessment, error) {
+// Assess implements kvtransfer.Side.
+func (s *Side) Assess(ctx context.Context, prompt []engine.Token, tail int) (kvtransfer.Assessment, error) {
 	m, err := s.c.w.Assess(ctx, &rpv1.AssessRequest{Prompt: prompt, Tail: int32Of(tail)})
 	if err != nil {
-		return disagg.Assessment{}, fmt.Errorf("requestplane: assess on %s: %w", s.desc.ID, fromStatus(err))
+		return kvtransfer.Assessment{}, fmt.Errorf("requestplane: assess on %s: %w", s.desc.ID, fromStatus(err))
 	}
 	return engineAssessment(m), nil
 }
 
-// LinkThroughput implements disagg.Side; the worker's answer is reused
+// LinkThroughput implements kvtransfer.Side; the worker's answer is reused
 // for linkTTL, and every prefill leg refreshes it.
 func (s *Side) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error) {
 	s.mu.Lock()
@@ -206,8 +205,8 @@ func (s *Side) note(peer kvtransfer.Peer, bps float64) {
 	s.mu.Unlock()
 }
 
-// PrefillAndSend implements disagg.Side.
-func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (disagg.Push, error) {
+// PrefillAndSend implements kvtransfer.Side.
+func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (kvtransfer.Push, error) {
 	if req.ID != "" {
 		ctx = withRequestID(ctx, req.ID)
 	}
@@ -215,12 +214,12 @@ func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvt
 	if err != nil {
 		err = fromStatus(err)
 		if ctx.Err() != nil {
-			return disagg.Push{}, err
+			return kvtransfer.Push{}, err
 		}
-		return disagg.Push{}, &kvtransfer.Error{Code: disagg.FallbackPrefillFailed,
+		return kvtransfer.Push{}, &kvtransfer.Error{Code: kvtransfer.CodePrefillFailed,
 			Err: fmt.Errorf("requestplane: prefill on %s: %w", s.desc.ID, err)}
 	}
-	p := disagg.Push{
+	p := kvtransfer.Push{
 		Transfer: kvtransfer.Stats{Blocks: int(rep.Blocks), Bytes: rep.Bytes, Wanted: int(rep.Wanted),
 			Duration: time.Duration(rep.DurationNs), Waited: time.Duration(rep.WaitedNs)},
 		Prefill: time.Duration(rep.PrefillNs), LinkBytesPerSec: rep.BytesPerSec,

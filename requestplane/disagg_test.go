@@ -11,14 +11,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
 // testWorker is a mocker with its transfer node, served on a request plane
-// with its disagg.Local, as a worker process serves it.
+// with its kvtransfer.Local, as a worker process serves it.
 type testWorker struct {
 	eng  *mocker.Engine
 	node *kvtransfer.Node
@@ -42,7 +41,7 @@ func startWorker(t *testing.T, id string, listen bool) *testWorker {
 			t.Fatal(err)
 		}
 	}
-	local, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: node})
+	local, err := kvtransfer.NewLocal(kvtransfer.Worker{ID: id, Engine: eng, Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +77,7 @@ func tokens(n int) []engine.Token {
 	return p
 }
 
-// TestSideOverTheWire: every disagg.Side call a frontend makes reaches the
+// TestSideOverTheWire: every kvtransfer.Side call a frontend makes reaches the
 // worker's Local and comes back intact.
 func TestSideOverTheWire(t *testing.T) {
 	ctx := context.Background()
@@ -90,7 +89,7 @@ func TestSideOverTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := disagg.Assessment{CachedTokens: 160, UncachedSeconds: dec.eng.EstimatePrefill(400 - 160),
+	want := kvtransfer.Assessment{CachedTokens: 160, UncachedSeconds: dec.eng.EstimatePrefill(400 - 160),
 		TailSeconds: dec.eng.EstimatePrefill(15), ChunkTokens: dec.eng.PrefillChunkTokens()}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("assessment %+v, want %+v", a, want)
@@ -134,7 +133,7 @@ func TestSideUnimplemented(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "no part in disaggregated prefill") {
 		t.Fatalf("assess on an aggregated worker: %v", err)
 	}
-	if _, err := s.PrefillAndSend(context.Background(), &engine.Request{Prompt: tokens(40)}, kvtransfer.Peer{ID: "d", Addr: "h:1"}, 0); kvtransfer.CodeOf(err) != disagg.FallbackPrefillFailed {
+	if _, err := s.PrefillAndSend(context.Background(), &engine.Request{Prompt: tokens(40)}, kvtransfer.Peer{ID: "d", Addr: "h:1"}, 0); kvtransfer.CodeOf(err) != kvtransfer.CodePrefillFailed {
 		t.Fatalf("prefill on an aggregated worker: %v", err)
 	}
 }
@@ -155,7 +154,7 @@ func TestTransferTokenOverTheWire(t *testing.T) {
 	if err := node.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	local, err := disagg.NewLocal(disagg.Worker{ID: "d0", Engine: dec.eng, Node: node})
+	local, err := kvtransfer.NewLocal(kvtransfer.Worker{ID: "d0", Engine: dec.eng, Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}

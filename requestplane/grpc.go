@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
 	"github.com/tandemllm/tandem/tracing"
 )
@@ -69,7 +69,7 @@ const DiagSchemaMismatch = "request_plane_schema_mismatch"
 // bound on ids) before the engine sees it, because anything that can reach
 // the port can call Generate. The caller owns Serve and GracefulStop (which
 // lets in-flight streams finish: that is the drain).
-func NewServer(eng engine.Engine, side disagg.Side, vocab int, opts ...grpc.ServerOption) *Server {
+func NewServer(eng engine.Engine, side kvtransfer.Side, vocab int, opts ...grpc.ServerOption) *Server {
 	s := &Server{health: grpchealth.NewServer(), quiet: time.Minute}
 	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage),
@@ -199,7 +199,7 @@ func (s *Server) unknownService(_ any, stream grpc.ServerStream) error {
 type handler struct {
 	rpv1.UnimplementedWorkerServer
 	eng  engine.Engine
-	side disagg.Side // nil: the disaggregation calls are unimplemented
+	side kvtransfer.Side // nil: the disaggregation calls are unimplemented
 	// vocab bounds the token ids a caller may send (0: unchecked). The
 	// worker checks what the frontend checks, because anything that can
 	// reach the port can call Generate.

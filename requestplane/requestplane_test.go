@@ -16,10 +16,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvtransfer"
 )
 
 func serve(t *testing.T, eng engine.Engine) *Client {
@@ -29,14 +29,14 @@ func serve(t *testing.T, eng engine.Engine) *Client {
 
 // serveWith serves eng, and side when not nil, on a loopback request
 // plane and returns a client of it.
-func serveWith(t *testing.T, eng engine.Engine, side disagg.Side) *Client {
+func serveWith(t *testing.T, eng engine.Engine, side kvtransfer.Side) *Client {
 	t.Helper()
 	return serveVocab(t, eng, side, 0)
 }
 
 // serveVocab is serveWith with the server checking token ids against a
 // vocabulary of vocab.
-func serveVocab(t *testing.T, eng engine.Engine, side disagg.Side, vocab int) *Client {
+func serveVocab(t *testing.T, eng engine.Engine, side kvtransfer.Side, vocab int) *Client {
 	t.Helper()
 	return listen(t, NewServer(eng, side, vocab))
 }

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"errors"
 
 	"github.com/tandemllm/tandem/engine"
@@ -65,21 +64,6 @@ type Decision struct {
 	RunnerUpCost float64
 	Ties         int
 	Reason       string
-}
-
-type decisionKey struct{}
-
-// WithDecision gives a routed request's context the router's decision, so
-// a Generator wrapping the chosen worker (a disaggregation driver) can use
-// what the router predicted it caches.
-func WithDecision(ctx context.Context, d Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
-}
-
-// DecisionFrom returns the decision WithDecision stored.
-func DecisionFrom(ctx context.Context) (Decision, bool) {
-	d, ok := ctx.Value(decisionKey{}).(Decision)
-	return d, ok
 }
 
 // Policy picks one of candidates, which is never empty. Implementations must

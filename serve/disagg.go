@@ -110,7 +110,7 @@ func (s *System) startDisagg(cfg *Config, newEngine EngineFactory) error {
 		if err != nil {
 			return err
 		}
-		side, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: node})
+		side, err := kvtransfer.NewLocal(kvtransfer.Worker{ID: id, Engine: eng, Node: node})
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -149,7 +149,7 @@ func (s *System) wrapDecode(id string, eng engine.Engine, gen engine.Generator) 
 	if err != nil {
 		return nil, err
 	}
-	side, err := disagg.NewLocal(disagg.Worker{ID: id, Engine: eng, Node: n})
+	side, err := kvtransfer.NewLocal(kvtransfer.Worker{ID: id, Engine: eng, Node: n})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}

@@ -101,27 +101,6 @@ type System struct {
 	pdIDs   []string        // and their worker ids
 }
 
-// RouterModes lists the values of --router-mode.
-const RouterModes = "round-robin, random, least-loaded, kv, kv-approx"
-
-// NewPolicy returns the routing policy named mode. The kv modes get their
-// diagnostics board, logger and metrics registry from kv.
-func NewPolicy(ctx context.Context, mode string, kv router.KVConfig) (router.Policy, error) {
-	switch mode {
-	case "round-robin", "":
-		return &router.RoundRobin{}, nil
-	case "random":
-		return router.Random{}, nil
-	case "least-loaded":
-		return router.LeastLoaded{}, nil
-	case "kv":
-		return router.NewKV(ctx, kv)
-	case "kv-approx":
-		return router.NewKVApprox(ctx, kv)
-	}
-	return nil, fmt.Errorf("unknown router mode %q (want %s)", mode, RouterModes)
-}
-
 // eventSource is implemented by engines that publish KV events over ZMQ.
 type eventSource interface {
 	KVEventsEndpoint() string
@@ -145,7 +124,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	s.Board = health.NewBoard(log, reg)
 	kvcfg := cfg.KV
 	kvcfg.Board, kvcfg.Logger, kvcfg.Registerer = s.Board, log, reg
-	policy, err := NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
+	policy, err := router.NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
 	if err != nil {
 		return nil, err
 	}

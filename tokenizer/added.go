@@ -6,7 +6,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // addedMatcher finds added tokens in raw text, leftmost-longest, like HF's
@@ -55,7 +55,7 @@ func (a *addedMatcher) empty() bool { return a == nil || len(a.toks) == 0 }
 
 // find returns the next added token in s at or after from, with the span it
 // covers (widened by LStrip/RStrip), or ok=false.
-func (a *addedMatcher) find(s string, from int) (start, end int, id engine.Token, ok bool) {
+func (a *addedMatcher) find(s string, from int) (start, end int, id tokenid.ID, ok bool) {
 	for i := from; i < len(s); i++ {
 		if !a.anyHigh {
 			j := strings.IndexAny(s[i:], a.firsts)

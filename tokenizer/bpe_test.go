@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // mergeBoth runs the linear-scan and the heap merge on the same word.
-func mergeBoth(b *byteLevel, w string) (scan, heap []engine.Token) {
-	run := func(f func(*merger, string, []bpeSym)) []engine.Token {
+func mergeBoth(b *byteLevel, w string) (scan, heap []tokenid.ID) {
+	run := func(f func(*merger, string, []bpeSym)) []tokenid.ID {
 		syms := make([]bpeSym, len(w))
 		for i := range syms {
 			syms[i] = bpeSym{start: int32(i), end: int32(i + 1), id: b.byteTok[w[i]], prev: int32(i - 1), next: int32(i + 1)}
@@ -23,7 +23,7 @@ func mergeBoth(b *byteLevel, w string) (scan, heap []engine.Token) {
 		}
 		syms[len(syms)-1].rank = noRank
 		f(&b.m, w, syms)
-		var out []engine.Token
+		var out []tokenid.ID
 		for i := int32(0); i >= 0; i = syms[i].next {
 			out = append(out, syms[i].id)
 		}

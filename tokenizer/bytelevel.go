@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // Per-id flags.
@@ -47,14 +47,14 @@ func newVocabStore(tokens []string, flags []uint8) vocabStore {
 
 func (v *vocabStore) size() int { return len(v.off) - 1 }
 
-func (v *vocabStore) get(id engine.Token) string {
+func (v *vocabStore) get(id tokenid.ID) string {
 	if id < 0 || int(id) >= v.size() {
 		return ""
 	}
 	return v.text[v.off[id]:v.off[id+1]]
 }
 
-func (v *vocabStore) flag(id engine.Token, f uint8) bool {
+func (v *vocabStore) flag(id tokenid.ID, f uint8) bool {
 	return id >= 0 && int(id) < len(v.flags) && v.flags[id]&f != 0
 }
 
@@ -75,8 +75,8 @@ type byteLevelConfig struct {
 	nfc          bool
 	prefixSpace  bool
 	added        []AddedToken
-	eos          []engine.Token
-	bos          engine.Token
+	eos          []tokenid.ID
+	bos          tokenid.ID
 	addBOS       bool
 }
 
@@ -92,8 +92,8 @@ type byteLevel struct {
 	nfc          bool
 	prefixSpace  bool
 	added        *addedMatcher
-	eos          []engine.Token
-	bos          engine.Token
+	eos          []tokenid.ID
+	bos          tokenid.ID
 	addBOS       bool
 	body         []byte // fingerprint of everything but EOS/BOS
 	fp           string
@@ -109,7 +109,7 @@ func newByteLevel(cfg byteLevelConfig) (*byteLevel, error) {
 		ignoreMerges: cfg.ignoreMerges,
 		nfc:          cfg.nfc,
 		prefixSpace:  cfg.prefixSpace,
-		eos:          append([]engine.Token(nil), cfg.eos...),
+		eos:          append([]tokenid.ID(nil), cfg.eos...),
 		bos:          cfg.bos,
 		addBOS:       cfg.addBOS,
 	}
@@ -204,7 +204,7 @@ func hashAdded(h hash.Hash, added []AddedToken) {
 	}
 }
 
-func finishFingerprint(body []byte, eos []engine.Token, bos engine.Token, addBOS bool) string {
+func finishFingerprint(body []byte, eos []tokenid.ID, bos tokenid.ID, addBOS bool) string {
 	h := sha256.New()
 	h.Write(body)
 	writeInt(h, int64(len(eos)))
@@ -227,9 +227,9 @@ func writeStr(h hash.Hash, s string) {
 }
 
 // Encode implements Tokenizer.
-func (b *byteLevel) Encode(text string) []engine.Token {
+func (b *byteLevel) Encode(text string) []tokenid.ID {
 	text = validText(text)
-	out := make([]engine.Token, 0, len(text)/3+4)
+	out := make([]tokenid.ID, 0, len(text)/3+4)
 	pos := 0
 	if !b.added.empty() {
 		for pos < len(text) {
@@ -246,7 +246,7 @@ func (b *byteLevel) Encode(text string) []engine.Token {
 }
 
 // encodeText encodes a stretch of text that holds no added token.
-func (b *byteLevel) encodeText(out []engine.Token, s string) []engine.Token {
+func (b *byteLevel) encodeText(out []tokenid.ID, s string) []tokenid.ID {
 	if s == "" {
 		return out
 	}
@@ -275,7 +275,7 @@ func (b *byteLevel) encodeText(out []engine.Token, s string) []engine.Token {
 	return out
 }
 
-func (b *byteLevel) encodeWord(out []engine.Token, w string) []engine.Token {
+func (b *byteLevel) encodeWord(out []tokenid.ID, w string) []tokenid.ID {
 	if len(w) == 1 {
 		return append(out, b.byteTok[w[0]])
 	}
@@ -283,7 +283,7 @@ func (b *byteLevel) encodeWord(out []engine.Token, w string) []engine.Token {
 	// for tiktoken this is also what its merge rule would produce.
 	if b.rankMode || b.ignoreMerges {
 		if id, ok := b.m.vocab[w]; ok {
-			return append(out, engine.Token(id))
+			return append(out, tokenid.ID(id))
 		}
 	}
 	var buf [smallWord]bpeSym
@@ -306,31 +306,31 @@ func (b *byteLevel) encodeWord(out []engine.Token, w string) []engine.Token {
 
 // Decode implements Tokenizer: every token, special ones included, is
 // rendered as its text.
-func (b *byteLevel) Decode(ids []engine.Token) string {
+func (b *byteLevel) Decode(ids []tokenid.ID) string {
 	return decodeTokens(b, ids, false, 0)
 }
 
 // AppendTokenBytes implements Tokenizer.
-func (b *byteLevel) AppendTokenBytes(dst []byte, id engine.Token) []byte {
+func (b *byteLevel) AppendTokenBytes(dst []byte, id tokenid.ID) []byte {
 	return append(dst, b.store.get(id)...)
 }
 
-func (b *byteLevel) tokenText(id engine.Token) string { return b.store.get(id) }
+func (b *byteLevel) tokenText(id tokenid.ID) string { return b.store.get(id) }
 
 // VocabSize implements Tokenizer.
 func (b *byteLevel) VocabSize() int { return b.store.size() }
 
 // EOS implements Tokenizer.
-func (b *byteLevel) EOS() []engine.Token { return append([]engine.Token(nil), b.eos...) }
+func (b *byteLevel) EOS() []tokenid.ID { return append([]tokenid.ID(nil), b.eos...) }
 
 // BOS implements Tokenizer.
-func (b *byteLevel) BOS() (engine.Token, bool) { return b.bos, b.addBOS }
+func (b *byteLevel) BOS() (tokenid.ID, bool) { return b.bos, b.addBOS }
 
 // Fingerprint implements Tokenizer.
 func (b *byteLevel) Fingerprint() string { return b.fp }
 
 // IsSpecial implements SpecialTokens.
-func (b *byteLevel) IsSpecial(id engine.Token) bool { return b.store.flag(id, flagSpecial) }
+func (b *byteLevel) IsSpecial(id tokenid.ID) bool { return b.store.flag(id, flagSpecial) }
 
 // gpt2ByteAlphabet returns GPT-2's bytes_to_unicode table: byte-level BPE
 // vocabularies spell byte b as the rune alphabet[b], so that every token is

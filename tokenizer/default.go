@@ -5,7 +5,7 @@ import (
 
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // DefaultModelName is the name of the built-in model.
@@ -20,10 +20,10 @@ const DefaultContextLength = 32768
 // highest o200k special (200018); the vocabulary is therefore 200021 ids,
 // with holes at 199998 and 200000-200017 that decode to nothing.
 const (
-	O200kEndOfText   engine.Token = 199999
-	O200kEndOfPrompt engine.Token = 200018
-	MockImStart      engine.Token = 200019
-	MockImEnd        engine.Token = 200020
+	O200kEndOfText   tokenid.ID = 199999
+	O200kEndOfPrompt tokenid.ID = 200018
+	MockImStart      tokenid.ID = 200019
+	MockImEnd        tokenid.ID = 200020
 )
 
 // Default returns the built-in model "tandem-mock": OpenAI's o200k_base
@@ -51,7 +51,7 @@ func Default() (*Model, error) {
 		{ID: MockImStart, Content: "<|im_start|>", Special: true},
 		{ID: MockImEnd, Content: "<|im_end|>", Special: true},
 	}
-	tok, err := newTiktoken("o200k_base", ranks, PatternO200k, added, []engine.Token{MockImEnd, O200kEndOfText})
+	tok, err := newTiktoken("o200k_base", ranks, PatternO200k, added, []tokenid.ID{MockImEnd, O200kEndOfText})
 	if err != nil {
 		return nil, fmt.Errorf("o200k_base: %w", err)
 	}
@@ -64,7 +64,7 @@ func Default() (*Model, error) {
 
 // newTiktoken builds a byte-level BPE from tiktoken mergeable ranks (token
 // bytes → rank, the rank being the id).
-func newTiktoken(name string, ranks map[string]int, pattern string, added []AddedToken, eos []engine.Token) (*byteLevel, error) {
+func newTiktoken(name string, ranks map[string]int, pattern string, added []AddedToken, eos []tokenid.ID) (*byteLevel, error) {
 	n := 0
 	for _, r := range ranks {
 		if r < 0 || r >= 1<<24 {

@@ -12,14 +12,14 @@ import (
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 func TestDefaultGolden(t *testing.T) {
 	m := testDefault(t)
 	tok := m.Tokenizer
 	const text = "Once upon a time, there was a little girl named Lily."
-	want := []engine.Token{18049, 7557, 261, 1058, 11, 1354, 673, 261, 3389, 8881, 11484, 72406, 13}
+	want := []tokenid.ID{18049, 7557, 261, 1058, 11, 1354, 673, 261, 3389, 8881, 11484, 72406, 13}
 	if got := tok.Encode(text); !slices.Equal(got, want) {
 		t.Fatalf("Encode = %v, want %v", got, want)
 	}
@@ -29,7 +29,7 @@ func TestDefaultGolden(t *testing.T) {
 	if m.Name != "tandem-mock" || m.ContextLength != 32768 {
 		t.Errorf("model = %q ctx %d", m.Name, m.ContextLength)
 	}
-	if got := tok.EOS(); !slices.Equal(got, []engine.Token{MockImEnd, O200kEndOfText}) {
+	if got := tok.EOS(); !slices.Equal(got, []tokenid.ID{MockImEnd, O200kEndOfText}) {
 		t.Errorf("EOS = %v", got)
 	}
 	if _, ok := tok.BOS(); ok {
@@ -44,12 +44,12 @@ func TestDefaultSpecialTokens(t *testing.T) {
 	tok := testDefault(t).Tokenizer
 	tests := []struct {
 		text string
-		want []engine.Token
+		want []tokenid.ID
 	}{
-		{"<|im_start|>", []engine.Token{MockImStart}},
-		{"<|im_end|><|endoftext|><|endofprompt|>", []engine.Token{MockImEnd, O200kEndOfText, O200kEndOfPrompt}},
-		{"<|im_start|>user\nhi<|im_end|>\n", []engine.Token{MockImStart, 1428, 198, 3686, MockImEnd, 198}},
-		{"<|im_start", []engine.Token{27, 91, 321, 10949}},
+		{"<|im_start|>", []tokenid.ID{MockImStart}},
+		{"<|im_end|><|endoftext|><|endofprompt|>", []tokenid.ID{MockImEnd, O200kEndOfText, O200kEndOfPrompt}},
+		{"<|im_start|>user\nhi<|im_end|>\n", []tokenid.ID{MockImStart, 1428, 198, 3686, MockImEnd, 198}},
+		{"<|im_start", []tokenid.ID{27, 91, 321, 10949}},
 	}
 	for _, tt := range tests {
 		got := tok.Encode(tt.text)
@@ -60,13 +60,13 @@ func TestDefaultSpecialTokens(t *testing.T) {
 			t.Errorf("Decode(Encode(%q)) = %q", tt.text, d)
 		}
 	}
-	for _, id := range []engine.Token{MockImStart, MockImEnd, O200kEndOfText} {
+	for _, id := range []tokenid.ID{MockImStart, MockImEnd, O200kEndOfText} {
 		if !IsSpecial(tok, id) {
 			t.Errorf("IsSpecial(%d) = false", id)
 		}
 	}
 	// Holes in the id space decode to nothing rather than failing.
-	if got := tok.Decode([]engine.Token{199998, 200005, -1, 1 << 30}); got != "" {
+	if got := tok.Decode([]tokenid.ID{199998, 200005, -1, 1 << 30}); got != "" {
 		t.Errorf("holes decode to %q", got)
 	}
 }
@@ -106,7 +106,7 @@ func TestDefaultIsOffline(t *testing.T) {
 	if ft.calls != 0 {
 		t.Fatalf("Default made %d HTTP requests", ft.calls)
 	}
-	if got := m.Tokenizer.Encode("hello world"); !slices.Equal(got, []engine.Token{24912, 2375}) {
+	if got := m.Tokenizer.Encode("hello world"); !slices.Equal(got, []tokenid.ID{24912, 2375}) {
 		t.Fatalf("Encode = %v", got)
 	}
 }

@@ -3,7 +3,7 @@ package tokenizer
 import (
 	"unicode/utf8"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // Detokenizer turns a stream of ids into text incrementally and never emits
@@ -18,8 +18,8 @@ type Detokenizer struct {
 	skip SpecialTokens // non-nil when special tokens are dropped
 
 	strip   bool // t's encoder put a dummy-prefix space after BOS
-	bos     engine.Token
-	prev    engine.Token
+	bos     tokenid.ID
+	prev    tokenid.ID
 	hasPrev bool
 
 	pending [utf8.UTFMax]byte // incomplete trailing rune, at most 3 bytes
@@ -46,7 +46,7 @@ func SkipSpecial() DetokenizerOption {
 // last token) without emitting it. With SentencePiece tokenizers this is what
 // strips the dummy-prefix space of a first generated token that follows BOS,
 // as llama2.c does when generating from an empty prompt.
-func After(id engine.Token) DetokenizerOption {
+func After(id tokenid.ID) DetokenizerOption {
 	return func(d *Detokenizer) {
 		d.prev, d.hasPrev = id, true
 	}
@@ -66,7 +66,7 @@ func NewDetokenizer(t Tokenizer, opts ...DetokenizerOption) *Detokenizer {
 }
 
 // Add feeds ids and returns the text that is now complete.
-func (d *Detokenizer) Add(ids ...engine.Token) string {
+func (d *Detokenizer) Add(ids ...tokenid.ID) string {
 	// The common case, one token whose bytes are whole runes, returns the
 	// tokenizer's own string without copying or allocating.
 	if len(ids) == 1 && d.npend == 0 && d.text != nil && d.skip == nil {
@@ -113,7 +113,7 @@ func (d *Detokenizer) Flush() string {
 // decodeTokens is the shared Decode of both backends: concatenated token
 // bytes, the dummy-prefix space dropped after BOS when strip is set, and HF's
 // lossy UTF-8 rule.
-func decodeTokens(t Tokenizer, ids []engine.Token, strip bool, bos engine.Token) string {
+func decodeTokens(t Tokenizer, ids []tokenid.ID, strip bool, bos tokenid.ID) string {
 	buf := make([]byte, 0, len(ids)*4)
 	for i, id := range ids {
 		start := len(buf)

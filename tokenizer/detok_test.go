@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 func TestAppendLossy(t *testing.T) {
@@ -60,7 +60,7 @@ func streamTokenizers(t *testing.T) map[string]Tokenizer {
 // checkStream feeds ids in random chunks and checks the Detokenizer
 // contract: every Add output is valid UTF-8 and the concatenation with Flush
 // equals Decode of the whole.
-func checkStream(t *testing.T, tok Tokenizer, ids []engine.Token, rng *rand.Rand) {
+func checkStream(t *testing.T, tok Tokenizer, ids []tokenid.ID, rng *rand.Rand) {
 	t.Helper()
 	d := NewDetokenizer(tok)
 	var sb strings.Builder
@@ -88,7 +88,7 @@ func TestDetokenizerRandomIDs(t *testing.T) {
 	for name, tok := range streamTokenizers(t) {
 		t.Run(name, func(t *testing.T) {
 			// Byte-sized tokens make partial and invalid UTF-8 likely.
-			var byteToks []engine.Token
+			var byteToks []tokenid.ID
 			for c := 0; c < 256; c++ {
 				ids := tok.Encode(string([]byte{byte(c)}))
 				if len(ids) > 0 && c >= 0x80 {
@@ -101,12 +101,12 @@ func TestDetokenizerRandomIDs(t *testing.T) {
 				byteToks = sp.byteTok[0x80:]
 			}
 			for iter := 0; iter < 300; iter++ {
-				ids := make([]engine.Token, 1+rng.IntN(20))
+				ids := make([]tokenid.ID, 1+rng.IntN(20))
 				for i := range ids {
 					if rng.IntN(2) == 0 && len(byteToks) > 0 {
 						ids[i] = byteToks[rng.IntN(len(byteToks))]
 					} else {
-						ids[i] = engine.Token(rng.IntN(tok.VocabSize()))
+						ids[i] = tokenid.ID(rng.IntN(tok.VocabSize()))
 					}
 				}
 				checkStream(t, tok, ids, rng)
@@ -126,7 +126,7 @@ func TestDetokenizerRealText(t *testing.T) {
 			for _, text := range texts {
 				ids := tok.Encode(text)
 				if bos, ok := tok.BOS(); ok {
-					ids = append([]engine.Token{bos}, ids...)
+					ids = append([]tokenid.ID{bos}, ids...)
 				}
 				checkStream(t, tok, ids, rng)
 				if bl, ok := tok.(*byteLevel); ok {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // Seed corpora live in testdata/fuzz/<FuzzName>/; f.Add seeds below cover
@@ -75,13 +75,13 @@ func FuzzDetokenizer(f *testing.F) {
 		tok := testDefault(t).Tokenizer
 		// Two bytes per id, biased towards single-byte tokens so that runes
 		// get split across tokens.
-		var ids []engine.Token
+		var ids []tokenid.ID
 		bl := tok.(*byteLevel)
 		for i := 0; i+1 < len(data); i += 2 {
 			if data[i]&1 == 0 {
 				ids = append(ids, bl.byteTok[data[i+1]])
 			} else {
-				ids = append(ids, engine.Token(binary.LittleEndian.Uint16(data[i:]))*3)
+				ids = append(ids, tokenid.ID(binary.LittleEndian.Uint16(data[i:]))*3)
 			}
 		}
 		d := NewDetokenizer(tok)
@@ -112,7 +112,7 @@ func FuzzLoadLlama2C(f *testing.F) {
 		for _, s := range []string{"", "ab", "the 中文 🎉", "<s>"} {
 			ids := tok.Encode(s)
 			tok.Decode(ids)
-			if slices.ContainsFunc(ids, func(id engine.Token) bool { return id < 0 || int(id) >= tok.VocabSize() }) {
+			if slices.ContainsFunc(ids, func(id tokenid.ID) bool { return id < 0 || int(id) >= tok.VocabSize() }) {
 				t.Fatalf("Encode(%q) = %v: id outside the vocabulary", s, ids)
 			}
 		}

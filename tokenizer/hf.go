@@ -13,7 +13,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // maxHFFile bounds the JSON files LoadDir reads (Qwen3's tokenizer.json is
@@ -507,16 +507,16 @@ func buildHF(tf *hfTokenizerFile, cfg *hfConfigFile, genEOS json.RawMessage) (*b
 
 	var added []AddedToken
 	for _, a := range tf.AddedTokens {
-		added = append(added, AddedToken{ID: engine.Token(*a.ID), Content: a.Content, Special: a.Special, LStrip: a.LStrip, RStrip: a.RStrip})
+		added = append(added, AddedToken{ID: tokenid.ID(*a.ID), Content: a.Content, Special: a.Special, LStrip: a.LStrip, RStrip: a.RStrip})
 	}
-	lookup := func(content string) (engine.Token, bool) {
+	lookup := func(content string) (tokenid.ID, bool) {
 		for _, a := range added {
 			if a.Content == content {
 				return a.ID, true
 			}
 		}
 		if id, ok := m.Vocab[content]; ok {
-			return engine.Token(id), true
+			return tokenid.ID(id), true
 		}
 		return -1, false
 	}
@@ -524,8 +524,8 @@ func buildHF(tf *hfTokenizerFile, cfg *hfConfigFile, genEOS json.RawMessage) (*b
 	// EOS: eos_token, generation_config's ids, and <|endoftext|> when it is
 	// a special token (Qwen's and GPT's document end, which base and chat
 	// models alike emit).
-	var eos []engine.Token
-	addEOS := func(id engine.Token) {
+	var eos []tokenid.ID
+	addEOS := func(id tokenid.ID) {
 		for _, e := range eos {
 			if e == id {
 				return
@@ -548,7 +548,7 @@ func buildHF(tf *hfTokenizerFile, cfg *hfConfigFile, genEOS json.RawMessage) (*b
 		}
 		for _, id := range many {
 			if id >= 0 && id < size {
-				addEOS(engine.Token(id))
+				addEOS(tokenid.ID(id))
 			}
 		}
 	}
@@ -560,7 +560,7 @@ func buildHF(tf *hfTokenizerFile, cfg *hfConfigFile, genEOS json.RawMessage) (*b
 
 	// BOS: the post-processor's leading special token (Llama 3 style), else
 	// bos_token with add_bos_token.
-	bos, addBOS := engine.Token(-1), false
+	bos, addBOS := tokenid.ID(-1), false
 	if s := tokenString(cfg.BOSToken); s != "" {
 		if id, ok := lookup(s); ok {
 			bos = id
@@ -573,7 +573,7 @@ func buildHF(tf *hfTokenizerFile, cfg *hfConfigFile, genEOS json.RawMessage) (*b
 				continue
 			}
 			if st, ok := c.SpecialTokens[c.Single[0].SpecialToken.ID]; ok && len(st.IDs) == 1 && st.IDs[0] >= 0 && st.IDs[0] < size {
-				bos, addBOS = engine.Token(st.IDs[0]), true
+				bos, addBOS = tokenid.ID(st.IDs[0]), true
 			}
 		}
 	}

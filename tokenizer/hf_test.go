@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // tinyTokenizerJSON builds a small GPT-2-style tokenizer.json: the 256 byte
@@ -78,7 +78,7 @@ func TestLoadDirHF(t *testing.T) {
 	if m.Name != "tiny-model" || m.ContextLength != 2048 {
 		t.Errorf("Name %q ContextLength %d", m.Name, m.ContextLength)
 	}
-	if got := tok.EOS(); !slices.Equal(got, []engine.Token{301, 300, 5}) {
+	if got := tok.EOS(); !slices.Equal(got, []tokenid.ID{301, 300, 5}) {
 		t.Errorf("EOS = %v", got)
 	}
 	if bos, ok := tok.BOS(); bos != 302 || !ok {
@@ -89,13 +89,13 @@ func TestLoadDirHF(t *testing.T) {
 	}
 	tests := []struct {
 		text string
-		want []engine.Token
+		want []tokenid.ID
 	}{
-		{" the", []engine.Token{258}},
-		{"hello", []engine.Token{261}},
-		{"hello world", []engine.Token{261, ' ', 'w', 'o', 'r', 'l', 'd'}}, // " world" has no merges: bytes
-		{"a <mask>  b", []engine.Token{'a', 301, 'b'}},                     // lstrip/rstrip absorb the spaces
-		{"<|endoftext|>x", []engine.Token{300, 'x'}},
+		{" the", []tokenid.ID{258}},
+		{"hello", []tokenid.ID{261}},
+		{"hello world", []tokenid.ID{261, ' ', 'w', 'o', 'r', 'l', 'd'}}, // " world" has no merges: bytes
+		{"a <mask>  b", []tokenid.ID{'a', 301, 'b'}},                     // lstrip/rstrip absorb the spaces
+		{"<|endoftext|>x", []tokenid.ID{300, 'x'}},
 	}
 	for _, tt := range tests {
 		if got := tok.Encode(tt.text); !slices.Equal(got, tt.want) {
@@ -114,11 +114,11 @@ func TestLoadDirHFVariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tok.Encode("wor"); !slices.Equal(got, []engine.Token{270}) {
+	if got := tok.Encode("wor"); !slices.Equal(got, []tokenid.ID{270}) {
 		t.Errorf("ignore_merges: Encode(wor) = %v", got)
 	}
 	plain, _ := ParseTokenizerJSON(tinyTokenizerJSON(t, nil))
-	if got := plain.Encode("wor"); !slices.Equal(got, []engine.Token{'w', 'o', 'r'}) {
+	if got := plain.Encode("wor"); !slices.Equal(got, []tokenid.ID{'w', 'o', 'r'}) {
 		t.Errorf("no ignore_merges: Encode(wor) = %v", got)
 	}
 	if plain.Fingerprint() == tok.Fingerprint() {
@@ -149,7 +149,7 @@ func TestLoadDirHFVariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.Tokenizer.Encode(" the e\u0301"); !slices.Equal(got, []engine.Token{258, ' ', 0xC3, 0xA9}) {
+	if got := m.Tokenizer.Encode(" the e\u0301"); !slices.Equal(got, []tokenid.ID{258, ' ', 0xC3, 0xA9}) {
 		t.Errorf("Encode = %v", got)
 	}
 	if bos, ok := m.Tokenizer.BOS(); bos != 302 || !ok {
@@ -245,7 +245,7 @@ func TestByteLevelBPEFromGGUFLists(t *testing.T) {
 	var added []AddedToken
 	for _, a := range tf.AddedTokens {
 		vocab[a.ID] = a.Content
-		added = append(added, AddedToken{ID: engine.Token(a.ID), Content: a.Content, Special: a.Special})
+		added = append(added, AddedToken{ID: tokenid.ID(a.ID), Content: a.Content, Special: a.Special})
 	}
 	sort.Slice(added, func(i, j int) bool { return added[i].ID < added[j].ID })
 	merges := make([]string, len(tf.Model.Merges))

@@ -10,16 +10,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 func TestLlama2CEncode(t *testing.T) {
 	tok := testStories(t)
 	tests := []struct {
 		text string
-		want []engine.Token
+		want []tokenid.ID
 	}{
-		{"Once upon a time", []engine.Token{403, 407, 261, 378}},
+		{"Once upon a time", []tokenid.ID{403, 407, 261, 378}},
 		{"", nil},
 	}
 	for _, tt := range tests {
@@ -30,7 +30,7 @@ func TestLlama2CEncode(t *testing.T) {
 	if bos, ok := tok.BOS(); bos != 1 || !ok {
 		t.Errorf("BOS = %d, %v", bos, ok)
 	}
-	if got := tok.EOS(); !slices.Equal(got, []engine.Token{2}) {
+	if got := tok.EOS(); !slices.Equal(got, []tokenid.ID{2}) {
 		t.Errorf("EOS = %v", got)
 	}
 	if tok.VocabSize() != 512 {
@@ -51,7 +51,7 @@ func TestLlama2CGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			text := string(data)
-			ids := append([]engine.Token{1}, tok.Encode(text)...)
+			ids := append([]tokenid.ID{1}, tok.Encode(text)...)
 			if got := tok.Decode(ids); got != text {
 				t.Fatalf("Decode(BOS+Encode) = %q, want %q", got, text)
 			}
@@ -81,18 +81,18 @@ func TestLlama2CByteFallback(t *testing.T) {
 	tok := testStories(t)
 	for _, text := range []string{"naïve café", "emoji 🎉 and 中文", "tab\there\nnewline", "\x00"} {
 		ids := tok.Encode(text)
-		if got := tok.Decode(append([]engine.Token{1}, ids...)); got != text {
+		if got := tok.Decode(append([]tokenid.ID{1}, ids...)); got != text {
 			t.Errorf("round trip %q -> %v -> %q", text, ids, got)
 		}
 	}
 	// '中' is not in the 512-piece vocabulary, so after the dummy-prefix
 	// space (id 410) it falls back to its UTF-8 bytes E4 B8 AD, i.e. ids
 	// 3+0xE4, 3+0xB8, 3+0xAD.
-	if got, want := tok.Encode("中"), []engine.Token{410, 3 + 0xE4, 3 + 0xB8, 3 + 0xAD}; !slices.Equal(got, want) {
+	if got, want := tok.Encode("中"), []tokenid.ID{410, 3 + 0xE4, 3 + 0xB8, 3 + 0xAD}; !slices.Equal(got, want) {
 		t.Errorf("Encode(中) = %v, want %v", got, want)
 	}
 	// Control tokens render as nothing, and BOS/EOS are special.
-	if got := tok.Decode([]engine.Token{1, 2, 0}); got != "<unk>" {
+	if got := tok.Decode([]tokenid.ID{1, 2, 0}); got != "<unk>" {
 		t.Errorf("Decode(BOS, EOS, UNK) = %q", got)
 	}
 	if !IsSpecial(tok, 1) || !IsSpecial(tok, 2) || IsSpecial(tok, 403) {
@@ -174,10 +174,10 @@ func TestLoadLlama2CCorrupt(t *testing.T) {
 	}
 	// " ab" is reached by merging 'a'+'b', then ' '+"ab"; "c" is in no
 	// piece and there are no byte pieces, so it becomes <unk>.
-	if got := tok.Encode("ab"); !slices.Equal(got, []engine.Token{7}) {
+	if got := tok.Encode("ab"); !slices.Equal(got, []tokenid.ID{7}) {
 		t.Errorf("Encode(ab) = %v", got)
 	}
-	if got := tok.Encode("abc"); !slices.Equal(got, []engine.Token{7, 0}) {
+	if got := tok.Encode("abc"); !slices.Equal(got, []tokenid.ID{7, 0}) {
 		t.Errorf("Encode(abc) = %v", got)
 	}
 	if _, err := LoadLlama2C(filepath.Join(dir, "missing.bin")); err == nil || !strings.Contains(err.Error(), "missing.bin") {
@@ -224,7 +224,7 @@ func TestSentencePieceGGUFStyle(t *testing.T) {
 	}
 	// Literal control tokens are recognized; a dummy prefix follows them.
 	got := tok.Encode("<s>Once</s>")
-	if want := []engine.Token{1, 403, 2}; !slices.Equal(got, want) {
+	if want := []tokenid.ID{1, 403, 2}; !slices.Equal(got, want) {
 		t.Errorf("Encode(<s>Once</s>) = %v, want %v", got, want)
 	}
 	// types == nil infers the same roles.
@@ -240,7 +240,7 @@ func TestSentencePieceGGUFStyle(t *testing.T) {
 		pieces []string
 		scores []float32
 		types  []int32
-		bos    engine.Token
+		bos    tokenid.ID
 	}{
 		{"empty", nil, nil, nil, -1},
 		{"scores", []string{"a"}, nil, nil, -1},
@@ -253,11 +253,11 @@ func TestSentencePieceGGUFStyle(t *testing.T) {
 		}
 	}
 	// WithSpecials changes EOS/BOS and the fingerprint, not the ids.
-	w, err := WithSpecials(tok, []engine.Token{2, 0}, 1, false)
+	w, err := WithSpecials(tok, []tokenid.ID{2, 0}, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := w.BOS(); ok || !slices.Equal(w.EOS(), []engine.Token{2, 0}) || w.Fingerprint() == tok.Fingerprint() {
+	if _, ok := w.BOS(); ok || !slices.Equal(w.EOS(), []tokenid.ID{2, 0}) || w.Fingerprint() == tok.Fingerprint() {
 		t.Errorf("WithSpecials: BOS ok=%v EOS %v", ok, w.EOS())
 	}
 	if _, ok := tok.BOS(); !ok {

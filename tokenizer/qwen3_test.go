@@ -9,14 +9,14 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 type qwenEncodeCase struct {
-	Text    string         `json:"text"`
-	IDs     []engine.Token `json:"ids"`
-	Decoded string         `json:"decoded"`
-	Pieces  []string       `json:"pieces"`
+	Text    string       `json:"text"`
+	IDs     []tokenid.ID `json:"ids"`
+	Decoded string       `json:"decoded"`
+	Pieces  []string     `json:"pieces"`
 }
 
 type qwenChatCase struct {
@@ -26,7 +26,7 @@ type qwenChatCase struct {
 	Kwargs              map[string]json.RawMessage `json:"kwargs"`
 	AddGenerationPrompt bool                       `json:"add_generation_prompt"`
 	Expected            string                     `json:"expected"`
-	IDs                 []engine.Token             `json:"ids"`
+	IDs                 []tokenid.ID               `json:"ids"`
 }
 
 func readFixture[T any](t *testing.T, name string) []T {
@@ -60,7 +60,7 @@ func TestQwen3Encode(t *testing.T) {
 				t.Errorf("Decode = %q, want %q", d, c.Decoded)
 			}
 			for i, id := range c.IDs {
-				if p := tok.Decode([]engine.Token{id}); p != c.Pieces[i] {
+				if p := tok.Decode([]tokenid.ID{id}); p != c.Pieces[i] {
 					t.Errorf("Decode([%d]) = %q, want %q", id, p, c.Pieces[i])
 				}
 			}
@@ -118,7 +118,7 @@ func TestQwen3ChatTemplate(t *testing.T) {
 func TestQwen3Model(t *testing.T) {
 	m := testQwen3(t)
 	tok := m.Tokenizer
-	if got, want := tok.EOS(), []engine.Token{151645, 151643}; !slices.Equal(got, want) {
+	if got, want := tok.EOS(), []tokenid.ID{151645, 151643}; !slices.Equal(got, want) {
 		t.Errorf("EOS = %v, want %v (<|im_end|>, <|endoftext|>)", got, want)
 	}
 	if _, ok := tok.BOS(); ok {
@@ -133,7 +133,7 @@ func TestQwen3Model(t *testing.T) {
 	if m.Name != filepath.Base(qwenDir) {
 		t.Errorf("Name = %q", m.Name)
 	}
-	for id, special := range map[engine.Token]bool{151645: true, 151643: true, 151667: false, 9707: false} {
+	for id, special := range map[tokenid.ID]bool{151645: true, 151643: true, 151667: false, 9707: false} {
 		if IsSpecial(tok, id) != special {
 			t.Errorf("IsSpecial(%d) = %v", id, !special)
 		}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // SentencePiece / GGUF token types (tokenizer.ggml.token_type).
@@ -35,8 +35,8 @@ type spConfig struct {
 	pieces []string
 	scores []float32
 	types  []int32
-	bos    engine.Token
-	eos    engine.Token
+	bos    tokenid.ID
+	eos    tokenid.ID
 	// literal makes control and user-defined pieces match literally in text,
 	// as HF and llama.cpp (parse_special) do; llama2.c does not.
 	literal bool
@@ -51,8 +51,8 @@ type sentencePiece struct {
 	m       merger
 	byteTok [256]int32
 	unk     int32
-	bos     engine.Token
-	eos     []engine.Token
+	bos     tokenid.ID
+	eos     []tokenid.ID
 	hasBOS  bool
 	prefix  bool
 	added   *addedMatcher
@@ -65,7 +65,7 @@ type sentencePiece struct {
 // case <0xXX> pieces are bytes, bos/eos are control and "<unk>" is unknown.
 // bos or eos < 0 means the model has none. Control and user-defined pieces
 // are recognized when written literally in text.
-func NewSentencePieceBPE(pieces []string, scores []float32, types []int32, bos, eos engine.Token) (Tokenizer, error) {
+func NewSentencePieceBPE(pieces []string, scores []float32, types []int32, bos, eos tokenid.ID) (Tokenizer, error) {
 	return newSentencePiece(spConfig{kind: "spm", pieces: pieces, scores: scores, types: types, bos: bos, eos: eos, literal: true})
 }
 
@@ -160,7 +160,7 @@ func newSentencePiece(cfg spConfig) (*sentencePiece, error) {
 	if cfg.types != nil && len(cfg.types) != n {
 		return nil, fmt.Errorf("%d pieces but %d token types", n, len(cfg.types))
 	}
-	inRange := func(id engine.Token) bool { return id >= 0 && int(id) < n }
+	inRange := func(id tokenid.ID) bool { return id >= 0 && int(id) < n }
 	if cfg.bos >= 0 && !inRange(cfg.bos) || cfg.eos >= 0 && !inRange(cfg.eos) {
 		return nil, fmt.Errorf("bos %d or eos %d outside the vocabulary (size %d)", cfg.bos, cfg.eos, n)
 	}
@@ -169,7 +169,7 @@ func newSentencePiece(cfg spConfig) (*sentencePiece, error) {
 		types = make([]int32, n)
 		for i, p := range cfg.pieces {
 			switch {
-			case engine.Token(i) == cfg.bos || engine.Token(i) == cfg.eos:
+			case tokenid.ID(i) == cfg.bos || tokenid.ID(i) == cfg.eos:
 				types[i] = TypeControl
 			case isBytePiece(p):
 				types[i] = TypeByte
@@ -187,7 +187,7 @@ func newSentencePiece(cfg spConfig) (*sentencePiece, error) {
 		prefix: true,
 	}
 	if cfg.eos >= 0 {
-		s.eos = []engine.Token{cfg.eos}
+		s.eos = []tokenid.ID{cfg.eos}
 	}
 	for i := range s.byteTok {
 		s.byteTok[i] = -1
@@ -211,7 +211,7 @@ func newSentencePiece(cfg spConfig) (*sentencePiece, error) {
 		case TypeControl:
 			flags[i] |= flagSpecial
 			if cfg.literal && p != "" {
-				added = append(added, AddedToken{ID: engine.Token(i), Content: p, Special: true})
+				added = append(added, AddedToken{ID: tokenid.ID(i), Content: p, Special: true})
 			}
 		case TypeUnknown:
 			text[i] = p
@@ -225,7 +225,7 @@ func newSentencePiece(cfg spConfig) (*sentencePiece, error) {
 				break
 			}
 			if types[i] == TypeUserDefined && cfg.literal && t != "" {
-				added = append(added, AddedToken{ID: engine.Token(i), Content: t})
+				added = append(added, AddedToken{ID: tokenid.ID(i), Content: t})
 			}
 			if _, dup := vocab[t]; !dup && t != "" {
 				vocab[t] = i
@@ -282,9 +282,9 @@ func scoreRanks(scores []float32) []uint32 {
 
 // Encode implements Tokenizer. A dummy-prefix space goes before the text and
 // after every literal special token, as llama.cpp does.
-func (s *sentencePiece) Encode(text string) []engine.Token {
+func (s *sentencePiece) Encode(text string) []tokenid.ID {
 	text = validText(text)
-	out := make([]engine.Token, 0, len(text)/3+4)
+	out := make([]tokenid.ID, 0, len(text)/3+4)
 	pos := 0
 	if !s.added.empty() {
 		for pos < len(text) {
@@ -300,7 +300,7 @@ func (s *sentencePiece) Encode(text string) []engine.Token {
 	return s.encodeText(out, text[pos:])
 }
 
-func (s *sentencePiece) encodeText(out []engine.Token, text string) []engine.Token {
+func (s *sentencePiece) encodeText(out []tokenid.ID, text string) []tokenid.ID {
 	if text == "" {
 		return out
 	}
@@ -345,31 +345,31 @@ func (s *sentencePiece) encodeText(out []engine.Token, text string) []engine.Tok
 }
 
 // Decode implements Tokenizer.
-func (s *sentencePiece) Decode(ids []engine.Token) string {
+func (s *sentencePiece) Decode(ids []tokenid.ID) string {
 	return decodeTokens(s, ids, s.StripsSpaceAfterBOS(), s.bos)
 }
 
 // AppendTokenBytes implements Tokenizer.
-func (s *sentencePiece) AppendTokenBytes(dst []byte, id engine.Token) []byte {
+func (s *sentencePiece) AppendTokenBytes(dst []byte, id tokenid.ID) []byte {
 	return append(dst, s.store.get(id)...)
 }
 
-func (s *sentencePiece) tokenText(id engine.Token) string { return s.store.get(id) }
+func (s *sentencePiece) tokenText(id tokenid.ID) string { return s.store.get(id) }
 
 // VocabSize implements Tokenizer.
 func (s *sentencePiece) VocabSize() int { return s.store.size() }
 
 // EOS implements Tokenizer.
-func (s *sentencePiece) EOS() []engine.Token { return append([]engine.Token(nil), s.eos...) }
+func (s *sentencePiece) EOS() []tokenid.ID { return append([]tokenid.ID(nil), s.eos...) }
 
 // BOS implements Tokenizer: SentencePiece models prepend BOS.
-func (s *sentencePiece) BOS() (engine.Token, bool) { return s.bos, s.hasBOS }
+func (s *sentencePiece) BOS() (tokenid.ID, bool) { return s.bos, s.hasBOS }
 
 // Fingerprint implements Tokenizer.
 func (s *sentencePiece) Fingerprint() string { return s.fp }
 
 // IsSpecial implements SpecialTokens: control pieces are special.
-func (s *sentencePiece) IsSpecial(id engine.Token) bool { return s.store.flag(id, flagSpecial) }
+func (s *sentencePiece) IsSpecial(id tokenid.ID) bool { return s.store.flag(id, flagSpecial) }
 
 // StripsSpaceAfterBOS implements SpaceAfterBOSStripper.
 func (s *sentencePiece) StripsSpaceAfterBOS() bool { return s.prefix && s.hasBOS }

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
 )
 
 // Tokenizer converts between text and token ids. Implementations in this
@@ -13,7 +13,7 @@ type Tokenizer interface {
 	// Encode tokenizes text the way Hugging Face does for the model:
 	// added/special tokens written literally in text (e.g. "<|im_start|>")
 	// are recognized as their ids. No BOS is added here.
-	Encode(text string) []engine.Token
+	Encode(text string) []tokenid.ID
 	// Decode returns the text of ids. Byte-level BPE tokenizers render every
 	// token, special ones included, as its text (HF skip_special_tokens=False),
 	// so Decode(Encode(s)) == s for valid UTF-8. SentencePiece tokenizers
@@ -22,21 +22,21 @@ type Tokenizer interface {
 	// that directly follows BOS. Invalid UTF-8 becomes U+FFFD per maximal
 	// subpart, as HF (Rust from_utf8_lossy) does. Ids outside the vocabulary
 	// render as nothing.
-	Decode(ids []engine.Token) string
+	Decode(ids []tokenid.ID) string
 	// AppendTokenBytes appends the raw bytes token id stands for (for
 	// byte-level BPE the un-mapped bytes; for SentencePiece '▁'→' ' and
 	// <0xXX> → the byte). Used by the incremental detokenizer. Ids outside
 	// the vocabulary and SentencePiece control tokens append nothing.
-	AppendTokenBytes(dst []byte, id engine.Token) []byte
+	AppendTokenBytes(dst []byte, id tokenid.ID) []byte
 	// VocabSize is one more than the largest id the tokenizer can produce or
 	// render; ids below it that name no token (holes) decode to nothing.
 	VocabSize() int
 	// EOS lists tokens that end generation (e.g. <|im_end|> and
 	// <|endoftext|> for Qwen3).
-	EOS() []engine.Token
+	EOS() []tokenid.ID
 	// BOS returns the beginning-of-sequence token if the model uses one and
 	// whether it should be prepended; models without one return (-1, false).
-	BOS() (engine.Token, bool)
+	BOS() (tokenid.ID, bool)
 	// Fingerprint is a stable hash (hex SHA-256) of the vocabulary, merges
 	// and special tokens, used to refuse pairing workers with different
 	// tokenizers.
@@ -48,7 +48,7 @@ type Tokenizer interface {
 // tokens). The frontend uses it to mimic skip_special_tokens=True, e.g. so
 // that a generated <|im_end|> never reaches the client as text.
 type SpecialTokens interface {
-	IsSpecial(id engine.Token) bool
+	IsSpecial(id tokenid.ID) bool
 }
 
 // SpaceAfterBOSStripper is implemented by tokenizers whose encoder adds a
@@ -61,14 +61,14 @@ type SpaceAfterBOSStripper interface {
 // tokenTexter is the zero-copy fast path of the Detokenizer: the bytes of a
 // token as a string that shares the tokenizer's storage.
 type tokenTexter interface {
-	tokenText(id engine.Token) string
+	tokenText(id tokenid.ID) string
 }
 
 // AddedToken is a token matched literally in the input before the model's
 // own algorithm runs (HF "added_tokens", llama.cpp control and user-defined
 // tokens).
 type AddedToken struct {
-	ID      engine.Token
+	ID      tokenid.ID
 	Content string
 	// Special marks tokens that HF's skip_special_tokens=True drops.
 	Special bool
@@ -106,7 +106,7 @@ type Model struct {
 
 // IsSpecial reports whether id is a special token of t, false if t cannot
 // tell (see SpecialTokens).
-func IsSpecial(t Tokenizer, id engine.Token) bool {
+func IsSpecial(t Tokenizer, id tokenid.ID) bool {
 	if s, ok := t.(SpecialTokens); ok {
 		return s.IsSpecial(id)
 	}
@@ -115,7 +115,7 @@ func IsSpecial(t Tokenizer, id engine.Token) bool {
 
 // DecodeSkipSpecial is Decode with special tokens removed first, like HF's
 // skip_special_tokens=True.
-func DecodeSkipSpecial(t Tokenizer, ids []engine.Token) string {
+func DecodeSkipSpecial(t Tokenizer, ids []tokenid.ID) string {
 	s, ok := t.(SpecialTokens)
 	if !ok {
 		return t.Decode(ids)
@@ -127,7 +127,7 @@ func DecodeSkipSpecial(t Tokenizer, ids []engine.Token) string {
 	if st, ok := t.(SpaceAfterBOSStripper); ok && st.StripsSpaceAfterBOS() {
 		keepBOS = true
 	}
-	kept := make([]engine.Token, 0, len(ids))
+	kept := make([]tokenid.ID, 0, len(ids))
 	for _, id := range ids {
 		if !s.IsSpecial(id) || (keepBOS && id == bos) {
 			kept = append(kept, id)
@@ -139,8 +139,8 @@ func DecodeSkipSpecial(t Tokenizer, ids []engine.Token) string {
 // WithSpecials returns a copy of t (a tokenizer from this package) with the
 // given EOS list and BOS; bos < 0 means none. The native engine uses it for
 // GGUF vocabularies, whose special ids live in separate metadata keys.
-func WithSpecials(t Tokenizer, eos []engine.Token, bos engine.Token, addBOS bool) (Tokenizer, error) {
-	n := engine.Token(t.VocabSize())
+func WithSpecials(t Tokenizer, eos []tokenid.ID, bos tokenid.ID, addBOS bool) (Tokenizer, error) {
+	n := tokenid.ID(t.VocabSize())
 	for _, e := range eos {
 		if e < 0 || e >= n {
 			return nil, fmt.Errorf("EOS id %d outside the vocabulary (size %d)", e, n)
@@ -150,7 +150,7 @@ func WithSpecials(t Tokenizer, eos []engine.Token, bos engine.Token, addBOS bool
 		return nil, fmt.Errorf("BOS id %d outside the vocabulary (size %d)", bos, n)
 	}
 	addBOS = addBOS && bos >= 0
-	eos = append([]engine.Token(nil), eos...)
+	eos = append([]tokenid.ID(nil), eos...)
 	switch v := t.(type) {
 	case *byteLevel:
 		c := *v

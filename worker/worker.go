@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/native"
@@ -422,7 +421,7 @@ func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 // startTransfer gives prefill and decode workers their transfer-plane node
 // (a decode worker's listens) and returns the worker's part in
 // disaggregation, served on the request plane; nil for aggregated workers.
-func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
+func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
 	if role == discovery.RoleAggregated {
 		return nil, nil
 	}
@@ -456,7 +455,7 @@ func (w *Worker) startTransfer(role discovery.Role) (disagg.Side, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
-	side, err := disagg.NewLocal(disagg.Worker{ID: w.cfg.ID, Engine: w.eng, Node: n})
+	side, err := kvtransfer.NewLocal(kvtransfer.Worker{ID: w.cfg.ID, Engine: w.eng, Node: n})
 	if err != nil {
 		w.closeNode()
 		return nil, fmt.Errorf("worker: %w", err)

@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/router"
-	"github.com/tandemllm/tandem/serve"
 )
 
 // routerFlags are the routing flags shared by every command that routes
@@ -20,7 +19,7 @@ type routerFlags struct {
 
 func (r *routerFlags) register(cmd *cobra.Command, defaultMode string) {
 	f := cmd.Flags()
-	f.StringVar(&r.mode, "router-mode", defaultMode, "routing policy: "+serve.RouterModes)
+	f.StringVar(&r.mode, "router-mode", defaultMode, "routing policy: "+router.Modes)
 	f.StringVar(&r.cost, "router-cost", string(router.CostTTFT), "kv cost function: ttft (predicted time to first token from each worker's timing model, the default), tandem (weighted blocks, a cached prefix counted as resident) or dynamo (Dynamo's weighted blocks, as a baseline)")
 	f.Float64Var(&r.kv.OverlapWeight, "router-kv-overlap-weight", router.DefaultOverlapWeight, "kv: weight of prefill blocks against decode blocks in the weighted costs (tandem, dynamo, and ttft's fallback for a drifting worker)")
 	f.Float64Var(&r.kv.Temperature, "router-temperature", 0, "kv: softmax sampling temperature over costs (0: cheapest wins)")

@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/router"
 )
 
 // Proxy is vLLM's P/D proxy inside Tandem's router: the router picks the
@@ -136,10 +135,9 @@ type pair struct {
 // cache cannot be asked, but a KV-aware router's index is a good guess,
 // and a prefill leg for a cached prompt moves nothing and costs a round
 // trip and a prefill-server step.
-func (g *pair) cached(ctx context.Context, prompt []engine.Token) bool {
-	d, ok := router.DecisionFrom(ctx)
-	full := max(len(prompt)-1, 0) / g.bs * g.bs
-	return ok && d.WorkerID == g.id && d.PredictedCachedTokens >= full
+func (g *pair) cached(req *engine.Request) bool {
+	full := max(len(req.Prompt)-1, 0) / g.bs * g.bs
+	return full > 0 && req.PredictedCachedTokens >= full
 }
 
 // Generate runs the prefill leg, then the decode leg with the parameters
@@ -151,7 +149,7 @@ func (g *pair) Generate(ctx context.Context, req *engine.Request) (engine.Stream
 		// proxy): pass it through.
 		return g.decode.Generate(ctx, req)
 	}
-	if !g.p.always && g.cached(ctx, req.Prompt) {
+	if !g.p.always && g.cached(req) {
 		g.p.legs.WithLabelValues(LegCached).Inc()
 		return g.decode.Generate(ctx, req)
 	}

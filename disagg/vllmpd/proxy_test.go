@@ -7,26 +7,23 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
-	"github.com/tandemllm/tandem/router"
 )
 
 // TestProxySkipsCachedPrompts: in auto mode a prompt the router predicts
 // the decode worker caches whole takes no prefill leg; a partial
-// prediction, a prediction for another worker, or always mode does.
+// prediction, no prediction, or always mode does.
 func TestProxySkipsCachedPrompts(t *testing.T) {
 	prompt := make([]engine.Token, 100) // 6 whole blocks of 16 before the last token
 	tests := []struct {
-		name     string
-		always   bool
-		decision *router.Decision
-		wantLeg  bool
+		name      string
+		always    bool
+		predicted int // engine.Request.PredictedCachedTokens, as the frontend sets it
+		wantLeg   bool
 	}{
-		{"no routing decision", false, nil, true},
-		{"load-only policy", false, &router.Decision{WorkerID: "d0"}, true},
-		{"partly cached", false, &router.Decision{WorkerID: "d0", PredictedCachedTokens: 80}, true},
-		{"whole blocks cached", false, &router.Decision{WorkerID: "d0", PredictedCachedTokens: 96}, false},
-		{"cached on another worker", false, &router.Decision{WorkerID: "d1", PredictedCachedTokens: 96}, true},
-		{"always", true, &router.Decision{WorkerID: "d0", PredictedCachedTokens: 96}, true},
+		{"no prediction (load-only policy)", false, 0, true},
+		{"partly cached", false, 80, true},
+		{"whole blocks cached", false, 96, false},
+		{"always", true, 96, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,11 +32,7 @@ func TestProxySkipsCachedPrompts(t *testing.T) {
 			p := NewProxy(ProxyConfig{Always: tc.always})
 			p.AddPrefill("p0", pre)
 			g := p.Wrap("d0", dec, 16)
-			ctx := context.Background()
-			if tc.decision != nil {
-				ctx = router.WithDecision(ctx, *tc.decision)
-			}
-			st, err := g.Generate(ctx, &engine.Request{Prompt: prompt, MaxTokens: 2})
+			st, err := g.Generate(context.Background(), &engine.Request{Prompt: prompt, MaxTokens: 2, PredictedCachedTokens: tc.predicted})
 			if err != nil {
 				t.Fatal(err)
 			}

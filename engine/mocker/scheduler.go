@@ -22,7 +22,7 @@ type seq struct {
 	pipe      *engine.Pipe
 	stopAbort func() bool
 
-	tokens     []kvcache.Token // prompt, then outputs
+	tokens     []engine.Token // prompt, then outputs
 	promptLen  int
 	maxTokens  int
 	minTokens  int
@@ -60,7 +60,7 @@ func newSeq(e *Engine, req *engine.Request, maxTokens int) *seq {
 		stop:      req.StopTokens,
 		arrival:   e.clock.Now(),
 	}
-	s.tokens = make([]kvcache.Token, len(req.Prompt), len(req.Prompt)+min(maxTokens, 512))
+	s.tokens = make([]engine.Token, len(req.Prompt), len(req.Prompt)+min(maxTokens, 512))
 	copy(s.tokens, req.Prompt)
 	// The output stream depends on the worker seed and either the client's
 	// sampling seed or, without one, the prompt: the same request always

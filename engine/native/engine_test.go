@@ -148,7 +148,7 @@ type recSink struct {
 	removed int
 }
 
-func (r *recSink) BlocksStored(_ kvcache.BlockHash, b []kvcache.BlockHash, _ []kvcache.Token) {
+func (r *recSink) BlocksStored(_ kvcache.BlockHash, b []kvcache.BlockHash, _ []engine.Token) {
 	r.mu.Lock()
 	r.stored += len(b)
 	r.mu.Unlock()

@@ -496,7 +496,7 @@ func (x *AssessRequest) GetTail() int32 {
 	return 0
 }
 
-// Assessment is disagg.Assessment.
+// Assessment is kvtransfer.Assessment.
 type Assessment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cached_tokens is the prefix of all but the prompt's last token that
@@ -812,7 +812,7 @@ func (x *PrefillRequest) GetFrom() int32 {
 	return 0
 }
 
-// PrefillReply carries a disagg.Push, or the diagnostic code of a failure.
+// PrefillReply carries a kvtransfer.Push, or the diagnostic code of a failure.
 type PrefillReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// blocks and bytes actually sent (block payloads only); wanted is how

@@ -1,4 +1,4 @@
-package disagg
+package kvtransfer
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/tracing"
 )
 
-// Side is a worker as the orchestrator sees it. In one process it is a
-// Local (the engine and its transfer node); across processes the frontend
-// holds a proxy that carries each call over the worker's request plane.
-// Keeping the decider behind this interface is what lets one cost model
-// serve both deployments.
+// Side is a worker as the disaggregation orchestrator (package disagg)
+// sees it. In one process it is a Local (the engine and its transfer node);
+// across processes the frontend holds a requestplane.Side that carries each
+// call over the worker's request plane. Keeping the decider behind this
+// interface is what lets one cost model serve both deployments. It lives
+// here, on the transfer plane, so that the request plane (which serves and
+// proxies it) sits below the orchestrator.
 type Side interface {
 	ID() string
 	// Layout is the engine's KV layout (engine.KVPort.KVLayout): sides
@@ -34,15 +35,15 @@ type Side interface {
 	Assess(ctx context.Context, prompt []engine.Token, tail int) (Assessment, error)
 	// LinkThroughput is the measured throughput from this worker to peer in
 	// bytes per second, probing the link the first time.
-	LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error)
+	LinkThroughput(ctx context.Context, peer Peer) (float64, error)
 	// PrefillAndSend runs req's prefill leg and sends blocks [from, full)
 	// of its prompt (full = whole blocks of all but the last token) to
 	// peer, streaming them while the prefill runs where the engine allows.
-	// Errors carry a code (kvtransfer.CodeOf): FallbackPrefillFailed or a
+	// Errors carry a code (CodeOf): CodePrefillFailed or a
 	// transfer code.
-	PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (Push, error)
+	PrefillAndSend(ctx context.Context, req *engine.Request, peer Peer, from int) (Push, error)
 	// TransferToken authorizes sender to send this worker blocks
-	// [from, ...) of tokens (whole blocks), once (kvtransfer.MintToken).
+	// [from, ...) of tokens (whole blocks), once (MintToken).
 	// Only a decode worker, which receives, can issue one.
 	TransferToken(ctx context.Context, sender string, tokens []engine.Token, from int) ([]byte, error)
 }
@@ -68,7 +69,7 @@ type Assessment struct {
 
 // Push is the outcome of a PrefillAndSend.
 type Push struct {
-	Transfer kvtransfer.Stats
+	Transfer Stats
 	// Prefill is how long the prefill leg took.
 	Prefill time.Duration
 	// LinkBytesPerSec is the sender's link estimate after the transfer.
@@ -82,8 +83,12 @@ type Worker struct {
 	Engine engine.Engine
 	// Node is the worker's transfer-plane end; decode workers' nodes must
 	// be listening.
-	Node *kvtransfer.Node
+	Node *Node
 }
+
+// CodePrefillFailed is the code of a prefill leg that failed (the request
+// prefills locally); disagg.FallbackPrefillFailed is the same code.
+const CodePrefillFailed = "disagg_prefill_failed"
 
 // Local is the Side of an engine in this process. The request plane
 // serves a worker's Local to remote orchestrators.
@@ -138,16 +143,16 @@ func (l *Local) TransferToken(_ context.Context, sender string, tokens []engine.
 func (l *Local) TokenKey() []byte { return l.w.Node.TokenKey() }
 
 // LinkThroughput implements Side.
-func (l *Local) LinkThroughput(ctx context.Context, peer kvtransfer.Peer) (float64, error) {
+func (l *Local) LinkThroughput(ctx context.Context, peer Peer) (float64, error) {
 	return l.w.Node.Throughput(ctx, peer)
 }
 
 // PrefillAndSend implements Side: the prefill leg runs while the node
 // streams blocks as the engine commits them.
-func (l *Local) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (Push, error) {
+func (l *Local) PrefillAndSend(ctx context.Context, req *engine.Request, peer Peer, from int) (Push, error) {
 	bs := l.BlockSize()
 	if bs <= 0 {
-		return Push{}, &kvtransfer.Error{Code: FallbackPrefillFailed, Err: errors.New("engine reports no block size")}
+		return Push{}, &Error{Code: CodePrefillFailed, Err: errors.New("engine reports no block size")}
 	}
 	full := max(len(req.Prompt)-1, 0) / bs
 	ctx, cancel := context.WithCancel(ctx)
@@ -165,9 +170,9 @@ func (l *Local) PrefillAndSend(ctx context.Context, req *engine.Request, peer kv
 	xctx, xspan := startSpan(ctx, tracing.SpanKVTransfer)
 	st, err := l.w.Node.SendWhile(xctx, peer, req.Prompt[:full*bs], from, computing)
 	endTransfer(xspan, peer, st, err)
-	if err != nil && kvtransfer.CodeOf(err) == "" && ctx.Err() == nil {
+	if err != nil && CodeOf(err) == "" && ctx.Err() == nil {
 		// SendWhile returns the prefill leg's own error unwrapped.
-		err = &kvtransfer.Error{Code: FallbackPrefillFailed, Err: fmt.Errorf("prefill leg on %s: %w", l.w.ID, err)}
+		err = &Error{Code: CodePrefillFailed, Err: fmt.Errorf("prefill leg on %s: %w", l.w.ID, err)}
 	}
 	if err != nil {
 		return Push{Transfer: st}, err
