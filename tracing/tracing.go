@@ -60,7 +60,8 @@ func (c Config) Validate() error {
 // A bare host:port is TLS unless the host is a loopback address: a trace
 // names workers and request ids, and must not cross a network in clear.
 func splitEndpoint(ep string) (hostport string, plaintext bool, err error) {
-	if strings.Contains(ep, "://") {
+	schemed := strings.Contains(ep, "://")
+	if schemed {
 		u, err := url.Parse(ep)
 		if err != nil {
 			return "", false, fmt.Errorf("tracing: --otlp-endpoint %q: %w", ep, err)
@@ -78,7 +79,7 @@ func splitEndpoint(ep string) (hostport string, plaintext bool, err error) {
 	if err != nil || port == "" {
 		return "", false, fmt.Errorf("tracing: --otlp-endpoint %q: want host:port", ep)
 	}
-	if !strings.Contains(ep, "://") && isLoopback(host) {
+	if !schemed && isLoopback(host) {
 		plaintext = true
 	}
 	return ep, plaintext, nil
