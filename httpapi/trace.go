@@ -76,13 +76,8 @@ func (s *statusWriter) Flush() {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// child starts a span under ctx's, or returns a no-op one at the cost of a
-// context lookup when ctx's span is not recording.
 func child(ctx context.Context, name string) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, trace.SpanFromContext(ctx)
-	}
-	return tracer.Start(ctx, name)
+	return tracing.Child(ctx, tracer, name)
 }
 
 // endRoute records the router's decision on the route span.
