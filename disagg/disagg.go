@@ -13,6 +13,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/tracing"
 )
 
 // Mode is --disagg.
@@ -308,18 +309,21 @@ type decodeGen struct {
 }
 
 func (g *decodeGen) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	d, l := g.o.decide(ctx, g.side, req.Prompt, req.PredictedCachedTokens)
+	sctx, span := startSpan(ctx, tracing.SpanDisagg)
+	d, l := g.o.decide(sctx, g.side, req.Prompt, req.PredictedCachedTokens)
 	if l != nil {
-		if code, err := g.o.remote(ctx, g.side, l, req, &d); err != nil {
+		if code, err := g.o.remote(sctx, g.side, l, req, &d); err != nil {
 			if ctx.Err() != nil {
+				endDecision(span, &d)
 				return nil, ctx.Err()
 			}
 			d.Fallback = code
 			g.o.fallbacks.WithLabelValues(code).Inc()
-			g.o.log.Warn("remote prefill failed; prefilling locally", "diagnostic_code", code,
+			g.o.log.WarnContext(sctx, "remote prefill failed; prefilling locally", "diagnostic_code", code,
 				"request_id", req.ID, "decode_worker", g.side.ID(), "prefill_worker", d.PrefillWorker, "err", err)
 		}
 	}
+	endDecision(span, &d)
 	if g.o.cfg.OnDecision != nil {
 		g.o.cfg.OnDecision(d)
 	}

@@ -299,7 +299,7 @@ func (o *output) stream_(w http.ResponseWriter) {
 		}
 		if err != nil {
 			o.finish = "error"
-			o.s.log.Warn("stream broke after the first token", "diagnostic_code", "stream_interrupted", "request_id", o.j.id, "err", err)
+			o.s.log.WarnContext(o.j.ctx, "stream broke after the first token", "diagnostic_code", "stream_interrupted", "request_id", o.j.id, "err", err)
 			buf = openai.AppendErrorEvent(buf, openai.Unavailable("stream_interrupted", 0, "generation stopped: %v", err))
 			buf = append(buf, openai.Done...)
 			_, _ = w.Write(buf)

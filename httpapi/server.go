@@ -20,12 +20,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
+	"github.com/tandemllm/tandem/tracing"
 )
 
 // Config is the frontend's configuration.
@@ -185,8 +188,8 @@ func (s *Server) Handler() http.Handler {
 		}
 		return s.requireKey(h)
 	}
-	mux.Handle("POST /v1/chat/completions", guard(s.handleChat))
-	mux.Handle("POST /v1/completions", guard(s.handleCompletion))
+	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.handleChat)))
+	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.handleCompletion)))
 	mux.Handle("GET /v1/models", guard(s.handleModels))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
@@ -207,6 +210,7 @@ func (s *Server) Handler() http.Handler {
 
 // job is one request on its way through the frontend.
 type job struct {
+	ctx      context.Context // the request's, with its span
 	endpoint string
 	chat     bool
 	id       string
@@ -288,12 +292,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	_, tspan := child(r.Context(), tracing.SpanTemplate)
 	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, AddGenerationPrompt: true})
+	endWithError(tspan, err)
 	if err != nil {
 		s.fail(w, endpoint, m.Name, openai.BadRequest("messages", "template_error", "rendering the chat template: %v", err))
 		return
 	}
-	j := &job{endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encode(m, text), sampling: &req.Sampling, start: start}
+	j := &job{ctx: r.Context(), endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encodeTraced(r.Context(), m, text), sampling: &req.Sampling, start: start}
 	s.run(w, r, j, "messages")
 }
 
@@ -314,10 +320,21 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
-		prompt = s.encode(m, req.PromptText)
+		prompt = s.encodeTraced(r.Context(), m, req.PromptText)
 	}
-	j := &job{endpoint: endpoint, id: newRequestID(r), model: m, prompt: prompt, sampling: &req.Sampling, start: start}
+	j := &job{ctx: r.Context(), endpoint: endpoint, id: newRequestID(r), model: m, prompt: prompt, sampling: &req.Sampling, start: start}
 	s.run(w, r, j, "prompt")
+}
+
+// encodeTraced is encode inside a tokenize span.
+func (s *Server) encodeTraced(ctx context.Context, m *Model, text string) []engine.Token {
+	_, span := child(ctx, tracing.SpanTokenize)
+	ids := s.encode(m, text)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int(tracing.AttrPromptTokens, len(ids)))
+	}
+	span.End()
+	return ids
 }
 
 func (s *Server) encode(m *Model, text string) []engine.Token {
@@ -386,7 +403,17 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			}
 		}
 	}
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetAttributes(attribute.String(tracing.AttrRequestID, j.id), attribute.String(tracing.AttrModel, m.Name),
+			attribute.Int(tracing.AttrPromptTokens, len(j.prompt)))
+	}
+	_, qspan := child(r.Context(), tracing.SpanQueue)
 	release, e := m.adm.acquire(r.Context(), s.cfg.RetryAfter)
+	if e != nil {
+		endWithError(qspan, e)
+	} else {
+		qspan.End()
+	}
 	if e != nil {
 		s.fail(w, j.endpoint, m.Name, e)
 		return
@@ -440,7 +467,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	var lastErr error // the previous attempt's failure
 	for attempt := 0; ; attempt++ {
 		var err error
+		_, rspan := child(ctx, tracing.SpanRoute)
 		route, err = s.router.Route(rreq, tried...)
+		endRoute(rspan, route, attempt, err)
 		if err != nil {
 			if lastErr != nil {
 				// Every worker was tried: the client hears why the last
@@ -460,11 +489,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		if d := s.cfg.FirstTokenTimeout; d > 0 {
 			timer = time.AfterFunc(d, func() { timedOut.Store(true); acancel() })
 		}
+		fctx, fspan := child(actx, tracing.SpanFirstToken)
 		// A copy per attempt: an earlier attempt's engine may still read
 		// its request while it winds down.
 		areq := *ereq
 		areq.PredictedCachedTokens = route.Decision.PredictedCachedTokens
-		stream, err = route.Worker.Gen.Generate(actx, &areq)
+		stream, err = route.Worker.Gen.Generate(fctx, &areq)
 		if err == nil {
 			first, err = stream.Recv()
 			if err == io.EOF {
@@ -475,6 +505,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		if timer != nil && !timer.Stop() && timedOut.Load() {
 			err = fmt.Errorf("%w: worker %s sent no first token within %v", errFirstTokenTimeout, route.Worker.ID, s.cfg.FirstTokenTimeout)
 		}
+		if fspan.IsRecording() {
+			fspan.SetAttributes(attribute.String(tracing.AttrWorker, route.Worker.ID), attribute.Int(tracing.AttrCachedTokens, first.CachedTokens))
+		}
+		endWithError(fspan, err)
 		if err == nil {
 			defer acancel()
 			break
@@ -488,13 +522,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		if retryable && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
 			tried, lastErr = append(tried, route.Worker.ID), err
 			mm.retries.Inc()
-			s.log.Warn("worker failed before the first token; retrying on another worker",
+			s.log.WarnContext(ctx, "worker failed before the first token; retrying on another worker",
 				"diagnostic_code", "worker_retry", "request_id", j.id, "worker", route.Worker.ID, "err", err)
 			continue
 		}
 		s.fail(w, j.endpoint, m.Name, s.engineError(err))
 		if r.Context().Err() == nil {
-			s.log.Warn("request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
+			s.log.WarnContext(ctx, "request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
 		}
 		return
 	}
@@ -525,6 +559,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
 	}
+	_, sspan := child(ctx, tracing.SpanStream)
 	status := http.StatusOK
 	if j.sampling.Stream {
 		out.stream_(w)
@@ -536,11 +571,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		route.CachedTokens(out.cached)
 		mm.cached.Observe(float64(out.cached))
 	}
+	if sspan.IsRecording() {
+		sspan.SetAttributes(attribute.Int(tracing.AttrOutputTokens, out.completion), attribute.String(tracing.AttrFinish, out.finish),
+			attribute.Int(tracing.AttrCachedTokens, out.cached))
+	}
+	sspan.End()
 	mm.osl.Observe(float64(out.completion))
 	mm.duration.Observe(time.Since(j.start).Seconds())
 	s.metrics.requests.WithLabelValues(j.endpoint, m.Name, strconv.Itoa(status)).Inc()
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
-		s.log.Debug("request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
+		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
 			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)
 	}
 }

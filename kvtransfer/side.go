@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tracing"
 )
 
 // Side is a worker as the disaggregation orchestrator (package disagg)
@@ -158,13 +159,17 @@ func (l *Local) PrefillAndSend(ctx context.Context, req *engine.Request, peer Pe
 	defer cancel()
 	computing := make(chan error, 1)
 	var took atomic.Int64 // read only once computing has yielded
+	pctx, pspan := startSpan(ctx, tracing.SpanPrefill)
 	go func() {
 		start := time.Now()
-		err := prefillOnly(ctx, l.w.Engine, req)
+		err := prefillOnly(pctx, l.w.Engine, req)
 		took.Store(int64(time.Since(start)))
+		endPrefill(pspan, req, err)
 		computing <- err
 	}()
-	st, err := l.w.Node.SendWhile(ctx, peer, req.Prompt[:full*bs], from, computing)
+	xctx, xspan := startSpan(ctx, tracing.SpanKVTransfer)
+	st, err := l.w.Node.SendWhile(xctx, peer, req.Prompt[:full*bs], from, computing)
+	endTransfer(xspan, peer, st, err)
 	if err != nil && CodeOf(err) == "" && ctx.Err() == nil {
 		// SendWhile returns the prefill leg's own error unwrapped.
 		err = &Error{Code: CodePrefillFailed, Err: fmt.Errorf("prefill leg on %s: %w", l.w.ID, err)}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,6 +25,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
+	"github.com/tandemllm/tandem/tracing"
 )
 
 // ServiceName is the request plane's gRPC service, as health checks name
@@ -72,6 +75,8 @@ func NewServer(eng engine.Engine, side kvtransfer.Side, vocab int, opts ...grpc.
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.UnknownServiceHandler(s.unknownService),
+		// The caller's trace continues here (traceparent in the metadata).
+		grpc.StatsHandler(tracing.ServerHandler()),
 	}, opts...)
 	s.Server = grpc.NewServer(opts...)
 	s.stopping, s.stop = context.WithCancel(context.Background())
@@ -217,6 +222,9 @@ func (h *handler) Generate(m *rpv1.GenerateRequest, stream grpc.ServerStreamingS
 			}
 		}
 	}
+	if sp := trace.SpanFromContext(stream.Context()); sp.IsRecording() {
+		sp.SetAttributes(attribute.String(tracing.AttrRequestID, req.ID), attribute.Int(tracing.AttrPromptTokens, len(req.Prompt)))
+	}
 	if _, err := engine.CheckRequest(req, h.eng.Info(), h.vocab); err != nil {
 		return toStatus(err)
 	}
@@ -323,6 +331,7 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithStatsHandler(tracing.ClientHandler()),
 	}, opts...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {

@@ -222,7 +222,19 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	k.reserve(req, c.w, predicted*bs, now)
 	k.decideMu.Unlock()
 	k.met.observePick(c.st, time.Since(start))
-	return Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs}, nil
+	d := Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs,
+		Cost: c.logit, RunnerUpCost: math.NaN(), Ties: 1, CostModel: string(cost.model()), Reason: "cheapest"}
+	for i := range sc.cands {
+		if i != best && !(sc.cands[i].logit >= d.RunnerUpCost) {
+			d.RunnerUpCost = sc.cands[i].logit
+		}
+	}
+	if k.cfg.Temperature > 0 && len(sc.cands) > 1 {
+		d.Reason = "softmax_sample"
+	} else if len(sc.ties) > 1 {
+		d.Ties, d.Reason = len(sc.ties), "tie_broken"
+	}
+	return d, nil
 }
 
 // reserve places the chosen request's load on w before Pick returns, as

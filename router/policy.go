@@ -53,6 +53,17 @@ type Decision struct {
 	// hold (0 for load-only policies). Compared later with the engine's
 	// reported cached_tokens to measure prediction accuracy.
 	PredictedCachedTokens int
+	// What the decision rested on, for its trace span: how many workers
+	// were candidates, the chosen worker's cost and the best other one's
+	// (kv policies; in the cost's unit, NaN when there was none), how
+	// many tied within the tie band, and why this one won ("cheapest",
+	// "tie_broken", "softmax_sample"; "" for load-only policies).
+	Candidates   int
+	CostModel    string
+	Cost         float64
+	RunnerUpCost float64
+	Ties         int
+	Reason       string
 }
 
 // Policy picks one of candidates, which is never empty. Implementations must

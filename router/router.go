@@ -324,6 +324,7 @@ func (r *Router) Route(req *Request, exclude ...string) (*Route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router %s: %w", r.policy.Name(), err)
 	}
+	d.Candidates = len(cands)
 	r.mu.Lock()
 	s, ok := r.workers[d.WorkerID]
 	if !ok {

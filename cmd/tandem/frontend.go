@@ -22,6 +22,7 @@ func newFrontendCmd() *cobra.Command {
 	var disc discoveryFlags
 	var modelDir string
 	var auth clientAuthFlags
+	var tf tracingFlags
 	cmd := &cobra.Command{
 		Use:   "frontend",
 		Short: "Run the OpenAI frontend and router; workers are found through discovery",
@@ -36,6 +37,11 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 		if err != nil {
 			return err
 		}
+		stopTracing, err := tf.start(cmd.Context(), cfg.HTTPAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
 		if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
 			return err
 		}
@@ -94,6 +100,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	rf.register(cmd, cfg.RouterMode)
 	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	registerMTLS(cmd, &cfg.MTLS)
+	tf.register(cmd, "tandem-frontend")
 	disc.register(cmd)
 	registerEventPlane(cmd, &cfg.EventPlane)
 	return cmd

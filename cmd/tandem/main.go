@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tandemllm/tandem/tracing"
 )
 
 func main() {
@@ -39,5 +41,6 @@ func newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(strings.ToUpper(lvl))); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	// Lines logged with a request's context carry its trace and span ids.
+	return slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))), nil
 }

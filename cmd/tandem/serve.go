@@ -71,6 +71,7 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 
 func newServeCmd() *cobra.Command {
 	var setup *serveSetup
+	var tf tracingFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -80,6 +81,11 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopTracing, err := tf.start(cmd.Context(), "serve", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			sys, model, err := setup.start(log)
 			if err != nil {
 				return err
@@ -105,6 +111,7 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	setup = newServeSetup(cmd)
+	tf.register(cmd, "tandem")
 	return cmd
 }
 

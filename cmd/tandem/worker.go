@@ -23,6 +23,7 @@ func newWorkerCmd() *cobra.Command {
 	wcfg := worker.DefaultConfig() // the fleet mode
 	var eng engineFlags
 	var disc discoveryFlags
+	var tf tracingFlags
 	var auth clientAuthFlags
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -45,6 +46,11 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 		if err != nil {
 			return err
 		}
+		stopTracing, err := tf.start(cmd.Context(), wcfg.ID, log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
 		if cfg.HTTPAddr != "" {
 			if cmd.Flags().Changed("rp-addr") {
 				return errors.New("--openai-addr and --rp-addr exclude each other: a worker either serves the OpenAI API itself or joins a fleet")
@@ -83,6 +89,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	registerEventPlane(cmd, &wcfg.EventPlane)
 	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	registerMTLS(cmd, &wcfg.MTLS)
+	tf.register(cmd, "tandem-worker")
 	f.StringVar(&wcfg.TransferPeers, "transfer-peers", worker.PeersDiscovery, "--role prefill: where KV may be sent: discovery (only transfer addresses published in discovery) or any (whatever address a frontend names; unsafe)")
 	return cmd
 }

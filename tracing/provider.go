@@ -1,0 +1,78 @@
+package tracing
+
+import (
+	"context"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+)
+
+// global is the process's tracer provider, installed as OpenTelemetry's
+// global one when this package loads. It forwards to the provider Use set
+// last, and with none set it is a pass-through: Start returns the caller's
+// context and span unchanged. Two reasons for it over otel's own global:
+//
+//   - otel's global delegates tracers obtained before the first
+//     SetTracerProvider to that first provider for good, so tracers held
+//     in package variables could never be switched (the tracing benchmark
+//     switches off, ratio 0 and ratio 1 in one run);
+//   - otel's no-op tracer replaces a remote parent with an empty span,
+//     so with tracing off otelgrpc would stop propagating a client's
+//     traceparent to the workers; the pass-through keeps it.
+var global = &switchProvider{}
+
+func init() {
+	otel.SetTracerProvider(global)
+	// W3C trace context whether or not this process exports spans: a
+	// client's traceparent always travels on.
+	otel.SetTextMapPropagator(Propagator())
+}
+
+// Use makes tp the provider of every tracer in the process (nil: none,
+// spans pass through). Start calls it; tests and benchmarks call it too.
+func Use(tp trace.TracerProvider) {
+	if tp == nil {
+		global.cur.Store(nil)
+		return
+	}
+	global.cur.Store(&providerBox{tp: tp})
+}
+
+type providerBox struct{ tp trace.TracerProvider }
+
+type switchProvider struct {
+	embedded.TracerProvider
+	cur atomic.Pointer[providerBox]
+}
+
+func (p *switchProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &switchTracer{p: p, name: name, opts: opts}
+}
+
+type tracerBox struct {
+	box *providerBox
+	t   trace.Tracer
+}
+
+type switchTracer struct {
+	embedded.Tracer
+	p     *switchProvider
+	name  string
+	opts  []trace.TracerOption
+	cache atomic.Pointer[tracerBox]
+}
+
+func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	b := t.p.cur.Load()
+	if b == nil {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	c := t.cache.Load()
+	if c == nil || c.box != b {
+		c = &tracerBox{box: b, t: b.tp.Tracer(t.name, t.opts...)}
+		t.cache.Store(c)
+	}
+	return c.t.Start(ctx, name, opts...)
+}

@@ -1,0 +1,196 @@
+package tracing
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/credentials"
+)
+
+// Config is one process's tracing configuration.
+type Config struct {
+	// Endpoint is the OTLP/gRPC collector (Jaeger, the OpenTelemetry
+	// Collector): "host:port" or "https://host:port" for TLS,
+	// "http://host:port" for plaintext. Empty: no export (propagation and
+	// log correlation still work).
+	Endpoint string
+	// SampleRatio is the share of new traces kept (0..1). A request whose
+	// client sent a traceparent follows the client's sampled flag.
+	SampleRatio float64
+	// CAFile verifies the collector's certificate (https); empty: the
+	// system roots.
+	CAFile string
+	// Service and Instance name the process (service.name,
+	// service.instance.id): "tandem-frontend" and its address,
+	// "tandem-worker" and the worker id.
+	Service  string
+	Instance string
+}
+
+// Validate range-checks the configuration.
+func (c Config) Validate() error {
+	if c.SampleRatio < 0 || c.SampleRatio > 1 || c.SampleRatio != c.SampleRatio {
+		return fmt.Errorf("tracing: --trace-sample-ratio %v is outside [0, 1]", c.SampleRatio)
+	}
+	if c.Endpoint == "" {
+		return nil
+	}
+	_, _, err := splitEndpoint(c.Endpoint)
+	return err
+}
+
+// splitEndpoint returns host:port and whether the connection is plaintext.
+// A bare host:port is TLS unless the host is a loopback address: a trace
+// names workers and request ids, and must not cross a network in clear.
+func splitEndpoint(ep string) (hostport string, plaintext bool, err error) {
+	schemed := strings.Contains(ep, "://")
+	if schemed {
+		u, err := url.Parse(ep)
+		if err != nil {
+			return "", false, fmt.Errorf("tracing: --otlp-endpoint %q: %w", ep, err)
+		}
+		switch u.Scheme {
+		case "http":
+			plaintext = true
+		case "https":
+		default:
+			return "", false, fmt.Errorf("tracing: --otlp-endpoint %q: scheme must be http or https", ep)
+		}
+		ep = u.Host
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil || port == "" {
+		return "", false, fmt.Errorf("tracing: --otlp-endpoint %q: want host:port", ep)
+	}
+	if !schemed && isLoopback(host) {
+		plaintext = true
+	}
+	return ep, plaintext, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Start installs the W3C propagator and, when cfg.Endpoint is set, an SDK
+// tracer provider exporting over OTLP/gRPC in batches. The returned
+// shutdown flushes what is buffered (bounded by its context) and is safe
+// to call when nothing was started.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (shutdown func(context.Context) error, err error) {
+	otel.SetTextMapPropagator(Propagator())
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Endpoint == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	hostport, plaintext, _ := splitEndpoint(cfg.Endpoint)
+	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(hostport), otlptracegrpc.WithTimeout(10 * time.Second)}
+	if plaintext {
+		opts = append(opts, otlptracegrpc.WithInsecure())
+		if h, _, _ := net.SplitHostPort(hostport); !isLoopback(h) && log != nil {
+			log.Warn("exporting traces in plaintext to a non-loopback collector", "otlp_endpoint", cfg.Endpoint)
+		}
+	} else {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("tracing: --otlp-ca-file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, errors.New("tracing: --otlp-ca-file holds no PEM certificate")
+			}
+		}
+		opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tc)))
+	}
+	// New connects lazily: a collector that is down costs dropped spans
+	// (and the exporter's own retry), never a process that cannot start.
+	exp, err := otlptracegrpc.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	tp := NewProvider(exp, cfg)
+	Use(tp)
+	if log != nil {
+		log.Info("tracing", "otlp_endpoint", cfg.Endpoint, "sample_ratio", cfg.SampleRatio, "service", cfg.Service)
+	}
+	return func(ctx context.Context) error {
+		Use(nil)
+		return tp.Shutdown(ctx)
+	}, nil
+}
+
+// NewProvider is the SDK provider Start installs, around any exporter
+// (tests pass an in-memory one): parent-based ratio sampling, batched
+// export, the process named by cfg.Service and cfg.Instance.
+func NewProvider(exp sdktrace.SpanExporter, cfg Config) *sdktrace.TracerProvider {
+	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.Service)}
+	if cfg.Instance != "" {
+		attrs = append(attrs, attribute.String("service.instance.id", cfg.Instance))
+	}
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
+	)
+}
+
+// Propagator is W3C trace context plus baggage.
+func Propagator() propagation.TextMapPropagator {
+	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+}
+
+// Tracer is the named tracer of the global provider.
+func Tracer(name string) trace.Tracer { return otel.Tracer(name) }
+
+// FromHTTP returns ctx with the span context of a client's traceparent
+// header, if it sent a valid one (an invalid one is ignored, as the W3C
+// recommendation says: the request starts a new trace).
+func FromHTTP(ctx context.Context, h http.Header) context.Context {
+	if h.Get("Traceparent") == "" {
+		return ctx
+	}
+	return otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// TraceID returns the hex trace id of ctx's span, or "".
+func TraceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+// Child starts a span of t under ctx's only when ctx's span is recording:
+// with tracing off, or the request not sampled, it costs a context lookup
+// and returns ctx's own span.
+func Child(ctx context.Context, t trace.Tracer, name string) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return t.Start(ctx, name)
+}

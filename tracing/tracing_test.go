@@ -1,0 +1,63 @@
+package tracing
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg       Config
+		ok        bool
+		plaintext bool
+	}{
+		{Config{SampleRatio: 1}, true, false},
+		{Config{SampleRatio: -0.1}, false, false},
+		{Config{SampleRatio: 1.5}, false, false},
+		{Config{Endpoint: "127.0.0.1:4317", SampleRatio: 1}, true, true},
+		{Config{Endpoint: "localhost:4317", SampleRatio: 1}, true, true},
+		{Config{Endpoint: "collector:4317", SampleRatio: 1}, true, false},
+		{Config{Endpoint: "http://collector:4317", SampleRatio: 1}, true, true},
+		{Config{Endpoint: "https://127.0.0.1:4317", SampleRatio: 1}, true, false},
+		{Config{Endpoint: "ftp://collector:4317", SampleRatio: 1}, false, false},
+		{Config{Endpoint: "collector", SampleRatio: 1}, false, false},
+	} {
+		err := tc.cfg.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: err %v, want ok %v", tc.cfg, err, tc.ok)
+		}
+		if tc.ok && tc.cfg.Endpoint != "" {
+			if _, pt, _ := splitEndpoint(tc.cfg.Endpoint); pt != tc.plaintext {
+				t.Errorf("%s: plaintext %v, want %v", tc.cfg.Endpoint, pt, tc.plaintext)
+			}
+		}
+	}
+}
+
+// With no provider, a client's traceparent passes through spans and
+// reaches log lines.
+func TestPassThroughAndLogs(t *testing.T) {
+	Use(nil)
+	h := http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	ctx := FromHTTP(context.Background(), h)
+	ctx, span := Tracer("t").Start(ctx, "x")
+	defer span.End()
+	if got := TraceID(ctx); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Fatalf("trace id %q after a pass-through span", got)
+	}
+	var buf bytes.Buffer
+	log := slog.New(LogHandler(slog.NewTextHandler(&buf, nil)))
+	log.InfoContext(ctx, "hello", "request_id", "r1")
+	log.Info("no context")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if !strings.Contains(lines[0], "trace_id=4bf92f3577b34da6a3ce929d0e0e4736") || !strings.Contains(lines[0], "span_id=00f067aa0ba902b7") {
+		t.Errorf("log line without the trace: %s", lines[0])
+	}
+	if strings.Contains(lines[1], "trace_id") {
+		t.Errorf("a line without a request context got a trace id: %s", lines[1])
+	}
+}
