@@ -36,7 +36,10 @@ func TestNoStarvation(t *testing.T) {
 			min, max float64
 		}{
 			{"unique prompts", 5, unique, 0.15, 0.25},
-			{"shared 2,000-token system prompt", 8, shared, 0, 0.25},
+			// At least four of the eight workers carry the shared prefix. Four
+			// workers near 25% each drift past it on a loaded machine (seen at
+			// 26.5-27.5%), hence 0.30; three workers (34%) still fail.
+			{"shared 2,000-token system prompt", 8, shared, 0, 0.30},
 		} {
 			t.Run(fmt.Sprintf("%s/%s", cost, tc.name), func(t *testing.T) {
 				res, err := RunFleet(t.Context(), FleetScenario{Workers: tc.workers, Mode: "kv", Cost: cost, Seed: 1,
