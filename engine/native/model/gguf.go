@@ -155,25 +155,12 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 		m.Config.RopeFreqFactors = vec("rope_freqs.weight", c.HeadDim/2)
 	}
 	for i := range m.Layers {
-		l := &m.Layers[i]
-		p := fmt.Sprintf("blk.%d.", i)
-		l.AttnNorm = vec(p+"attn_norm.weight", c.Dim)
-		l.Wq = mat(p+"attn_q.weight", c.QDim(), c.Dim)
-		l.Wk = mat(p+"attn_k.weight", c.KVDim(), c.Dim)
-		l.Wv = mat(p+"attn_v.weight", c.KVDim(), c.Dim)
-		l.Wo = mat(p+"attn_output.weight", c.Dim, c.QDim())
-		l.FFNNorm = vec(p+"ffn_norm.weight", c.Dim)
-		l.W1 = mat(p+"ffn_gate.weight", c.Hidden, c.Dim)
-		l.W2 = mat(p+"ffn_down.weight", c.Dim, c.Hidden)
-		l.W3 = mat(p+"ffn_up.weight", c.Hidden, c.Dim)
-		if c.QKVBias {
-			l.Bq = vec(p+"attn_q.bias", c.QDim())
-			l.Bk = vec(p+"attn_k.bias", c.KVDim())
-			l.Bv = vec(p+"attn_v.bias", c.KVDim())
-		}
-		if c.QKNorm {
-			l.QNorm = vec(p+"attn_q_norm.weight", c.HeadDim)
-			l.KNorm = vec(p+"attn_k_norm.weight", c.HeadDim)
+		for _, t := range ggufLayer.tensors(&c, i, &m.Layers[i]) {
+			if t.Mat != nil {
+				*t.Mat = mat(t.Name, t.Rows, t.Cols)
+			} else {
+				*t.Vec = vec(t.Name, t.Cols)
+			}
 		}
 	}
 	if err != nil {
@@ -393,30 +380,17 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 	if c.RopeFreqFactors != nil {
 		vec("rope_freqs.weight", c.RopeFreqFactors)
 	}
-	for i, l := range m.Layers {
-		p := fmt.Sprintf("blk.%d.", i)
-		vec(p+"attn_norm.weight", l.AttnNorm)
-		if permute {
-			mat(p+"attn_q.weight", permuteRows(l.Wq, c.HeadDim))
-			mat(p+"attn_k.weight", permuteRows(l.Wk, c.HeadDim))
-		} else {
-			mat(p+"attn_q.weight", l.Wq)
-			mat(p+"attn_k.weight", l.Wk)
-		}
-		mat(p+"attn_v.weight", l.Wv)
-		mat(p+"attn_output.weight", l.Wo)
-		vec(p+"ffn_norm.weight", l.FFNNorm)
-		mat(p+"ffn_gate.weight", l.W1)
-		mat(p+"ffn_down.weight", l.W2)
-		mat(p+"ffn_up.weight", l.W3)
-		if c.QKVBias {
-			vec(p+"attn_q.bias", l.Bq)
-			vec(p+"attn_k.bias", l.Bk)
-			vec(p+"attn_v.bias", l.Bv)
-		}
-		if c.QKNorm {
-			vec(p+"attn_q_norm.weight", l.QNorm)
-			vec(p+"attn_k_norm.weight", l.KNorm)
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		for _, t := range ggufLayer.tensors(c, i, l) {
+			switch {
+			case t.Vec != nil:
+				vec(t.Name, *t.Vec)
+			case permute && (t.Mat == &l.Wq || t.Mat == &l.Wk):
+				mat(t.Name, permuteRows(*t.Mat, c.HeadDim))
+			default:
+				mat(t.Name, *t.Mat)
+			}
 		}
 	}
 	if err != nil {

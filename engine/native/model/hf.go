@@ -104,25 +104,12 @@ func LoadHF(dir string) (*Model, error) {
 	}
 	m.FinalNorm = vec("model.norm.weight", c.Dim)
 	for i := range m.Layers {
-		l := &m.Layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
-		l.AttnNorm = vec(p+"input_layernorm.weight", c.Dim)
-		l.Wq = mat(p+"self_attn.q_proj.weight", c.QDim(), c.Dim)
-		l.Wk = mat(p+"self_attn.k_proj.weight", c.KVDim(), c.Dim)
-		l.Wv = mat(p+"self_attn.v_proj.weight", c.KVDim(), c.Dim)
-		l.Wo = mat(p+"self_attn.o_proj.weight", c.Dim, c.QDim())
-		l.FFNNorm = vec(p+"post_attention_layernorm.weight", c.Dim)
-		l.W1 = mat(p+"mlp.gate_proj.weight", c.Hidden, c.Dim)
-		l.W2 = mat(p+"mlp.down_proj.weight", c.Dim, c.Hidden)
-		l.W3 = mat(p+"mlp.up_proj.weight", c.Hidden, c.Dim)
-		if c.QKVBias {
-			l.Bq = vec(p+"self_attn.q_proj.bias", c.QDim())
-			l.Bk = vec(p+"self_attn.k_proj.bias", c.KVDim())
-			l.Bv = vec(p+"self_attn.v_proj.bias", c.KVDim())
-		}
-		if c.QKNorm {
-			l.QNorm = vec(p+"self_attn.q_norm.weight", c.HeadDim)
-			l.KNorm = vec(p+"self_attn.k_norm.weight", c.HeadDim)
+		for _, t := range hfLayer.tensors(&c, i, &m.Layers[i]) {
+			if t.Mat != nil {
+				*t.Mat = mat(t.Name, t.Rows, t.Cols)
+			} else {
+				*t.Vec = vec(t.Name, t.Cols)
+			}
 		}
 	}
 	if err != nil {
@@ -272,25 +259,13 @@ func WriteHF(dir string, m *Model, dtype string, shardBytes int64) error {
 		mat("lm_head.weight", m.Output)
 	}
 	vec("model.norm.weight", m.FinalNorm)
-	for i, l := range m.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		vec(p+"input_layernorm.weight", l.AttnNorm)
-		mat(p+"self_attn.q_proj.weight", l.Wq)
-		mat(p+"self_attn.k_proj.weight", l.Wk)
-		mat(p+"self_attn.v_proj.weight", l.Wv)
-		mat(p+"self_attn.o_proj.weight", l.Wo)
-		vec(p+"post_attention_layernorm.weight", l.FFNNorm)
-		mat(p+"mlp.gate_proj.weight", l.W1)
-		mat(p+"mlp.down_proj.weight", l.W2)
-		mat(p+"mlp.up_proj.weight", l.W3)
-		if c.QKVBias {
-			vec(p+"self_attn.q_proj.bias", l.Bq)
-			vec(p+"self_attn.k_proj.bias", l.Bk)
-			vec(p+"self_attn.v_proj.bias", l.Bv)
-		}
-		if c.QKNorm {
-			vec(p+"self_attn.q_norm.weight", l.QNorm)
-			vec(p+"self_attn.k_norm.weight", l.KNorm)
+	for i := range m.Layers {
+		for _, t := range hfLayer.tensors(c, i, &m.Layers[i]) {
+			if t.Mat != nil {
+				mat(t.Name, *t.Mat)
+			} else {
+				vec(t.Name, *t.Vec)
+			}
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

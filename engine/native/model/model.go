@@ -91,26 +91,13 @@ func (m *Model) Init() error {
 		return fmt.Errorf("%d layers loaded, config says %d", len(m.Layers), c.Layers)
 	}
 	for i := range m.Layers {
-		l := &m.Layers[i]
-		p := fmt.Sprintf("blk.%d.", i)
-		errs := []error{
-			vec(p+"attn_norm", l.AttnNorm, c.Dim),
-			check(p+"attn_q", l.Wq, c.QDim(), c.Dim),
-			check(p+"attn_k", l.Wk, c.KVDim(), c.Dim),
-			check(p+"attn_v", l.Wv, c.KVDim(), c.Dim),
-			check(p+"attn_output", l.Wo, c.Dim, c.QDim()),
-			vec(p+"ffn_norm", l.FFNNorm, c.Dim),
-			check(p+"ffn_gate", l.W1, c.Hidden, c.Dim),
-			check(p+"ffn_down", l.W2, c.Dim, c.Hidden),
-			check(p+"ffn_up", l.W3, c.Hidden, c.Dim),
-		}
-		if c.QKVBias {
-			errs = append(errs, vec(p+"attn_q.bias", l.Bq, c.QDim()), vec(p+"attn_k.bias", l.Bk, c.KVDim()), vec(p+"attn_v.bias", l.Bv, c.KVDim()))
-		}
-		if c.QKNorm {
-			errs = append(errs, vec(p+"attn_q_norm", l.QNorm, c.HeadDim), vec(p+"attn_k_norm", l.KNorm, c.HeadDim))
-		}
-		for _, err := range errs {
+		for _, t := range ggufLayer.tensors(c, i, &m.Layers[i]) {
+			var err error
+			if t.Mat != nil {
+				err = check(t.Name, *t.Mat, t.Rows, t.Cols)
+			} else {
+				err = vec(t.Name, *t.Vec, t.Cols)
+			}
 			if err != nil {
 				return err
 			}
