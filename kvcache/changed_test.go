@@ -181,15 +181,18 @@ func TestChangedAcrossGoroutines(t *testing.T) {
 		}()
 	}
 	for i := 1; i <= blocks; i++ {
-		c.Commit(s, tokens[:i*bs])
+		// The count is published before Commit signals, as the cache's own
+		// state is: a waiter that takes the channel a commit then closes
+		// has read the count before it, never a count still to come
+		// (storing after Commit let a waiter take the last channel, read
+		// blocks-1, and wait on a channel no commit would close).
 		committed.Store(int64(i))
+		c.Commit(s, tokens[:i*bs])
 		if i%50 == 0 {
 			// Let the waiters run between bursts of commits.
 			time.Sleep(time.Millisecond)
 		}
 	}
-	// The last commit's store can come after a waiter took a channel that
-	// commit already closed: waiters re-check, so they must still end.
 	wg.Wait()
 	close(errs)
 	for e := range errs {

@@ -279,12 +279,23 @@ func (p *Publisher) Close() error {
 	case <-time.After(5 * time.Second):
 	}
 	p.cancel()
-	err := p.pub.Close()
+	err := ignoreClosed(p.pub.Close())
 	if p.router != nil {
-		err = errors.Join(err, p.router.Close())
+		err = errors.Join(err, ignoreClosed(p.router.Close()))
 	}
 	<-p.sendDone
 	p.wg.Wait() // replay server exits once its socket is closed
+	return err
+}
+
+// ignoreClosed drops net.ErrClosed from a socket's Close: the ZMQ library
+// closes every peer connection, and one whose peer already hung up (a
+// subscriber that left first) reports "use of closed network connection",
+// which at shutdown loses nothing.
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
 	return err
 }
 
