@@ -34,6 +34,9 @@ func AppendBatch(dst []byte, b *Batch, f Format) []byte {
 		}
 	}
 	dst = appendArrayHeader(dst, events)
+	if b.SignedHashes {
+		f |= signedHashes
+	}
 	for i := range b.Events {
 		dst = AppendEvent(dst, &b.Events[i], f)
 	}
@@ -45,6 +48,9 @@ func AppendBatch(dst []byte, b *Batch, f Format) []byte {
 
 // AppendEvent appends one event; an event of unknown type appends nothing.
 func AppendEvent(dst []byte, e *Event, f Format) []byte {
+	if e.Type == TypeAllBlocksCleared {
+		f &^= signedHashes
+	}
 	switch e.Type {
 	case TypeBlockStored:
 		return appendBlockStored(dst, e, f)
@@ -61,6 +67,12 @@ func AppendEvent(dst []byte, e *Event, f Format) []byte {
 	}
 	return dst
 }
+
+// signedHashes is a Format bit, set by AppendBatch for Batch.SignedHashes:
+// SGLang's shapes — integer hashes written as signed int64s, and an array
+// BlockStored that ends at medium (sglang/srt/disaggregation/kv_events.py
+// declares no lora_name).
+const signedHashes Format = 0x80
 
 // Optional trailing fields of BlockStored, in declaration order.
 const (
@@ -113,6 +125,8 @@ func appendStoredOptional(dst []byte, e *Event, i int) []byte {
 }
 
 func appendBlockStored(dst []byte, e *Event, f Format) []byte {
+	signed := f&signedHashes != 0
+	f &^= signedHashes
 	present := storedOptionalPresent(e)
 	if f == FormatArray {
 		last := -1
@@ -121,14 +135,21 @@ func appendBlockStored(dst []byte, e *Event, f Format) []byte {
 				last = i
 			}
 		}
-		dst = appendArrayHeader(dst, 8+last+1)
+		n := 8 + last + 1
+		if signed && last < 0 {
+			n = 7 // SGLang's BlockStored ends at medium: no lora_name
+		}
+		dst = appendArrayHeader(dst, n)
 		dst = appendStr(dst, "BlockStored")
-		dst = appendHashes(dst, e.BlockHashes)
-		dst = appendParent(dst, e)
+		dst = appendHashes(dst, e.BlockHashes, signed)
+		dst = appendParent(dst, e, signed)
 		dst = appendTokens(dst, e.TokenIDs)
 		dst = appendInt(dst, int64(e.BlockSize))
 		dst = appendOptInt(dst, e.LoRAID)
 		dst = appendOptStr(dst, e.Medium)
+		if n == 7 {
+			return dst
+		}
 		dst = appendOptStr(dst, e.LoRAName)
 		for i := 0; i <= last; i++ {
 			dst = appendStoredOptional(dst, e, i)
@@ -145,9 +166,9 @@ func appendBlockStored(dst []byte, e *Event, f Format) []byte {
 	dst = appendStr(dst, "type")
 	dst = appendStr(dst, "BlockStored")
 	dst = appendStr(dst, "block_hashes")
-	dst = appendHashes(dst, e.BlockHashes)
+	dst = appendHashes(dst, e.BlockHashes, signed)
 	dst = appendStr(dst, "parent_block_hash")
-	dst = appendParent(dst, e)
+	dst = appendParent(dst, e, signed)
 	dst = appendStr(dst, "token_ids")
 	dst = appendTokens(dst, e.TokenIDs)
 	dst = appendStr(dst, "block_size")
@@ -168,6 +189,8 @@ func appendBlockStored(dst []byte, e *Event, f Format) []byte {
 }
 
 func appendBlockRemoved(dst []byte, e *Event, f Format) []byte {
+	signed := f&signedHashes != 0
+	f &^= signedHashes
 	if f == FormatArray {
 		n := 3
 		if e.Locality != "" {
@@ -177,7 +200,7 @@ func appendBlockRemoved(dst []byte, e *Event, f Format) []byte {
 		}
 		dst = appendArrayHeader(dst, n)
 		dst = appendStr(dst, "BlockRemoved")
-		dst = appendHashes(dst, e.BlockHashes)
+		dst = appendHashes(dst, e.BlockHashes, signed)
 		dst = appendOptStr(dst, e.Medium)
 		if n > 3 {
 			dst = appendOptInt(dst, e.GroupIdx)
@@ -198,7 +221,7 @@ func appendBlockRemoved(dst []byte, e *Event, f Format) []byte {
 	dst = appendStr(dst, "type")
 	dst = appendStr(dst, "BlockRemoved")
 	dst = appendStr(dst, "block_hashes")
-	dst = appendHashes(dst, e.BlockHashes)
+	dst = appendHashes(dst, e.BlockHashes, signed)
 	dst = appendStr(dst, "medium")
 	dst = appendOptStr(dst, e.Medium)
 	if e.GroupIdx.Valid {
@@ -212,24 +235,27 @@ func appendBlockRemoved(dst []byte, e *Event, f Format) []byte {
 	return dst
 }
 
-func appendParent(dst []byte, e *Event) []byte {
+func appendParent(dst []byte, e *Event, signed bool) []byte {
 	if !e.HasParent {
 		return appendNil(dst)
 	}
-	return appendHash(dst, e.ParentBlockHash)
+	return appendHash(dst, e.ParentBlockHash, signed)
 }
 
-func appendHashes(dst []byte, hs []Hash) []byte {
+func appendHashes(dst []byte, hs []Hash, signed bool) []byte {
 	dst = appendArrayHeader(dst, len(hs))
 	for _, h := range hs {
-		dst = appendHash(dst, h)
+		dst = appendHash(dst, h, signed)
 	}
 	return dst
 }
 
-func appendHash(dst []byte, h Hash) []byte {
+func appendHash(dst []byte, h Hash, signed bool) []byte {
 	if h.Bytes != nil {
 		return appendBin(dst, h.Bytes)
+	}
+	if signed {
+		return appendInt(dst, int64(h.V))
 	}
 	return appendUint(dst, h.V)
 }

@@ -48,6 +48,15 @@ type EngineConfig struct {
 	// that starts at block 0, as array-form vLLM look-alikes do (the
 	// quirk subscribers must accept).
 	ZeroParent bool
+	// SGLang publishes as SGLang's scheduler does
+	// (python/sglang/srt/disaggregation/kv_events.py and the radix cache's
+	// page events): block hashes are SGLang's SHA-256 page chain
+	// (SGLangBlockHash, no seed) sent as signed int64s (the digest's first
+	// 8 bytes), events are positional arrays (msgspec array_like=True),
+	// BlockStored ends with medium "GPU", the batch's third field is the
+	// attention-DP rank (attn_dp_rank), and replay answers use the older
+	// 2-frame layout [seq, payload]. Format is forced to FormatArray.
+	SGLang bool
 }
 
 // EngineEvents is what an engine needs to publish its KV cache's events the
@@ -78,6 +87,7 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 		DataParallelRank: cfg.DataParallelRank,
 		Dial:             cfg.Dial,
 		FirstSeq:         cfg.FirstSeq,
+		LegacyReplay:     cfg.SGLang,
 		Logger:           log,
 	})
 	if err != nil {
@@ -87,8 +97,16 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 	if cfg.OmitTokenIDs {
 		h = &kvcache.XXH3Hasher{}
 	}
+	format := cfg.Format
+	if cfg.SGLang {
+		if cfg.OmitTokenIDs || cfg.BytesHashes {
+			return nil, fmt.Errorf("KV events: SGLang events carry token ids and int64 hashes")
+		}
+		h, format = SGLangHasher{}, FormatArray
+	}
 	return &EngineEvents{
-		stepRecorder: stepRecorder{blockSize: blockSize, format: cfg.Format, bytesHashes: cfg.BytesHashes, omitTokens: cfg.OmitTokenIDs, zeroParent: cfg.ZeroParent},
+		stepRecorder: stepRecorder{blockSize: blockSize, format: format, bytesHashes: cfg.BytesHashes, omitTokens: cfg.OmitTokenIDs,
+			zeroParent: cfg.ZeroParent, sglang: cfg.SGLang},
 		pub:          pub, hasher: h, dpRank: cfg.DataParallelRank,
 	}, nil
 }
@@ -129,6 +147,7 @@ type stepRecorder struct {
 	bytesHashes bool
 	omitTokens  bool
 	zeroParent  bool
+	sglang      bool // SGLang's signed int64 of the digest's first 8 bytes
 
 	events []Event
 	hashes []Hash
@@ -138,6 +157,9 @@ type stepRecorder struct {
 }
 
 func (b *stepRecorder) hash(h kvcache.BlockHash) Hash {
+	if b.sglang {
+		return IntHash(uint64(SGLangHashInt64(h)))
+	}
 	if !b.bytesHashes {
 		return IntHash(h.Uint64())
 	}
@@ -211,7 +233,7 @@ func (b *stepRecorder) take(ts float64, dpRank int) []byte {
 	if len(b.events) == 0 {
 		return nil
 	}
-	batch := Batch{TS: ts, Events: b.events, DataParallelRank: Int(int64(dpRank))}
+	batch := Batch{TS: ts, Events: b.events, DataParallelRank: Int(int64(dpRank)), SignedHashes: b.sglang}
 	payload := EncodeBatch(&batch, b.format)
 	clear(b.events) // drop references into the arenas
 	b.events, b.hashes, b.tokens, b.digest = b.events[:0], b.hashes[:0], b.tokens[:0], b.digest[:0]

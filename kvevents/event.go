@@ -135,4 +135,8 @@ type Batch struct {
 	DataParallelRank OptInt
 	// Skipped counts events the decoder dropped because of an unknown tag.
 	Skipped int
+	// SignedHashes (encoder only) writes integer hashes as signed int64s,
+	// as SGLang does (msgpack int64, negative for a digest whose first
+	// bit is set); the decoder reads either into Hash.V's bit pattern.
+	SignedHashes bool
 }

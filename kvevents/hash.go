@@ -123,3 +123,16 @@ func appendCBORInt(dst []byte, v int64) []byte {
 func appendCBORText(dst []byte, s string) []byte {
 	return append(appendCBORHead(dst, 3, uint64(len(s))), s...)
 }
+
+// SGLangHasher is kvcache.Hasher for SGLang's page hashes
+// (SGLangBlockHash): the root page hashes no parent digest.
+type SGLangHasher struct{}
+
+// Hash implements kvcache.Hasher.
+func (SGLangHasher) Hash(parent kvcache.BlockHash, tokens []tokenid.ID) kvcache.BlockHash {
+	var prev []byte
+	if !parent.IsZero() {
+		prev = parent[:]
+	}
+	return SGLangBlockHash(prev, tokens)
+}
