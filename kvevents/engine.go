@@ -107,7 +107,7 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 	return &EngineEvents{
 		stepRecorder: stepRecorder{blockSize: blockSize, format: format, bytesHashes: cfg.BytesHashes, omitTokens: cfg.OmitTokenIDs,
 			zeroParent: cfg.ZeroParent, sglang: cfg.SGLang},
-		pub:          pub, hasher: h, dpRank: cfg.DataParallelRank,
+		pub: pub, hasher: h, dpRank: cfg.DataParallelRank,
 	}, nil
 }
 
