@@ -60,6 +60,12 @@ type Config struct {
 	// most OpenAI-compatible servers) is tokenized with it. nil: such
 	// responses are refused (ErrNoTokenIDs).
 	Codec Codec
+	// DPRank is the attention-DP rank of an APISGLang server this engine
+	// is (each rank is one worker; requests carry data_parallel_rank).
+	DPRank int
+	// MetricsInterval is how often the server's /metrics is scraped for
+	// its load (default 2 s; negative: never). See load.go.
+	MetricsInterval time.Duration
 }
 
 // Codec is the part of a tokenizer the engine needs (tokenizer.Tokenizer
@@ -105,6 +111,9 @@ type Engine struct {
 	noDetails atomic.Bool // DiagNoCachedTokens raised
 
 	slots *slots // APILlamaCpp: each prefix's slot
+
+	sglang SGLangInfo // APISGLang: what /get_server_info said
+	load   loadState  // the scraped /metrics (load.go)
 }
 
 // maxErrorBody bounds how much of an error response is read.
@@ -135,13 +144,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	switch cfg.API {
 	case "":
 		cfg.API = APIVLLM
-	case APIVLLM, APILlamaCpp:
+	case APIVLLM, APILlamaCpp, APISGLang:
 	case APIOpenAI:
 		if cfg.Codec == nil {
 			return nil, errors.New("upstream: --upstream-api openai needs a tokenizer (the prompt is sent as text)")
 		}
 	default:
-		return nil, fmt.Errorf("upstream: unknown API %q (want %s, %s or %s)", cfg.API, APIVLLM, APIOpenAI, APILlamaCpp)
+		return nil, fmt.Errorf("upstream: unknown API %q (want %s, %s, %s or %s)", cfg.API, APIVLLM, APIOpenAI, APISGLang, APILlamaCpp)
 	}
 	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{}), slots: newSlots()}
 	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
@@ -149,9 +158,15 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := e.probe(pctx); err != nil {
 		return nil, err
 	}
+	if cfg.API == APISGLang {
+		if err := e.probeSGLang(pctx); err != nil {
+			return nil, err
+		}
+	}
 	wctx, stop := context.WithCancel(context.Background())
 	e.stop = stop
 	go e.watch(wctx)
+	e.startScrape(wctx)
 	return e, nil
 }
 
@@ -315,6 +330,7 @@ func (e *Engine) Close() error {
 	}
 	e.stop()
 	<-e.done
+	e.load.wait()
 	return nil
 }
 
@@ -383,8 +399,11 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if e.closed.Load() {
 		return nil, engine.ErrClosed
 	}
-	if e.cfg.API == APILlamaCpp {
+	switch e.cfg.API {
+	case APILlamaCpp:
 		return e.generateLlama(ctx, req)
+	case APISGLang:
+		return e.generateSGLang(ctx, req)
 	}
 	b := body{Model: e.cfg.Model, Prompt: req.Prompt, MinTokens: req.MinTokens,
 		IgnoreEOS: req.IgnoreEOS, StopTokenIDs: req.StopTokens, Temperature: req.Sampling.Temperature,

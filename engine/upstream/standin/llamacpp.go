@@ -42,6 +42,10 @@ type LlamaCppOptions struct {
 	// cached prompt shares the longest prefix wins if the shared part is
 	// more than this fraction of the prompt, else the least recently used.
 	SlotSimilarity float64
+	// Metrics is --metrics: without it GET /metrics answers 501
+	// not_supported_error (server.cpp, handle_metrics: "This server does
+	// not support metrics endpoint. Start it with `--metrics`").
+	Metrics bool
 }
 
 // LlamaCpp is a running llama-server look-alike: POST /completion with
@@ -161,6 +165,10 @@ func (s *LlamaCpp) slotsInfo(w http.ResponseWriter, _ *http.Request) {
 
 // metricsText: the llamacpp:* names of the README's /metrics (--metrics).
 func (s *LlamaCpp) metricsText(w http.ResponseWriter, _ *http.Request) {
+	if !s.opts.Metrics {
+		llamaErr(w, http.StatusNotImplemented, "not_supported_error", "This server does not support metrics endpoint. Start it with `--metrics`", nil)
+		return
+	}
 	s.mu.Lock()
 	m := s.metrics
 	s.mu.Unlock()

@@ -34,6 +34,9 @@ type Options struct {
 	// Codec writes the text of chunks and reads text prompts (nil: text
 	// is empty and text prompts are refused).
 	Codec Codec
+	// GPUCacheMetric publishes the KV usage under its older name
+	// vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc.
+	GPUCacheMetric bool
 }
 
 // Server is a running stand-in.
@@ -65,6 +68,7 @@ func Start(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {}) // vLLM: 200, empty body
 	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("GET /metrics", s.metrics)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
@@ -244,4 +248,21 @@ func finishName(f engine.FinishReason) string {
 		return "length"
 	}
 	return "stop"
+}
+
+// metrics: vLLM's scheduler gauges (vllm/v1/metrics/loggers.py,
+// PrometheusStatLogger) labelled model_name and engine (the engine index),
+// always on: vLLM mounts /metrics unconditionally. The KV usage is a
+// fraction despite the _perc suffix.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	l := s.eng.Load()
+	usage := "vllm:kv_cache_usage_perc"
+	if s.opts.GPUCacheMetric {
+		usage = "vllm:gpu_cache_usage_perc"
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	labels := fmt.Sprintf(`{engine="0",model_name=%q}`, s.opts.Model)
+	fmt.Fprintf(w, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d\n", labels, l.Running)
+	fmt.Fprintf(w, "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d\n", labels, l.Waiting)
+	fmt.Fprintf(w, "# HELP %s KV-cache usage. 1 means 100 percent usage.\n# TYPE %s gauge\n%s%s %g\n", usage, usage, usage, labels, l.KVUsage)
 }
