@@ -88,6 +88,10 @@ type UpstreamMode struct {
 	// with Mode kv-approx.
 	LlamaCpp      bool
 	LlamaCppSlots int
+	// SGLang: one SGLang look-alike with one attention-DP rank per worker
+	// (engine/upstream/standin SGLang), reached through --upstream-api
+	// sglang; rank r publishes at the base port + r, as SGLang does.
+	SGLang bool
 }
 
 // Result is what a run measured.
@@ -197,6 +201,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	engines := make([]*mocker.Engine, Workers)
 	gens := make([]engine.Generator, Workers)
 	infos := make([]engine.Info, Workers)
+	var sgl *standin.SGLang
 	for i := range engines {
 		off := contains(sc.EventsOff, i)
 		cfg := mocker.Config{
@@ -218,6 +223,32 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			}
 			defer up.Close()
 			gens[i], infos[i] = up, up.Info()
+			continue
+		}
+		if u := sc.Upstream; u != nil && u.SGLang {
+			if sgl == nil {
+				cfg.EngineLabel = ""
+				srv, err := standin.StartSGLang(standin.SGLangOptions{Model: "m", Mocker: cfg, DPSize: Workers, EnableMetrics: true})
+				if err != nil {
+					return res, err
+				}
+				defer srv.Close()
+				sgl = srv
+			}
+			// Tandem derives rank i's endpoints from the configured base
+			// as SGLang does (offset_endpoint_port).
+			for _, pair := range [][2]string{{sgl.Rank(0).KVEventsEndpoint(), sgl.Rank(i).KVEventsEndpoint()},
+				{sgl.Rank(0).KVEventsReplayEndpoint(), sgl.Rank(i).KVEventsReplayEndpoint()}} {
+				if got, err := upstream.OffsetEndpointPort(pair[0], i); err != nil || got != pair[1] {
+					return res, fmt.Errorf("rank %d: endpoint %s offset to %q (%v), the rank publishes at %s", i, pair[0], got, err, pair[1])
+				}
+			}
+			up, err := upstream.New(ctx, upstream.Config{URL: sgl.URL(), API: upstream.APISGLang, DPRank: i, BlockSize: BlockSize, HealthInterval: -1, Logger: log})
+			if err != nil {
+				return res, fmt.Errorf("worker %d: %w", i, err)
+			}
+			defer up.Close()
+			engines[i], gens[i], infos[i] = sgl.Rank(i), up, up.Info()
 			continue
 		}
 		if u := sc.Upstream; u != nil {

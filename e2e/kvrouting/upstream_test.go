@@ -25,6 +25,7 @@ func TestSeedExperimentUpstream(t *testing.T) {
 		{"vLLM map, publisher binds", UpstreamMode{Format: kvevents.FormatMap}},
 		{"vLLM array, batches from 1, parent 0", UpstreamMode{Format: kvevents.FormatArray, FirstSeq: 1, ZeroParent: true}},
 		{"publishers dial one bound socket", UpstreamMode{Format: kvevents.FormatMap, Dial: true, FirstSeq: 1}},
+		{"SGLang, one server, a worker per attention-DP rank", UpstreamMode{SGLang: true}},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

@@ -266,9 +266,10 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 		}
 		s.got += len(d.Tokens)
 		if m := c.MetaInfo; m != nil {
-			if !s.started && m.PromptTokens > 0 {
-				// cached_tokens rides on every chunk: the first one
-				// lets the router check its prediction at once.
+			if m.PromptTokens > 0 {
+				// prompt_tokens and cached_tokens ride on every chunk,
+				// as vLLM's continuous usage does: the first lets the
+				// router check its prediction at once.
 				d.PromptTokens = m.PromptTokens
 				if m.CachedTokens != nil {
 					d.CachedTokens = *m.CachedTokens
