@@ -276,4 +276,3 @@ func FuzzParseSample(f *testing.F) {
 		}
 	})
 }
-
