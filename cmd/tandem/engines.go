@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +45,10 @@ type upstreamFlags struct {
 	apiKey  string
 	api     string
 	replay  []string // the servers' KV event replay endpoints, in --upstream order
+	// targets are the workers the servers make (resolveTargets: one per
+	// SGLang attention-DP rank); empty: one per --upstream.
+	targets         []upstreamTarget
+	metricsInterval time.Duration
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -55,7 +60,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringArrayVar(&e.up.events, "upstream-kv-events", nil, "upstream: ZMQ KV event endpoint of each --upstream server, in order (vLLM --kv-events-config), for --router-mode kv")
 	f.StringVar(&e.up.model, "upstream-model", "", "upstream: the servers' model name (empty: the first /v1/models lists)")
 	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
-	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
+	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) sglang (SGLang's native /generate: token prompts, meta_info cached_tokens, one worker per attention-DP rank) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
+	f.DurationVar(&e.up.metricsInterval, "upstream-metrics-interval", upstream.DefaultMetricsInterval, "upstream: how often each server's /metrics is scraped for its load (vllm:*, sglang:*, llamacpp:*; llama-server without --metrics: /slots); negative: never")
 	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
@@ -138,18 +144,11 @@ func (u *upstreamFlags) check() error {
 // the --upstream-prefill ones.
 func (e *engineFlags) upstreamFactory(codec upstream.Codec) serve.EngineFactory {
 	return func(i int) (engine.Engine, error) {
-		u := e.up
-		all := append(append([]string(nil), u.urls...), u.prefill...)
-		if i >= len(all) {
-			return nil, fmt.Errorf("no --upstream server for worker %d", i)
+		cfg, err := e.up.config(i)
+		if err != nil {
+			return nil, err
 		}
-		cfg := upstream.Config{URL: all[i], Model: u.model, APIKey: u.apiKey, BlockSize: e.mock.BlockSize, API: u.api, Codec: codec}
-		if i < len(u.events) {
-			cfg.KVEventsEndpoint = u.events[i]
-		}
-		if i < len(u.replay) {
-			cfg.KVEventsReplayEndpoint = u.replay[i]
-		}
+		cfg.BlockSize, cfg.Codec = e.mock.BlockSize, codec
 		return upstream.New(context.Background(), cfg)
 	}
 }

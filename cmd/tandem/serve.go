@@ -52,7 +52,10 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 		return nil, "", err
 	}
 	if s.eng.kind == "upstream" {
-		s.cfg.Workers, s.cfg.PDPrefillWorkers = len(s.eng.up.urls), len(s.eng.up.prefill)
+		if err := s.eng.up.resolveTargets(context.Background()); err != nil {
+			return nil, "", err
+		}
+		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.up.workers(), len(s.eng.up.prefill)
 	} else if len(s.eng.up.prefill) > 0 {
 		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
 	}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/engine/upstream"
+	"github.com/tandemllm/tandem/engine/upstream/standin"
+)
+
+// TestUpstreamTargetsSGLang: an SGLang server with two attention-DP ranks
+// is two workers; rank 1's events are at the endpoint's port + 1.
+func TestUpstreamTargetsSGLang(t *testing.T) {
+	cfg := mocker.DefaultConfig()
+	cfg.Instant, cfg.KVEvents.Enabled = true, false
+	srv, err := standin.StartSGLang(standin.SGLangOptions{Model: "m", Mocker: cfg, DPSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	u := upstreamFlags{urls: []string{srv.URL()}, api: upstream.APISGLang, events: []string{"tcp://sglang-0:5557"},
+		replay: []string{"tcp://sglang-0:5600"}, prefill: []string{"http://p:1"}}
+	if err := u.resolveTargets(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if u.workers() != 2 {
+		t.Fatalf("%d workers", u.workers())
+	}
+	c, err := u.config(1)
+	if err != nil || c.DPRank != 1 || c.KVEventsEndpoint != "tcp://sglang-0:5558" || c.KVEventsReplayEndpoint != "tcp://sglang-0:5601" {
+		t.Fatalf("worker 1: %+v %v", c, err)
+	}
+	if c, err := u.config(2); err != nil || c.URL != "http://p:1" {
+		t.Fatalf("prefill worker: %+v %v", c, err)
+	}
+	u.events = []string{"topic:sglang"}
+	if err := u.resolveTargets(t.Context()); err == nil {
+		t.Fatal("a bound-socket topic for a DP server was accepted")
+	}
+}
