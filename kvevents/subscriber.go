@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -334,10 +335,11 @@ func (s *Subscriber) boundSession(ctx context.Context, l *Listener) error {
 // apart by topic, each routed to its own Subscriber with its own sequence
 // tracking and replay.
 type Listener struct {
-	sock zmq4.Socket
-	ep   string
-	log  *slog.Logger
-	done chan struct{}
+	sock  zmq4.Socket
+	ep    string
+	log   *slog.Logger
+	done  chan struct{}
+	guard *guard
 
 	mu      sync.Mutex
 	feeds   map[string]chan [][]byte
@@ -349,26 +351,44 @@ type Listener struct {
 const feedDepth = 4096
 
 // Listen binds a SUB socket at endpoint (tcp://host:port; port 0 picks
-// one) and routes messages by topic until ctx ends or Close.
+// one) and routes messages by topic until ctx ends or Close. It binds
+// loopback only: see ListenAllow.
 func Listen(ctx context.Context, endpoint string, log *slog.Logger) (*Listener, error) {
+	return ListenAllow(ctx, endpoint, nil, log)
+}
+
+// ListenAllow is Listen that accepts publishers from the allow networks
+// only (guard.go): with none, the endpoint must be a loopback address and
+// only loopback sources connect; with some, any bind address is allowed
+// and connections from outside the list are closed at accept.
+func ListenAllow(ctx context.Context, endpoint string, allow []netip.Prefix, log *slog.Logger) (*Listener, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("component", "kvevents.listener")
+	bind, g, err := guardEndpoint(endpoint, allow, log)
+	if err != nil {
+		return nil, err
+	}
+	ctx = context.WithValue(ctx, guardKey{}, g)
 	sock := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
 	if err := sock.SetOption(zmq4.OptionSubscribe, ""); err != nil {
 		sock.Close()
 		return nil, fmt.Errorf("kvevents: subscribe: %w", err)
 	}
-	if err := sock.Listen(endpoint); err != nil {
+	if err := sock.Listen(bind); err != nil {
 		sock.Close()
 		return nil, fmt.Errorf("kvevents: bind SUB %s: %w", endpoint, err)
 	}
-	l := &Listener{sock: sock, ep: endpointOf(sock, endpoint), log: log, done: make(chan struct{}),
+	l := &Listener{sock: sock, ep: endpointOf(sock, endpoint), log: log, done: make(chan struct{}), guard: g,
 		feeds: map[string]chan [][]byte{}, unknown: map[string]bool{}}
 	go l.recv()
 	return l, nil
 }
+
+// Refused counts connections closed at accept because their source is
+// not allowed.
+func (l *Listener) Refused() uint64 { return l.guard.refused.Load() }
 
 // Endpoint is the bound address with the actual port, for publishers.
 func (l *Listener) Endpoint() string { return l.ep }

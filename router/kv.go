@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +114,10 @@ type KVConfig struct {
 	// its own Listener on (--kv-events-bind tcp://host:port), closed with
 	// the policy.
 	Bind string
+	// BindAllow lists the source networks a bound socket accepts
+	// publishers from (--kv-events-allow); empty: Bind must be loopback
+	// (kvevents.ListenAllow).
+	BindAllow []netip.Prefix
 	// DriftWindow and DriftThreshold: kv_prediction_drift is raised for a
 	// worker when fewer than DriftThreshold of its last DriftWindow
 	// predictions were within one block of the engine's cached_tokens.
@@ -298,7 +303,7 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 	}
 	k.ctx, k.cancel = context.WithCancel(ctx)
 	if events && cfg.Listener == nil && cfg.Bind != "" {
-		l, err := kvevents.Listen(k.ctx, cfg.Bind, cfg.Logger)
+		l, err := kvevents.ListenAllow(k.ctx, cfg.Bind, cfg.BindAllow, cfg.Logger)
 		if err != nil {
 			k.cancel()
 			return nil, fmt.Errorf("router: --kv-events-bind: %w", err)

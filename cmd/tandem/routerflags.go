@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/router"
 )
 
@@ -14,6 +15,7 @@ type routerFlags struct {
 	mode      string
 	cost      string
 	onMissing string
+	allow     []string
 	kv        router.KVConfig
 }
 
@@ -28,6 +30,7 @@ func (r *routerFlags) register(cmd *cobra.Command, defaultMode string) {
 	f.DurationVar(&r.kv.ApproxTTL, "router-ttl", router.DefaultApproxTTL, "kv-approx: how long a routing decision is remembered")
 	f.DurationVar(&r.kv.KVEventsTimeout, "kv-events-timeout", router.DefaultKVEventsTimeout, "kv: a worker that computed full blocks and sent no BlockStored for this long raises kv_events_missing")
 	f.StringVar(&r.kv.Bind, "kv-events-bind", "", "kv: bind one ZMQ SUB socket here (tcp://host:port) for publishers that dial in (vLLM with a host in its endpoint, llm-d's simulators); a worker whose KV event endpoint is topic:NAME is followed on it by that topic")
+	f.StringSliceVar(&r.allow, "kv-events-allow", nil, "kv: source networks (CIDRs or addresses) whose publishers --kv-events-bind accepts; others are closed at accept. Without it --kv-events-bind must be a loopback address (ZMQ authenticates nobody)")
 	f.StringVar(&r.onMissing, "on-missing-kv-events", string(router.MissingFallback), "kv: for a worker without events: fallback (route it by approximation) or fail (stop routing to it)")
 }
 
@@ -40,6 +43,9 @@ func (r *routerFlags) apply(mode *string, kv *router.KVConfig) error {
 	}
 	if cfg.OnMissing, err = router.ParseOnMissing(r.onMissing); err != nil {
 		return fmt.Errorf("--on-missing-kv-events: %w", err)
+	}
+	if cfg.BindAllow, err = kvevents.ParseAllow(r.allow); err != nil {
+		return fmt.Errorf("--kv-events-allow: %w", err)
 	}
 	*mode, *kv = r.mode, cfg
 	return nil
