@@ -26,6 +26,16 @@
 // after a request fails to reach it): a down server raises
 // upstream_unavailable on the board of the worker that fronts it.
 //
+// Other dialects (Config.API): APIOpenAI (text prompts, standard fields),
+// APILlamaCpp (llama-server's /completion with slot affinity,
+// llamacpp.go) and APISGLang (SGLang's native /generate with input_ids,
+// one engine per attention-DP rank via data_parallel_rank, sglang.go).
+//
+// The server's own load is scraped from its /metrics on an interval
+// (load.go: vllm:*, sglang:* per dp_rank, llamacpp:* or /slots) and
+// reported as engine.LoadReporter; a failing scrape raises
+// upstream_metrics_unavailable.
+//
 // The upstream's KV events (vLLM --kv-events-config, ZMQ) are not read
 // here: the endpoint is reported (KVEventsEndpoint) so the router
 // subscribes to it as to any Tandem engine.

@@ -21,5 +21,12 @@
 //     llm-d's simulators), batches numbered from any FirstSeq, and
 //     parent_block_hash 0 for "none" (ZeroParent), as the look-alikes do.
 //
+// SGLang (sglang.go) is an SGLang look-alike: /generate with input_ids or
+// text, cumulative or --stream-output chunks, meta_info with
+// cached_tokens, one mocker per attention-DP rank publishing SGLang-shaped
+// KV events at port + rank, /get_server_info, /get_model_info and
+// sglang:* /metrics; LlamaCpp (llamacpp.go) is a llama-server look-alike.
+// Each behaviour cites SGLang's or llama.cpp's source.
+//
 // It is a test server: no authentication, loopback only.
 package standin
