@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"bufio"
+	"bytes"
 	"io"
 	"log/slog"
 	"strings"
@@ -273,6 +275,34 @@ func FuzzParseSample(f *testing.F) {
 		name, _, _, err := parseSample(line)
 		if err == nil && name != "" && strings.ContainsAny(name, "{ \t") {
 			t.Fatalf("name %q", name)
+		}
+	})
+}
+
+// FuzzSGLangStream: any bytes from a server end in an error or EOF, never a
+// panic, and cumulative output_ids never pass on an id twice.
+func FuzzSGLangStream(f *testing.F) {
+	for _, s := range []string{
+		"data: {\"text\":\"a\",\"output_ids\":[1],\"meta_info\":{\"prompt_tokens\":3,\"cached_tokens\":0,\"finish_reason\":null}}\n\ndata: {\"text\":\"ab\",\"output_ids\":[1,2],\"meta_info\":{\"prompt_tokens\":3,\"cached_tokens\":0,\"finish_reason\":{\"type\":\"length\",\"length\":2}}}\n\ndata: [DONE]\n\n",
+		"data: {\"error\":{\"message\":\"bad\"}}\n\ndata: [DONE]\n\n",
+		"data: {\"output_ids\":[1,2]}\n\ndata: {\"output_ids\":[1]}\n\n",
+		"data: {\"text\":\"x\"}\n\n", "data: [DONE]\n\n", "data: {", "",
+	} {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, delta bool) {
+		e := &Engine{cfg: Config{URL: "http://x"}}
+		s := &sglangStream{sseStream: sseStream{e: e, body: io.NopCloser(nil), r: bufio.NewReader(bytes.NewReader(body)), promptLen: 3}, whole: !delta}
+		n := 0
+		for range 10000 {
+			d, err := s.Recv()
+			if err != nil {
+				break
+			}
+			n += len(d.Tokens)
+		}
+		if n != s.got {
+			t.Fatalf("passed on %d ids, counted %d", n, s.got)
 		}
 	})
 }
