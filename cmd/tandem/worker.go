@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/serve"
@@ -118,6 +119,16 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	}
 	if eng.kind == "upstream" && len(eng.up.urls) != 1 {
 		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.up.urls))
+	}
+	if eng.kind == "upstream" && eng.up.api == upstream.APISGLang {
+		if err := eng.up.resolveTargets(cmd.Context()); err != nil {
+			return err
+		}
+		if n := eng.up.workers(); n > 1 {
+			// One fleet worker is one routable target; an SGLang server
+			// with N attention-DP ranks is N of them.
+			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.up.urls[0], n)
+		}
 	}
 	model, factory, err := eng.build(log)
 	if err != nil {
