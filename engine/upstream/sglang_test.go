@@ -306,3 +306,72 @@ func FuzzSGLangStream(f *testing.F) {
 		}
 	})
 }
+
+// TestSGLangOpenAIAPI: SGLang's OpenAI API through --upstream-api openai:
+// text only, usage on the final chunk; cached_tokens only with
+// --enable-cache-report, and without it upstream_no_cached_tokens.
+func TestSGLangOpenAIAPI(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	codec := byteCodec{}
+	for _, report := range []bool{true, false} {
+		srv, err := standin.StartSGLang(standin.SGLangOptions{Model: "m", Mocker: sglangMocker(), Codec: codec, EnableCacheReport: report})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		e, err := New(t.Context(), Config{URL: srv.URL(), API: APIOpenAI, Codec: codec, BlockSize: 16, HealthInterval: -1, MetricsInterval: -1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		b := health.NewBoard(quiet, nil)
+		e.AttachBoard(b, "w0")
+		prompt := make([]engine.Token, 64)
+		for i := range prompt {
+			prompt[i] = engine.Token('a' + i%26)
+		}
+		var cached []int
+		for range 2 {
+			st, err := e.Generate(t.Context(), &engine.Request{Prompt: prompt, MaxTokens: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := -1
+			for {
+				d, err := st.Recv()
+				if err != nil {
+					break
+				}
+				if d.PromptTokens > 0 {
+					c = d.CachedTokens
+				}
+			}
+			cached = append(cached, c)
+		}
+		if report && (cached[0] != 0 || cached[1] < 48) {
+			t.Fatalf("--enable-cache-report: cached %v", cached)
+		}
+		if !report && !b.IsActive(DiagNoCachedTokens, "w0") {
+			t.Fatal("no upstream_no_cached_tokens without --enable-cache-report")
+		}
+	}
+}
+
+// byteCodec is one token per byte: text round-trips exactly.
+type byteCodec struct{}
+
+func (byteCodec) Encode(s string) []engine.Token {
+	out := make([]engine.Token, len(s))
+	for i := range len(s) {
+		out[i] = engine.Token(s[i])
+	}
+	return out
+}
+
+func (byteCodec) Decode(ids []engine.Token) string {
+	b := make([]byte, len(ids))
+	for i, t := range ids {
+		b[i] = byte(t)
+	}
+	return string(b)
+}

@@ -46,6 +46,11 @@ type SGLangOptions struct {
 	// Codec detokenizes output_ids into text and tokenizes text prompts
 	// (nil: text is empty and "text" prompts are refused).
 	Codec Codec
+	// EnableCacheReport is --enable-cache-report: the OpenAI API's usage
+	// carries prompt_tokens_details.cached_tokens only with it
+	// (entrypoints/openai/usage_processor.py; server_args.py: "Return
+	// number of cached tokens in usage.prompt_tokens_details").
+	EnableCacheReport bool
 }
 
 // SGLang is a running SGLang look-alike: POST /generate (input_ids or
@@ -121,6 +126,7 @@ func StartSGLang(opts SGLangOptions) (*SGLang, error) {
 	// /generate answers POST and PUT (@app.api_route(methods=["POST", "PUT"])).
 	mux.HandleFunc("POST /generate", s.generate)
 	mux.HandleFunc("PUT /generate", s.generate)
+	mux.HandleFunc("POST /v1/completions", s.completions)
 	if opts.EnableMetrics {
 		mux.HandleFunc("GET /metrics", s.metrics)
 	}
@@ -449,4 +455,115 @@ func (s *SGLang) text(toks []engine.Token) string {
 		return ""
 	}
 	return s.opts.Codec.Decode(toks)
+}
+
+// completions is SGLang's OpenAI API (entrypoints/openai/serving_completions.py):
+// the same engine through the OpenAI protocol, with its quirks: text only
+// (no token ids), max_tokens 16 when absent (protocol.py,
+// CompletionRequest), usage only on a final chunk with "choices": [] when
+// stream_options.include_usage, cached tokens only with
+// --enable-cache-report.
+func (s *SGLang) completions(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model         string          `json:"model"`
+		Prompt        json.RawMessage `json:"prompt"`
+		MaxTokens     *int            `json:"max_tokens"`
+		Stream        bool            `json:"stream"`
+		StreamOptions *struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&req); err != nil {
+		errorBody(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var prompt []engine.Token
+	if err := json.Unmarshal(req.Prompt, &prompt); err != nil {
+		var text string
+		if json.Unmarshal(req.Prompt, &text) != nil || s.opts.Codec == nil {
+			errorBody(w, http.StatusBadRequest, "prompt must be a string or a list of token ids")
+			return
+		}
+		prompt = s.opts.Codec.Encode(text)
+	}
+	maxTok := 16
+	if req.MaxTokens != nil {
+		maxTok = *req.MaxTokens
+	}
+	if cl := s.contextLength(); len(prompt)+maxTok > cl || len(prompt) == 0 {
+		errorBody(w, http.StatusBadRequest, fmt.Sprintf("The input (%d tokens) is longer than the model's context length (%d tokens).", len(prompt), cl))
+		return
+	}
+	s.reqs.Add(1)
+	rank := int(s.rr.Add(1)-1) % len(s.ranks)
+	st, err := s.ranks[rank].Generate(r.Context(), &engine.Request{Model: s.opts.Model, Prompt: prompt, MaxTokens: max(maxTok, 1)})
+	if err != nil {
+		errorBody(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	id := fmt.Sprintf("%032x", s.reqs.Load())
+	cached, n := 0, 0
+	usage := func() map[string]any {
+		u := map[string]any{"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+		if s.opts.EnableCacheReport {
+			u["prompt_tokens_details"] = map[string]any{"cached_tokens": cached}
+		}
+		return u
+	}
+	choice := func(toks []engine.Token, f engine.FinishReason) map[string]any {
+		c := map[string]any{"index": 0, "text": s.text(toks), "logprobs": nil, "finish_reason": nil, "matched_stop": nil}
+		if f != engine.FinishNone {
+			c["finish_reason"] = finishName(f)
+		}
+		return c
+	}
+	if !req.Stream {
+		var all []engine.Token
+		fin := engine.FinishStop
+		for {
+			d, err := st.Recv()
+			if err != nil {
+				break
+			}
+			if d.PromptTokens > 0 {
+				cached = d.CachedTokens
+			}
+			all = append(all, d.Tokens...)
+			if d.Finish != engine.FinishNone {
+				fin = d.Finish
+			}
+		}
+		n = len(all)
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": s.opts.Model,
+			"choices": []any{choice(all, fin)}, "usage": usage()})
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	write := func(v map[string]any) {
+		v["id"], v["object"], v["created"], v["model"] = id, "text_completion", time.Now().Unix(), s.opts.Model
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	for {
+		d, err := st.Recv()
+		if err != nil {
+			break
+		}
+		if d.PromptTokens > 0 {
+			cached = d.CachedTokens
+		}
+		n += len(d.Tokens)
+		write(map[string]any{"choices": []any{choice(d.Tokens, d.Finish)}, "usage": nil})
+		if d.Finish != engine.FinishNone {
+			break
+		}
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		write(map[string]any{"choices": []any{}, "usage": usage()})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }
