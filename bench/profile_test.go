@@ -22,6 +22,12 @@ func TestProfileMatchesMockerTiming(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sweeps a live server for several seconds")
 	}
+	if raceEnabled {
+		// The detector slows the serving stack 5-20×: the overhead would
+		// swamp the model times this checks. The sweep's code still runs
+		// under -race in TestProfileSweepRace.
+		t.Skip("timing check: not under the race detector")
+	}
 	const speedup, capacity, budget = 0.25, 16384, mocker.DefaultMaxNumBatchedTokens
 	tm := mocker.Qwen3_0_6BTiming()
 	url := tandem(t, tandemOpts{mode: "kv", speedup: speedup, timing: tm, capacity: capacity})
@@ -64,5 +70,31 @@ func TestProfileMatchesMockerTiming(t *testing.T) {
 	}
 	if p.KVCapacityTokens != capacity || p.Model == "" {
 		t.Errorf("profile limits/model: %+v", p)
+	}
+}
+
+// TestProfileSweepRace runs a tiny sweep against an instant mocker (no
+// timing checked): the sweep's concurrency under the race detector, and
+// the shape and limits of what it writes.
+func TestProfileSweepRace(t *testing.T) {
+	url := tandem(t, tandemOpts{mode: "round-robin", speedup: 50, timing: mocker.Qwen3_0_6BTiming(), capacity: 4096})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := Profile(ctx, ProfileSpec{Target: Target{URL: url}, ISL: []int{64, 256}, CachedFraction: []float64{0, 0.5},
+		Concurrency: []int{1, 4, 64}, Context: []int{128, 512}, Repeats: 1, DecodeTokens: 4,
+		KVCapacityTokens: 4096, MaxNumSeqs: 32, MaxNumBatchedTokens: 2048, Worker: "race"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Prefill.TTFTMs) != 2 || len(p.Decode.ITLMs) != 3 || p.Worker != "race" {
+		t.Fatalf("profile shape: %+v", p)
+	}
+	// 64 sequences exceed max-num-seqs, and 4 × (512 + output) exceed
+	// neither: the first row is measured, the last not.
+	if p.Decode.ITLMs[2][0] != 0 || p.Decode.ITLMs[2][1] != 0 || p.Decode.ITLMs[0][0] <= 0 || p.Decode.ITLMs[1][1] <= 0 {
+		t.Fatalf("decode grid: %v", p.Decode.ITLMs)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
