@@ -279,7 +279,7 @@ th:first-child,td:first-child{text-align:left}.title{font-weight:600;font-size:1
 				break
 			}
 			fmt.Fprintf(&b, `<tr><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%.1f</td></tr>`,
-				fmtSeconds(float64(x.At.Unix())), html.EscapeString(x.Pool), x.Current, x.Desired, x.Proposed, html.EscapeString(x.Reason), html.EscapeString(x.Why), x.Predicted.Rate)
+				fmt.Sprintf("%ds", x.At.Unix()), html.EscapeString(x.Pool), x.Current, x.Desired, x.Proposed, html.EscapeString(x.Reason), html.EscapeString(x.Why), x.Predicted.Rate)
 		}
 		b.WriteString(`</table>`)
 	}
