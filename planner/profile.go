@@ -19,6 +19,14 @@ const maxProfileBytes = 4 << 20
 // maxGrid bounds each axis of a profile grid.
 const maxGrid = 256
 
+// Upper bounds of a profile's values: far beyond any real worker, low
+// enough that interpolation and extrapolation stay finite.
+const (
+	maxProfileTokens      = 1 << 24 // ISL and context axes
+	maxProfileConcurrency = 1 << 20
+	maxProfileMs          = 1e7 // one step or prefill: under three hours
+)
+
 // Profile is the measured performance of one worker type: its prefill time
 // against input length and cached fraction (in isolation: no queue, no
 // decodes beside it), and its inter-token latency against concurrency and
@@ -101,13 +109,13 @@ func (p *Profile) WriteFile(path string) error {
 
 func finitePos(v float64) bool { return v > 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
 
-func checkAxis(name string, a []float64, lo float64) error {
+func checkAxis(name string, a []float64, lo, hi float64) error {
 	if len(a) == 0 || len(a) > maxGrid {
 		return fmt.Errorf("planner: profile %s: %d points (want 1..%d)", name, len(a), maxGrid)
 	}
 	for i, v := range a {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < lo || (i > 0 && v <= a[i-1]) {
-			return fmt.Errorf("planner: profile %s[%d]=%v: values must be finite, ≥ %v and increasing", name, i, v, lo)
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < lo || v > hi || (i > 0 && v <= a[i-1]) {
+			return fmt.Errorf("planner: profile %s[%d]=%v: values must be finite, in [%v, %v] and increasing", name, i, v, lo, hi)
 		}
 	}
 	return nil
@@ -122,8 +130,8 @@ func checkTable(name string, t [][]float64, rows, cols int, zeroOK bool) error {
 			return fmt.Errorf("planner: profile %s[%d]: %d columns, want %d", name, i, len(r), cols)
 		}
 		for j, v := range r {
-			if !(finitePos(v) || (zeroOK && v == 0)) {
-				return fmt.Errorf("planner: profile %s[%d][%d]=%v: want a positive time", name, i, j, v)
+			if !((finitePos(v) && v <= maxProfileMs) || (zeroOK && v == 0)) {
+				return fmt.Errorf("planner: profile %s[%d][%d]=%v: want a positive time of at most %v ms", name, i, j, v, maxProfileMs)
 			}
 		}
 	}
@@ -142,22 +150,19 @@ func (p *Profile) Validate() error {
 		return errors.New("planner: profile max_num_seqs or max_num_batched_tokens out of range")
 	}
 	pg, dg := p.Prefill, p.Decode
-	if err := checkAxis("prefill.isl", pg.ISL, 1); err != nil {
+	if err := checkAxis("prefill.isl", pg.ISL, 1, maxProfileTokens); err != nil {
 		return err
 	}
-	if err := checkAxis("prefill.cached_fraction", pg.CachedFraction, 0); err != nil {
+	if err := checkAxis("prefill.cached_fraction", pg.CachedFraction, 0, 1); err != nil {
 		return err
-	}
-	if pg.CachedFraction[len(pg.CachedFraction)-1] > 1 {
-		return errors.New("planner: profile prefill.cached_fraction above 1")
 	}
 	if err := checkTable("prefill.ttft_ms", pg.TTFTMs, len(pg.ISL), len(pg.CachedFraction), false); err != nil {
 		return err
 	}
-	if err := checkAxis("decode.concurrency", dg.Concurrency, 1); err != nil {
+	if err := checkAxis("decode.concurrency", dg.Concurrency, 1, maxProfileConcurrency); err != nil {
 		return err
 	}
-	if err := checkAxis("decode.context", dg.Context, 1); err != nil {
+	if err := checkAxis("decode.context", dg.Context, 1, maxProfileTokens); err != nil {
 		return err
 	}
 	if err := checkTable("decode.itl_ms", dg.ITLMs, len(dg.Concurrency), len(dg.Context), true); err != nil {

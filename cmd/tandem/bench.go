@@ -246,7 +246,7 @@ and a self-contained HTML report with charts.`,
 	b.register(cmd.PersistentFlags())
 	cmd.AddCommand(newBenchSyntheticCmd(&b), newBenchMultiTurnCmd(&b), newBenchPrefixReuseCmd(&b),
 		newBenchOverheadCmd(&b), newBenchTraceCmd(&b), newBenchDisaggTTFTCmd(&b), newBenchSweepCmd(&b), newBenchDatasetCmd(&b),
-		newBenchExperimentCmd(&b), newBenchCompareCmd(&b))
+		newBenchExperimentCmd(&b), newBenchCompareCmd(&b), newBenchProfileCmd(&b))
 	return cmd
 }
 

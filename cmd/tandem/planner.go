@@ -60,7 +60,7 @@ func newPlannerSimulateCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d requests\n%s", len(tr), cmp.Table())
-			return nil
+			return writeSimulateHTML(cmd, cmp)
 		},
 	}
 	f := c.Flags()
@@ -75,5 +75,6 @@ func newPlannerSimulateCmd() *cobra.Command {
 	f.DurationVar(&startup, "startup", 10*time.Second, "time a new worker takes to serve")
 	f.IntVar(&maxReplicas, "max", 128, "max replicas per pool")
 	f.Float64Var(&dayLow, "day-low", 10, "synthetic day: the low rate, requests/s (the peak is 5×)")
+	addSimulateHTMLFlag(f)
 	return c
 }

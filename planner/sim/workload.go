@@ -118,7 +118,7 @@ const MooncakeBlock = 512
 // speedup (2 replays an hour in 30 minutes), keeping requests whose
 // prompt and output fit maxTokens (0: all).
 func LoadMooncake(r io.Reader, speedup float64, maxTokens int) ([]Request, error) {
-	if !(speedup > 0) || math.IsInf(speedup, 0) {
+	if !(speedup > 0) || math.IsInf(speedup, 0) || speedup > 1e9 {
 		return nil, fmt.Errorf("sim: speedup %v must be positive", speedup)
 	}
 	sc := bufio.NewScanner(r)
@@ -132,14 +132,24 @@ func LoadMooncake(r io.Reader, speedup float64, maxTokens int) ([]Request, error
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("sim: trace line %d: %w", line, err)
 		}
-		if e.InputLength < 1 || e.InputLength > 1<<24 || e.OutputLength < 0 || e.OutputLength > 1<<24 ||
-			!(e.Timestamp >= 0) || e.Timestamp > 1e12 || len(e.HashIDs) > 1<<16 {
-			return nil, fmt.Errorf("sim: trace line %d: values out of range", line)
+		switch {
+		case e.InputLength < 1 || e.InputLength > 1<<24:
+			return nil, fmt.Errorf("sim: trace line %d: input_length %d out of range [1, %d]", line, e.InputLength, 1<<24)
+		case e.OutputLength < 0 || e.OutputLength > 1<<24:
+			return nil, fmt.Errorf("sim: trace line %d: output_length %d out of range [0, %d]", line, e.OutputLength, 1<<24)
+		case !(e.Timestamp >= 0) || e.Timestamp > 1e12:
+			return nil, fmt.Errorf("sim: trace line %d: timestamp %v out of range [0, 1e12] ms", line, e.Timestamp)
+		case len(e.HashIDs) > 1<<16:
+			return nil, fmt.Errorf("sim: trace line %d: %d hash_ids, at most %d", line, len(e.HashIDs), 1<<16)
+		}
+		at := e.Timestamp / 1000 / speedup
+		if math.IsInf(at, 0) || at > 1e12 {
+			return nil, fmt.Errorf("sim: trace line %d: timestamp %v ms is out of range after the speedup %v", line, e.Timestamp, speedup)
 		}
 		if maxTokens > 0 && e.InputLength+e.OutputLength > maxTokens {
 			continue
 		}
-		out = append(out, Request{At: e.Timestamp / 1000 / speedup, ISL: e.InputLength, OSL: e.OutputLength, Blocks: e.HashIDs})
+		out = append(out, Request{At: at, ISL: e.InputLength, OSL: e.OutputLength, Blocks: e.HashIDs})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("sim: reading trace: %w", err)
