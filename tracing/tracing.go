@@ -133,7 +133,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (shutdown func(con
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
 	tp := NewProvider(exp, cfg)
-	Use(tp)
+	UseSampled(tp, cfg.SampleRatio)
 	if log != nil {
 		log.Info("tracing", "otlp_endpoint", cfg.Endpoint, "sample_ratio", cfg.SampleRatio, "service", cfg.Service)
 	}
