@@ -19,7 +19,7 @@ import (
 //     in package variables could never be switched (the tracing benchmark
 //     switches off, ratio 0 and ratio 1 in one run);
 //   - otel's no-op tracer replaces a remote parent with an empty span,
-//     so with tracing off otelgrpc would stop propagating a client's
+//     so with tracing off the request plane would stop propagating a client's
 //     traceparent to the workers; the pass-through keeps it.
 var global = &switchProvider{}
 
