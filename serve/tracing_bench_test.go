@@ -53,8 +53,9 @@ func startOTLPStub(b *testing.B) (*otlpStub, string) {
 // instant engine, with tracing off, at sampling 0 and at sampling 1 (the
 // production provider, tracing.NewProvider, exporting over OTLP/gRPC to a
 // collector stub on loopback), interleaved request by request in one run.
-// Reports each mode's p50 of the whole request (first byte sent to the
-// stream's end) and of TTFT, and the differences from off.
+// Reports off's p50 of the whole request (first byte sent to the stream's
+// end) and of TTFT, and each mode's difference from off; the same for the
+// whole request's p90 and mean.
 func BenchmarkTracingCost(b *testing.B) {
 	sys, _, _ := startBenchWith(b, "grpc", 1, true)
 	stub, addr := startOTLPStub(b)
@@ -108,10 +109,18 @@ func BenchmarkTracingCost(b *testing.B) {
 		}
 	}
 	tracing.Use(nil)
-	p50 := func(ds []time.Duration) float64 {
+	pct := func(ds []time.Duration, q float64) float64 {
 		s := slices.Clone(ds)
 		slices.Sort(s)
-		return float64(s[len(s)/2].Nanoseconds()) / 1e3
+		return float64(s[int(q*float64(len(s)-1))].Nanoseconds()) / 1e3
+	}
+	p50 := func(ds []time.Duration) float64 { return pct(ds, 0.5) }
+	mean := func(ds []time.Duration) float64 {
+		var t time.Duration
+		for _, d := range ds {
+			t += d
+		}
+		return float64(t.Nanoseconds()) / 1e3 / float64(len(ds))
 	}
 	off, offT := p50(total[0]), p50(ttft[0])
 	b.ReportMetric(off, "off-p50-µs")
@@ -120,6 +129,14 @@ func BenchmarkTracingCost(b *testing.B) {
 	b.ReportMetric(offT, "off-ttft-p50-µs")
 	b.ReportMetric(p50(ttft[1])-offT, "ratio0-ttft-added-µs")
 	b.ReportMetric(p50(ttft[2])-offT, "ratio1-ttft-added-µs")
+	// The tail and the mean: where a loaded machine shows what the
+	// median hides (wake-ups, GC of the spans' garbage).
+	b.ReportMetric(pct(total[0], 0.9), "off-p90-µs")
+	b.ReportMetric(pct(total[1], 0.9)-pct(total[0], 0.9), "ratio0-p90-added-µs")
+	b.ReportMetric(pct(total[2], 0.9)-pct(total[0], 0.9), "ratio1-p90-added-µs")
+	b.ReportMetric(mean(total[0]), "off-mean-µs")
+	b.ReportMetric(mean(total[1])-mean(total[0]), "ratio0-mean-added-µs")
+	b.ReportMetric(mean(total[2])-mean(total[0]), "ratio1-mean-added-µs")
 	_ = modes[2].tp.ForceFlush(context.Background())
 	b.ReportMetric(float64(stub.spans.Load())/float64(len(total[2])+20), "spans/sampled-req")
 }
