@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"runtime/metrics"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -108,6 +109,30 @@ func BenchmarkTracingCost(b *testing.B) {
 			ttft[i] = append(ttft[i], d)
 		}
 	}
+	// Heap allocations per request, in blocks of one mode (interleaved,
+	// the sampled mode's spans flushed to the collector inside its
+	// block): unlike latency, a count that a loaded machine does not blur.
+	allocs := make([]uint64, len(modes))
+	const block, blocks = 50, 6
+	for range blocks {
+		for i, m := range modes {
+			use(i)
+			a0 := heapObjects()
+			for range block {
+				if _, err := ttftHTTP(c, sys.URL()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if m.tp != nil {
+				_ = m.tp.ForceFlush(context.Background())
+			}
+			allocs[i] += heapObjects() - a0
+		}
+	}
+	perReq := func(i int) float64 { return (float64(allocs[i]) - float64(allocs[0])) / (block * blocks) }
+	b.ReportMetric(float64(allocs[0])/(block*blocks), "off-allocs/req")
+	b.ReportMetric(perReq(1), "ratio0-allocs-added/req")
+	b.ReportMetric(perReq(2), "ratio1-allocs-added/req")
 	tracing.Use(nil)
 	pct := func(ds []time.Duration, q float64) float64 {
 		s := slices.Clone(ds)
@@ -138,5 +163,13 @@ func BenchmarkTracingCost(b *testing.B) {
 	b.ReportMetric(mean(total[1])-mean(total[0]), "ratio0-mean-added-µs")
 	b.ReportMetric(mean(total[2])-mean(total[0]), "ratio1-mean-added-µs")
 	_ = modes[2].tp.ForceFlush(context.Background())
-	b.ReportMetric(float64(stub.spans.Load())/float64(len(total[2])+20), "spans/sampled-req")
+	b.ReportMetric(float64(stub.spans.Load())/float64(len(total[2])+20+block*blocks), "spans/sampled-req")
+}
+
+// heapObjects is the count of heap objects allocated so far (all
+// goroutines).
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
