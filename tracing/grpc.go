@@ -91,15 +91,15 @@ func (serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context
 	if m == nil {
 		return ctx
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if tp := md.Get("traceparent"); len(tp) == 1 {
-			ts := ""
-			if v := md.Get("tracestate"); len(v) == 1 {
-				ts = v[0]
-			}
-			if sc, ok := ParseTraceparent(tp[0], ts); ok {
-				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-			}
+	// ValueFromIncomingContext, not FromIncomingContext: the latter
+	// copies the whole metadata map on every call, traced or not.
+	if tp := metadata.ValueFromIncomingContext(ctx, "traceparent"); len(tp) == 1 {
+		ts := ""
+		if v := metadata.ValueFromIncomingContext(ctx, "tracestate"); len(v) == 1 {
+			ts = v[0]
+		}
+		if sc, ok := ParseTraceparent(tp[0], ts); ok {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
 	ctx, span := grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer))
