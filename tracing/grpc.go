@@ -152,7 +152,7 @@ func Traceparent(sc trace.SpanContext) string {
 		b[36+2*i], b[37+2*i] = hex[v>>4], hex[v&15]
 	}
 	b[52] = '-'
-	f := byte(sc.TraceFlags() & trace.FlagsSampled)
+	f := byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))
 	b[53], b[54] = hex[f>>4], hex[f&15]
 	return string(b[:])
 }
@@ -186,10 +186,12 @@ func ParseTraceparent(tp, tracestate string) (trace.SpanContext, bool) {
 		}
 	}
 	flags, ok := hexByte(tp[53:55])
-	if !ok || !tid.IsValid() || !sid.IsValid() {
+	if !ok || !tid.IsValid() || !sid.IsValid() || (ver == 0 && flags > 3) {
+		// Version 00 defines two flags (sampled, random); the rest are
+		// reserved there, as otel's propagator reads it too.
 		return trace.SpanContext{}, false
 	}
-	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags) & trace.FlagsSampled, Remote: true}
+	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags) & (trace.FlagsSampled | trace.FlagsRandom), Remote: true}
 	if tracestate != "" && len(tracestate) <= 512 {
 		if ts, err := trace.ParseTraceState(tracestate); err == nil {
 			cfg.TraceState = ts

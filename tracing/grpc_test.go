@@ -18,7 +18,9 @@ func TestParseTraceparent(t *testing.T) {
 	}{
 		{good, true, true},
 		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", true, false},
-		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03", true, true}, // unknown flags dropped
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03", true, true},   // sampled and random
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-07", false, false}, // reserved in version 00
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-07", true, true},   // a later version's flags dropped
 		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", true, true},
 		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", true, true},
 		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-", false, false}, // 00 is exactly 55
@@ -69,7 +71,7 @@ func FuzzTraceparent(f *testing.F) {
 		if !ok {
 			return
 		}
-		if sc.TraceID() != ref.TraceID() || sc.SpanID() != ref.SpanID() || sc.IsSampled() != ref.IsSampled() {
+		if sc.TraceID() != ref.TraceID() || sc.SpanID() != ref.SpanID() || sc.TraceFlags() != ref.TraceFlags() {
 			t.Fatalf("%q: ours %v, the propagator's %v", tp, sc, ref)
 		}
 		if out := Traceparent(sc); !strings.HasPrefix(out, "00-"+tp[3:52]) {
