@@ -321,6 +321,8 @@ func (n *Node) receive(c net.Conn, rd *reader, p []byte) (res *result, keep bool
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.Timeout)
 	defer cancel()
+	ctx, span := receiveSpan(ctx, h)
+	defer func() { endReceive(span, h, res) }()
 	port := n.cfg.Port
 	if h.Layout != port.KVLayout() || h.BlockBytes != port.KVBlockBytes() {
 		// Drain the stream so the sender hears the answer.

@@ -234,7 +234,7 @@ func (n *Node) send(ctx context.Context, peer Peer, tokens []engine.Token, from 
 	}
 	w := bufio.NewWriterSize(c, 64<<10)
 	bb := port.KVBlockBytes()
-	if _, err := w.Write(encodeBegin(&begin{Layout: port.KVLayout(), Sender: n.cfg.ID, Token: peer.Token, BlockSize: bs, BlockBytes: bb, From: from, Tokens: tokens})); err != nil {
+	if _, err := w.Write(encodeBegin(&begin{Layout: port.KVLayout(), Sender: n.cfg.ID, Token: peer.Token, Trace: wireTrace(ctx), BlockSize: bs, BlockBytes: bb, From: from, Tokens: tokens})); err != nil {
 		return st, fail(wrapCtx(ctx, err))
 	}
 	// One staging buffer per transfer, from the budget, held while blocks

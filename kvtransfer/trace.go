@@ -33,6 +33,46 @@ func endTransfer(span trace.Span, peer Peer, st Stats, err error) {
 	span.End()
 }
 
+// wireTrace is the traceparent a transfer's Begin carries: the sending
+// span's when the request is sampled, else none (version 2 on the wire,
+// which receivers of every release read).
+func wireTrace(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() || !sc.IsSampled() {
+		return ""
+	}
+	return tracing.Traceparent(sc)
+}
+
+// receiveSpan starts the receiver's kv_receive span as a child of the
+// sender's kv_transfer span when the Begin carried its trace context. A
+// transfer without one starts no span: it would be a root trace of its
+// own, cut off from the request's.
+func receiveSpan(ctx context.Context, h *begin) (context.Context, trace.Span) {
+	if h.Trace == "" {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	sc, ok := tracing.ParseTraceparent(h.Trace, "")
+	if !ok {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), tracing.SpanKVReceive, trace.WithSpanKind(trace.SpanKindServer))
+}
+
+// endReceive puts what arrived on the kv_receive span.
+func endReceive(span trace.Span, h *begin, res *result) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String(tracing.AttrPeer, h.Sender), attribute.Int(tracing.AttrBlocks, res.Imported),
+		attribute.Int64(tracing.AttrBytes, int64(res.Imported)*int64(h.BlockBytes)),
+		attribute.Int(tracing.AttrWanted, len(h.Tokens)/h.BlockSize-h.From))
+	if res.Code != "" {
+		span.SetStatus(codes.Error, res.Code+": "+res.Message)
+	}
+	span.End()
+}
+
 // endPrefill closes the prefill leg's compute span.
 func endPrefill(span trace.Span, req *engine.Request, err error) {
 	if !span.IsRecording() {

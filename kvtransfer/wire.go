@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/tandemllm/tandem/tracing"
 )
 
-// Wire format, version 2. Every frame is
+// Wire format, versions 2 and 3. Every frame is
 //
 //	type u8 | length u32 LE | payload[length]
 //
@@ -19,6 +21,18 @@ import (
 //	          from u32 | n_tokens u32 | tokens i32×n_tokens
 //
 // Version 2 added the sender's id and the transfer token (token.go).
+// Version 3 is version 2 with the W3C trace context of a sampled request
+// after the token:
+//
+//	... token len u16 + bytes | trace len u8 (55) + traceparent |
+//	block_size u32 ...
+//
+// so that the receiver's kv_receive span joins the request's trace. A
+// sender writes version 3 only for a sampled request and version 2
+// otherwise; receivers accept both. A receiver of an older release refuses
+// version 3 ("version 3, want 2"), so in a rolling upgrade with tracing on,
+// decode workers go first (with tracing off, or for unsampled requests,
+// mixed releases interoperate).
 //
 //	Block:    index u32 | xxh3-64 of data u64 | data[block_bytes]
 //	End:      blocks u32 (how many Block frames were sent)
@@ -33,9 +47,10 @@ const (
 	frameProbe    = 5
 	frameProbeAck = 6
 
-	wireVersion = 2
-	frameHeader = 5
-	blockHeader = 12
+	wireVersion      = 2
+	wireVersionTrace = 3 // version 2 plus a traceparent
+	frameHeader      = 5
+	blockHeader      = 12
 
 	// maxControlFrame bounds every frame except Block and Probe, whose
 	// payloads are streamed rather than buffered.
@@ -51,9 +66,12 @@ var ErrProtocol = errors.New("kvtransfer: protocol error")
 
 // begin is the header of a transfer.
 type begin struct {
-	Layout     string
-	Sender     string // the sending worker's id
-	Token      []byte // the transfer token (token.go)
+	Layout string
+	Sender string // the sending worker's id
+	Token  []byte // the transfer token (token.go)
+	// Trace is the sampled request's W3C traceparent (tracing.Traceparent,
+	// exactly tracing.TraceparentLen bytes), or "": version 2.
+	Trace      string
 	BlockSize  int
 	BlockBytes int
 	From       int
@@ -79,11 +97,22 @@ func appendString(b []byte, s string) []byte {
 
 func encodeBegin(h *begin) []byte {
 	n := 1 + 2 + len(h.Layout) + 2 + len(h.Sender) + 2 + len(h.Token) + 16 + 4*len(h.Tokens)
+	if h.Trace != "" {
+		n += 1 + len(h.Trace)
+	}
 	b := appendFrameHeader(make([]byte, 0, frameHeader+n), frameBegin, n)
-	b = append(b, wireVersion)
+	if h.Trace != "" {
+		b = append(b, wireVersionTrace)
+	} else {
+		b = append(b, wireVersion)
+	}
 	b = appendString(b, h.Layout)
 	b = appendString(b, h.Sender)
 	b = appendString(b, string(h.Token))
+	if h.Trace != "" {
+		b = append(b, byte(len(h.Trace)))
+		b = append(b, h.Trace...)
+	}
 	for _, v := range []int{h.BlockSize, h.BlockBytes, h.From, len(h.Tokens)} {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
@@ -228,12 +257,30 @@ func (c *cursor) done() error {
 
 func decodeBegin(p []byte) (*begin, error) {
 	c := cursor{b: p}
-	if v := c.u8(); c.err == nil && v != wireVersion {
-		return nil, fmt.Errorf("%w: version %d, want %d", ErrProtocol, v, wireVersion)
+	v := c.u8()
+	if c.err == nil && v != wireVersion && v != wireVersionTrace {
+		return nil, fmt.Errorf("%w: version %d, want %d or %d", ErrProtocol, v, wireVersion, wireVersionTrace)
 	}
 	h := &begin{Layout: c.str(), Sender: c.str()}
 	if tok := c.str(); tok != "" {
 		h.Token = []byte(tok)
+	}
+	if v == wireVersionTrace && c.err == nil {
+		// Bounded and validated: exactly one version-00-sized
+		// traceparent, well formed, or the header is refused.
+		if n := c.u8(); c.err == nil && n != tracing.TraceparentLen {
+			return nil, fmt.Errorf("%w: trace context of %d bytes, want %d", ErrProtocol, n, tracing.TraceparentLen)
+		}
+		if c.err == nil && len(c.b) < tracing.TraceparentLen {
+			c.fail()
+		}
+		if c.err == nil {
+			h.Trace = string(c.b[:tracing.TraceparentLen])
+			c.b = c.b[tracing.TraceparentLen:]
+			if _, ok := tracing.ParseTraceparent(h.Trace, ""); !ok {
+				return nil, fmt.Errorf("%w: malformed traceparent %q", ErrProtocol, h.Trace)
+			}
+		}
 	}
 	h.BlockSize, h.BlockBytes, h.From = c.u32(), c.u32(), c.u32()
 	nt := c.u32()

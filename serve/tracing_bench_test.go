@@ -2,64 +2,174 @@ package serve
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"runtime/metrics"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 
 	"github.com/tandemllm/tandem/tracing"
 )
 
-// BenchmarkTracingCost: one streaming request through the frontend and the
-// gRPC request plane (instant engine), with tracing off, at sampling 0 and
-// at sampling 1 (an in-memory exporter behind the SDK's batcher, as
-// production has an OTLP one), interleaved request by request in one run.
-// Reports each mode's p50 TTFT and the differences from off.
+// otlpStub is an OTLP/gRPC trace collector on loopback: the exporter
+// serializes, compresses nothing and sends every batch over a real gRPC
+// connection, as it does to Jaeger; the stub only counts the spans.
+type otlpStub struct {
+	collectortrace.UnimplementedTraceServiceServer
+	spans atomic.Int64
+}
+
+func (s *otlpStub) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			s.spans.Add(int64(len(ss.GetSpans())))
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+func startOTLPStub(b *testing.B) (*otlpStub, string) {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	stub := &otlpStub{}
+	srv := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(srv, stub)
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(srv.Stop)
+	return stub, ln.Addr().String()
+}
+
+// BenchmarkTracingCost: one streaming request (16 tokens, one SSE chunk
+// each) through the real HTTP frontend and the gRPC request plane to an
+// instant engine, with tracing off, at sampling 0 and at sampling 1 (the
+// production provider, tracing.NewProvider, exporting over OTLP/gRPC to a
+// collector stub on loopback), interleaved request by request in one run.
+// Reports off's p50 of the whole request (first byte sent to the stream's
+// end) and of TTFT, and each mode's difference from off; the same for the
+// whole request's p90 and mean.
 func BenchmarkTracingCost(b *testing.B) {
-	sys, _, _ := startBench(b, "grpc", 1)
+	sys, _, _ := startBenchWith(b, "grpc", 1, true)
+	stub, addr := startOTLPStub(b)
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	mk := func(r float64) *sdktrace.TracerProvider {
-		return sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewInMemoryExporter()),
-			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r))))
+		exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return tracing.NewProvider(exp, tracing.Config{SampleRatio: r, Service: "bench"})
 	}
 	modes := []struct {
-		name string
-		tp   *sdktrace.TracerProvider
-	}{{"off", nil}, {"ratio0", mk(0)}, {"ratio1", mk(1)}}
+		name  string
+		tp    *sdktrace.TracerProvider
+		ratio float64
+	}{{"off", nil, 0}, {"ratio0", mk(0), 0}, {"ratio1", mk(1), 1}}
+	use := func(i int) {
+		if modes[i].tp == nil {
+			tracing.Use(nil)
+		} else {
+			useSampled(modes[i].tp, modes[i].ratio)
+		}
+	}
 	b.Cleanup(func() {
 		tracing.Use(nil)
 		for _, m := range modes[1:] {
 			_ = m.tp.Shutdown(context.Background())
 		}
 	})
-	lat := make([][]time.Duration, len(modes))
-	for b.Loop() {
-		for i, m := range modes {
-			if m.tp == nil {
-				tracing.Use(nil)
-			} else {
-				tracing.Use(m.tp)
+	// Warm every mode (connections, the exporter's channel, pools).
+	for i := range modes {
+		use(i)
+		for range 20 {
+			if _, err := ttftHTTP(c, sys.URL()); err != nil {
+				b.Fatal(err)
 			}
+		}
+	}
+	total := make([][]time.Duration, len(modes))
+	ttft := make([][]time.Duration, len(modes))
+	for b.Loop() {
+		for i := range modes {
+			use(i)
+			start := time.Now()
 			d, err := ttftHTTP(c, sys.URL())
 			if err != nil {
 				b.Fatal(err)
 			}
-			lat[i] = append(lat[i], d)
+			total[i] = append(total[i], time.Since(start))
+			ttft[i] = append(ttft[i], d)
 		}
 	}
+	// Heap allocations per request, in blocks of one mode (interleaved,
+	// the sampled mode's spans flushed to the collector inside its
+	// block): unlike latency, a count that a loaded machine does not blur.
+	allocs := make([]uint64, len(modes))
+	const block, blocks = 50, 6
+	for range blocks {
+		for i, m := range modes {
+			use(i)
+			a0 := heapObjects()
+			for range block {
+				if _, err := ttftHTTP(c, sys.URL()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if m.tp != nil {
+				_ = m.tp.ForceFlush(context.Background())
+			}
+			allocs[i] += heapObjects() - a0
+		}
+	}
+	perReq := func(i int) float64 { return (float64(allocs[i]) - float64(allocs[0])) / (block * blocks) }
+	b.ReportMetric(float64(allocs[0])/(block*blocks), "off-allocs/req")
+	b.ReportMetric(perReq(1), "ratio0-allocs-added/req")
+	b.ReportMetric(perReq(2), "ratio1-allocs-added/req")
 	tracing.Use(nil)
-	p50 := func(ds []time.Duration) float64 {
+	pct := func(ds []time.Duration, q float64) float64 {
 		s := slices.Clone(ds)
 		slices.Sort(s)
-		return float64(s[len(s)/2].Microseconds())
+		return float64(s[int(q*float64(len(s)-1))].Nanoseconds()) / 1e3
 	}
-	off := p50(lat[0])
+	p50 := func(ds []time.Duration) float64 { return pct(ds, 0.5) }
+	mean := func(ds []time.Duration) float64 {
+		var t time.Duration
+		for _, d := range ds {
+			t += d
+		}
+		return float64(t.Nanoseconds()) / 1e3 / float64(len(ds))
+	}
+	off, offT := p50(total[0]), p50(ttft[0])
 	b.ReportMetric(off, "off-p50-µs")
-	b.ReportMetric(p50(lat[1]), "ratio0-p50-µs")
-	b.ReportMetric(p50(lat[2]), "ratio1-p50-µs")
-	b.ReportMetric(p50(lat[1])-off, "ratio0-added-µs")
-	b.ReportMetric(p50(lat[2])-off, "ratio1-added-µs")
+	b.ReportMetric(p50(total[1])-off, "ratio0-added-µs")
+	b.ReportMetric(p50(total[2])-off, "ratio1-added-µs")
+	b.ReportMetric(offT, "off-ttft-p50-µs")
+	b.ReportMetric(p50(ttft[1])-offT, "ratio0-ttft-added-µs")
+	b.ReportMetric(p50(ttft[2])-offT, "ratio1-ttft-added-µs")
+	// The tail and the mean: where a loaded machine shows what the
+	// median hides (wake-ups, GC of the spans' garbage).
+	b.ReportMetric(pct(total[0], 0.9), "off-p90-µs")
+	b.ReportMetric(pct(total[1], 0.9)-pct(total[0], 0.9), "ratio0-p90-added-µs")
+	b.ReportMetric(pct(total[2], 0.9)-pct(total[0], 0.9), "ratio1-p90-added-µs")
+	b.ReportMetric(mean(total[0]), "off-mean-µs")
+	b.ReportMetric(mean(total[1])-mean(total[0]), "ratio0-mean-added-µs")
+	b.ReportMetric(mean(total[2])-mean(total[0]), "ratio1-mean-added-µs")
+	_ = modes[2].tp.ForceFlush(context.Background())
+	b.ReportMetric(float64(stub.spans.Load())/float64(len(total[2])+20+block*blocks), "spans/sampled-req")
+}
+
+// heapObjects is the count of heap objects allocated so far (all
+// goroutines).
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -1,7 +1,8 @@
 // Package tracing is Tandem's OpenTelemetry setup: the OTLP/gRPC exporter
 // and sampler behind --otlp-endpoint and --trace-sample-ratio, W3C
 // traceparent propagation (HTTP headers from clients, gRPC metadata on the
-// request plane through otelgrpc's stats handlers), the span names and
+// request plane through lean gRPC stats handlers, grpc.go; the KV transfer
+// wire in kvtransfer), the span names and
 // attribute keys every process uses, and a slog handler that stamps every
 // log line written with a request's context with its trace and span ids.
 //

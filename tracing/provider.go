@@ -19,7 +19,7 @@ import (
 //     in package variables could never be switched (the tracing benchmark
 //     switches off, ratio 0 and ratio 1 in one run);
 //   - otel's no-op tracer replaces a remote parent with an empty span,
-//     so with tracing off otelgrpc would stop propagating a client's
+//     so with tracing off the request plane would stop propagating a client's
 //     traceparent to the workers; the pass-through keeps it.
 var global = &switchProvider{}
 
@@ -31,16 +31,27 @@ func init() {
 }
 
 // Use makes tp the provider of every tracer in the process (nil: none,
-// spans pass through). Start calls it; tests and benchmarks call it too.
-func Use(tp trace.TracerProvider) {
+// spans pass through); tp's sampler must be parent-based, as NewProvider's
+// is. Tests call it; Start calls UseSampled.
+func Use(tp trace.TracerProvider) { UseSampled(tp, 1) }
+
+// UseSampled is Use for a provider whose sampler keeps rootRatio of new
+// traces. At rootRatio 0 a span with no parent passes through without
+// reaching the SDK: at sampling 0 a request that brought no sampled
+// traceparent costs what it costs with tracing off (no ids drawn, no span
+// allocated, nothing propagated or logged).
+func UseSampled(tp trace.TracerProvider, rootRatio float64) {
 	if tp == nil {
 		global.cur.Store(nil)
 		return
 	}
-	global.cur.Store(&providerBox{tp: tp})
+	global.cur.Store(&providerBox{tp: tp, noRoots: rootRatio <= 0})
 }
 
-type providerBox struct{ tp trace.TracerProvider }
+type providerBox struct {
+	tp      trace.TracerProvider
+	noRoots bool // the sampler drops every trace that has no parent
+}
 
 type switchProvider struct {
 	embedded.TracerProvider
@@ -67,6 +78,17 @@ type switchTracer struct {
 func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	b := t.p.cur.Load()
 	if b == nil {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	// The sampler is parent-based: under a parent that is not sampled
+	// the SDK would return a non-recording span after drawing an id and
+	// allocating; passing the parent through is the same trace for a
+	// fraction of the cost. Likewise a root at ratio 0.
+	if psc := trace.SpanContextFromContext(ctx); psc.IsValid() {
+		if !psc.IsSampled() {
+			return ctx, trace.SpanFromContext(ctx)
+		}
+	} else if b.noRoots {
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	c := t.cache.Load()

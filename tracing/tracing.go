@@ -42,6 +42,8 @@ type Config struct {
 	// "tandem-worker" and the worker id.
 	Service  string
 	Instance string
+	// Logger hears about dropped spans (nil: nobody).
+	Logger *slog.Logger
 }
 
 // Validate range-checks the configuration.
@@ -132,8 +134,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (shutdown func(con
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = log
+	}
 	tp := NewProvider(exp, cfg)
-	Use(tp)
+	UseSampled(tp, cfg.SampleRatio)
 	if log != nil {
 		log.Info("tracing", "otlp_endpoint", cfg.Endpoint, "sample_ratio", cfg.SampleRatio, "service", cfg.Service)
 	}
@@ -145,14 +150,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (shutdown func(con
 
 // NewProvider is the SDK provider Start installs, around any exporter
 // (tests pass an in-memory one): parent-based ratio sampling, batched
-// export, the process named by cfg.Service and cfg.Instance.
+// export (batcher.go), the process named by cfg.Service and cfg.Instance.
 func NewProvider(exp sdktrace.SpanExporter, cfg Config) *sdktrace.TracerProvider {
 	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.Service)}
 	if cfg.Instance != "" {
 		attrs = append(attrs, attribute.String("service.instance.id", cfg.Instance))
 	}
 	return sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)),
+		sdktrace.WithSpanProcessor(newBatcher(exp, time.Second, cfg.Logger)),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
 		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
 	)

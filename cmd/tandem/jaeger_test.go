@@ -134,7 +134,7 @@ func TestJaegerTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"http.request", "tokenize", "queue", "route", "first_token", "disagg.decide",
-		"tandem.requestplane.v1.Worker/Prefill", "prefill", "kv_transfer", "tandem.requestplane.v1.Worker/Generate", "stream"}
+		"tandem.requestplane.v1.Worker/Prefill", "prefill", "kv_transfer", "kv_receive", "tandem.requestplane.v1.Worker/Generate", "stream"}
 	var tr jaegerTrace
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -176,6 +176,11 @@ func TestJaegerTrace(t *testing.T) {
 			t.Errorf("%s ran in %q, want %s", op, service[op], who)
 		}
 	}
+	// The KV transfer wire carries the trace context: the decode worker's
+	// receiving span is in the same trace.
+	if !strings.Contains(service["kv_receive"], "tandem-worker/d1") {
+		t.Errorf("kv_receive ran in %q, want tandem-worker/d1", service["kv_receive"])
+	}
 	if !strings.Contains(service["tandem.requestplane.v1.Worker/Generate"], "tandem-worker/d1") {
 		t.Errorf("the decode worker's Generate span is missing: %q", service["tandem.requestplane.v1.Worker/Generate"])
 	}
@@ -183,7 +188,7 @@ func TestJaegerTrace(t *testing.T) {
 	// (prefill and its transfer) before the decode worker generates, the
 	// first token before the stream.
 	for _, pair := range [][2]string{{"tokenize", "route"}, {"route", "disagg.decide"}, {"disagg.decide", "prefill"},
-		{"prefill", "tandem.requestplane.v1.Worker/Generate"}, {"first_token", "stream"}} {
+		{"prefill", "tandem.requestplane.v1.Worker/Generate"}, {"kv_transfer", "kv_receive"}, {"first_token", "stream"}} {
 		if start[pair[1]] < start[pair[0]] {
 			t.Errorf("%s starts before %s", pair[1], pair[0])
 		}
