@@ -49,9 +49,14 @@ func prefill(t testing.TB, e engine.Engine, p []engine.Token) {
 	}
 }
 
+// testNodeTimeout bounds a node's waits in tests; TestTransferMemoryRSS's
+// child raises it, since 1.4 GB through two 128 MiB budgets on a loaded
+// 2-core box can wait longer than 5 s for budget without anything wrong.
+var testNodeTimeout = 5 * time.Second
+
 func newNode(t testing.TB, id string, port engine.KVPort, budget int64, board *health.Board, listen bool) *Node {
 	t.Helper()
-	n, err := NewNode(Config{ID: id, Port: port, Budget: NewBudget(budget), Board: board, Timeout: 5 * time.Second, ProbeBytes: 64 << 10})
+	n, err := NewNode(Config{ID: id, Port: port, Budget: NewBudget(budget), Board: board, Timeout: testNodeTimeout, ProbeBytes: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tandemllm/tandem/engine/mocker"
 )
@@ -84,6 +85,7 @@ func runRSSChild(t *testing.T, mode string) rssResult {
 }
 
 func rssChild(t *testing.T, mode string) {
+	testNodeTimeout = 2 * time.Minute // memory, not speed, is measured here
 	src, dst := newMocker(t, rssTokenBytes), newMocker(t, rssTokenBytes)
 	a := newNode(t, "p0", src, rssBudget, nil, false)
 	b := newNode(t, "d0", dst, rssBudget, nil, true)
