@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -34,6 +35,9 @@ type Scraper struct {
 	// and KV usage. Optional: the frontend's router gauges already give
 	// each worker's requests in flight.
 	Workers []string
+	// Gatherer, when set, is read instead of URL: the planner running in
+	// the frontend's own process (`tandem serve --autoscale`).
+	Gatherer prometheus.Gatherer
 
 	prev *snapshot
 }
@@ -132,6 +136,18 @@ func histQuantile(a, b hist, q float64) float64 {
 }
 
 func (s *Scraper) scrape(ctx context.Context) (*snapshot, error) {
+	if s.Gatherer != nil {
+		// A duplicate-series error still returns every family gathered.
+		mfs, err := s.Gatherer.Gather()
+		if len(mfs) == 0 && err != nil {
+			return nil, fmt.Errorf("planner: gather: %w", err)
+		}
+		fams := map[string]*dto.MetricFamily{}
+		for _, f := range mfs {
+			fams[f.GetName()] = f
+		}
+		return parseFamilies(fams, s.Model, time.Now())
+	}
 	fams, err := s.get(ctx, s.URL)
 	if err != nil {
 		return nil, err

@@ -283,3 +283,23 @@ func (s *System) closePool() {
 		}
 	}
 }
+
+// PoolActuator is the pool as the planner's Actuator (`tandem serve
+// --autoscale`): one pool, named Pool.
+type PoolActuator struct {
+	System *System
+	Pool   string
+}
+
+// Replicas returns the pool's routed workers.
+func (a PoolActuator) Replicas(context.Context) (map[string]int, error) {
+	return map[string]int{a.Pool: a.System.PoolSize()}, nil
+}
+
+// Scale resizes the pool (ScalePool: removal drains).
+func (a PoolActuator) Scale(ctx context.Context, pool string, n int) error {
+	if pool != a.Pool {
+		return fmt.Errorf("serve: no pool %q (this process has one, %q)", pool, a.Pool)
+	}
+	return a.System.ScalePool(ctx, n)
+}

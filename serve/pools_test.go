@@ -236,3 +236,36 @@ func TestScalePoolRefusesFixedShapes(t *testing.T) {
 		t.Fatal("negative size accepted")
 	}
 }
+
+// BenchmarkPoolTracking measures what counting a worker's streams for the
+// drain costs per request: Generate and a whole stream through the
+// tracked generator, against the engine itself (the baseline, same run).
+// Report the ratio tracked/direct.
+func BenchmarkPoolTracking(b *testing.B) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := newInstantEngine(model)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close()
+	req := &engine.Request{Prompt: []engine.Token{1, 2, 3, 4, 5, 6, 7, 8}, MaxTokens: 16, IgnoreEOS: true}
+	run := func(b *testing.B, g engine.Generator) {
+		for b.Loop() {
+			st, err := g.Generate(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for {
+				d, err := st.Recv()
+				if err != nil || d.Finish != engine.FinishNone {
+					break
+				}
+			}
+		}
+	}
+	b.Run("direct", func(b *testing.B) { run(b, eng) })
+	b.Run("tracked", func(b *testing.B) { run(b, &tracked{Generator: eng}) })
+}

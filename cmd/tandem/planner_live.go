@@ -26,6 +26,7 @@ import (
 	"github.com/tandemllm/tandem/planner/kube"
 	"github.com/tandemllm/tandem/planner/local"
 	"github.com/tandemllm/tandem/planner/sim"
+	"github.com/tandemllm/tandem/serve"
 )
 
 // plannerFlags are the flags of the live planner shared by `tandem
@@ -300,4 +301,38 @@ func newPlannerRunFlags(c *cobra.Command) func(cmd *cobra.Command) error {
 		}
 		return pf.run(cmd.Context(), log, sc, act, cmd.OutOrStdout())
 	}
+}
+
+// autoscaleFlags are `tandem serve --autoscale`: the planner in the serve
+// process, reading its frontend's registry and resizing its in-process
+// pool (serve.ScalePool: removal drains).
+type autoscaleFlags struct {
+	on bool
+	pf plannerFlags
+}
+
+func (a *autoscaleFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&a.on, "autoscale", false, "run the planner in this process: it resizes the workers to meet --ttft-target and --itl-target (pool \"agg\", sized within --pool agg=aggregated:MIN:MAX; MIN 0 scales to zero and keeps the model advertised)")
+	a.pf.register(cmd, []string{"agg=aggregated:1:8"})
+}
+
+// start runs the planner until ctx ends; its errors are logged.
+func (a *autoscaleFlags) start(ctx context.Context, sys *serve.System, log *slog.Logger, out io.Writer) error {
+	if !a.on {
+		return nil
+	}
+	if len(a.pf.pools) != 1 || !strings.HasPrefix(a.pf.pools[0], "agg=") {
+		return errors.New("serve --autoscale: give one --pool, agg=aggregated:MIN:MAX")
+	}
+	if _, err := a.pf.build(log, nil, nil); err != nil { // fail at start, not in the goroutine
+		return err
+	}
+	obs := &planner.Scraper{Gatherer: sys.Registry}
+	act := serve.PoolActuator{System: sys, Pool: "agg"}
+	go func() {
+		if err := a.pf.run(ctx, log, obs, act, out); err != nil {
+			log.Error("planner stopped", "err", err)
+		}
+	}()
+	return nil
 }

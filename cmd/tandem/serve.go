@@ -72,6 +72,7 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 func newServeCmd() *cobra.Command {
 	var setup *serveSetup
 	var tf tracingFlags
+	var auto autoscaleFlags // planner_live.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -93,6 +94,10 @@ func newServeCmd() *cobra.Command {
 			cfg := setup.cfg
 			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 			ctx := cmd.Context()
+			if err := auto.start(ctx, sys, log, cmd.OutOrStdout()); err != nil {
+				_ = sys.Shutdown(context.Background())
+				return err
+			}
 			select {
 			case <-ctx.Done():
 				log.Info("draining", "timeout", cfg.DrainTimeout)
@@ -112,6 +117,7 @@ func newServeCmd() *cobra.Command {
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
+	auto.register(cmd)
 	return cmd
 }
 

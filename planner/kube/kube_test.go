@@ -36,8 +36,8 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TandemDeployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: ns},
 		Spec: v1alpha1.TandemDeploymentSpec{
-			Model: v1alpha1.ModelSpec{Name: "tandem-mock"},
-			KV:    v1alpha1.KVSpec{BlockSize: 16},
+			Model:          v1alpha1.ModelSpec{Name: "tandem-mock"},
+			KV:             v1alpha1.KVSpec{BlockSize: 16},
 			Disaggregation: v1alpha1.DisaggregationSpec{Mode: "always"},
 			Pools: []v1alpha1.PoolSpec{
 				{Name: "prefill", Role: "prefill", Replicas: 1, Engine: v1alpha1.EngineSpec{Kind: "mocker"}},

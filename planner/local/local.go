@@ -26,7 +26,8 @@ type Pool struct {
 	// replaced by the worker's number in the pool and {id} by its id, so
 	// each can get its own --id and ports.
 	Args []string
-	// Env is added to the supervisor's environment.
+	// Env is added to the supervisor's environment ({n} and {id} as in
+	// Args).
 	Env []string
 }
 
@@ -135,12 +136,15 @@ func (s *Supervisor) startLocked(pool string, spec Pool) (*proc, error) {
 	k := s.next[pool]
 	s.next[pool]++
 	id := pool + "-" + strconv.Itoa(k)
-	args := make([]string, len(spec.Args))
-	for i, a := range spec.Args {
-		args[i] = strings.ReplaceAll(strings.ReplaceAll(a, "{n}", strconv.Itoa(k)), "{id}", id)
+	fill := func(in []string) []string {
+		out := make([]string, len(in))
+		for i, a := range in {
+			out[i] = strings.ReplaceAll(strings.ReplaceAll(a, "{n}", strconv.Itoa(k)), "{id}", id)
+		}
+		return out
 	}
-	cmd := exec.Command(s.Binary, args...)
-	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd := exec.Command(s.Binary, fill(spec.Args)...)
+	cmd.Env = append(os.Environ(), fill(spec.Env)...)
 	cmd.Stdout, cmd.Stderr = s.Output, s.Output
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("planner/local: start %s worker %s: %w", pool, id, err)
