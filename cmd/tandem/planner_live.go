@@ -316,23 +316,32 @@ func (a *autoscaleFlags) register(cmd *cobra.Command) {
 	a.pf.register(cmd, []string{"agg=aggregated:1:8"})
 }
 
-// start runs the planner until ctx ends; its errors are logged.
-func (a *autoscaleFlags) start(ctx context.Context, sys *serve.System, log *slog.Logger, out io.Writer) error {
+// start runs the planner until ctx ends; its errors are logged. The
+// returned wait stops it and blocks until it has stopped (before the system shuts
+// down, so no scaling runs into the shutdown).
+func (a *autoscaleFlags) start(ctx context.Context, sys *serve.System, log *slog.Logger, out io.Writer) (wait func(), err error) {
 	if !a.on {
-		return nil
+		return func() {}, nil
 	}
 	if len(a.pf.pools) != 1 || !strings.HasPrefix(a.pf.pools[0], "agg=") {
-		return errors.New("serve --autoscale: give one --pool, agg=aggregated:MIN:MAX")
+		return nil, errors.New("serve --autoscale: give one --pool, agg=aggregated:MIN:MAX")
 	}
 	if _, err := a.pf.build(log, nil, nil); err != nil { // fail at start, not in the goroutine
-		return err
+		return nil, err
+	}
+	// A no-op resize says whether this shape can be resized at all.
+	if err := sys.ScalePool(ctx, sys.PoolSize()); err != nil {
+		return nil, fmt.Errorf("serve --autoscale: %w", err)
 	}
 	obs := &planner.Scraper{Gatherer: sys.Registry}
 	act := serve.PoolActuator{System: sys, Pool: "agg"}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if err := a.pf.run(ctx, log, obs, act, out); err != nil {
 			log.Error("planner stopped", "err", err)
 		}
 	}()
-	return nil
+	return func() { cancel(); <-done }, nil
 }

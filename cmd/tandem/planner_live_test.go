@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,27 @@ func TestServeAutoscaleToZeroAndBack(t *testing.T) {
 	}
 	if !saw503 {
 		t.Fatal("the first request after scaling to zero succeeded: nothing was scaled")
+	}
+}
+
+// TestPlannerDryRunAgainstLiveServe: `tandem planner --dry-run` against a
+// running `tandem serve` reads its metrics, decides, prints what it would
+// do, and starts no worker.
+func TestPlannerDryRunAgainstLiveServe(t *testing.T) {
+	if secure.on {
+		t.Skip("plain HTTP test")
+	}
+	s := startTandem(t, "serve --http-addr 127.0.0.1:0 --workers 1")
+	pl := startProc(t, "planner", "planner --frontend-metrics "+s.url+"/metrics --actuator local --local-worker agg=worker_--never-started "+
+		"--pool agg=aggregated:1:4 --interval 200ms --dry-run --planner-listen 127.0.0.1:0",
+		regexp.MustCompile(`dry-run: would scale pool agg to (\d+)`))
+	if pl.line != "1" {
+		t.Fatalf("dry run would scale to %s, want 1 (the local pool is empty, its min is 1)", pl.line)
+	}
+	// Nothing was started: the supervisor's log names no worker.
+	time.Sleep(500 * time.Millisecond)
+	b, _ := os.ReadFile(pl.log)
+	if strings.Contains(string(b), "worker started") {
+		t.Fatalf("the dry run started a worker:\n%s", b)
 	}
 }

@@ -94,7 +94,8 @@ func newServeCmd() *cobra.Command {
 			cfg := setup.cfg
 			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 			ctx := cmd.Context()
-			if err := auto.start(ctx, sys, log, cmd.OutOrStdout()); err != nil {
+			waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
+			if err != nil {
 				_ = sys.Shutdown(context.Background())
 				return err
 			}
@@ -106,6 +107,7 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 			}
+			waitPlanner()
 			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 			defer cancel()
 			if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
