@@ -100,7 +100,7 @@ func TestScraperReadsFrontendMetrics(t *testing.T) {
 // TestScraperBoundsAndErrors: an endpoint that is not a frontend's, an
 // error status and an oversized body are each a clear error.
 func TestScraperBoundsAndErrors(t *testing.T) {
-	big := "# " + strings.Repeat("a", maxMetricsBytes) + "\n"
+	big := "# " + strings.Repeat("a", 1<<16) + "\n"
 	cases := []struct {
 		name, want string
 		h          http.HandlerFunc
@@ -113,7 +113,7 @@ func TestScraperBoundsAndErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.h)
 			defer srv.Close()
-			_, err := (&Scraper{URL: srv.URL}).Observe(context.Background(), 0.9)
+			_, err := (&Scraper{URL: srv.URL, MaxBytes: 1 << 15}).Observe(context.Background(), 0.9)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}

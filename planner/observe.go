@@ -38,6 +38,8 @@ type Scraper struct {
 	// Gatherer, when set, is read instead of URL: the planner running in
 	// the frontend's own process (`tandem serve --autoscale`).
 	Gatherer prometheus.Gatherer
+	// MaxBytes bounds one scrape's body (0: 16 MiB).
+	MaxBytes int64
 
 	prev *snapshot
 }
@@ -216,11 +218,15 @@ func (s *Scraper) get(ctx context.Context, url string) (map[string]*dto.MetricFa
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("planner: scrape %s: %s", url, resp.Status)
 	}
-	lr := &io.LimitedReader{R: resp.Body, N: maxMetricsBytes + 1}
+	limit := s.MaxBytes
+	if limit <= 0 {
+		limit = maxMetricsBytes
+	}
+	lr := &io.LimitedReader{R: resp.Body, N: limit + 1}
 	tp := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := tp.TextToMetricFamilies(lr)
 	if lr.N <= 0 {
-		return nil, fmt.Errorf("planner: scrape %s: more than %d bytes", url, maxMetricsBytes)
+		return nil, fmt.Errorf("planner: scrape %s: more than %d bytes", url, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("planner: scrape %s: %w", url, err)
