@@ -47,13 +47,35 @@ type member struct {
 }
 
 // tracked counts a worker's streams in flight, which removal waits for.
+// Once closed it refuses new streams with engine.ErrUnavailable: a
+// request the router picked this worker for just before it left is
+// retried on another worker by the frontend instead of failing.
 type tracked struct {
 	engine.Generator
-	n atomic.Int64
+	n      atomic.Int64
+	mu     sync.Mutex
+	closed bool
+}
+
+// closeIfIdle closes the gate if no stream is in flight.
+func (t *tracked) closeIfIdle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n.Load() > 0 {
+		return false
+	}
+	t.closed = true
+	return true
 }
 
 func (t *tracked) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("%w: the worker left its pool", engine.ErrUnavailable)
+	}
 	t.n.Add(1)
+	t.mu.Unlock()
 	st, err := t.Generator.Generate(ctx, req)
 	if err != nil {
 		t.n.Add(-1)
@@ -239,16 +261,19 @@ func (s *System) removePoolWorker(ctx context.Context) error {
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for m.gen.n.Load() > 0 {
+drain:
+	for !m.gen.closeIfIdle() {
 		select {
 		case <-dctx.Done():
 			s.log.Warn("pool worker drain timed out: closing it with streams in flight", "diagnostic_code", "drain_timeout",
 				"worker", m.id, "streams", m.gen.n.Load(), "waited", time.Since(start))
-			goto closeIt
+			m.gen.mu.Lock()
+			m.gen.closed = true
+			m.gen.mu.Unlock()
+			break drain
 		case <-tick.C:
 		}
 	}
-closeIt:
 	s.forgetEngine(m)
 	if err := m.eng.Close(); err != nil {
 		s.log.Warn("closing removed worker's engine", "worker", m.id, "err", err)

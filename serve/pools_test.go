@@ -269,3 +269,38 @@ func BenchmarkPoolTracking(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { run(b, eng) })
 	b.Run("tracked", func(b *testing.B) { run(b, &tracked{Generator: eng}) })
 }
+
+// TestRemovedWorkerRefusesAsUnavailable: a request the router handed to a
+// worker just before it left meets a closed gate that says "unavailable"
+// (which the frontend retries elsewhere), not a closed engine.
+func TestRemovedWorkerRefusesAsUnavailable(t *testing.T) {
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := newInstantEngine(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	tr := &tracked{Generator: eng}
+	st, err := tr.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1, 2, 3}, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.closeIfIdle() {
+		t.Fatal("closed with a stream in flight")
+	}
+	for {
+		d, err := st.Recv()
+		if err != nil || d.Finish != engine.FinishNone {
+			break
+		}
+	}
+	if !tr.closeIfIdle() {
+		t.Fatal("not idle after the stream finished")
+	}
+	if _, err := tr.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1}); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("Generate after removal: %v, want ErrUnavailable", err)
+	}
+}
