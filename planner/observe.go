@@ -65,20 +65,27 @@ func (s *Scraper) Observe(ctx context.Context, q float64) (Observation, error) {
 	if err != nil {
 		return Observation{}, err
 	}
-	prev := s.prev
-	s.prev = snap
-	o := Observation{At: snap.at, Load: Load{Rate: math.NaN()}, QueueDepth: snap.queued, WorkerActive: snap.active}
+	o := s.interval(snap, q)
 	if len(s.Workers) > 0 {
 		o.Workers = s.scrapeWorkers(ctx)
 	}
+	return o, nil
+}
+
+// interval turns the snapshot into the observation since the previous
+// one, and keeps it as the next one's start.
+func (s *Scraper) interval(snap *snapshot, q float64) Observation {
+	prev := s.prev
+	s.prev = snap
+	o := Observation{At: snap.at, Load: Load{Rate: math.NaN()}, QueueDepth: snap.queued, WorkerActive: snap.active}
 	if prev == nil {
-		return o, nil
+		return o
 	}
 	dt := snap.at.Sub(prev.at).Seconds()
 	n := snap.isl.count - prev.isl.count
 	if dt <= 0 || n < 0 {
 		// A restarted frontend resets its counters: start over.
-		return o, nil
+		return o
 	}
 	o.Load = Load{Rate: n / dt, Window: dt}
 	if n > 0 {
@@ -90,7 +97,9 @@ func (s *Scraper) Observe(ctx context.Context, q float64) (Observation, error) {
 			if nc := snap.cached.count - prev.cached.count; nc > 0 {
 				o.Load.HitFrac = min(max((snap.cached.sum-prev.cached.sum)/nc/o.Load.ISL, 0), 1)
 			}
-			o.Load.ISLTail = histQuantile(prev.isl, snap.isl, q) / o.Load.ISL
+			if tail := histQuantile(prev.isl, snap.isl, q) / o.Load.ISL; usable(tail) && tail <= 1e3 {
+				o.Load.ISLTail = tail
+			}
 		}
 	}
 	o.Samples = int(snap.ttft.count - prev.ttft.count)
@@ -99,7 +108,7 @@ func (s *Scraper) Observe(ctx context.Context, q float64) (Observation, error) {
 	// quantile over gaps is what it can tell, and the corrections learn
 	// the difference.
 	o.ITLMs = histQuantile(prev.itl, snap.itl, q) * 1000
-	return o, nil
+	return o
 }
 
 // histQuantile is the q-quantile of the observations between two
