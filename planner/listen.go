@@ -32,7 +32,7 @@ func (l *Loop) Handler(g prometheus.Gatherer, keys KeyChecker) http.Handler {
 		key, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !found || key == "" || !keys.Valid(key) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tandem-planner"`)
-			http.Error(w, "the planner's endpoints need Authorization: Bearer <key> (--api-key-file)", http.StatusUnauthorized)
+			http.Error(w, "the planner's endpoints need Authorization: Bearer <key> (--planner-api-key-file)", http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -56,5 +56,5 @@ func CheckListen(addr string, keyed bool) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return errors.New("planner: --listen " + addr + " is not a loopback address: give --api-key-file so that its /health and /metrics need a key")
+	return errors.New("planner: listen address " + addr + " is not a loopback address: give --planner-api-key-file so that its /health and /metrics need a key")
 }
