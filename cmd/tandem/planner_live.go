@@ -119,10 +119,17 @@ func (p *plannerFlags) build(log *slog.Logger, board *health.Board, reg promethe
 	})
 }
 
-// run drives the loop until ctx ends, with the planner's listener.
-func (p *plannerFlags) run(ctx context.Context, log *slog.Logger, obs planner.Observer, act planner.Actuator, out io.Writer) error {
-	reg := prometheus.NewRegistry()
-	board := health.NewBoard(log, reg)
+// run drives the loop until ctx ends, with the planner's listener. reg
+// and board are where its metrics and diagnostics go (nil: its own, which
+// only its listener shows).
+func (p *plannerFlags) run(ctx context.Context, log *slog.Logger, obs planner.Observer, act planner.Actuator, out io.Writer,
+	reg *prometheus.Registry, board *health.Board) error {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if board == nil {
+		board = health.NewBoard(log, reg)
+	}
 	pl, err := p.build(log, board, reg)
 	if err != nil {
 		return err
@@ -299,7 +306,7 @@ func newPlannerRunFlags(c *cobra.Command) func(cmd *cobra.Command) error {
 		default:
 			return fmt.Errorf("planner: unknown --actuator %q (tandemdeployment, deployment, local)", actuator)
 		}
-		return pf.run(cmd.Context(), log, sc, act, cmd.OutOrStdout())
+		return pf.run(cmd.Context(), log, sc, act, cmd.OutOrStdout(), nil, nil)
 	}
 }
 
@@ -339,7 +346,9 @@ func (a *autoscaleFlags) start(ctx context.Context, sys *serve.System, log *slog
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := a.pf.run(ctx, log, obs, act, out); err != nil {
+		// The serve process's registry and board: tandem_planner_* on its
+		// /metrics, the planner's diagnostics on its /health.
+		if err := a.pf.run(ctx, log, obs, act, out, sys.Registry, sys.Board); err != nil {
 			log.Error("planner stopped", "err", err)
 		}
 	}()

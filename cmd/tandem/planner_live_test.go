@@ -137,6 +137,16 @@ func TestServeAutoscaleToZeroAndBack(t *testing.T) {
 	if !saw503 {
 		t.Fatal("the first request after scaling to zero succeeded: nothing was scaled")
 	}
+	// The planner's decisions are on the serve process's own /metrics.
+	resp, err = http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `tandem_planner_decisions_total{pool="agg",reason="scale_up"}`) {
+		t.Fatal("serve's /metrics has no planner scale_up decision")
+	}
 }
 
 // TestPlannerDryRunAgainstLiveServe: `tandem planner --dry-run` against a
