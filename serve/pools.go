@@ -35,6 +35,9 @@ type poolState struct {
 	next    int // the factory index of the next worker
 	factory EngineFactory
 	model   *tokenizer.Model
+	// external: the workers front servers this process does not start
+	// (engine/upstream), so the pool cannot grow them.
+	external bool
 }
 
 type member struct {
@@ -126,6 +129,7 @@ func (s *System) setPoolFactory(f EngineFactory, model *tokenizer.Model, next in
 		s.pool = &poolState{}
 	}
 	s.pool.factory, s.pool.model, s.pool.next = f, model, next
+	s.pool.external = len(s.engines) > 0 && s.engines[0].Info().Kind == "upstream"
 	if s.Registry != nil {
 		// Collectors of runtime workers are gathered through one
 		// registered collector, since an unchecked collector cannot be
@@ -170,7 +174,7 @@ func (s *System) PoolWorkers() []string {
 func (s *System) PoolSize() int { return len(s.PoolWorkers()) }
 
 // ErrPoolFixed: the system's shape cannot grow or shrink at runtime.
-var ErrPoolFixed = errors.New("serve: this system's pool cannot be resized at runtime (only aggregated in-process workers can)")
+var ErrPoolFixed = errors.New("serve: this system's pool cannot be resized at runtime (only aggregated in-process mocker or native workers can)")
 
 // maxPoolWorkers bounds a runtime pool.
 const maxPoolWorkers = 4096
@@ -188,7 +192,7 @@ func (s *System) ScalePool(ctx context.Context, n int) error {
 	if p == nil || p.factory == nil {
 		return ErrPoolFixed
 	}
-	if s.dis != nil || s.pd != nil || s.proxy != nil || (s.cfg.RequestPlane != "" && s.cfg.RequestPlane != "inproc") {
+	if p.external || s.dis != nil || s.pd != nil || s.proxy != nil || (s.cfg.RequestPlane != "" && s.cfg.RequestPlane != "inproc") {
 		return ErrPoolFixed
 	}
 	p.scale.Lock()
