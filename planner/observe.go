@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -29,6 +30,16 @@ type Scraper struct {
 	// Header is added to every scrape (an Authorization for a protected
 	// metrics endpoint).
 	Header http.Header
+	// Workers are workers' /metrics (vLLM's names, which the mocker,
+	// native engine and vLLM export): their running and waiting requests
+	// and KV usage. Optional: the frontend's router gauges already give
+	// each worker's requests in flight.
+	Workers []string
+	// Gatherer, when set, is read instead of URL: the planner running in
+	// the frontend's own process (`tandem serve --autoscale`).
+	Gatherer prometheus.Gatherer
+	// MaxBytes bounds one scrape's body (0: 16 MiB).
+	MaxBytes int64
 
 	prev *snapshot
 }
@@ -43,6 +54,8 @@ type snapshot struct {
 	at                          time.Time
 	requests                    float64
 	ttft, itl, isl, osl, cached hist
+	queued                      float64
+	active                      map[string]float64 // router: requests in flight per worker
 }
 
 // Observe scrapes once and returns the interval since the previous scrape
@@ -52,17 +65,27 @@ func (s *Scraper) Observe(ctx context.Context, q float64) (Observation, error) {
 	if err != nil {
 		return Observation{}, err
 	}
+	o := s.interval(snap, q)
+	if len(s.Workers) > 0 {
+		o.Workers = s.scrapeWorkers(ctx)
+	}
+	return o, nil
+}
+
+// interval turns the snapshot into the observation since the previous
+// one, and keeps it as the next one's start.
+func (s *Scraper) interval(snap *snapshot, q float64) Observation {
 	prev := s.prev
 	s.prev = snap
-	o := Observation{At: snap.at, Load: Load{Rate: math.NaN()}}
+	o := Observation{At: snap.at, Load: Load{Rate: math.NaN()}, QueueDepth: snap.queued, WorkerActive: snap.active}
 	if prev == nil {
-		return o, nil
+		return o
 	}
 	dt := snap.at.Sub(prev.at).Seconds()
 	n := snap.isl.count - prev.isl.count
 	if dt <= 0 || n < 0 {
 		// A restarted frontend resets its counters: start over.
-		return o, nil
+		return o
 	}
 	o.Load = Load{Rate: n / dt, Window: dt}
 	if n > 0 {
@@ -74,7 +97,9 @@ func (s *Scraper) Observe(ctx context.Context, q float64) (Observation, error) {
 			if nc := snap.cached.count - prev.cached.count; nc > 0 {
 				o.Load.HitFrac = min(max((snap.cached.sum-prev.cached.sum)/nc/o.Load.ISL, 0), 1)
 			}
-			o.Load.ISLTail = histQuantile(prev.isl, snap.isl, q) / o.Load.ISL
+			if tail := histQuantile(prev.isl, snap.isl, q) / o.Load.ISL; usable(tail) && tail <= 1e3 {
+				o.Load.ISLTail = tail
+			}
 		}
 	}
 	o.Samples = int(snap.ttft.count - prev.ttft.count)
@@ -83,7 +108,7 @@ func (s *Scraper) Observe(ctx context.Context, q float64) (Observation, error) {
 	// quantile over gaps is what it can tell, and the corrections learn
 	// the difference.
 	o.ITLMs = histQuantile(prev.itl, snap.itl, q) * 1000
-	return o, nil
+	return o
 }
 
 // histQuantile is the q-quantile of the observations between two
@@ -122,9 +147,67 @@ func histQuantile(a, b hist, q float64) float64 {
 }
 
 func (s *Scraper) scrape(ctx context.Context) (*snapshot, error) {
+	if s.Gatherer != nil {
+		// A duplicate-series error still returns every family gathered.
+		mfs, err := s.Gatherer.Gather()
+		if len(mfs) == 0 && err != nil {
+			return nil, fmt.Errorf("planner: gather: %w", err)
+		}
+		fams := map[string]*dto.MetricFamily{}
+		for _, f := range mfs {
+			fams[f.GetName()] = f
+		}
+		return parseFamilies(fams, s.Model, time.Now())
+	}
+	fams, err := s.get(ctx, s.URL)
+	if err != nil {
+		return nil, err
+	}
+	return parseFamilies(fams, s.Model, time.Now())
+}
+
+// WorkerStats is one worker's own /metrics, as vLLM names them.
+type WorkerStats struct {
+	URL string `json:"url"`
+	// Running and Waiting are vllm:num_requests_running and
+	// vllm:num_requests_waiting; KVUsage is vllm:kv_cache_usage_perc
+	// (0..1).
+	Running, Waiting, KVUsage float64
+	Error                     string `json:"error,omitempty"`
+}
+
+// scrapeWorkers reads every worker's /metrics; a worker that cannot be
+// read is reported with its error (a worker starting or leaving is
+// normal while scaling, so it does not fail the observation).
+func (s *Scraper) scrapeWorkers(ctx context.Context) []WorkerStats {
+	out := make([]WorkerStats, len(s.Workers))
+	for i, u := range s.Workers {
+		out[i].URL = u
+		fams, err := s.get(ctx, u)
+		if err != nil {
+			out[i].Error = err.Error()
+			continue
+		}
+		sum := func(name string) float64 {
+			v := 0.0
+			for _, m := range fams[name].GetMetric() {
+				v += m.GetGauge().GetValue()
+			}
+			return v
+		}
+		out[i].Running, out[i].Waiting = sum("vllm:num_requests_running"), sum("vllm:num_requests_waiting")
+		if f := fams["vllm:kv_cache_usage_perc"]; f != nil && len(f.GetMetric()) > 0 {
+			out[i].KVUsage = sum("vllm:kv_cache_usage_perc") / float64(len(f.GetMetric()))
+		}
+	}
+	return out
+}
+
+// get reads and parses one /metrics, bounded in time and size.
+func (s *Scraper) get(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("planner: scrape: %w", err)
 	}
@@ -138,13 +221,26 @@ func (s *Scraper) scrape(ctx context.Context) (*snapshot, error) {
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("planner: scrape %s: %w", s.URL, err)
+		return nil, fmt.Errorf("planner: scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("planner: scrape %s: %s", s.URL, resp.Status)
+		return nil, fmt.Errorf("planner: scrape %s: %s", url, resp.Status)
 	}
-	return parseMetrics(io.LimitReader(resp.Body, maxMetricsBytes), s.Model, time.Now())
+	limit := s.MaxBytes
+	if limit <= 0 {
+		limit = maxMetricsBytes
+	}
+	lr := &io.LimitedReader{R: resp.Body, N: limit + 1}
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := tp.TextToMetricFamilies(lr)
+	if lr.N <= 0 {
+		return nil, fmt.Errorf("planner: scrape %s: more than %d bytes", url, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("planner: scrape %s: %w", url, err)
+	}
+	return fams, nil
 }
 
 func parseMetrics(r io.Reader, modelName string, at time.Time) (*snapshot, error) {
@@ -153,6 +249,10 @@ func parseMetrics(r io.Reader, modelName string, at time.Time) (*snapshot, error
 	if err != nil {
 		return nil, fmt.Errorf("planner: metrics: %w", err)
 	}
+	return parseFamilies(fams, modelName, at)
+}
+
+func parseFamilies(fams map[string]*dto.MetricFamily, modelName string, at time.Time) (*snapshot, error) {
 	snap := &snapshot{at: at}
 	match := func(m *dto.Metric) bool {
 		if modelName == "" {
@@ -199,6 +299,23 @@ func parseMetrics(r io.Reader, modelName string, at time.Time) (*snapshot, error
 	addHist(&snap.isl, "tandem_frontend_input_sequence_tokens")
 	addHist(&snap.osl, "tandem_frontend_output_sequence_tokens")
 	addHist(&snap.cached, "tandem_frontend_cached_tokens")
+	if f := fams["tandem_frontend_queued_requests"]; f != nil {
+		for _, m := range f.GetMetric() {
+			if match(m) {
+				snap.queued += m.GetGauge().GetValue()
+			}
+		}
+	}
+	if f := fams["tandem_router_worker_active_requests"]; f != nil {
+		snap.active = map[string]float64{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "worker" {
+					snap.active[l.GetValue()] += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
 	if f := fams["tandem_frontend_requests_total"]; f != nil {
 		for _, m := range f.GetMetric() {
 			if match(m) {

@@ -30,6 +30,14 @@ type Observation struct {
 	Samples int
 	// Replicas is each pool's current replica count (by pool name).
 	Replicas map[string]int
+	// QueueDepth is the frontend's requests waiting for a first token
+	// and WorkerActive each worker's requests in flight (the router's
+	// gauges), at the end of the interval; Workers are the workers' own
+	// /metrics when scraped. The policies size from the load; these are
+	// logged, exported and shown on /health to explain a decision.
+	QueueDepth   float64
+	WorkerActive map[string]float64
+	Workers      []WorkerStats
 }
 
 // Decision is the planner's answer for one pool in one interval.
@@ -207,6 +215,14 @@ func (p *Planner) Step(o Observation) []Decision {
 		}
 	}
 	pred.Window = p.cfg.Interval.Seconds()
+	p.met.queue.Set(o.QueueDepth)
+	if o.WorkerActive != nil {
+		// Workers come and go with scaling: the gauge holds the ones seen.
+		p.met.workerActive.Reset()
+		for w, v := range o.WorkerActive {
+			p.met.workerActive.WithLabelValues(w).Set(v)
+		}
+	}
 	p.met.rate.Set(pred.Rate)
 	p.met.isl.Set(pred.ISL)
 	p.met.osl.Set(pred.OSL)
@@ -333,6 +349,8 @@ type metrics struct {
 	decisions                             *prometheus.CounterVec
 	rate, isl, osl                        prometheus.Gauge
 	observeFail, actuateFail              prometheus.Counter
+	queue                                 prometheus.Gauge
+	workerActive                          *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -353,9 +371,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Intervals whose metrics could not be read."}),
 		actuateFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "tandem_planner_actuate_failures_total",
 			Help: "Scale operations that failed."}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tandem_planner_observed_queue_depth",
+			Help: "Requests waiting for their first token at the frontend when the planner last looked."}),
+		workerActive: g("tandem_planner_observed_worker_active_requests", "A worker's requests in flight (the router's gauge) when the planner last looked.", "worker"),
 	}
 	if reg != nil {
-		reg.MustRegister(m.current, m.desired, m.atMax, m.pcorr, m.dcorr, m.decisions, m.rate, m.isl, m.osl, m.observeFail, m.actuateFail)
+		reg.MustRegister(m.current, m.desired, m.atMax, m.pcorr, m.dcorr, m.decisions, m.rate, m.isl, m.osl, m.observeFail, m.actuateFail,
+			m.queue, m.workerActive)
 	}
 	return m
 }

@@ -27,7 +27,23 @@ type Loop struct {
 
 	mu   sync.Mutex
 	last []Decision
+	obs  *observed
 	err  string
+}
+
+// observed is the last observation as /health shows it.
+type observed struct {
+	At           time.Time          `json:"at"`
+	Rate         float64            `json:"request_rate"`
+	ISL          float64            `json:"input_tokens"`
+	OSL          float64            `json:"output_tokens"`
+	HitFrac      float64            `json:"kv_hit_fraction"`
+	TTFTMs       float64            `json:"ttft_ms"`
+	ITLMs        float64            `json:"itl_ms"`
+	QueueDepth   float64            `json:"queue_depth"`
+	WorkerActive map[string]float64 `json:"worker_active,omitempty"`
+	Workers      []WorkerStats      `json:"workers,omitempty"`
+	Replicas     map[string]int     `json:"replicas"`
 }
 
 // Run ticks until ctx ends.
@@ -68,8 +84,16 @@ func (l *Loop) Tick(ctx context.Context) []Decision {
 		return nil
 	}
 	o.Replicas = cur
+	ob := &observed{At: o.At, Rate: o.Load.Rate, ISL: o.Load.ISL, OSL: o.Load.OSL, HitFrac: o.Load.HitFrac,
+		TTFTMs: o.TTFTMs, ITLMs: o.ITLMs, QueueDepth: o.QueueDepth, WorkerActive: o.WorkerActive, Workers: o.Workers, Replicas: cur}
+	if !usable(ob.Rate) {
+		ob.Rate = 0 // JSON has no NaN: the first interval has no rate yet
+	}
+	p.log.Debug("planner observation", "rate", round3(ob.Rate), "isl", round3(ob.ISL), "osl", round3(ob.OSL), "hit", round3(ob.HitFrac),
+		"ttft_ms", round3(ob.TTFTMs), "itl_ms", round3(ob.ITLMs), "queue", ob.QueueDepth, "samples", o.Samples)
 	l.mu.Lock() // the planner is single-threaded; /health reads it too
 	ds := p.Step(o)
+	l.obs = ob
 	l.mu.Unlock()
 	ok := true
 	for _, d := range ds {
@@ -124,6 +148,7 @@ type healthBody struct {
 	Policy      string                `json:"policy"`
 	Decisions   []Decision            `json:"decisions"`
 	Corrections map[string][2]float64 `json:"corrections"`
+	Observed    *observed             `json:"observed,omitempty"`
 	Error       string                `json:"error,omitempty"`
 	Diagnostics []health.Diagnostic   `json:"diagnostics,omitempty"`
 }
@@ -133,8 +158,19 @@ type healthBody struct {
 // "degraded", still 200, while any is active).
 func (l *Loop) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 	l.mu.Lock()
-	b := healthBody{Status: "ok", Policy: l.Planner.cfg.Policy.Name(), Decisions: l.last, Error: l.err,
-		Corrections: l.Planner.Corrections()}
+	ds := make([]Decision, len(l.last))
+	for i, d := range l.last {
+		// JSON has no NaN or Inf: an unsizable prediction shows as 0.
+		for _, v := range []*float64{&d.PredTTFTMs, &d.PredITLMs, &d.Predicted.Rate, &d.Predicted.ISL, &d.Predicted.OSL,
+			&d.Predicted.HitFrac, &d.Predicted.ISLTail, &d.Predicted.Window} {
+			if !usable(*v) {
+				*v = 0
+			}
+		}
+		ds[i] = d
+	}
+	b := healthBody{Status: "ok", Policy: l.Planner.cfg.Policy.Name(), Decisions: ds, Error: l.err,
+		Corrections: l.Planner.Corrections(), Observed: l.obs}
 	l.mu.Unlock()
 	if l.Board != nil {
 		b.Diagnostics = l.Board.Active()

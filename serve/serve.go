@@ -103,6 +103,7 @@ type System struct {
 	proxy   *vllmpd.Proxy   // nil unless PDPrefillWorkers > 0
 	pdPre   []engine.Engine // the proxy's prefill engines
 	pdIDs   []string        // and their worker ids
+	pool    *poolState      // the routed workers, resizable at runtime (serve/pools.go)
 }
 
 // eventSource is implemented by engines that publish KV events over ZMQ.
@@ -207,6 +208,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		if s.proxy != nil && cfg.Disagg.Mode != string(disagg.Never) {
 			gen = s.proxy.Wrap(w.ID, gen, info.BlockSize)
 		}
+		gen = s.trackWorker(w.ID, eng, gen) // serve/pools.go: removal drains
 		s.Workers = append(s.Workers, w)
 		if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
 			// Subscribe before the router may pick the worker: until its
@@ -222,6 +224,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		timing, _ := eng.(engine.PrefillEstimator)
 		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info, Timing: timing})
 	}
+	s.setPoolFactory(newEngine, model, cfg.Workers)
 
 	s.waitProbes()
 	tc, err := httpapi.ServerTLS(cfg.TLS)
@@ -351,6 +354,7 @@ func (s *System) stopWorkers(ctx context.Context) {
 			g.Stop()
 		}
 	}
+	s.closePool()
 	for _, e := range s.engines {
 		if err := e.Close(); err != nil {
 			s.log.Warn("closing engine", "err", err)

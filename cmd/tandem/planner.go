@@ -10,10 +10,14 @@ import (
 	"github.com/tandemllm/tandem/planner/sim"
 )
 
-// newPlannerCmd is `tandem planner`; so far only `simulate` is wired.
+// newPlannerCmd is `tandem planner`: the live loop (planner_live.go) and
+// `simulate`.
 func newPlannerCmd() *cobra.Command {
 	c := &cobra.Command{Use: "planner", Short: "Scale prefill, decode and aggregated pools to meet TTFT and ITL targets",
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+		Long: "Every --interval: scrape the frontend's /metrics, predict the next interval's load, size each pool for the targets, and scale it (--dry-run: print only).",
+		Args: cobra.NoArgs}
+	run := newPlannerRunFlags(c)
+	c.RunE = func(cmd *cobra.Command, _ []string) error { return run(cmd) }
 	c.AddCommand(newPlannerSimulateCmd())
 	return c
 }

@@ -75,6 +75,7 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 func newServeCmd() *cobra.Command {
 	var setup *serveSetup
 	var tf tracingFlags
+	var auto autoscaleFlags // planner_live.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -96,6 +97,11 @@ func newServeCmd() *cobra.Command {
 			cfg := setup.cfg
 			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 			ctx := cmd.Context()
+			waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
+			if err != nil {
+				_ = sys.Shutdown(context.Background())
+				return err
+			}
 			select {
 			case <-ctx.Done():
 				log.Info("draining", "timeout", cfg.DrainTimeout)
@@ -104,6 +110,7 @@ func newServeCmd() *cobra.Command {
 					return err
 				}
 			}
+			waitPlanner()
 			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 			defer cancel()
 			if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -115,6 +122,7 @@ func newServeCmd() *cobra.Command {
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
+	auto.register(cmd)
 	return cmd
 }
 
