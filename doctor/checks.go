@@ -132,7 +132,7 @@ func (d *run) discovery() {
 			fix = "remove the record by hand or wait for its lease to expire (--lease-ttl)"
 		}
 		d.add(Check{ID: IDDiscoveryStale, Subject: r.ID, Verdict: Fail,
-			Summary: fmt.Sprintf("stale record: %s (%s, %s) is registered but its request plane %s refuses connections", r.ID, r.Model, r.Role, r.RequestPlane),
+			Summary:  fmt.Sprintf("stale record: %s (%s, %s) is registered but its request plane %s refuses connections", r.ID, r.Model, r.Role, r.RequestPlane),
 			Evidence: []string{"dial " + r.RequestPlane + ": " + errs[i].Error()},
 			Fix: "if the worker is gone, " + strings.ReplaceAll(fix, "{id}", r.ID) +
 				"; if it still runs, it registered an address others cannot reach: set --advertise-host and --rp-addr to a reachable host:port"})
