@@ -191,8 +191,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func transport(tc *tls.Config) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil // the doctor talks to the deployment, never through a proxy
+	// Its own transport, not a clone of http.DefaultTransport (which a
+	// program may have replaced): no proxy, since the doctor talks to the
+	// deployment itself, and bounded waits at every step.
+	t := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
+		IdleConnTimeout:       30 * time.Second,
+		MaxIdleConnsPerHost:   2,
+		ForceAttemptHTTP2:     true,
+	}
 	if tc != nil {
 		t.TLSClientConfig = tc.Clone()
 	}
