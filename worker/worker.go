@@ -82,6 +82,11 @@ type Config struct {
 	// "discovery" (the default: only transfer addresses published in
 	// discovery) or "any" (whatever address the frontend names).
 	TransferPeers string
+	// TransferDial, if set, opens the KV transfer node's connections to
+	// peers (nil: a net.Dialer): a hook for sockets that must live
+	// elsewhere, or a link shaped the way a real network is (tandem
+	// doctor's slow-link test).
+	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Transfer destination policies (Config.TransferPeers).
@@ -431,7 +436,7 @@ func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
 		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log,
-		TLS: w.tls, RequireToken: true, AllowPeer: allow})
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}

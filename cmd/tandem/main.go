@@ -31,7 +31,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newServeCmd(), newFrontendCmd(), newWorkerCmd(), newModelCmd(), newCertsCmd(), newBenchCmd(), newOperatorCmd(), newPlannerCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newFrontendCmd(), newWorkerCmd(), newModelCmd(), newCertsCmd(), newBenchCmd(), newOperatorCmd(), newPlannerCmd(), newVersionCmd(), newDoctorCmd())
 	return root
 }
 
