@@ -204,15 +204,20 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	if deepest > 0 && sc.inFlight > 0 {
 		weight *= 1 - min(float64(sc.inFlightSharing(deepest))/float64(sc.inFlight), 1)
 	}
+	// One load of the fleet's rates per decision and of each candidate's
+	// timing snapshot; everything in float seconds (this loop runs for
+	// every candidate: with a thousand it is a good part of the decision).
+	fleet := k.fleetCoef.Load()
 	for i := range sc.cands {
 		cs := &sc.cands[i]
-		ttft, work := cs.w.timing.predict(cs, isl, bs, now)
-		cs.logit = ttft.Seconds() + weight*work
+		src := cs.w.timing.src.Load()
+		ttft, work := src.predict(fleet, cs, isl, bs, now)
+		cs.logit = ttft + weight*work
 		// Its blocks join the worker's running set unless a request in
 		// flight there holds them already (cached blocks are reactivated,
 		// not shared).
 		inFlight := min(int(sc.activeMatch[cs.w.slot]), isl/bs)
-		if full := cs.w.timing.kvFull(cs.activeUnique*bs + isl - inFlight*bs); full > 0 {
+		if full := src.kvFull(cs.activeUnique*bs + isl - inFlight*bs); full > 0 {
 			// A worker out of KV memory only if every one is, the least
 			// full first.
 			cs.logit += 1e3 * (1 + full)
