@@ -201,8 +201,24 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// system prompt) is an investment, not a cost: the requests behind it
 	// hit it. The work term is discounted by that share.
 	weight := ttftWorkWeight
+	share := 0.0
 	if deepest > 0 && sc.inFlight > 0 {
-		weight *= 1 - min(float64(sc.inFlightSharing(deepest))/float64(sc.inFlight), 1)
+		share = min(float64(sc.inFlightSharing(deepest))/float64(sc.inFlight), 1)
+		weight *= 1 - share
+	}
+	// The copy's own prefill is an investment too when nearly all traffic
+	// shares the prefix: every worker will hold it after its first such
+	// request, and pricing that one prefill in full kept a shared system
+	// prompt on the workers that happened to compute it first, load or no
+	// load (TestNoStarvation: 3 of 8 workers idle, one at 25-27%). So the
+	// candidate's TTFT moves from its own towards the one it would have
+	// holding the prefix, by share², which is ~1 for a system prompt and
+	// small for a prefix a few requests in flight share (a conversation's
+	// next turn, the seed experiment's re-requests), whose holder must
+	// keep winning.
+	held := share * share
+	if held < 0.25 {
+		held = 0 // not a prefix "all traffic" shares; skip the second estimate
 	}
 	// One load of the fleet's rates per decision and of each candidate's
 	// timing snapshot; everything in float seconds (this loop runs for
@@ -212,6 +228,13 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 		cs := &sc.cands[i]
 		src := cs.w.timing.src.Load()
 		ttft, work := src.predict(fleet, cs, isl, bs, now)
+		if held > 0 && cs.overlap < deepest {
+			own := cs.overlap
+			cs.overlap = deepest
+			t, _ := src.predict(fleet, cs, isl, bs, now)
+			cs.overlap = own
+			ttft = t + (1-held)*(ttft-t)
+		}
 		cs.logit = ttft + weight*work
 		// Its blocks join the worker's running set unless a request in
 		// flight there holds them already (cached blocks are reactivated,
