@@ -224,14 +224,15 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// timing snapshot; everything in float seconds (this loop runs for
 	// every candidate: with a thousand it is a good part of the decision).
 	fleet := k.fleetCoef.Load()
+	maxHit, islBlocks := max(isl-1, 0)/bs, isl/bs
 	for i := range sc.cands {
 		cs := &sc.cands[i]
 		src := cs.w.timing.src.Load()
-		ttft, work := src.predict(fleet, cs, isl, bs, now)
+		ttft, work := src.predict(fleet, cs, isl, bs, maxHit, now)
 		if held > 0 && cs.overlap < deepest {
 			own := cs.overlap
 			cs.overlap = deepest
-			t, _ := src.predict(fleet, cs, isl, bs, now)
+			t, _ := src.predict(fleet, cs, isl, bs, maxHit, now)
 			cs.overlap = own
 			ttft = t + (1-held)*(ttft-t)
 		}
@@ -239,7 +240,7 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 		// Its blocks join the worker's running set unless a request in
 		// flight there holds them already (cached blocks are reactivated,
 		// not shared).
-		inFlight := min(int(sc.activeMatch[cs.w.slot]), isl/bs)
+		inFlight := min(int(sc.activeMatch[cs.w.slot]), islBlocks)
 		if full := src.kvFull(cs.activeUnique*bs + isl - inFlight*bs); full > 0 {
 			// A worker out of KV memory only if every one is, the least
 			// full first.

@@ -60,8 +60,8 @@ func prefillSteps(n, chunk, decodes int) int {
 	if c < chunk/2 {
 		c = chunk / 2
 	}
-	if n <= 0 || c <= 0 {
-		return 1
+	if n <= c || c <= 0 {
+		return 1 // the common case, without a division: it runs per candidate
 	}
 	return (n + c - 1) / c
 }
@@ -210,9 +210,10 @@ func (src *timingSource) estimate(fleet *ttftCoef, n, decodes, activeTokens int,
 // can start (the router's virtual queue of prefills it placed there) plus
 // the prefill of what the worker will not hold, joined to the decode batch
 // it runs alongside; and that prefill's own time. src is the worker's
-// timing snapshot, fleet the fleet's rates (estimate).
-func (src *timingSource) predict(fleet *ttftCoef, cs *candScore, isl, bs int, now int64) (ttft, prefill float64) {
-	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
+// timing snapshot, fleet the fleet's rates (estimate), maxHit the most
+// blocks a hit can be (an engine recomputes the last prompt token).
+func (src *timingSource) predict(fleet *ttftCoef, cs *candScore, isl, bs, maxHit int, now int64) (ttft, prefill float64) {
+	hit := min(cs.overlap, maxHit) * bs
 	wait := queueStart(cs.busyUntil, cs.prefilling, now) - now
 	total, pre := src.estimate(fleet, isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
 	return float64(wait)*1e-9 + total, pre
