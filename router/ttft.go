@@ -233,27 +233,14 @@ func (src *timingSource) kvFull(activeTokens int) float64 {
 }
 
 // queueStart is when a prefill routed now to a worker can start: when the
-// router's virtual queue drains (busyUntil), or, if that time has passed
-// while prefills it placed there still have no first token, as far ahead
-// as they are overdue. A queue that should be empty but is not is a worker
-// slower than its model right now (preempting for memory, recomputing,
-// stalled): pricing it as idle sent every request of a burst to the one
-// worker whose first tokens were late (the Mooncake replay: four
-// simultaneous arrivals of 8-69k tokens on one worker, 16-21 s TTFTs).
-// Overdue by d, the best guess of what is left is d again. (This rule once
-// spread a shared system prompt over half the workers only: a cold
-// worker's first copy of the prompt ran late on a loaded machine and the
-// copy's full price kept the rest away; the shared-prefix pricing of the
-// ttft cost now lets load decide there.)
-func queueStart(busyUntil int64, prefilling int, now int64) int64 {
-	if busyUntil >= now {
-		return busyUntil
-	}
-	if prefilling > 0 {
-		return now + (now - busyUntil)
-	}
-	return now
-}
+// router's virtual queue drains. Pricing a queue whose prefills are overdue
+// as busy for as long again was tried twice: it once spread a shared system
+// prompt over half the workers only (TestNoStarvation), and with that fixed
+// by the shared-prefix pricing it still lost on the Mooncake replay's p99
+// (three runs of three worse than Dynamo's cost, against two of three
+// better without it; docs/benchmarks/router.md): late first tokens on a
+// loaded machine are not a slow worker.
+func queueStart(busyUntil int64, _ int, now int64) int64 { return max(busyUntil, now) }
 
 // observe learns from one first token: n uncached tokens (from the
 // engine's cached_tokens), whether the worker was decoding, the wait the
