@@ -237,7 +237,7 @@ func (src *timingSource) kvFull(activeTokens int) float64 {
 // as busy for as long again was tried twice: it once spread a shared system
 // prompt over half the workers only (TestNoStarvation), and with that fixed
 // by the shared-prefix pricing it still lost on the Mooncake replay's p99
-// (three runs of three worse than Dynamo's cost, against two of three
+// (worse than Dynamo's cost in three runs of three, against two of four
 // better without it; docs/benchmarks/router.md): late first tokens on a
 // loaded machine are not a slow worker.
 func queueStart(busyUntil int64, _ int, now int64) int64 { return max(busyUntil, now) }
