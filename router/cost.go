@@ -179,6 +179,11 @@ const ttftTieBand = 0.05
 // traffic needs is what spreads a shared system prompt over the workers.
 const ttftWorkWeight = 1.0
 
+// ttftSharedMin is how many requests in flight must share a prefix before
+// the ttft cost prices it as held everywhere (score): a system prompt is
+// carried by every request, a conversation's prefix by one to three.
+const ttftSharedMin = 4
+
 // ttftCost is CostTTFT.
 type ttftCost struct{}
 
@@ -201,9 +206,10 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// system prompt) is an investment, not a cost: the requests behind it
 	// hit it. The work term is discounted by that share.
 	weight := ttftWorkWeight
-	share := 0.0
+	share, sharing := 0.0, 0
 	if deepest > 0 && sc.inFlight > 0 {
-		share = min(float64(sc.inFlightSharing(deepest))/float64(sc.inFlight), 1)
+		sharing = sc.inFlightSharing(deepest)
+		share = min(float64(sharing)/float64(sc.inFlight), 1)
 		weight *= 1 - share
 	}
 	// The copy's own prefill is an investment too when nearly all traffic
@@ -216,8 +222,11 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// small for a prefix a few requests in flight share (a conversation's
 	// next turn, the seed experiment's re-requests), whose holder must
 	// keep winning.
+	// It takes ttftSharedMin requests in flight: with few in flight, one
+	// re-request behind its prefix's first request is "all the traffic"
+	// (the seed experiment at 4 clients lost 2 of 60 hits that way).
 	held := share * share
-	if held < 0.25 {
+	if held < 0.25 || sharing < ttftSharedMin {
 		held = 0 // not a prefix "all traffic" shares; skip the second estimate
 	}
 	// One load of the fleet's rates per decision and of each candidate's

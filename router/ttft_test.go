@@ -356,7 +356,7 @@ func TestTTFTCostSharedPrefixLoadDecides(t *testing.T) {
 			f, _ := newTTFTFixture(t, 2, CostTTFT, timing)
 			sys := prompt(7, 125) // 2,000 tokens
 			f.ingest(t, "w0", 0, storedEvent(sys, 1))
-			for i := range 3 { // decoding on w0, past their first tokens
+			for i := range ttftSharedMin { // decoding on w0, past their first tokens
 				toks := prompt(20+i, 13)
 				if tc.shared {
 					toks = append(append(prompt(7, 125)[:0:0], sys...), toks...)
