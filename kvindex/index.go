@@ -144,11 +144,15 @@ type Index struct {
 	freeGroups []uint32
 	oldest     uint32    // a lower bound of the oldest stamp, so Expire is O(1) when nothing is due
 	workers    []*worker // by slot; nil for a free slot
-	byID       map[string]uint32
-	free       []uint32
-	hasher     Hasher   // used under the write lock
-	group      []uint64 // scratch for one event's hashes
-	sink       uint64   // keeps the warming loads alive
+	// tags are the workers' tags by slot (-1: none), apart from the
+	// workers so that LookupTags reads one dense array instead of one
+	// worker struct per answer (a cache miss each, with a thousand).
+	tags   []int32
+	byID   map[string]uint32
+	free   []uint32
+	hasher Hasher   // used under the write lock
+	group  []uint64 // scratch for one event's hashes
+	sink   uint64   // keeps the warming loads alive
 
 	scratch sync.Pool
 	st      counters
@@ -230,8 +234,10 @@ func (ix *Index) AddWorker(id string, engineBlockSize int) error {
 	} else {
 		slot = uint32(len(ix.workers))
 		ix.workers = append(ix.workers, nil)
+		ix.tags = append(ix.tags, -1)
 	}
 	ix.workers[slot] = &worker{id: id, slot: slot, engineBS: engineBlockSize, fp: workerFP(slot), tag: -1}
+	ix.tags[slot] = -1
 	ix.byID[id] = slot
 	return nil
 }
@@ -244,6 +250,7 @@ func (ix *Index) SetTag(id string, tag int32) bool {
 	slot, ok := ix.byID[id]
 	if ok {
 		ix.workers[slot].tag = tag
+		ix.tags[slot] = tag
 	}
 	return ok
 }
@@ -260,6 +267,7 @@ func (ix *Index) RemoveWorker(id string) {
 	ix.clearLocked(w)
 	delete(ix.byID, id)
 	ix.workers[slot] = nil
+	ix.tags[slot] = -1
 	ix.free = append(ix.free, slot)
 }
 
@@ -539,9 +547,54 @@ func (ix *Index) Lookup(hashes []uint64, dst []Overlap) []Overlap {
 	}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	sc := ix.walk(hashes)
+	if sc == nil {
+		return dst
+	}
+	for _, w := range sc.first {
+		wk := ix.workers[w]
+		dst = append(dst, Overlap{Worker: wk.id, Tag: wk.tag, Blocks: sc.blocks(w)})
+	}
+	ix.putScratch(sc)
+	return dst
+}
+
+// TagOverlap is one worker's answer to LookupTags: its tag (SetTag) and
+// how many leading blocks of the request it holds.
+type TagOverlap struct{ Tag, Blocks int32 }
+
+// LookupTags is Lookup for a caller that numbers its workers with tags: the
+// answer carries no worker ids, and workers without a tag are left out.
+// It is the same walk; only the answer is smaller (8 bytes, no string
+// loads), which is most of a lookup's cost when a shared prefix puts every
+// one of a thousand workers in the answer.
+func (ix *Index) LookupTags(hashes []uint64, dst []TagOverlap) []TagOverlap {
+	if len(hashes) == 0 {
+		return dst
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	sc := ix.walk(hashes)
+	if sc == nil {
+		return dst
+	}
+	for _, w := range sc.first {
+		if t := ix.tags[w]; t >= 0 {
+			dst = append(dst, TagOverlap{Tag: t, Blocks: int32(sc.blocks(w))})
+		}
+	}
+	ix.putScratch(sc)
+	return dst
+}
+
+// walk finds, for each worker holding the request's first block, how many
+// leading blocks it holds; the answer is read with sc.blocks for each
+// worker of sc.first, and putScratch must follow. It returns nil when no
+// worker holds the first block. Called under the read lock.
+func (ix *Index) walk(hashes []uint64) *scratch {
 	e0, ok := ix.heads.get(hashes[0])
 	if !ok {
-		return dst
+		return nil
 	}
 	sc := ix.getScratch()
 	d := sc.gen
@@ -626,27 +679,33 @@ func (ix *Index) Lookup(hashes []uint64, dst []Overlap) []Overlap {
 			break
 		}
 	}
-	// Every worker with a run was on the first chain; collecting the answer
-	// also restores the scratch to zeros.
-	for _, w := range first {
-		v := d[w]
-		blocks := end
-		if v < g {
-			blocks = int(walkDepth[v+1])
-		}
-		wk := ix.workers[w]
-		dst = append(dst, Overlap{Worker: wk.id, Tag: wk.tag, Blocks: blocks})
-		d[w] = 0
+	sc.walkDepth, sc.first, sc.g, sc.end = walkDepth, first, g, end
+	return sc
+}
+
+// blocks is worker w's answer after walk.
+func (sc *scratch) blocks(w uint32) int {
+	if v := sc.gen[w]; v < sc.g {
+		return int(sc.walkDepth[v+1])
 	}
-	sc.walkDepth, sc.first = walkDepth, first
+	return sc.end
+}
+
+// putScratch restores the scratch to zeros (every worker with a run was on
+// the first chain) and pools it.
+func (ix *Index) putScratch(sc *scratch) {
+	for _, w := range sc.first {
+		sc.gen[w] = 0
+	}
 	ix.scratch.Put(sc)
-	return dst
 }
 
 type scratch struct {
 	gen       []int32 // by worker slot; all zero between lookups
 	walkDepth []int32
 	first     []uint32 // workers on the first chain
+	g         int32    // the last walk's number
+	end       int      // depth of the last walk
 }
 
 // getScratch must be called under the read lock, so the worker count is

@@ -388,6 +388,9 @@ func TestAgainstModel(t *testing.T) {
 				if err := ix.AddWorker(fmt.Sprint("w", w), engineBS); err != nil {
 					t.Fatal(err)
 				}
+				if w%2 == 0 { // LookupTags leaves the untagged out
+					ix.SetTag(fmt.Sprint("w", w), int32(100+w))
+				}
 			}
 			for step := range 300 * nw {
 				w := rng.IntN(nw)
@@ -438,6 +441,18 @@ func TestAgainstModel(t *testing.T) {
 				got := lookupMap(ix, BlockHashes(prompts[q], bs))
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("step %d: lookup = %v, want %v", step, got, want)
+				}
+				wantTags, gotTags := map[int32]int32{}, map[int32]int32{}
+				for mw := 0; mw < nw; mw += 2 {
+					if n := want[fmt.Sprint("w", mw)]; n > 0 {
+						wantTags[int32(100+mw)] = int32(n)
+					}
+				}
+				for _, o := range ix.LookupTags(BlockHashes(prompts[q], bs), nil) {
+					gotTags[o.Tag] = o.Blocks
+				}
+				if fmt.Sprint(gotTags) != fmt.Sprint(wantTags) {
+					t.Fatalf("step %d: LookupTags = %v, want %v", step, gotTags, wantTags)
 				}
 			}
 		})

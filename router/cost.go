@@ -179,6 +179,11 @@ const ttftTieBand = 0.05
 // traffic needs is what spreads a shared system prompt over the workers.
 const ttftWorkWeight = 1.0
 
+// ttftSharedMin is how many requests in flight must share a prefix before
+// the ttft cost prices it as held everywhere (score): a system prompt is
+// carried by every request, a conversation's prefix by one to three.
+const ttftSharedMin = 4
+
 // ttftCost is CostTTFT.
 type ttftCost struct{}
 
@@ -201,18 +206,51 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// system prompt) is an investment, not a cost: the requests behind it
 	// hit it. The work term is discounted by that share.
 	weight := ttftWorkWeight
+	share, sharing := 0.0, 0
 	if deepest > 0 && sc.inFlight > 0 {
-		weight *= 1 - min(float64(sc.inFlightSharing(deepest))/float64(sc.inFlight), 1)
+		sharing = sc.inFlightSharing(deepest)
+		share = min(float64(sharing)/float64(sc.inFlight), 1)
+		weight *= 1 - share
 	}
+	// The copy's own prefill is an investment too when nearly all traffic
+	// shares the prefix: every worker will hold it after its first such
+	// request, and pricing that one prefill in full kept a shared system
+	// prompt on the workers that happened to compute it first, load or no
+	// load (TestNoStarvation: 3 of 8 workers idle, one at 25-27%). So the
+	// candidate's TTFT moves from its own towards the one it would have
+	// holding the prefix, by share², which is ~1 for a system prompt and
+	// small for a prefix a few requests in flight share (a conversation's
+	// next turn, the seed experiment's re-requests), whose holder must
+	// keep winning.
+	// It takes ttftSharedMin requests in flight: with few in flight, one
+	// re-request behind its prefix's first request is "all the traffic"
+	// (the seed experiment at 4 clients lost 2 of 60 hits that way).
+	held := share * share
+	if held < 0.25 || sharing < ttftSharedMin {
+		held = 0 // not a prefix "all traffic" shares; skip the second estimate
+	}
+	// One load of the fleet's rates per decision and of each candidate's
+	// timing snapshot; everything in float seconds (this loop runs for
+	// every candidate: with a thousand it is a good part of the decision).
+	fleet := k.fleetCoef.Load()
+	maxHit, islBlocks := max(isl-1, 0)/bs, isl/bs
 	for i := range sc.cands {
 		cs := &sc.cands[i]
-		ttft, work := cs.w.timing.predict(cs, isl, bs, now)
-		cs.logit = ttft.Seconds() + weight*work
+		src := cs.w.timing.src.Load()
+		ttft, work := src.predict(fleet, cs, isl, bs, maxHit, now)
+		if held > 0 && cs.overlap < deepest {
+			own := cs.overlap
+			cs.overlap = deepest
+			t, _ := src.predict(fleet, cs, isl, bs, maxHit, now)
+			cs.overlap = own
+			ttft = t + (1-held)*(ttft-t)
+		}
+		cs.logit = ttft + weight*work
 		// Its blocks join the worker's running set unless a request in
 		// flight there holds them already (cached blocks are reactivated,
 		// not shared).
-		inFlight := min(int(sc.activeMatch[cs.w.slot]), isl/bs)
-		if full := cs.w.timing.kvFull(cs.activeUnique*bs + isl - inFlight*bs); full > 0 {
+		inFlight := min(int(sc.activeMatch[cs.w.slot]), islBlocks)
+		if full := src.kvFull(cs.activeUnique*bs + isl - inFlight*bs); full > 0 {
 			// A worker out of KV memory only if every one is, the least
 			// full first.
 			cs.logit += 1e3 * (1 + full)

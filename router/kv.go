@@ -426,7 +426,6 @@ func (k *KV) RemoveWorker(id string) {
 		k.active.dropWorker(w.slot)
 		k.lastIDs, k.lastWs = nil, nil
 		k.gen++
-		k.free = append(k.free, w.slot)
 	}
 	k.mu.Unlock()
 	if !ok {
@@ -444,6 +443,12 @@ func (k *KV) RemoveWorker(id string) {
 		k.events.RemoveWorker(id)
 	}
 	k.approx.RemoveWorker(id)
+	// Only now may the slot go to another worker: until the indexes have
+	// dropped this one, their answers still carry its slot as its tag
+	// (pickScratch.fill trusts a tag to name the slot's worker).
+	k.mu.Lock()
+	k.free = append(k.free, w.slot)
+	k.mu.Unlock()
 	if w.timing.drifting.CompareAndSwap(true, false) {
 		k.drifting.Add(-1)
 	}

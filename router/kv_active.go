@@ -272,15 +272,24 @@ func (a *activeTracker) score(hashes []uint64, sc *pickScratch) {
 			}
 		}
 	}
+	end := len(hashes)
 	for i, h := range hashes {
 		e := a.blocks[h]
-		if e != nil && run != nil && e.fp == run.fp && e.pfp == run.pfp && len(e.refs) == len(run.refs) {
+		if e == nil {
+			// Hashes are chained: a block is in flight only as part of a
+			// request that holds every block before it, so nothing deeper
+			// is either (a 4,096-token prompt behind a shared system prompt
+			// is 224 map probes fewer).
+			end = i
+			break
+		}
+		if run != nil && e.fp == run.fp && e.pfp == run.pfp && len(e.refs) == len(run.refs) {
 			continue
 		}
 		flush(i)
 		run, runStart = e, i
 	}
-	flush(len(hashes))
+	flush(end)
 	for i := range sc.cands {
 		c := &sc.cands[i]
 		if c.w.slot < len(a.load) && a.load[c.w.slot].owner == c.w {

@@ -49,7 +49,7 @@ type candScore struct {
 type pickScratch struct {
 	hasher      kvindex.Hasher
 	hashes      []uint64
-	ov          []kvindex.Overlap
+	ov          []kvindex.TagOverlap
 	evOv, apOv  []int32
 	activeMatch []int32
 	pinnedLead  []int32
@@ -163,11 +163,11 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	k.maybeExpire(now)
 	if k.cfg.OverlapWeight > 0 && len(hashes) > 0 {
 		if k.events != nil {
-			sc.ov = k.events.Lookup(hashes, sc.ov[:0])
-			k.fill(sc, sc.ov, sc.evOv)
+			sc.ov = k.events.LookupTags(hashes, sc.ov[:0])
+			sc.fill(sc.ov, sc.evOv)
 		}
-		sc.ov = k.approx.Lookup(hashes, sc.ov[:0])
-		k.fill(sc, sc.ov, sc.apOv)
+		sc.ov = k.approx.LookupTags(hashes, sc.ov[:0])
+		sc.fill(sc.ov, sc.apOv)
 	}
 	sc.cands = sc.cands[:0]
 	nowNs := now.UnixNano()
@@ -263,25 +263,17 @@ func (k *KV) reserve(req *Request, w *kvWorker, predictedTokens int, now time.Ti
 	return f
 }
 
-// fill copies a lookup's answer into a by-slot array.
-func (k *KV) fill(sc *pickScratch, ov []kvindex.Overlap, dst []int32) {
-	if len(ov) == 0 {
-		return
-	}
-	k.mu.RLock()
-	defer k.mu.RUnlock()
+// fill copies a lookup's answer into a by-slot array. The indexes tag
+// each worker with its slot (AddWorker, newWorkerLocked), and a slot is
+// reused only after both indexes have dropped its previous worker
+// (RemoveWorker), so a tag names the worker in that slot, or a departed one
+// no candidate maps to: no worker lookup, no id comparison.
+func (sc *pickScratch) fill(ov []kvindex.TagOverlap, dst []int32) {
 	for _, o := range ov {
-		var w *kvWorker
-		if t := int(o.Tag); t >= 0 && t < len(k.slots) && k.slots[t] != nil && k.slots[t].id == o.Worker {
-			w = k.slots[t]
-		} else if w = k.workers[o.Worker]; w == nil {
-			continue
+		if s := o.Tag; s >= 0 && int(s) < len(dst) {
+			sc.touch(s)
+			dst[s] = o.Blocks
 		}
-		if w.slot >= len(dst) {
-			continue
-		}
-		sc.touch(int32(w.slot))
-		dst[w.slot] = int32(o.Blocks)
 	}
 }
 

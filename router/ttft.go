@@ -60,8 +60,8 @@ func prefillSteps(n, chunk, decodes int) int {
 	if c < chunk/2 {
 		c = chunk / 2
 	}
-	if n <= 0 || c <= 0 {
-		return 1
+	if n <= c || c <= 0 {
+		return 1 // the common case, without a division: it runs per candidate
 	}
 	return (n + c - 1) / c
 }
@@ -153,20 +153,6 @@ func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int)
 // coefs returns the learned rates.
 func (m *timingModel) coefs() ttftCoef { return m.src.Load().ttftCoef }
 
-// kvFull is how far a request would take the worker's KV memory beyond
-// ttftMemoryHigh of its capacity, in capacities (0 when it fits or the
-// capacity is unknown). An engine whose running requests hold its memory
-// admits nothing new until some finish, and preempts (recomputes) the
-// newest when decodes outgrow it (vLLM's scheduler; the mocker's): the
-// timing model cannot price that wait, so the cost treats it as a limit.
-func (m *timingModel) kvFull(activeTokens int) float64 {
-	c := m.src.Load().capacity
-	if c <= 0 {
-		return 0
-	}
-	return max(float64(activeTokens)/float64(c)-ttftMemoryHigh, 0)
-}
-
 // ttftMemoryHigh is the share of a worker's KV capacity above which the
 // ttft cost treats it as full; the rest is headroom for the running
 // requests' outputs.
@@ -182,12 +168,20 @@ const ttftMemoryHigh = 0.9
 // lands. One function for the decision and the queue, reading the model
 // once: it runs for every candidate.
 func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total, pre float64) {
-	src := m.src.Load()
+	var fleet *ttftCoef
+	if m.fleet != nil {
+		fleet = m.fleet.Load()
+	}
+	return m.src.Load().estimate(fleet, n, decodes, activeTokens, first)
+}
+
+// estimate is timingModel.estimate on one snapshot, with the fleet's rates
+// (nil: none yet) for a worker not measured yet. A decision loads the
+// fleet's rates once and each candidate's snapshot once.
+func (src *timingSource) estimate(fleet *ttftCoef, n, decodes, activeTokens int, first bool) (total, pre float64) {
 	c := &src.ttftCoef
-	if !src.learned && m.fleet != nil {
-		if fc := m.fleet.Load(); fc != nil {
-			c = fc
-		}
+	if !src.learned && fleet != nil {
+		c = fleet
 	}
 	pre = -1
 	if src.est != nil {
@@ -212,22 +206,40 @@ func (m *timingModel) estimate(n, decodes, activeTokens int, first bool) (total,
 	return total, pre
 }
 
-// predict is the candidate's TTFT: the wait before its prefill can start
-// (the router's virtual queue of prefills it placed there) plus the prefill
-// of what the worker will not hold, joined to the decode batch it runs
-// alongside; and that prefill's own time.
-func (m *timingModel) predict(cs *candScore, isl, bs int, now int64) (ttft time.Duration, prefill float64) {
-	hit := min(cs.overlap, max(isl-1, 0)/bs) * bs
+// predict is the candidate's TTFT in seconds: the wait before its prefill
+// can start (the router's virtual queue of prefills it placed there) plus
+// the prefill of what the worker will not hold, joined to the decode batch
+// it runs alongside; and that prefill's own time. src is the worker's
+// timing snapshot, fleet the fleet's rates (estimate), maxHit the most
+// blocks a hit can be (an engine recomputes the last prompt token).
+func (src *timingSource) predict(fleet *ttftCoef, cs *candScore, isl, bs, maxHit int, now int64) (ttft, prefill float64) {
+	hit := min(cs.overlap, maxHit) * bs
 	wait := queueStart(cs.busyUntil, cs.prefilling, now) - now
-	total, pre := m.estimate(isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
-	return time.Duration(wait) + time.Duration(total*1e9), pre
+	total, pre := src.estimate(fleet, isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
+	return float64(wait)*1e-9 + total, pre
+}
+
+// kvFull is how far a request would take the worker's KV memory beyond
+// ttftMemoryHigh of its capacity, in capacities (0 when it fits or the
+// capacity is unknown). An engine whose running requests hold its memory
+// admits nothing new until some finish, and preempts (recomputes) the
+// newest when decodes outgrow it (vLLM's scheduler; the mocker's): the
+// timing model cannot price that wait, so the cost treats it as a limit.
+func (src *timingSource) kvFull(activeTokens int) float64 {
+	if src.capacity <= 0 {
+		return 0
+	}
+	return max(float64(activeTokens)/float64(src.capacity)-ttftMemoryHigh, 0)
 }
 
 // queueStart is when a prefill routed now to a worker can start: when the
-// router's virtual queue drains. (Pricing a queue whose prefills are
-// overdue as busy for as long again spread a shared system prompt over
-// half the workers only, TestNoStarvation: late first tokens on a loaded
-// machine are not a slow worker.)
+// router's virtual queue drains. Pricing a queue whose prefills are overdue
+// as busy for as long again was tried twice: it once spread a shared system
+// prompt over half the workers only (TestNoStarvation), and with that fixed
+// by the shared-prefix pricing it still lost on the Mooncake replay's p99
+// (worse than Dynamo's cost in three runs of three, against two of four
+// better without it; docs/benchmarks/router.md): late first tokens on a
+// loaded machine are not a slow worker.
 func queueStart(busyUntil int64, _ int, now int64) int64 { return max(busyUntil, now) }
 
 // observe learns from one first token: n uncached tokens (from the

@@ -339,3 +339,40 @@ func TestTTFTUnmeasuredWorkerNotStarved(t *testing.T) {
 		t.Fatalf("placement %v: an unmeasured worker was starved", seen)
 	}
 }
+
+// TestTTFTCostSharedPrefixLoadDecides: a prefix that every request in
+// flight carries (a system prompt) is priced as held by every worker, so
+// an idle worker without it beats a decoding holder (the copy is paid
+// once); a cached prefix the traffic in flight does not share keeps its
+// holder (TestNoStarvation end to end).
+func TestTTFTCostSharedPrefixLoadDecides(t *testing.T) {
+	timing := fakeTiming{base: 0.0136, perTok: 0.0436e-3, dec: 0.010} // the seeds' Qwen3-0.6B
+	for _, tc := range []struct {
+		name   string
+		shared bool // the requests in flight carry the prefix
+		want   string
+	}{{"shared by all in flight", true, "w1"}, {"shared by none in flight", false, "w0"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := newTTFTFixture(t, 2, CostTTFT, timing)
+			sys := prompt(7, 125) // 2,000 tokens
+			f.ingest(t, "w0", 0, storedEvent(sys, 1))
+			for i := range ttftSharedMin { // decoding on w0, past their first tokens
+				toks := prompt(20+i, 13)
+				if tc.shared {
+					toks = append(append(prompt(7, 125)[:0:0], sys...), toks...)
+				}
+				req := &Request{Model: "m", Tokens: toks}
+				f.kv.Routed(req, Decision{WorkerID: "w0"})
+				f.kv.FirstToken(req, "w0", 0)
+			}
+			req := append(append(prompt(7, 125)[:0:0], sys...), prompt(8, 13)...)
+			d, err := f.kv.Pick(&Request{Model: "m", Tokens: req}, []Candidate{{ID: "w0"}, {ID: "w1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.WorkerID != tc.want {
+				t.Fatalf("chose %s (cost %.4f, runner-up %.4f), want %s", d.WorkerID, d.Cost, d.RunnerUpCost, tc.want)
+			}
+		})
+	}
+}

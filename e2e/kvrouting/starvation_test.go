@@ -36,10 +36,12 @@ func TestNoStarvation(t *testing.T) {
 			min, max float64
 		}{
 			{"unique prompts", 5, unique, 0.15, 0.25},
-			// At least four of the eight workers carry the shared prefix. Four
-			// workers near 25% each drift past it on a loaded machine (seen at
-			// 26.5-27.5%), hence 0.30; three workers (34%) still fail.
-			{"shared 2,000-token system prompt", 8, shared, 0, 0.30},
+			// The bar. The ttft cost prices a prefix nearly all
+			// traffic in flight shares as held everywhere, so load spreads
+			// it over all eight (12-13% each, five runs at load 39 on two
+			// cores); before, three to four workers never got it and the
+			// others reached 25-27.5%.
+			{"shared 2,000-token system prompt", 8, shared, 0, 0.25},
 		} {
 			t.Run(fmt.Sprintf("%s/%s", cost, tc.name), func(t *testing.T) {
 				res, err := RunFleet(t.Context(), FleetScenario{Workers: tc.workers, Mode: "kv", Cost: cost, Seed: 1,
