@@ -31,8 +31,10 @@ import (
 // broadcast into vectors.
 //
 // The reduction order of one output (fixed whatever T or the row range):
-// groups in order into one accumulator a, the min terms into m (Q4_K,
-// Q5_K) one super-block at a time, then hsum4(a − m). Batched and
+// even and odd groups (Q4_0: blocks) in order into two accumulators a and
+// b (two dependency chains: one FMA chain was bound by the FMA latency),
+// the min terms into m (Q4_K, Q5_K) one super-block at a time, then
+// hsum4(a + b − m). Batched and
 // single-token results are therefore bitwise equal.
 
 // bcastF16 broadcasts the IEEE half at p as float32, with integer code
@@ -192,7 +194,7 @@ func u8f(v uint64) archsimd.Float32x8 {
 }
 
 func q4kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.Pointer) {
-	var a, m archsimd.Float32x8
+	var a, b, m archsimd.Float32x8
 	m4 := archsimd.BroadcastUint8x32(0x0F)
 	ones := archsimd.BroadcastInt16x16(1)
 	k112 := pow112()
@@ -210,14 +212,14 @@ func q4kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.P
 			i0 := lo.DotProductPairsSaturated(ldi8(y, 64*j)).DotProductPairs(ones)
 			i1 := hi.DotProductPairsSaturated(ldi8(y, 64*j+32)).DotProductPairs(ones)
 			a = i0.ConvertToFloat32().MulAdd(perm(c, &laneIdx[2*j]), a)
-			a = i1.ConvertToFloat32().MulAdd(perm(c, &laneIdx[2*j+1]), a)
+			b = i1.ConvertToFloat32().MulAdd(perm(c, &laneIdx[2*j+1]), b)
 		}
 	}
-	a.Sub(m).Store(acc)
+	a.Add(b).Sub(m).Store(acc)
 }
 
 func q5kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.Pointer) {
-	var a, m archsimd.Float32x8
+	var a, b, m archsimd.Float32x8
 	m4 := archsimd.BroadcastUint8x32(0x0F)
 	b4 := archsimd.BroadcastUint8x32(0x10)
 	ones := archsimd.BroadcastInt16x16(1)
@@ -241,10 +243,10 @@ func q5kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.P
 			i0 := lo.DotProductPairsSaturated(ldi8(y, 64*j)).DotProductPairs(ones)
 			i1 := hi.DotProductPairsSaturated(ldi8(y, 64*j+32)).DotProductPairs(ones)
 			a = i0.ConvertToFloat32().MulAdd(perm(c, &laneIdx[2*j]), a)
-			a = i1.ConvertToFloat32().MulAdd(perm(c, &laneIdx[2*j+1]), a)
+			b = i1.ConvertToFloat32().MulAdd(perm(c, &laneIdx[2*j+1]), b)
 		}
 	}
-	a.Sub(m).Store(acc)
+	a.Add(b).Sub(m).Store(acc)
 }
 
 // q6kGroup is one Q6_K group of 32 values v (0..63) against y: the int32
@@ -254,7 +256,7 @@ func q6kGroup(v archsimd.Uint8x32, y archsimd.Int8x32, m32 archsimd.Uint8x32, on
 }
 
 func q6kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointer) {
-	var a archsimd.Float32x8
+	var a, b archsimd.Float32x8
 	m4 := archsimd.BroadcastUint8x32(0x0F)
 	m30 := archsimd.BroadcastUint8x32(0x30)
 	m32 := archsimd.BroadcastUint8x32(32)
@@ -281,18 +283,18 @@ func q6kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointe
 			v := qa.And(m4).Or(shl16(qh, l4).AsUint8x32().And(m30))
 			a = q6kGroup(v, ldi8(y, 0), m32, ones).MulAdd(perm(ch, &pairIdx[0]), a)
 			v = qb.And(m4).Or(shl16(qh, l2).AsUint8x32().And(m30))
-			a = q6kGroup(v, ldi8(y, 32), m32, ones).MulAdd(perm(ch, &pairIdx[1]), a)
+			b = q6kGroup(v, ldi8(y, 32), m32, ones).MulAdd(perm(ch, &pairIdx[1]), b)
 			v = shr16(qa.AsUint16x16(), r4).AsUint8x32().And(m4).Or(qh.AsUint8x32().And(m30))
 			a = q6kGroup(v, ldi8(y, 64), m32, ones).MulAdd(perm(ch, &pairIdx[2]), a)
 			v = shr16(qb.AsUint16x16(), r4).AsUint8x32().And(m4).Or(shr16(qh, r2).AsUint8x32().And(m30))
-			a = q6kGroup(v, ldi8(y, 96), m32, ones).MulAdd(perm(ch, &pairIdx[3]), a)
+			b = q6kGroup(v, ldi8(y, 96), m32, ones).MulAdd(perm(ch, &pairIdx[3]), b)
 		}
 	}
-	a.Store(acc)
+	a.Add(b).Store(acc)
 }
 
 func q40RowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointer) {
-	var a archsimd.Float32x8
+	var a, a1 archsimd.Float32x8
 	var z archsimd.Uint8x32
 	m4 := archsimd.BroadcastUint8x16(0x0F)
 	m8 := archsimd.BroadcastUint8x32(8)
@@ -300,6 +302,7 @@ func q40RowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointe
 	k112 := pow112()
 	r4 := archsimd.BroadcastUint16x8(1 << 12)
 	for b := range n {
+		a, a1 = a1, a // even blocks into one chain, odd into the other
 		x := unsafe.Add(pb, 18*b)
 		q := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(x, 2)))
 		v := z.SetLo(q.And(m4)).SetHi(q.AsUint16x8().MulHigh(r4).AsUint8x16().And(m4))
@@ -307,5 +310,5 @@ func q40RowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointe
 		s := v.DotProductPairsSaturated(y).Sub(m8.DotProductPairsSaturated(y)).DotProductPairs(ones).ConvertToFloat32()
 		a = s.MulAdd(bcastF16(x, k112).Mul(archsimd.BroadcastUint32x8(*(*uint32)(unsafe.Add(pxs, 4*b))).AsFloat32x8()), a)
 	}
-	a.Store(acc)
+	a.Add(a1).Store(acc)
 }
