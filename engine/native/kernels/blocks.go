@@ -144,7 +144,11 @@ func GroupSums(xq []int8, sum []int32) {
 
 // matBlocks computes rows [lo,hi) of a block-type product against T
 // quantized activation rows.
-func matBlocks(out []float32, w *Mat, xq []int8, xs []float32, xsum []int32, lo, hi, T int) {
+// xm[g] = xs[g]·xsum[g] serves the vector kernels' min terms.
+func matBlocks(out []float32, w *Mat, xq []int8, xs []float32, xsum []int32, xm []float32, lo, hi, T int) {
+	if matBlocksFast(out, w, xq, xs, xm, lo, hi, T) {
+		return
+	}
 	rows, cols := w.Rows, w.Cols
 	rb, _ := BlockRowBytes(w.Type, cols)
 	g := cols / QK

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -66,7 +67,18 @@ func TestBlockVectors(t *testing.T) {
 // and checks (1) the decoded values are near the originals, (2) the
 // quantized product equals the fp32 product of the decoded weights and the
 // int8-rounded activations to float rounding, for every T.
+// Every kernel level this CPU has is checked (the AVX2 block kernels at
+// the AVX2 and AVX-512 levels, the portable loops at the portable one).
 func TestBlockRoundTripAndDot(t *testing.T) {
+	for _, lv := range kernelLevels() {
+		t.Run(lv, func(t *testing.T) {
+			defer setKernelLevel(lv)()
+			testBlockRoundTripAndDot(t)
+		})
+	}
+}
+
+func testBlockRoundTripAndDot(t *testing.T) {
 	pool := NewPool(2)
 	defer pool.Close()
 	r := rand.New(rand.NewPCG(3, 4))
@@ -146,23 +158,38 @@ func TestBlockRowBytesRefusesPartialBlocks(t *testing.T) {
 	}
 }
 
+// BenchmarkBlockDecode is a decode-shaped (T=1) and a prefill-shaped
+// (T=64) product per weight type on one thread, 2048×768 (a 110M Llama's
+// up projection). cpu-ns/op is the process CPU time per product: on a
+// shared, overloaded machine it moves far less than the wall time.
 func BenchmarkBlockDecode(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
+	rows, cols := 2048, 768
+	x := randVec(r, rows*cols)
+	f := &Mat{Type: F32, Rows: rows, Cols: cols, F: x}
+	q8, _ := QuantizeMat(f)
+	mats := []*Mat{f, q8}
 	for _, typ := range []DType{Q4_0, Q4_K, Q5_K, Q6_K} {
-		rows, cols := 768, 2048
-		x := randVec(r, rows*cols)
 		blk, _ := QuantizeBlocks(typ, x, rows, cols)
-		w := &Mat{Type: typ, Rows: rows, Cols: cols, B: blk}
-		act := randVec(r, cols)
-		out := make([]float32, rows)
-		pool := NewPool(1)
-		b.Run(typ.String(), func(b *testing.B) {
-			sc := &Scratch{}
-			b.SetBytes(int64(len(blk)))
-			for b.Loop() {
-				pool.MatMul(out, w, act, 1, sc)
-			}
-		})
-		pool.Close()
+		mats = append(mats, &Mat{Type: typ, Rows: rows, Cols: cols, B: blk})
+	}
+	pool := NewPool(1)
+	defer pool.Close()
+	for _, T := range []int{1, 64} {
+		act := randVec(r, T*cols)
+		out := make([]float32, T*rows)
+		for _, w := range mats {
+			b.Run(fmt.Sprintf("%v/T%d", w.Type, T), func(b *testing.B) {
+				sc := &Scratch{}
+				b.SetBytes(w.Bytes())
+				c0 := cpuTime()
+				for b.Loop() {
+					pool.MatMul(out, w, act, T, sc)
+				}
+				if c := cpuTime() - c0; c > 0 {
+					b.ReportMetric(float64(c.Nanoseconds())/float64(b.N), "cpu-ns/op")
+				}
+			})
+		}
 	}
 }

@@ -1,7 +1,9 @@
 // Package kernels owns the numeric inner loops of the native engine: the
-// fp32 and Q8_0 matrix products, the small vector operations around them
-// (RMSNorm, softmax, SiLU) and the persistent worker pool that spreads a
-// product over the cores.
+// fp32, Q8_0 and ggml block-type (Q4_0, Q4_K, Q5_K, Q6_K; blocks.go,
+// blocks_amd64.go) matrix products, all but fp32 as integer dot products
+// against activations quantized once per product to int8, the small vector
+// operations around them (RMSNorm, softmax, SiLU) and the persistent
+// worker pool that spreads a product over the cores.
 //
 // Every product is defined per output element: out[t][r] is the dot product
 // of weight row r with activation row t, reduced in one fixed order that does

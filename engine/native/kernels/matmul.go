@@ -6,6 +6,7 @@ type Scratch struct {
 	q   []int8
 	s   []float32
 	sum []int32
+	m   []float32
 }
 
 // rowGrain keeps each range of rows a multiple of the widest row tile (and
@@ -31,7 +32,8 @@ type matJob struct {
 	x      []float32
 	xq     []int8
 	xs     []float32
-	xsum   []int32 // per-group sums of xq, for the block types
+	xsum   []int32   // per-group sums of xq, for the block types
+	xm     []float32 // xs[g]*xsum[g], for the Q4_K/Q5_K min terms
 	T      int
 	swiglu bool // prods[0] is the gate, prods[1] the up projection
 }
@@ -66,7 +68,7 @@ func (j *matJob) one(pr Prod, lo, hi int) {
 	case Q8_0:
 		matQ8(pr.Out, w.Q, w.S, j.xq, j.xs, lo, hi, w.Rows, w.Cols, j.T)
 	default:
-		matBlocks(pr.Out, w, j.xq, j.xs, j.xsum, lo, hi, j.T)
+		matBlocks(pr.Out, w, j.xq, j.xs, j.xsum, j.xm, lo, hi, j.T)
 	}
 }
 
@@ -74,7 +76,7 @@ func (j *matJob) one(pr Prod, lo, hi int) {
 func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 	cols := j.prods[0].W.Cols
 	j.x, j.T = x[:T*cols], T
-	j.xq, j.xs, j.xsum = nil, nil, nil
+	j.xq, j.xs, j.xsum, j.xm = nil, nil, nil, nil
 	for _, pr := range j.prods[:j.n] {
 		if pr.W.Cols != cols {
 			panic("kernels: fused products need one input width")
@@ -84,8 +86,9 @@ func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 			n := T * cols / QK
 			if cap(sc.sum) < n {
 				sc.sum = make([]int32, n)
+				sc.m = make([]float32, n)
 			}
-			j.xsum = sc.sum[:n]
+			j.xsum, j.xm = sc.sum[:n], sc.m[:n]
 		}
 		if pr.W.Type != F32 && j.xq == nil {
 			n := T * cols
@@ -99,6 +102,9 @@ func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 	}
 	if j.xsum != nil {
 		GroupSums(j.xq, j.xsum)
+		for g, v := range j.xsum {
+			j.xm[g] = j.xs[g] * float32(v)
+		}
 	}
 }
 
