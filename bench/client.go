@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // Target is one OpenAI-compatible endpoint under test.
@@ -242,7 +244,7 @@ func (c *client) do(ctx context.Context, ep *endpoint, req *Request, due, origin
 	// that building a long prompt is not charged to the server: wait for
 	// the moment itself here.
 	if !due.IsZero() {
-		if d := time.Until(due); d > 0 && !sleep(ctx, d) {
+		if d := time.Until(due); d > 0 && !backoff.Sleep(ctx, d) {
 			return rec, Reply{Err: ctx.Err()}, true
 		}
 	}
