@@ -641,7 +641,7 @@ func (f *Process) Shutdown(ctx context.Context) error {
 	f.Frontend.SetDraining()
 	err := f.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		f.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", "drain_timeout")
+		f.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", DiagDrainTimeout)
 		_ = f.http.Close()
 	}
 	f.cancel()

@@ -321,7 +321,7 @@ func (s *System) Shutdown(ctx context.Context) error {
 	s.Frontend.SetDraining()
 	err := s.http.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", "drain_timeout")
+		s.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", DiagDrainTimeout)
 		_ = s.http.Close()
 	}
 	s.stopWorkers(ctx)

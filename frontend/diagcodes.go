@@ -1,0 +1,15 @@
+package frontend
+
+import (
+	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/health"
+)
+
+// DiagDrainTimeout (log): in-flight requests outlived --drain-timeout and
+// were cut (worker.DiagDrainTimeout is the same code).
+const DiagDrainTimeout = "drain_timeout"
+
+// The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md);
+// authn's, which this package raises, with them (authn sits below health).
+var _ = health.Register(DiagKVLayoutMismatch, DiagModelUnserved, DiagTokenizer, DiagWorkerRefused, DiagNoTransferAddr,
+	DiagNoPrefill, DiagDrainTimeout, authn.DiagOpenPlane)
