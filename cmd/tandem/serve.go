@@ -76,39 +76,40 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd)
-			if err != nil {
+	}
+	configPath := addConfigFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := setUp(cmd, *configPath)
+		if err != nil {
+			return err
+		}
+		stopTracing, err := tf.start(cmd.Context(), "serve", log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		sys, model, err := setup.start(log)
+		if err != nil {
+			return err
+		}
+		cfg := setup.cfg
+		printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
+		ctx := cmd.Context()
+		select {
+		case <-ctx.Done():
+			log.Info("draining", "timeout", cfg.DrainTimeout)
+		case err := <-sys.Done():
+			if !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
-			stopTracing, err := tf.start(cmd.Context(), "serve", log)
-			if err != nil {
-				return err
-			}
-			defer stopTracing()
-			sys, model, err := setup.start(log)
-			if err != nil {
-				return err
-			}
-			cfg := setup.cfg
-			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
-			ctx := cmd.Context()
-			select {
-			case <-ctx.Done():
-				log.Info("draining", "timeout", cfg.DrainTimeout)
-			case err := <-sys.Done():
-				if !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-			}
-			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-			defer cancel()
-			if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			log.Info("stopped")
-			return nil
-		},
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+		defer cancel()
+		if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		log.Info("stopped")
+		return nil
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
