@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/serve"
 )
 
@@ -103,13 +103,7 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 		}
-		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-		defer cancel()
-		if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		log.Info("stopped")
-		return nil
+		return process.Drain(log, cfg.DrainTimeout, sys.Shutdown)
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
