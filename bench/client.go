@@ -13,6 +13,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/backoff"
+	"github.com/tandemllm/tandem/openai"
 )
 
 // Target is one OpenAI-compatible endpoint under test.
@@ -147,14 +150,6 @@ func (c *client) body(model string, r *Request) ([]byte, error) {
 	return b, nil
 }
 
-type wireUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	Details          *struct {
-		CachedTokens *int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
 type wireError struct {
 	Message string `json:"message"`
 	Code    any    `json:"code"`
@@ -173,8 +168,8 @@ type wireChunk struct {
 		} `json:"message"`
 		Text string `json:"text"`
 	} `json:"choices"`
-	Usage *wireUsage `json:"usage"`
-	Error *wireError `json:"error"`
+	Usage *openai.Usage `json:"usage"`
+	Error *wireError    `json:"error"`
 }
 
 func (w *wireChunk) text() string {
@@ -242,7 +237,7 @@ func (c *client) do(ctx context.Context, ep *endpoint, req *Request, due, origin
 	// that building a long prompt is not charged to the server: wait for
 	// the moment itself here.
 	if !due.IsZero() {
-		if d := time.Until(due); d > 0 && !sleep(ctx, d) {
+		if d := time.Until(due); d > 0 && !backoff.Sleep(ctx, d) {
 			return rec, Reply{Err: ctx.Err()}, true
 		}
 	}
@@ -317,14 +312,14 @@ func (c *client) readWhole(body io.Reader, rec *Record, text *strings.Builder) e
 	return nil
 }
 
-func applyUsage(rec *Record, u *wireUsage) {
+func applyUsage(rec *Record, u *openai.Usage) {
 	if u == nil {
 		return
 	}
 	rec.UsageReported = true
 	rec.InputTokens, rec.OutputTokens = u.PromptTokens, u.CompletionTokens
-	if u.Details != nil && u.Details.CachedTokens != nil {
-		rec.CachedTokens = *u.Details.CachedTokens
+	if u.Details.Reported() {
+		rec.CachedTokens = u.Details.CachedTokens
 	}
 }
 
@@ -333,21 +328,14 @@ func applyUsage(rec *Record, u *wireUsage) {
 // requests per second the decode would be the tool's largest cost, and a
 // load generator that saturates its own CPU measures itself.
 func (c *client) readStream(body io.Reader, rec *Record, due time.Time, text *strings.Builder) error {
-	br := bufio.NewReaderSize(body, 4<<10) // longer lines take the ErrBufferFull path
+	br := bufio.NewReaderSize(body, 4<<10) // longer lines are reassembled in long
 	var last time.Time
 	chunks := 0
 	done := false
 	var long []byte
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long, line...)
-			continue
-		}
-		if long != nil {
-			line, long = append(long, line...), nil
-		}
-		if p, ok := ssePayload(line); ok && !done {
+		line, err := openai.ReadSSELine(br, &long, openai.MaxSSELine)
+		if p, ok := openai.SSEData(line); ok && !done {
 			now := time.Now()
 			if bytes.Equal(p, []byte("[DONE]")) {
 				done = true
@@ -404,16 +392,6 @@ func (c *client) chunk(p []byte, rec *Record, text *strings.Builder) error {
 		text.WriteString(w.text())
 	}
 	return nil
-}
-
-// ssePayload returns the data of a "data:" line.
-func ssePayload(line []byte) ([]byte, bool) {
-	line = bytes.TrimRight(line, "\r\n")
-	p, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok {
-		return nil, false
-	}
-	return bytes.TrimLeft(p, " "), true
 }
 
 // hasContent reports whether a chunk carries generated text: one of the

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // Order is how one session is sent to several targets in a closed loop.
@@ -375,7 +377,7 @@ func (r *runner) session(ctx context.Context, i int, ep *endpoint, due time.Time
 			return
 		}
 		if turn > 0 {
-			if !sleep(ctx, think) || r.pastDeadline() {
+			if !backoff.Sleep(ctx, think) || r.pastDeadline() {
 				return
 			}
 			due = time.Time{} // later turns follow the reply, not the schedule
@@ -402,19 +404,5 @@ func (r *runner) session(ctx context.Context, i int, ep *endpoint, due time.Time
 		r.mu.Unlock()
 		r.prog.add(rec.OK())
 		prev = &reply
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

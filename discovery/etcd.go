@@ -18,6 +18,7 @@ import (
 	gbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // EtcdConfig configures the etcd backend.
@@ -235,17 +236,16 @@ func (e *Etcd) Register(ctx context.Context, rec Record) (Lease, error) {
 	}
 	e.mu.Unlock()
 	l := &etcdLease{e: e, id: rec.ID, val: string(val), done: make(chan struct{})}
-	delay := 50 * time.Millisecond
+	delay := retryBackoff()
 	for {
 		err := l.publish(ctx)
 		if err == nil {
 			break
 		}
 		e.cfg.Board.Raise(DiagUnavailable, etcdSubject, health.Error, "cannot register with etcd, retrying: "+err.Error())
-		if !sleep(ctx, delay) {
+		if !backoff.Sleep(ctx, delay.Next()) {
 			return nil, fmt.Errorf("discovery: register %s in etcd: %w", rec.ID, errors.Join(ctx.Err(), err))
 		}
-		delay = backoff(delay, 2*time.Second)
 	}
 	lctx, cancel := context.WithCancel(e.ctx)
 	l.cancel = cancel
@@ -306,7 +306,7 @@ func (l *etcdLease) keepalive(ctx context.Context) {
 		// unanswered for a whole TTL: the record may have expired, so it
 		// is written again.
 		e.cfg.Logger.Warn("etcd lease lost; registering again", "worker", l.id, "lease", int64(id))
-		delay := 50 * time.Millisecond
+		delay := retryBackoff()
 		for {
 			err := l.publish(ctx)
 			if err == nil {
@@ -316,10 +316,9 @@ func (l *etcdLease) keepalive(ctx context.Context) {
 				return
 			}
 			e.cfg.Board.Raise(DiagUnavailable, etcdSubject, health.Error, "cannot register with etcd, retrying: "+err.Error())
-			if !sleep(ctx, delay) {
+			if !backoff.Sleep(ctx, delay.Next()) {
 				return
 			}
-			delay = backoff(delay, 2*time.Second)
 		}
 	}
 }
@@ -351,7 +350,7 @@ func (l *etcdLease) Revoke(ctx context.Context) error {
 func (e *Etcd) Watch(ctx context.Context, fn func(Event)) error {
 	v := newView(fn)
 	invalid := map[string]bool{}
-	delay := 50 * time.Millisecond
+	delay := retryBackoff()
 	for ctx.Err() == nil {
 		recovered := e.recovery()
 		rev, err := e.list(ctx, v, invalid)
@@ -360,13 +359,12 @@ func (e *Etcd) Watch(ctx context.Context, fn func(Event)) error {
 				break
 			}
 			e.cfg.Board.Raise(DiagUnavailable, etcdSubject, health.Error, "cannot list workers in etcd; keeping the last known ones: "+err.Error())
-			if !sleep(ctx, delay) {
+			if !backoff.Sleep(ctx, delay.Next()) {
 				break
 			}
-			delay = backoff(delay, 2*time.Second)
 			continue
 		}
-		delay = 50 * time.Millisecond
+		delay.Reset()
 		e.follow(ctx, v, invalid, rev, recovered)
 	}
 	return nil

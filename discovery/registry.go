@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // Registry is where workers publish their records and frontends watch them.
@@ -171,19 +172,8 @@ func (v *view) sync() {
 	}
 }
 
-// backoff doubles a retry delay up to limit.
-func backoff(d, limit time.Duration) time.Duration {
-	return min(d*2, limit)
-}
-
-// sleep waits d or until ctx ends, reporting whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+// retryBackoff is the registries' retry delay: from 50 ms to 2 s with
+// jitter, so frontends that lost etcd together do not retry together.
+func retryBackoff() backoff.Backoff {
+	return backoff.Backoff{Base: 50 * time.Millisecond, Max: 2 * time.Second}
 }

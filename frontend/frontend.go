@@ -18,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
@@ -29,6 +28,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -162,19 +162,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if opts.Registry == nil {
 		return nil, errors.New("fleet: no discovery registry")
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	reg := opts.Metrics
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	board := opts.Board
-	if board == nil {
-		board = health.NewBoard(log, reg)
-	}
+	base := process.New(opts.Logger, opts.Metrics, opts.Board)
+	log, reg, board := base.Log, base.Registry, base.Board
 	if c, ok := opts.Registry.(interface{ Collector() prometheus.Collector }); ok {
 		// The file backend's junk-file count.
 		_ = reg.Register(c.Collector())
@@ -639,11 +628,7 @@ func (f *Process) Done() <-chan error {
 // every connection stop.
 func (f *Process) Shutdown(ctx context.Context) error {
 	f.Frontend.SetDraining()
-	err := f.http.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		f.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", "drain_timeout")
-		_ = f.http.Close()
-	}
+	err := process.ShutdownHTTP(ctx, f.http, f.log)
 	f.cancel()
 	f.Disagg.Close()
 	if f.KV != nil {

@@ -4,4 +4,8 @@
 // a stable diagnostic code. Raising logs one ERROR/WARN line with the code,
 // sets the tandem_diagnostic_active metric, and makes /health report the
 // detail until the state is cleared, which logs the recovery.
+//
+// Every code is a constant that its package registers (Register, in its
+// diagcodes.go); cmd/tandem's TestDiagnosticCodesDocumented checks the
+// registry against docs/ARCHITECTURE.md's table.
 package health

@@ -95,7 +95,7 @@ func (a *admission) release() {
 	}
 	a.mu.Unlock()
 	if clear && a.board != nil {
-		a.board.Clear(DiagSaturated, a.model, "frontend_unsaturated", "the model's admission queue drained")
+		a.board.Clear(DiagSaturated, a.model, DiagUnsaturated, "the model's admission queue drained")
 	}
 }
 

@@ -53,7 +53,7 @@ func (s *Server) NewHTTPServer(lis net.Listener) (*http.Server, net.Listener) {
 	l := s.cfg.HTTP
 	if l.MaxConns > 0 {
 		lis = &capListener{Listener: lis, sem: make(chan struct{}, l.MaxConns), refused: s.metrics.connsRefused,
-			diag: flag{board: s.board, code: DiagConnCap, recovered: "frontend_connections_available", msg: fmt.Sprintf("%d client connections are open (--max-connections); new ones get 503", l.MaxConns)}}
+			diag: flag{board: s.board, code: DiagConnCap, recovered: DiagConnAvailable, msg: fmt.Sprintf("%d client connections are open (--max-connections); new ones get 503", l.MaxConns)}}
 	}
 	srv := &http.Server{
 		Handler:           s.Handler(),

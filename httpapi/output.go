@@ -167,7 +167,7 @@ func (o *output) migrate(cause error) bool {
 			o.tried = append(o.tried, rt.Worker.ID)
 			continue
 		}
-		o.s.log.Warn("worker failed mid-stream; the request continues on another worker", "diagnostic_code", "request_migrated",
+		o.s.log.Warn("worker failed mid-stream; the request continues on another worker", "diagnostic_code", DiagRequestMigrated,
 			"request_id", o.j.id, "from", old.Worker.ID, "to", rt.Worker.ID, "tokens_sent", len(o.gen), "migration", o.migrations, "err", cause)
 		o.m.metrics.migrated.Inc()
 		o.route, o.stream, o.needFirst, o.migrated = rt, st, true, true
@@ -299,7 +299,7 @@ func (o *output) stream_(w http.ResponseWriter) {
 		}
 		if err != nil {
 			o.finish = "error"
-			o.s.log.WarnContext(o.j.ctx, "stream broke after the first token", "diagnostic_code", "stream_interrupted", "request_id", o.j.id, "err", err)
+			o.s.log.WarnContext(o.j.ctx, "stream broke after the first token", "diagnostic_code", DiagStreamInterrupted, "request_id", o.j.id, "err", err)
 			buf = openai.AppendErrorEvent(buf, openai.Unavailable("stream_interrupted", 0, "generation stopped: %v", err))
 			buf = append(buf, openai.Done...)
 			_, _ = w.Write(buf)

@@ -116,7 +116,7 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 		metrics: newMetrics(reg), gather: reg,
 		created: time.Now().Unix(),
 		models:  map[string]*Model{},
-		budget: &bodyBudget{max: cfg.HTTP.BodyBudget, diag: flag{board: board, code: DiagBodyBudget, recovered: "frontend_body_budget_available",
+		budget: &bodyBudget{max: cfg.HTTP.BodyBudget, diag: flag{board: board, code: DiagBodyBudget, recovered: DiagBodyBudgetAvailable,
 			msg: fmt.Sprintf("request bodies fill the server's %d-byte budget (--body-budget-bytes); new requests get 503", cfg.HTTP.BodyBudget)}},
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
@@ -135,7 +135,7 @@ func (s *Server) stuck(worker string, stuck bool, idle time.Duration) {
 		return
 	}
 	if !stuck {
-		s.board.Clear(DiagWorkerStuck, worker, "worker_progressing", "the worker produces tokens again, or holds no work")
+		s.board.Clear(DiagWorkerStuck, worker, DiagWorkerProgressing, "the worker produces tokens again, or holds no work")
 		return
 	}
 	s.board.Raise(DiagWorkerStuck, worker, health.Error,
@@ -152,7 +152,7 @@ func (s *Server) reachability(worker string, reachable bool, quarantine time.Dur
 		return
 	}
 	if reachable {
-		s.board.Clear(DiagWorkerUnreachable, worker, "worker_reachable", "the worker answers again, or left the router")
+		s.board.Clear(DiagWorkerUnreachable, worker, DiagWorkerReachable, "the worker answers again, or left the router")
 		return
 	}
 	s.board.Raise(DiagWorkerUnreachable, worker, health.Warn,
@@ -523,7 +523,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			tried, lastErr = append(tried, route.Worker.ID), err
 			mm.retries.Inc()
 			s.log.WarnContext(ctx, "worker failed before the first token; retrying on another worker",
-				"diagnostic_code", "worker_retry", "request_id", j.id, "worker", route.Worker.ID, "err", err)
+				"diagnostic_code", DiagWorkerRetry, "request_id", j.id, "worker", route.Worker.ID, "err", err)
 			continue
 		}
 		s.fail(w, j.endpoint, m.Name, s.engineError(err))

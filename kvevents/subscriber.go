@@ -13,6 +13,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/xxh3"
+
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // StreamState is what a Subscriber knows about its event stream.
@@ -100,8 +102,9 @@ type SubscriberConfig struct {
 	DialTimeout time.Duration
 	// ReplayTimeout bounds one replay exchange (default 2 s).
 	ReplayTimeout time.Duration
-	// MinBackoff and MaxBackoff bound the reconnect delay, doubled after each
-	// failure (defaults 10 ms and 5 s, Dynamo's).
+	// MinBackoff and MaxBackoff bound the reconnect delay, whose ceiling
+	// doubles after each failure, jittered between MinBackoff and it
+	// (defaults 10 ms and 5 s, Dynamo's bounds).
 	MinBackoff, MaxBackoff time.Duration
 	// Listener, when set, is the bound socket the publisher dials into;
 	// Endpoint is then only its name in logs, and Topic (required) is the
@@ -235,7 +238,9 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 // with backoff, never returned: a worker that is briefly unreachable must
 // not need a supervisor.
 func (s *Subscriber) Run(ctx context.Context) {
-	backoff := s.cfg.MinBackoff
+	// Jittered, so the subscribers of every frontend do not redial a
+	// restarted worker in lockstep.
+	bo := backoff.Backoff{Base: s.cfg.MinBackoff, Max: s.cfg.MaxBackoff}
 	s.state(StreamStatus{State: StreamConnecting})
 	failures := 0
 	for ctx.Err() == nil {
@@ -245,8 +250,10 @@ func (s *Subscriber) Run(ctx context.Context) {
 			return
 		}
 		if time.Since(start) > s.cfg.MaxBackoff {
-			backoff, failures = s.cfg.MinBackoff, 0 // it was up for a while: retry fast
+			bo.Reset() // it was up for a while: retry fast
+			failures = 0
 		}
+		delay := bo.Next()
 		// One WARN per outage; the retries of an unreachable worker go to
 		// DEBUG (the router's kv_events_missing says it louder if it serves).
 		level := slog.LevelDebug
@@ -254,14 +261,11 @@ func (s *Subscriber) Run(ctx context.Context) {
 			level = slog.LevelWarn
 		}
 		failures++
-		s.log.Log(ctx, level, "KV event subscription down, reconnecting", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", backoff, "attempt", failures)
+		s.log.Log(ctx, level, "KV event subscription down, reconnecting", "endpoint", s.cfg.Endpoint, "err", err, "retry_in", delay, "attempt", failures)
 		s.state(StreamStatus{State: StreamConnecting, Err: err})
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, delay) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, s.cfg.MaxBackoff)
 	}
 }
 

@@ -435,7 +435,7 @@ func (n *Node) receive(c net.Conn, rd *reader, p []byte) (res *result, keep bool
 		return &result{Imported: imported, Code: CodeRejected, Message: importErr.Error()}, true
 	}
 	if n.cfg.Board != nil && n.cfg.RequireToken {
-		n.cfg.Board.Clear(CodeRejected, inboundSubject(n.cfg.ID), "kv_transfer_accepted", "a transfer with a valid token was accepted")
+		n.cfg.Board.Clear(CodeRejected, inboundSubject(n.cfg.ID), CodeAccepted, "a transfer with a valid token was accepted")
 	}
 	return &result{Imported: imported}, true
 }

@@ -116,7 +116,7 @@ func (n *Node) SendWhile(ctx context.Context, peer Peer, tokens []engine.Token, 
 	}
 	if n.cfg.Board != nil {
 		for _, c := range []string{CodeFailed, CodeTimeout, CodeRejected, CodeLayoutMismatch, CodeRefusedPeer} {
-			n.cfg.Board.Clear(c, subject, "kv_transfer_recovered", "KV transfers on the link succeed again")
+			n.cfg.Board.Clear(c, subject, CodeRecovered, "KV transfers on the link succeed again")
 		}
 	}
 	return st, nil

@@ -1,25 +1,51 @@
 package openai
 
 import (
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 )
 
-// Usage is the usage object. CachedTokens goes into prompt_tokens_details.
+// Usage is OpenAI's usage object: what Tandem's server writes and what
+// its clients of other servers (engine/upstream, bench) read. It is the
+// only copy in the repository.
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-	Details          struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens     int                 `json:"prompt_tokens"`
+	CompletionTokens int                 `json:"completion_tokens"`
+	TotalTokens      int                 `json:"total_tokens"`
+	Details          PromptTokensDetails `json:"prompt_tokens_details"`
+}
+
+// PromptTokensDetails is usage.prompt_tokens_details. Servers may leave it
+// (or its cached_tokens) out: vLLM does without
+// --enable-prompt-tokens-details. Reported says whether cached_tokens was
+// there, so a reader can tell "none cached" from "not said".
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+	reported     bool
+}
+
+// Reported says whether cached_tokens was set (by NewUsage) or decoded.
+func (d PromptTokensDetails) Reported() bool { return d.reported }
+
+// UnmarshalJSON notes whether cached_tokens was present.
+func (d *PromptTokensDetails) UnmarshalJSON(b []byte) error {
+	var w struct {
+		CachedTokens *int `json:"cached_tokens"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	if w.CachedTokens != nil {
+		d.CachedTokens, d.reported = *w.CachedTokens, true
+	}
+	return nil
 }
 
 // NewUsage fills the total.
 func NewUsage(prompt, completion, cached int) Usage {
-	u := Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
-	u.Details.CachedTokens = cached
-	return u
+	return Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		Details: PromptTokensDetails{CachedTokens: cached, reported: true}}
 }
 
 // ChunkHeader is what every chunk of one stream repeats.

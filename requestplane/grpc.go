@@ -144,7 +144,7 @@ func (s *Server) quietCheck() {
 		return
 	}
 	s.clear = nil
-	s.board.Clear(DiagSchemaMismatch, s.subject, "request_plane_schema_match", "no peer of an older release called the request plane for "+s.quiet.String())
+	s.board.Clear(DiagSchemaMismatch, s.subject, DiagSchemaMatch, "no peer of an older release called the request plane for "+s.quiet.String())
 }
 
 // healthService is grpc-go's health server, except that its Watch streams

@@ -121,7 +121,7 @@ func (f *kvFixture) route(t *testing.T, toks []engine.Token, cached func(worker 
 }
 
 func TestDynamoLogitWorkedExample(t *testing.T) {
-	// router-guide.md's example (w=1): the logits are prefill + decode
+	// Dynamo's KV router guide's worked example (w=1; github.com/ai-dynamo/dynamo): the logits are prefill + decode
 	// blocks, W2 wins with 10. Block size 16: prefill blocks = tokens/16.
 	tests := []struct {
 		name                                    string

@@ -3,6 +3,7 @@ package router
 import (
 	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // Worker is a live worker as the router knows it.
@@ -31,9 +33,11 @@ type workerState struct {
 	Worker
 	active, prefilling, prefillTokens int
 	// failures counts requests in a row the worker could not be reached
-	// for; while now < quarantined it gets no new requests.
+	// for; while now < quarantined it gets no new requests. quarantine
+	// hands out the windows.
 	failures    int
 	quarantined time.Time
+	quarantine  backoff.Backoff
 	// progress is when the worker last showed progress (a token, a
 	// finish) or took work while idle, in Unix nanoseconds; written per
 	// token without the router's lock. stuck is set while it holds
@@ -43,9 +47,11 @@ type workerState struct {
 }
 
 // Quarantine bounds: a worker that cannot be reached is left alone for
-// quarantineBase, doubling with every further failure up to quarantineMax,
-// so a dead worker whose record has not expired yet costs one failed
-// attempt per window instead of one per request.
+// quarantineBase, the window's ceiling doubling with every further failure
+// up to quarantineMax, so a dead worker whose record has not expired yet
+// costs one failed attempt per window instead of one per request. Windows
+// are jittered (internal/backoff) so the frontends that lost a worker
+// together do not all retry it at the same instant.
 const (
 	quarantineBase = 250 * time.Millisecond
 	quarantineMax  = 30 * time.Second
@@ -77,6 +83,7 @@ type Router struct {
 	stuckHook  StuckHook
 	stuckAfter time.Duration
 	now        func() time.Time
+	jitter     func(n int64) int64 // quarantine jitter in [0, n); nil is math/rand (tests fix it)
 
 	mu      sync.Mutex
 	workers map[string]*workerState
@@ -107,6 +114,14 @@ func New(p Policy, reg prometheus.Registerer) *Router {
 		reg.MustRegister(r.decisions, r.inflight)
 	}
 	return r
+}
+
+// jitterN draws the quarantine's jitter (under r.mu, as Next runs there).
+func (r *Router) jitterN(n int64) int64 {
+	if r.jitter != nil {
+		return r.jitter(n)
+	}
+	return rand.Int64N(n)
 }
 
 // SetReachabilityHook installs h (before the router is used).
@@ -185,7 +200,7 @@ func (r *Router) AddWorker(w Worker) {
 	if replaced {
 		r.dropLocked(old)
 	}
-	s := &workerState{Worker: w}
+	s := &workerState{Worker: w, quarantine: backoff.Backoff{Base: quarantineBase, Max: quarantineMax, Rand: r.jitterN}}
 	s.progress.Store(r.now().UnixNano())
 	r.workers[w.ID] = s
 	list := append(r.byModel[w.Model], s)
@@ -228,6 +243,7 @@ func (r *Router) forget(s *workerState) {
 	r.mu.Lock()
 	failed := s.failures > 0
 	s.failures, s.quarantined = 0, time.Time{}
+	s.quarantine.Reset()
 	r.mu.Unlock()
 	if failed && r.hook != nil {
 		r.hook(s.ID, true, 0)
@@ -401,6 +417,7 @@ func (rt *Route) FirstToken(cachedTokens int) {
 	rt.s.prefillTokens -= len(rt.req.Tokens)
 	recovered := rt.s.failures > 0
 	rt.s.failures, rt.s.quarantined = 0, time.Time{}
+	rt.s.quarantine.Reset()
 	rt.r.mu.Unlock()
 	rt.Progress(rt.r.now())
 	if recovered && rt.r.hook != nil {
@@ -423,7 +440,7 @@ func (rt *Route) Unreachable() {
 		return
 	}
 	rt.s.failures++
-	d := min(quarantineBase<<min(rt.s.failures-1, 16), quarantineMax)
+	d := rt.s.quarantine.Next()
 	rt.s.quarantined = rt.r.now().Add(d)
 	rt.r.mu.Unlock()
 	if rt.r.hook != nil {

@@ -140,6 +140,7 @@ func TestQuarantine(t *testing.T) {
 	r := newTestRouter(&RoundRobin{}, "w0", "w1")
 	now := time.Unix(1000, 0)
 	r.now = func() time.Time { return now }
+	r.jitter = func(n int64) int64 { return n - 1 } // every window its ceiling
 	var heard []string
 	r.SetReachabilityHook(func(w string, reachable bool, d time.Duration) {
 		heard = append(heard, fmt.Sprintf("%s %v %v", w, reachable, d))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -269,7 +270,7 @@ drain:
 	for !m.gen.closeIfIdle() {
 		select {
 		case <-dctx.Done():
-			s.log.Warn("pool worker drain timed out: closing it with streams in flight", "diagnostic_code", "drain_timeout",
+			s.log.Warn("pool worker drain timed out: closing it with streams in flight", "diagnostic_code", process.DiagDrainTimeout,
 				"worker", m.id, "streams", m.gen.n.Load(), "waited", time.Since(start))
 			m.gen.mu.Lock()
 			m.gen.closed = true

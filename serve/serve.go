@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -118,15 +118,15 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if cfg.Workers < 1 {
 		return nil, fmt.Errorf("serve: need at least one worker, got %d", cfg.Workers)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	base := process.New(log, nil, nil)
+	reg := base.Registry
 	s := &System{cfg: cfg, log: log, Registry: reg, served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			s.stopWorkers(context.Background())
 		}
 	}()
-	s.Board = health.NewBoard(log, reg)
+	s.Board = base.Board
 	kvcfg := cfg.KV
 	kvcfg.Board, kvcfg.Logger, kvcfg.Registerer = s.Board, log, reg
 	policy, err := router.NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
@@ -322,11 +322,7 @@ func (s *System) Done() <-chan error { return s.served }
 // in-flight requests get until ctx ends to finish. Then workers stop.
 func (s *System) Shutdown(ctx context.Context) error {
 	s.Frontend.SetDraining()
-	err := s.http.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		s.log.Warn("drain timeout: closing remaining connections", "diagnostic_code", "drain_timeout")
-		_ = s.http.Close()
-	}
+	err := process.ShutdownHTTP(ctx, s.http, s.log)
 	s.stopWorkers(ctx)
 	return err
 }

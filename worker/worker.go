@@ -16,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -28,6 +27,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -111,7 +111,7 @@ func DefaultConfig() Config {
 
 // Diagnostic codes raised by a worker.
 const (
-	DiagDrainTimeout = "drain_timeout"
+	DiagDrainTimeout = process.DiagDrainTimeout
 )
 
 // Options are a worker's collaborators.
@@ -181,16 +181,12 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	if cluster != nil && cluster.Role() != authn.RoleWorker {
 		return nil, fmt.Errorf("worker: --mtls-cert has role %s; a worker needs a worker certificate", cluster.Role())
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	board := opts.Board
-	if board == nil {
-		board = health.NewBoard(log, nil)
-	}
+	// The board publishes on the worker's /metrics (--metrics-addr) unless
+	// the caller brought its own.
+	base := process.New(opts.Logger, nil, opts.Board)
+	log, board := base.Log, base.Board
 	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
-		served: make(chan error, 1), reg: prometheus.NewRegistry(), tls: cluster}
+		served: make(chan error, 1), reg: base.Registry, tls: cluster}
 	host := cfg.AdvertiseHost
 	if host == "" {
 		if host, err = os.Hostname(); err != nil {
@@ -549,8 +545,7 @@ func (p *publishedPeers) allow(ctx context.Context, addr string) error {
 }
 
 func (w *Worker) serveMetrics(addr string) (string, error) {
-	reg := w.reg
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := w.reg // process.NewRegistry's: the Go and process collectors are on it
 	if c, ok := w.eng.(interface{ Collector() prometheus.Collector }); ok {
 		if err := reg.Register(c.Collector()); err != nil {
 			return "", fmt.Errorf("worker: engine metrics: %w", err)

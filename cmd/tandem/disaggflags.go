@@ -22,6 +22,9 @@ func registerDisaggFlags(cmd *cobra.Command, cfg *serve.Config) {
 	f.StringVar(&d.Mode, "disagg", d.Mode, "disaggregated prefill: auto (price local vs remote per request), always or never")
 	f.Var((*byteSize)(&d.TransferBudget), "transfer-budget", "per-worker KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
 	f.DurationVar(&d.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "bound on one KV transfer; a failed transfer falls back to local prefill")
+	// Two bounds, two names, the same in every command: --transfer-timeout
+	// bounds one KV transfer (serve, worker), --disagg-leg-timeout the whole
+	// remote leg, prefill plus transfer (serve, frontend).
 	f.DurationVar(&d.LegTimeout, "disagg-leg-timeout", 0, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally (0: --transfer-timeout; the same flag as tandem frontend's)")
 	f.Float64Var(&d.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
 }

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/frontend"
-	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -53,9 +50,8 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		ctx := cmd.Context()
-		metrics := prometheus.NewRegistry()
-		metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		board := health.NewBoard(log, metrics)
+		base := process.New(log, nil, nil)
+		metrics, board := base.Registry, base.Board
 		reg, err := disc.open(board, log)
 		if err != nil {
 			return err
@@ -80,12 +76,9 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 				runErr = nil
 			}
 		}
-		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-		defer cancel()
-		if err := f.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := process.Drain(log, cfg.DrainTimeout, f.Shutdown); err != nil {
 			return err
 		}
-		log.Info("stopped")
 		return runErr
 	}
 	f := cmd.Flags()

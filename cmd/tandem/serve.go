@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/serve"
 )
 
@@ -80,45 +81,40 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd)
-			if err != nil {
+	}
+	configPath := addConfigFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := setUp(cmd, *configPath)
+		if err != nil {
+			return err
+		}
+		stopTracing, err := tf.start(cmd.Context(), "serve", log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		sys, model, err := setup.start(log)
+		if err != nil {
+			return err
+		}
+		cfg := setup.cfg
+		printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
+		ctx := cmd.Context()
+		waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
+		if err != nil {
+			_ = sys.Shutdown(context.Background())
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("draining", "timeout", cfg.DrainTimeout)
+		case err := <-sys.Done():
+			if !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
-			stopTracing, err := tf.start(cmd.Context(), "serve", log)
-			if err != nil {
-				return err
-			}
-			defer stopTracing()
-			sys, model, err := setup.start(log)
-			if err != nil {
-				return err
-			}
-			cfg := setup.cfg
-			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
-			ctx := cmd.Context()
-			waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
-			if err != nil {
-				_ = sys.Shutdown(context.Background())
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				log.Info("draining", "timeout", cfg.DrainTimeout)
-			case err := <-sys.Done():
-				if !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-			}
-			waitPlanner()
-			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-			defer cancel()
-			if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			log.Info("stopped")
-			return nil
-		},
+		}
+		waitPlanner()
+		return process.Drain(log, cfg.DrainTimeout, sys.Shutdown)
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/worker"
 )
@@ -170,12 +170,9 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	case runErr = <-w.Done():
 		log.Error("request plane stopped", "err", runErr)
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), wcfg.DrainTimeout)
-	defer cancel()
-	if err := w.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := process.Drain(log, wcfg.DrainTimeout, w.Shutdown); err != nil {
 		return err
 	}
-	log.Info("stopped")
 	return runErr
 }
 
@@ -202,12 +199,7 @@ func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engineFlags, log
 			return err
 		}
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
-	defer cancel()
-	if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return process.Drain(log, cfg.DrainTimeout, sys.Shutdown)
 }
 
 // kvEndpoint reports where worker 0 publishes KV events, if its engine does.

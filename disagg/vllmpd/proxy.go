@@ -165,7 +165,7 @@ func (g *pair) Generate(ctx context.Context, req *engine.Request) (engine.Stream
 		return nil, ctx.Err()
 	case err != nil:
 		g.p.legs.WithLabelValues(LegFailed).Inc()
-		g.p.log.Warn("vLLM prefill leg failed; the decode worker prefills", "diagnostic_code", "vllmpd_prefill_failed",
+		g.p.log.Warn("vLLM prefill leg failed; the decode worker prefills", "diagnostic_code", DiagPrefillFailed,
 			"request_id", req.ID, "prefill_worker", w.id, "decode_worker", g.id, "err", err)
 		return g.decode.Generate(ctx, req)
 	case params == nil:

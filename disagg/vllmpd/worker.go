@@ -157,7 +157,7 @@ func (w *Worker) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			w.cfg.Logger.Warn("pulling prefilled KV failed; prefilling locally", "diagnostic_code", "vllmpd_pull_failed",
+			w.cfg.Logger.Warn("pulling prefilled KV failed; prefilling locally", "diagnostic_code", DiagPullFailed,
 				"request_id", req.ID, "remote_engine_id", deref(p.RemoteEngineID), "err", err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/openai"
 )
 
 // Config configures an upstream engine.
@@ -535,16 +536,9 @@ type choice struct {
 	FinishReason *string        `json:"finish_reason"`
 }
 
-type usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
 type completion struct {
 	Choices          []choice        `json:"choices"`
-	Usage            *usage          `json:"usage"`
+	Usage            *openai.Usage   `json:"usage"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 	Error            *struct {
 		Message string `json:"message"`
@@ -565,8 +559,8 @@ func (e *Engine) apply(c *completion, d *engine.Delta, promptLen int) (done bool
 		// cached_tokens is read wherever the server puts it: on every
 		// chunk (vLLM's continuous_usage_stats) or on the final usage
 		// chunk only (include_usage: OpenAI, SGLang, older vLLM).
-		if u.PromptTokensDetails != nil {
-			d.CachedTokens = u.PromptTokensDetails.CachedTokens
+		if u.Details.Reported() {
+			d.CachedTokens = u.Details.CachedTokens
 		} else {
 			e.noCachedTokens()
 		}
@@ -689,28 +683,10 @@ func (s *sseStream) release() (engine.Delta, error) {
 	return d, nil
 }
 
-// maxLine bounds one SSE line: the first chunk carries the prompt's ids
-// (return_token_ids), about 8 bytes per token.
-const maxLine = 64 << 20
-
-var errLineTooLong = fmt.Errorf("an SSE line longer than %d MiB", maxLine>>20)
-
-// line reads one line; lines longer than the reader's buffer are
-// reassembled, up to maxLine.
+// line reads one SSE line, bounded by openai.MaxSSELine (the first chunk
+// carries the prompt's ids, return_token_ids).
 func (s *sseStream) line() ([]byte, error) {
-	b, err := s.r.ReadSlice('\n')
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		return b, err
-	}
-	s.long = append(s.long[:0], b...)
-	for errors.Is(err, bufio.ErrBufferFull) {
-		if len(s.long) > maxLine {
-			return nil, errLineTooLong
-		}
-		b, err = s.r.ReadSlice('\n')
-		s.long = append(s.long, b...)
-	}
-	return s.long, err
+	return openai.ReadSSELine(s.r, &s.long, openai.MaxSSELine)
 }
 
 func (s *sseStream) Recv() (engine.Delta, error) {

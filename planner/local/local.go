@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tandemllm/tandem/process"
 )
 
 // maxWorkers bounds one pool on one host.
@@ -177,7 +179,7 @@ func (s *Supervisor) stop(ctx context.Context, p *proc) error {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
-	s.log().Warn("worker did not drain in time: killed", "diagnostic_code", "drain_timeout", "worker", p.id, "waited", time.Since(start))
+	s.log().Warn("worker did not drain in time: killed", "diagnostic_code", process.DiagDrainTimeout, "worker", p.id, "waited", time.Since(start))
 	return fmt.Errorf("planner/local: worker %s did not exit within %v of SIGTERM: killed", p.id, to)
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/internal/backoff"
 )
 
 // LlamaCppOptions select a llama-server look-alike's behaviour. Each cites
@@ -313,7 +314,7 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	cached = min(cached, len(req.Prompt)-1)
 	all := append([]engine.Token(nil), req.Prompt...)
 	defer func() { s.release(slot, all) }()
-	if !sleepCtx(r.Context(), time.Duration(len(req.Prompt)-cached)*s.opts.PrefillPerToken) {
+	if !backoff.Sleep(r.Context(), time.Duration(len(req.Prompt)-cached)*s.opts.PrefillPerToken) {
 		return
 	}
 	s.mu.Lock()
@@ -322,7 +323,7 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	var out []engine.Token
 	lastPing := time.Now()
 	for i := range nPredict {
-		if i > 0 && !sleepCtx(r.Context(), s.opts.DecodePerToken) {
+		if i > 0 && !backoff.Sleep(r.Context(), s.opts.DecodePerToken) {
 			return
 		}
 		tok := engine.Token(1000 + (int(req.Prompt[len(req.Prompt)-1])*31+i)%50000)
@@ -374,18 +375,4 @@ func writeSSE(w io.Writer, f http.Flusher, v any) bool {
 		f.Flush()
 	}
 	return true
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
