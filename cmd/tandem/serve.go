@@ -76,6 +76,7 @@ func newServeCmd() *cobra.Command {
 	var setup *serveSetup
 	var tf tracingFlags
 	var auto autoscaleFlags // planner_live.go
+	var learn learnFlags    // learnprofile.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -90,10 +91,15 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer stopTracing()
+			if err := learn.attach(setup); err != nil {
+				return err
+			}
 			sys, model, err := setup.start(log)
 			if err != nil {
 				return err
 			}
+			learn.start(log)
+			defer learn.finish(log)
 			cfg := setup.cfg
 			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 			ctx := cmd.Context()
@@ -116,6 +122,7 @@ func newServeCmd() *cobra.Command {
 			if err := sys.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}
+			learn.finish(log) // after the drain: its steps count
 			log.Info("stopped")
 			return nil
 		},
@@ -123,6 +130,7 @@ func newServeCmd() *cobra.Command {
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
 	auto.register(cmd)
+	learn.register(cmd)
 	return cmd
 }
 
