@@ -66,7 +66,7 @@ type LearnStats struct {
 	Steps    uint64 // observed
 	Prefill  uint64 // accepted into a prefill cell
 	Decode   uint64 // accepted into a decode cell
-	Mixed    uint64 // prefill and decode in one step, or several prefills: not a profile point
+	Mixed    uint64 // not a profile point by itself: prefill beside decodes, several prefills, nothing
 	OffGrid  uint64 // no grid point within tolerance
 	Outliers uint64 // dropped as outliers or out of range
 	// PrefillCells and DecodeCells are the cells with at least MinSamples.
