@@ -180,3 +180,28 @@ func FuzzLearnerObserve(f *testing.F) {
 		}
 	})
 }
+
+// TestProfileSource: each Step takes the source's newer profile for the
+// pools on the default profile, not for one with its own.
+func TestProfileSource(t *testing.T) {
+	learned, own := seedProfile(), seedProfile()
+	var next *Profile
+	p, err := New(Config{
+		Pools:   []Pool{{Name: "agg", Role: RoleAggregated, Min: 1, Max: 4}, {Name: "mine", Role: RoleAggregated, Min: 1, Max: 4}},
+		Profile: seedProfile(), Profiles: map[string]*Profile{"mine": own},
+		ProfileSource: func() *Profile { return next },
+		Policy:        Tandem{}, Targets: Targets{TTFTMs: 500, ITLMs: 25, Quantile: 0.9}, Interval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Step(Observation{At: time.Unix(10, 0)})
+	if p.pools[0].model.Profile == learned {
+		t.Fatal("a nil source result replaced the profile")
+	}
+	next = learned
+	p.Step(Observation{At: time.Unix(11, 0)})
+	if p.pools[0].model.Profile != learned || p.pools[1].model.Profile != own {
+		t.Fatalf("profiles after Step: agg %p mine %p (learned %p own %p)", p.pools[0].model.Profile, p.pools[1].model.Profile, learned, own)
+	}
+}

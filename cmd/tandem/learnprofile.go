@@ -115,6 +115,23 @@ func (l *learnFlags) finish(log *slog.Logger) {
 	})
 }
 
+// source is the learned profile for `serve --autoscale`, nil without
+// --learn-profile. A profile that does not validate (it always should)
+// is logged and skipped: the planner keeps its current one.
+func (l *learnFlags) source(log *slog.Logger) func() *planner.Profile {
+	if l.learner == nil {
+		return nil
+	}
+	return func() *planner.Profile {
+		p, err := l.learner.Profile()
+		if err != nil {
+			log.Error("learned profile not used", "err", err)
+			return nil
+		}
+		return p
+	}
+}
+
 func (l *learnFlags) write(log *slog.Logger) {
 	st := l.learner.Stats()
 	p, err := l.learner.Profile()

@@ -27,6 +27,7 @@ import (
 // it, and checks the written profile against the timing model within 30% +
 // 3 ms, as bench's TestProfileMatchesMockerTiming does. The base profile
 // is the timing model's tripled, so a cell that was not learned fails.
+// The in-process planner runs on the learned profile (pinned to one worker).
 func TestServeLearnProfile(t *testing.T) {
 	if secure.on {
 		t.Skip("plain HTTP test")
@@ -48,7 +49,8 @@ func TestServeLearnProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startTandem(t, fmt.Sprintf("serve --http-addr 127.0.0.1:0 --workers 1 --timing qwen3-0.6b --speedup 0.5 "+
-		"--kv-capacity-tokens %d --max-num-batched-tokens %d --learn-profile %s --learn-profile-base %s --learn-profile-interval 1s",
+		"--kv-capacity-tokens %d --max-num-batched-tokens %d --learn-profile %s --learn-profile-base %s --learn-profile-interval 1s "+
+		"--autoscale --pool agg=aggregated:1:1 --interval 500ms --planner-listen 127.0.0.1:0",
 		capacity, budget, out, baseFile))
 
 	rng := rand.New(rand.NewPCG(19, 19))

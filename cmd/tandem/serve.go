@@ -103,6 +103,7 @@ func newServeCmd() *cobra.Command {
 			cfg := setup.cfg
 			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 			ctx := cmd.Context()
+			auto.pf.profileSource = learn.source(log)
 			waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
 			if err != nil {
 				_ = sys.Shutdown(context.Background())
