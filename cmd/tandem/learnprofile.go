@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/planner"
 	"github.com/tandemllm/tandem/planner/sim"
 )
@@ -23,6 +24,7 @@ type learnFlags struct {
 	minSamples int
 
 	learner *planner.ProfileLearner
+	board   *health.Board
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -82,11 +84,21 @@ func (l *learnFlags) attach(s *serveSetup) error {
 	return nil
 }
 
-// start writes the profile every interval until finish.
-func (l *learnFlags) start(log *slog.Logger) {
+// Diagnostics of --learn-profile (subject "learn-profile"): the learned
+// profile cannot be written (or does not validate); cleared by the next
+// write that succeeds.
+const (
+	codeLearnWriteFailed = "profile_learn_write_failed"
+	codeLearnWritten     = "profile_learn_written"
+)
+
+// start writes the profile every interval until finish; write failures
+// go on board (the serve system's).
+func (l *learnFlags) start(log *slog.Logger, board *health.Board) {
 	if l.learner == nil {
 		return
 	}
+	l.board = board
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(l.done)
@@ -139,8 +151,16 @@ func (l *learnFlags) write(log *slog.Logger) {
 		err = p.WriteFile(l.file)
 	}
 	if err != nil {
-		log.Error("learned profile not written", "file", l.file, "err", err)
+		if l.board != nil {
+			l.board.Raise(codeLearnWriteFailed, "learn-profile", health.Warn,
+				fmt.Sprintf("learned profile not written to %s: %v", l.file, err))
+		} else {
+			log.Error("learned profile not written", "file", l.file, "err", err)
+		}
 		return
+	}
+	if l.board != nil {
+		l.board.Clear(codeLearnWriteFailed, "learn-profile", codeLearnWritten, "learned profile written again")
 	}
 	log.Info("learned profile written", "file", l.file, "steps", st.Steps, "prefill_cells", st.PrefillCells,
 		"decode_cells", st.DecodeCells, "mixed_steps", st.Mixed, "off_grid_steps", st.OffGrid, "outliers", st.Outliers)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/planner"
 	"github.com/tandemllm/tandem/planner/sim"
 )
@@ -142,5 +144,29 @@ func TestServeLearnProfile(t *testing.T) {
 	// An unlearned cell keeps the base's (tripled) value.
 	if v, w := got.ITLMs(64, 4096), base.ITLMs(64, 4096); v != w {
 		t.Errorf("unlearned itl c=64 ctx=4096: %v, want the base's %v", v, w)
+	}
+}
+
+// TestLearnProfileWriteDiagnostic: a profile that cannot be written
+// raises profile_learn_write_failed; the next good write clears it.
+func TestLearnProfileWriteDiagnostic(t *testing.T) {
+	learner, err := planner.NewProfileLearner(planner.LearnConfig{Base: sim.WorkerSpec{}.Profile()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	board := health.NewBoard(log, nil)
+	l := &learnFlags{file: filepath.Join(t.TempDir(), "missing", "p.json"), learner: learner, board: board}
+	l.write(log)
+	if !board.IsActive(codeLearnWriteFailed, "learn-profile") {
+		t.Fatal("a failed write raised nothing")
+	}
+	l.file = filepath.Join(t.TempDir(), "p.json")
+	l.write(log)
+	if board.IsActive(codeLearnWriteFailed, "learn-profile") {
+		t.Fatal("a good write did not clear the diagnostic")
+	}
+	if _, err := planner.LoadProfile(l.file); err != nil {
+		t.Fatal(err)
 	}
 }

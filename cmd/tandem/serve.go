@@ -98,7 +98,7 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			learn.start(log)
+			learn.start(log, sys.Board)
 			defer learn.finish(log)
 			cfg := setup.cfg
 			printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
