@@ -1,12 +1,14 @@
 package mocker
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/planner"
 )
 
 type stepRecorder struct {
@@ -108,4 +110,56 @@ func TestStepObserverBatch(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("steps\n%+v\nwant\n%+v", got, want)
 	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ObserveStep(engine.StepStats) {}
+
+// BenchmarkStepObserver is the scheduler's cost per step (an instant
+// mocker: no simulated time) with no observer, a no-op one, and a
+// planner.ProfileLearner, each run against the others in the same run:
+// compare the ns/step columns.
+func BenchmarkStepObserver(b *testing.B) {
+	base := &planner.Profile{Version: planner.ProfileVersion, KVCapacityTokens: DefaultKVCapacityTokens,
+		Prefill: planner.PrefillGrid{ISL: []float64{64, 512}, CachedFraction: []float64{0, 0.5}, TTFTMs: [][]float64{{10, 8}, {30, 20}}},
+		Decode:  planner.DecodeGrid{Concurrency: []float64{1, 8}, Context: []float64{128, 1024}, ITLMs: [][]float64{{5, 6}, {7, 9}}}}
+	learner, err := planner.NewProfileLearner(planner.LearnConfig{Base: base})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		obs  engine.StepObserver
+	}{{"none", nil}, {"nop", nopObserver{}}, {"learner", learner}} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := newTestB(b, Config{Instant: true, StepObserver: tc.obs})
+			const out = 128
+			steps := 0
+			for i := 0; b.Loop(); i++ {
+				s, err := e.Generate(context.Background(), &engine.Request{Prompt: prompt(1000+i%1000*64, 64), MaxTokens: out, IgnoreEOS: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := s.Recv(); err != nil {
+						break
+					}
+				}
+				steps += out
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(steps), "ns/step")
+		})
+	}
+}
+
+func newTestB(b *testing.B, cfg Config) *Engine {
+	cfg.Logger = quiet()
+	cfg.Vocabulary = vocab
+	e, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	return e
 }
