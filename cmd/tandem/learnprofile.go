@@ -117,7 +117,7 @@ func (l *learnFlags) start(log *slog.Logger, board *health.Board) {
 
 // finish stops the ticker and writes the profile once more.
 func (l *learnFlags) finish(log *slog.Logger) {
-	if l.learner == nil {
+	if l.learner == nil || l.stop == nil {
 		return
 	}
 	l.once.Do(func() {
