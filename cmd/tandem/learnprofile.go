@@ -54,6 +54,9 @@ func (l *learnFlags) attach(s *serveSetup) error {
 	if l.interval < time.Second || l.interval > 24*time.Hour {
 		return fmt.Errorf("--learn-profile-interval %v must be in [1s, 24h]", l.interval)
 	}
+	if l.minSamples < 1 || l.minSamples > 31 {
+		return fmt.Errorf("--learn-profile-min-samples %d must be in [1, 31] (a cell keeps 31 values)", l.minSamples)
+	}
 	var base *planner.Profile
 	if l.base != "" {
 		var err error
