@@ -33,7 +33,7 @@ type learnFlags struct {
 func (l *learnFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&l.file, "learn-profile", "", "learn a planner profile from the workers' own step timings and write it to this file (mocker engine)")
-	f.StringVar(&l.base, "learn-profile-base", "", "profile JSON giving the learned profile's grid and the values of cells without data (empty: derived from the mocker's --timing)")
+	f.StringVar(&l.base, "learn-profile-base", "", "profile JSON giving the learned profile's grid and the values of cells without data (empty: --autoscale's --profile, else derived from the mocker's --timing)")
 	f.DurationVar(&l.interval, "learn-profile-interval", time.Minute, "how often the learned profile is written (and once at shutdown)")
 	f.IntVar(&l.minSamples, "learn-profile-min-samples", 3, "observations a cell needs before its learned value replaces the base's")
 }

@@ -91,6 +91,9 @@ func newServeCmd() *cobra.Command {
 				return err
 			}
 			defer stopTracing()
+			if learn.base == "" && auto.on {
+				learn.base = auto.pf.profile // unlearned cells: the planner's own profile
+			}
 			if err := learn.attach(setup); err != nil {
 				return err
 			}
