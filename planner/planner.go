@@ -87,6 +87,10 @@ type Config struct {
 	// Profiles gives each pool's profile by name; Profile is the default.
 	Profile  *Profile
 	Profiles map[string]*Profile
+	// ProfileSource, if set, is asked at every Step for a newer default
+	// profile (ProfileLearner.Profile while serving); a nil result keeps
+	// the current one. Pools with their own entry in Profiles keep it.
+	ProfileSource func() *Profile
 	// NewPredictor builds one predictor per load series.
 	NewPredictor func() Predictor
 	Interval     time.Duration
@@ -104,6 +108,7 @@ type Config struct {
 type poolState struct {
 	Pool
 	model      *Model
+	ownProfile bool // from Profiles: ProfileSource does not replace it
 	lastChange time.Time
 	changed    bool
 	desired    int
@@ -158,13 +163,14 @@ func New(cfg Config) (*Planner, error) {
 			return nil, fmt.Errorf("planner: pool %s: min %d, max %d: want 0 ≤ min ≤ max ≤ 65536", pl.Name, pl.Min, pl.Max)
 		}
 		prof := cfg.Profile
-		if q := cfg.Profiles[pl.Name]; q != nil {
+		q := cfg.Profiles[pl.Name]
+		if q != nil {
 			prof = q
 		}
 		if prof == nil {
 			return nil, fmt.Errorf("planner: pool %s has no profile", pl.Name)
 		}
-		p.pools = append(p.pools, &poolState{Pool: pl, model: NewModel(prof), desired: -1})
+		p.pools = append(p.pools, &poolState{Pool: pl, model: NewModel(prof), ownProfile: q != nil, desired: -1})
 	}
 	return p, nil
 }
@@ -189,6 +195,18 @@ func (p *Planner) Corrections() map[string][2]float64 {
 
 // Step feeds one interval's observation and returns one decision per pool.
 func (p *Planner) Step(o Observation) []Decision {
+	if p.cfg.ProfileSource != nil {
+		if np := p.cfg.ProfileSource(); np != nil {
+			// The correction factors stay: they measure what the profile
+			// leaves out (queueing, HTTP), which a learned profile leaves
+			// out too.
+			for _, s := range p.pools {
+				if !s.ownProfile {
+					s.model.Profile = np
+				}
+			}
+		}
+	}
 	if o.Load.valid() {
 		p.rate.Observe(o.Load.Rate)
 		if o.Load.Rate > 0 {

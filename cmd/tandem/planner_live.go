@@ -42,6 +42,9 @@ type plannerFlags struct {
 	alpha, beta              float64
 	listen, keyFile          string
 	dryRun                   bool
+	// profileSource is serve's learned profile (--learn-profile), asked
+	// every interval; nil without one.
+	profileSource func() *planner.Profile
 }
 
 func (p *plannerFlags) register(cmd *cobra.Command, defaultPools []string) {
@@ -108,7 +111,7 @@ func (p *plannerFlags) build(log *slog.Logger, board *health.Board, reg promethe
 		}
 	}
 	return planner.New(planner.Config{
-		Pools: pools, Policy: pol, Profile: prof,
+		Pools: pools, Policy: pol, Profile: prof, ProfileSource: p.profileSource,
 		Targets: planner.Targets{TTFTMs: p.ttft, ITLMs: p.itl, Quantile: p.q},
 		NewPredictor: func() planner.Predictor {
 			pr, _ := planner.NewPredictor(p.predict, p.window, p.alpha, p.beta)

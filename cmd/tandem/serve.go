@@ -77,6 +77,7 @@ func newServeCmd() *cobra.Command {
 	var setup *serveSetup
 	var tf tracingFlags
 	var auto autoscaleFlags // planner_live.go
+	var learn learnFlags    // learnprofile.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the whole system (frontend, router, workers) in one process",
@@ -93,13 +94,22 @@ func newServeCmd() *cobra.Command {
 			return err
 		}
 		defer stopTracing()
+		if learn.base == "" && auto.on {
+			learn.base = auto.pf.profile // unlearned cells: the planner's own profile
+		}
+		if err := learn.attach(setup); err != nil {
+			return err
+		}
 		sys, model, err := setup.start(log)
 		if err != nil {
 			return err
 		}
+		learn.start(log, sys.Board)
+		defer learn.finish(log)
 		cfg := setup.cfg
 		printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
 		ctx := cmd.Context()
+		auto.pf.profileSource = learn.source(log)
 		waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
 		if err != nil {
 			_ = sys.Shutdown(context.Background())
@@ -114,11 +124,16 @@ func newServeCmd() *cobra.Command {
 			}
 		}
 		waitPlanner()
-		return process.Drain(log, cfg.DrainTimeout, sys.Shutdown)
+		if err := process.Drain(log, cfg.DrainTimeout, sys.Shutdown); err != nil {
+			return err
+		}
+		learn.finish(log) // after the drain: its steps count
+		return nil
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
 	auto.register(cmd)
+	learn.register(cmd)
 	return cmd
 }
 

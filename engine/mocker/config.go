@@ -131,6 +131,11 @@ type Config struct {
 
 	KVEvents KVEventsConfig
 
+	// StepObserver, if set, receives each step's shape and its duration on
+	// Clock (wall time divided by Speedup on the wall clock), on the
+	// scheduler goroutine.
+	StepObserver engine.StepObserver
+
 	// EngineLabel is the "engine" label of the vllm: metrics (vLLM's engine
 	// index; default "0"). Give in-process workers distinct values.
 	EngineLabel string

@@ -173,6 +173,10 @@ func (e *Engine) drain() bool {
 // nothing could be scheduled; stopped is true when Close arrived while the
 // step was sleeping.
 func (e *Engine) step() (ok, stopped bool) {
+	var t0 time.Time
+	if e.cfg.StepObserver != nil {
+		t0 = e.clock.Now()
+	}
 	e.schedule()
 	if len(e.items) == 0 {
 		e.flushEvents()
@@ -187,7 +191,15 @@ func (e *Engine) step() (ok, stopped bool) {
 			return true, true
 		}
 	}
-	e.complete()
+	if e.cfg.StepObserver != nil {
+		// Shape before complete: it advances computed.
+		st := e.stepShape()
+		e.complete()
+		st.Duration = e.clock.Now().Sub(t0)
+		e.cfg.StepObserver.ObserveStep(st)
+	} else {
+		e.complete()
+	}
 	// Drop the step's references so an idle worker retains no finished
 	// sequence.
 	clear(e.items)
@@ -216,6 +228,22 @@ func (e *Engine) stepMs() float64 {
 		ms += e.cfg.Timing.DecodeMs(e.cache.Stats().Usage())
 	}
 	return ms
+}
+
+// stepShape describes the scheduled batch for the step observer.
+func (e *Engine) stepShape() engine.StepStats {
+	var st engine.StepStats
+	for _, it := range e.items {
+		if it.prefill {
+			st.PrefillSeqs++
+			st.PrefillTokens += it.n
+			st.PrefillCachedTokens += it.s.computed
+		} else {
+			st.DecodeSeqs++
+			st.DecodeContextTokens += it.s.computed + it.n
+		}
+	}
+	return st
 }
 
 // sleep waits d of simulated time while still serving the inbox, so aborts
