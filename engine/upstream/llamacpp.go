@@ -6,7 +6,6 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
@@ -185,13 +184,9 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			return engine.Delta{}, io.EOF
 		}
 		line, err := s.line()
-		if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return s.fail(fmt.Errorf("upstream: stream: %w", err))
+		if err != nil {
+			return s.fail(err)
 		}
-		line = bytes.TrimRight(line, "\r\n")
 		data, ok := bytes.CutPrefix(line, []byte("data:"))
 		if !ok {
 			data, ok = bytes.CutPrefix(line, []byte("error:"))

@@ -214,13 +214,10 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 			return engine.Delta{}, io.EOF
 		}
 		line, err := s.line()
-		if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return s.fail(fmt.Errorf("upstream: stream: %w", err))
+		if err != nil {
+			return s.fail(err)
 		}
-		data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
+		data, ok := bytes.CutPrefix(line, []byte("data:"))
 		if !ok {
 			continue
 		}

@@ -684,9 +684,19 @@ func (s *sseStream) release() (engine.Delta, error) {
 }
 
 // line reads one SSE line, bounded by openai.MaxSSELine (the first chunk
-// carries the prompt's ids, return_token_ids).
+// carries the prompt's ids, return_token_ids), with its line ending cut.
+// A last line without a newline is still a line; a stream that ends with
+// no line is io.ErrUnexpectedEOF (every dialect's stream ends with an
+// event of its own: [DONE], stop:true or a finish reason), wrapped.
 func (s *sseStream) line() ([]byte, error) {
-	return openai.ReadSSELine(s.r, &s.long, openai.MaxSSELine)
+	line, err := openai.ReadSSELine(s.r, &s.long, openai.MaxSSELine)
+	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("upstream: stream: %w", err)
+	}
+	return bytes.TrimRight(line, "\r\n"), nil
 }
 
 func (s *sseStream) Recv() (engine.Delta, error) {
@@ -695,16 +705,13 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 			return engine.Delta{}, io.EOF
 		}
 		line, err := s.line()
-		if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+		if err != nil {
 			if s.final != nil {
 				return s.release() // finished; only the usage chunk is missing
 			}
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return s.fail(fmt.Errorf("upstream: stream: %w", err))
+			return s.fail(err)
 		}
-		data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:"))
+		data, ok := bytes.CutPrefix(line, []byte("data:"))
 		if !ok {
 			continue // blank separators, comments, other fields
 		}
