@@ -75,7 +75,10 @@ func p99(ds []time.Duration) time.Duration {
 // imports blocks and computes the last partial block. So ITL p99 must be
 // lower disaggregated.
 func TestDisaggWinsITLUnderLongPrompts(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
+		// The race detector slows the KV import path (byte copies, every
+		// access instrumented) far more than a decode step, so there the
+		// disaggregated ITL is 2x the aggregated one by construction.
 		t.Skip("timing test")
 	}
 	const streams, out, longEvery, longs = 4, 120, 120 * time.Millisecond, 8
