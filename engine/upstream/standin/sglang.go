@@ -399,33 +399,22 @@ func (s *SGLang) generate(w http.ResponseWriter, r *http.Request) {
 		return m
 	}
 	if !req.Stream {
-		finish := engine.FinishStop
-		for {
-			d, err := st.Recv()
-			if err != nil {
-				break
-			}
-			if d.PromptTokens > 0 {
-				cached = d.CachedTokens
-			}
-			out = append(out, d.Tokens...)
-			if d.Finish != engine.FinishNone {
-				finish = d.Finish
-			}
+		var finish engine.FinishReason
+		out, finish, cached = drain(st)
+		if finish == engine.FinishNone {
+			finish = engine.FinishStop
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"text": s.text(out), "output_ids": out, "meta_info": meta(finish)})
 		return
 	}
 	// Streaming: "data: {json}\n\n" per chunk, then "data: [DONE]\n\n"
 	// (http_server.py, stream_results).
-	w.Header().Set("Content-Type", "text/event-stream")
-	fl, _ := w.(http.Flusher)
+	event := sseWriter(w)
 	for {
 		d, err := st.Recv()
 		if err != nil {
 			if r.Context().Err() == nil && !errors.Is(err, io.EOF) {
-				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error()}})
-				fmt.Fprintf(w, "data: %s\n\n", b)
+				event(map[string]any{"error": map[string]any{"message": err.Error()}})
 			}
 			break
 		}
@@ -438,11 +427,7 @@ func (s *SGLang) generate(w http.ResponseWriter, r *http.Request) {
 			ids = out[sent:]
 		}
 		sent = len(out)
-		b, _ := json.Marshal(map[string]any{"text": s.text(out), "output_ids": ids, "meta_info": meta(d.Finish)})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if fl != nil {
-			fl.Flush()
-		}
+		event(map[string]any{"text": s.text(out), "output_ids": ids, "meta_info": meta(d.Finish)})
 		if d.Finish != engine.FinishNone {
 			break
 		}
@@ -518,35 +503,20 @@ func (s *SGLang) completions(w http.ResponseWriter, r *http.Request) {
 		return c
 	}
 	if !req.Stream {
-		var all []engine.Token
-		fin := engine.FinishStop
-		for {
-			d, err := st.Recv()
-			if err != nil {
-				break
-			}
-			if d.PromptTokens > 0 {
-				cached = d.CachedTokens
-			}
-			all = append(all, d.Tokens...)
-			if d.Finish != engine.FinishNone {
-				fin = d.Finish
-			}
+		all, fin, c := drain(st)
+		if fin == engine.FinishNone {
+			fin = engine.FinishStop
 		}
+		cached = c
 		n = len(all)
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": s.opts.Model,
 			"choices": []any{choice(all, fin)}, "usage": usage()})
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	fl, _ := w.(http.Flusher)
+	event := sseWriter(w)
 	write := func(v map[string]any) {
 		v["id"], v["object"], v["created"], v["model"] = id, "text_completion", time.Now().Unix(), s.opts.Model
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if fl != nil {
-			fl.Flush()
-		}
+		event(v)
 	}
 	for {
 		d, err := st.Recv()

@@ -183,34 +183,17 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	cached, n := 0, 0
 	if !req.Stream {
 		var finish engine.FinishReason
-		for {
-			d, err := st.Recv()
-			if err != nil {
-				break
-			}
-			if d.PromptTokens > 0 {
-				cached = d.CachedTokens
-			}
-			all = append(all, d.Tokens...)
-			if d.Finish != engine.FinishNone {
-				finish = d.Finish
-			}
-		}
+		all, finish, cached = drain(st)
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(),
 			"model": req.Model, "choices": []any{choice(all, finish)}, "usage": usage(cached, len(all))})
 		return
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	fl, _ := w.(http.Flusher)
+	event := sseWriter(w)
 	cont := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
 	final := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	write := func(v map[string]any) {
 		v["id"], v["object"], v["created"], v["model"] = id, "text_completion", time.Now().Unix(), req.Model
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if fl != nil {
-			fl.Flush()
-		}
+		event(v)
 	}
 	for {
 		d, err := st.Recv()
@@ -234,6 +217,42 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		write(map[string]any{"choices": []any{}, "usage": usage(cached, n)})
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// drain reads a whole non-streaming result: its tokens, the last finish
+// reason (FinishNone if the stream ended without one) and the prompt's
+// cached tokens. An error ends it like the end of the stream: the
+// stand-ins answer with what was generated, as the servers they mimic do
+// when the engine aborts a request.
+func drain(st engine.Stream) (toks []engine.Token, finish engine.FinishReason, cached int) {
+	for {
+		d, err := st.Recv()
+		if err != nil {
+			return toks, finish, cached
+		}
+		if d.PromptTokens > 0 {
+			cached = d.CachedTokens
+		}
+		toks = append(toks, d.Tokens...)
+		if d.Finish != engine.FinishNone {
+			finish = d.Finish
+		}
+	}
+}
+
+// sseWriter starts an event stream on w and returns the function that
+// writes one "data: {json}" event and flushes it (every stand-in's
+// streaming format; the closing "data: [DONE]" is the caller's).
+func sseWriter(w http.ResponseWriter) func(v any) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	return func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
 }
 
 func (s *Server) text(toks []engine.Token) string {
