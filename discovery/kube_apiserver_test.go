@@ -34,17 +34,7 @@ func TestKubeDiscoveryLatency(t *testing.T) {
 	defer cancel()
 	common := Common{Board: health.NewBoard(slog.New(slog.DiscardHandler), nil), Logger: slog.New(slog.DiscardHandler)}
 	mkPod := func(ns, name string) {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/component": "tandem-worker"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x"}}}}
-		p, err := clients.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Status.Phase = corev1.PodRunning
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		if _, err := clients.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		s.ReadyPod(t, ns, name, map[string]string{"app.kubernetes.io/component": "tandem-worker"})
 	}
 	register := func(ns, name string) Lease {
 		k, err := NewKube(KubeConfig{Common: common, Clients: clients, Namespace: ns, Selector: kubeSel, PodName: name})

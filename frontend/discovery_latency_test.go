@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/health"
@@ -151,17 +148,7 @@ func TestDiscoveryToFirstRoute(t *testing.T) {
 			return k
 		}
 		mkPod := func(name string) {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/component": "tandem-worker"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x"}}}}
-			p, err := clients.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.Status.Phase = corev1.PodRunning
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-			if _, err := clients.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			s.ReadyPod(t, ns, name, map[string]string{"app.kubernetes.io/component": "tandem-worker"})
 		}
 		backends = append(backends, &backend{name: "kube (real kube-apiserver)", watch: openKube(""), reg: openKube, prepare: mkPod})
 	}

@@ -291,6 +291,29 @@ func (s *Server) ensureNamespace(t testing.TB, core corev1client.CoreV1Interface
 	}
 }
 
+// ReadyPod creates a Pod with labels and marks it Running and Ready
+// through the status subresource: there is no kubelet, so a worker that
+// registers as this pod (kube discovery's record) is otherwise never
+// selected.
+func (s *Server) ReadyPod(t testing.TB, ns, name string, labels map[string]string) {
+	t.Helper()
+	core, err := corev1client.NewForConfig(s.Config())
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x"}}}}
+	p, err = core.Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: pod %s/%s: %v", ns, name, err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err := core.Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("kubetest: pod %s/%s status: %v", ns, name, err)
+	}
+}
+
 func (s *Server) ready() bool {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(s.caData) {
