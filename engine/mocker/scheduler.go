@@ -192,14 +192,14 @@ func (e *Engine) step() (ok, stopped bool) {
 		}
 	}
 	if e.cfg.StepObserver != nil {
-		// Shape before complete: it advances computed.
+		// Shape before complete (it advances computed), and observed before
+		// complete too: complete ends streams, and a caller who has seen its
+		// stream end must find the step that ended it already observed.
 		st := e.stepShape()
-		e.complete()
 		st.Duration = e.clock.Now().Sub(t0)
 		e.cfg.StepObserver.ObserveStep(st)
-	} else {
-		e.complete()
 	}
+	e.complete()
 	// Drop the step's references so an idle worker retains no finished
 	// sequence.
 	clear(e.items)
