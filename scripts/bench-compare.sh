@@ -2,8 +2,9 @@
 # bench-compare.sh BASE [HEAD]: every Go benchmark of the module at two
 # commits, in one run, on one machine. Test binaries of both commits are
 # built first; then each package's benchmarks run BASE, HEAD, BASE, HEAD…
-# (ROUNDS times, default 6: benchstat needs 6 samples for a confidence interval), so both see the same machine load, and
-# benchstat (golang.org/x/perf, pinned) prints the comparison. A benchmark
+# (ROUNDS times, default 6: benchstat needs 6 samples for a confidence
+# interval), so both see the same machine load, and benchstat
+# (golang.org/x/perf, pinned) prints the comparison. A benchmark
 # that exists at one commit only is listed with that commit's figures.
 #
 # Why alternate rather than run all of BASE then all of HEAD: on a shared
