@@ -1,6 +1,9 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // KVPort is implemented by engines whose KV blocks can move to another
 // worker (disaggregated prefill). Blocks are addressed by their index in a
@@ -56,6 +59,17 @@ type LoadReporter interface {
 	// RunningDecodes is the number of sequences being decoded now: the
 	// requests a local prefill would stall.
 	RunningDecodes() int
+}
+
+// QueueReporter is implemented by engines whose own account of their
+// queue can include requests this Tandem did not send: an upstream server
+// shared with other clients reports it on its /metrics. The router adds
+// what it cannot see itself to its own in-flight counts.
+type QueueReporter interface {
+	// EngineQueue returns the requests the engine runs and the ones it
+	// holds waiting, as of at; ok is false while unknown (no good
+	// measurement yet, or the last one failed).
+	EngineQueue() (running, waiting int, at time.Time, ok bool)
 }
 
 // KVShape is what an engine can tell about its KV cache for its discovery

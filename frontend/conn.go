@@ -25,6 +25,30 @@ type conn struct {
 	active  int
 	retired bool
 	closed  bool
+	queue   *requestplane.QueueWatch // an upstream worker's queue reports; nil until asked
+}
+
+// watchQueue follows the worker's engine queue reports (an upstream
+// server's other clients), once per connection; nil once it is closed.
+func (c *conn) watchQueue(ctx context.Context) *requestplane.QueueWatch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.queue == nil && !c.closed {
+		c.queue = c.c.WatchQueue(ctx)
+	}
+	return c.queue
+}
+
+// shut stops the queue watch, then closes the connection (the watch
+// would otherwise retry on a closed one).
+func (c *conn) shut() {
+	c.mu.Lock()
+	q := c.queue
+	c.mu.Unlock()
+	if q != nil {
+		q.Close()
+	}
+	_ = c.c.Close()
 }
 
 func dial(addr string, cluster *authn.Cluster) (*conn, error) {
@@ -68,7 +92,7 @@ func (c *conn) release() {
 	}
 	c.mu.Unlock()
 	if last {
-		_ = c.c.Close()
+		c.shut()
 	}
 }
 
@@ -82,7 +106,7 @@ func (c *conn) retire() {
 	}
 	c.mu.Unlock()
 	if now {
-		_ = c.c.Close()
+		c.shut()
 	}
 }
 
@@ -93,7 +117,7 @@ func (c *conn) close() {
 	c.closed, c.retired = true, true
 	c.mu.Unlock()
 	if !was {
-		_ = c.c.Close()
+		c.shut()
 	}
 }
 

@@ -412,7 +412,16 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		mm.ContextLength = f.ctxLen
 		f.Frontend.AddModel(&mm)
 	}
-	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Info: engine.Info{
+	var queue engine.QueueReporter
+	if rec.Engine == "upstream" {
+		// A server Tandem does not own may have other clients: its own
+		// queue report (its /metrics, relayed by the worker) counts
+		// them. Tandem's engines see only what the routers send.
+		if q := m.conn.watchQueue(f.ctx); q != nil {
+			queue = q
+		}
+	}
+	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: queue, Info: engine.Info{
 		Kind: rec.Engine, Model: rec.Model, BlockSize: rec.KVLayout.BlockSize, ContextLength: rec.ContextLength,
 		KVCapacityTokens: rec.CapacityBlocks * rec.KVLayout.BlockSize,
 	}})

@@ -236,6 +236,10 @@ type KV struct {
 	drifting atomic.Int32
 	// fleetCoef is the latest TTFT rates learned from any worker.
 	fleetCoef atomic.Pointer[ttftCoef]
+	// externals counts workers whose engine reports its own queue
+	// (kv_external.go); typical prices a request it reports waiting.
+	externals atomic.Int32
+	typical   typicalPrefill
 
 	// decideMu serializes the load-dependent part of a decision.
 	decideMu sync.Mutex
@@ -432,6 +436,7 @@ func (k *KV) RemoveWorker(id string) {
 		return
 	}
 	w.stopTimer()
+	w.setQueue(nil)
 	w.mu.Lock()
 	stop := w.stopSub
 	w.stopSub = nil
@@ -476,6 +481,7 @@ func (k *KV) WorkerAdded(w Worker) {
 	k.mu.Unlock()
 	if kw != nil {
 		kw.timing.setSource(w.Timing, w.Info.KVCapacityTokens)
+		kw.setQueue(w.Queue)
 	}
 }
 
@@ -538,6 +544,7 @@ func (k *KV) newWorkerLocked(id string) *kvWorker {
 	}
 	tw := k.timings[id]
 	w := newKVWorker(k, id, slot, tw.Timing, tw.Info.KVCapacityTokens)
+	w.setQueue(tw.Queue)
 	k.lastIDs, k.lastWs = nil, nil
 	k.gen++
 	k.workers[id] = w

@@ -84,6 +84,10 @@ type kvWorker struct {
 	applied   atomic.Uint64
 	lastEvent atomic.Int64
 
+	// queue is the engine's own queue report, when it has one
+	// (kv_external.go).
+	queue atomic.Pointer[queueSource]
+
 	ingestMu   sync.Mutex
 	ingestHas  bool
 	ingestNext uint64

@@ -189,6 +189,7 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	now = k.cfg.Now() // after any wait for the lock
 	nowNs = now.UnixNano()
 	k.active.score(hashes, sc)
+	k.addExternal(sc, nowNs)
 
 	isl := len(req.Tokens)
 	for i := range sc.cands {
@@ -245,6 +246,7 @@ func (k *KV) reserve(req *Request, w *kvWorker, predictedTokens int, now time.Ti
 	isl := req.Len()
 	f := &flight{w: w, isl: isl, predicted: predictedTokens / k.cfg.BlockSize,
 		prefillTokens: max(isl-predictedTokens, 0), routedAt: now}
+	k.typical.observe(f.prefillTokens)
 	k.mu.Lock()
 	old := k.flights[req]
 	k.flights[req] = f

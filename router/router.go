@@ -27,6 +27,11 @@ type Worker struct {
 	// cost prices the worker with it, and learns the rates of workers
 	// without one from their TTFTs.
 	Timing engine.PrefillEstimator
+	// Queue is the engine's own account of its queue, other clients'
+	// requests included (an upstream server's /metrics; a worker in
+	// another process relays its engine's). Nil: the router counts only
+	// what it routed.
+	Queue engine.QueueReporter
 }
 
 type workerState struct {

@@ -241,7 +241,8 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 		p.mu.Unlock()
 	}
 	timing, _ := eng.(engine.PrefillEstimator)
-	s.Router.AddWorker(router.Worker{ID: id, Model: p.model.Name, Gen: gen, Info: info, Timing: timing})
+	queue, _ := eng.(engine.QueueReporter)
+	s.Router.AddWorker(router.Worker{ID: id, Model: p.model.Name, Gen: gen, Info: info, Timing: timing, Queue: queue})
 	s.log.Info("pool worker added", "worker", id, "pool_size", s.PoolSize())
 	return nil
 }

@@ -222,7 +222,8 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			}
 		}
 		timing, _ := eng.(engine.PrefillEstimator)
-		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info, Timing: timing})
+		queue, _ := eng.(engine.QueueReporter)
+		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info, Timing: timing, Queue: queue})
 	}
 	s.setPoolFactory(newEngine, model, cfg.Workers)
 

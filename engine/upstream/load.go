@@ -97,6 +97,14 @@ func (e *Engine) RunningDecodes() int {
 	return l.Running
 }
 
+// EngineQueue implements engine.QueueReporter: the server's running and
+// waiting requests by its last good scrape, from every client (the
+// router subtracts what it sent itself).
+func (e *Engine) EngineQueue() (running, waiting int, at time.Time, ok bool) {
+	l, ok := e.Load()
+	return l.Running, l.Waiting, l.At, ok
+}
+
 func (e *Engine) startScrape(ctx context.Context) {
 	iv := e.cfg.MetricsInterval
 	if iv < 0 {

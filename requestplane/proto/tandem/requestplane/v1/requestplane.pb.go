@@ -36,6 +36,115 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WatchQueueRequest opens a WatchQueue stream.
+type WatchQueueRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchQueueRequest) Reset() {
+	*x = WatchQueueRequest{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchQueueRequest) ProtoMessage() {}
+
+func (x *WatchQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchQueueRequest.ProtoReflect.Descriptor instead.
+func (*WatchQueueRequest) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{0}
+}
+
+// QueueReport is engine.QueueReporter's answer. known is false while the
+// engine has no good measurement (the last scrape failed); age_ms is how
+// old the measurement was when sent, so the frontend needs no clock
+// agreement with the worker.
+type QueueReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Known         bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"`
+	Running       int32                  `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"`
+	Waiting       int32                  `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	AgeMs         int64                  `protobuf:"varint,4,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueReport) Reset() {
+	*x = QueueReport{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueReport) ProtoMessage() {}
+
+func (x *QueueReport) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueReport.ProtoReflect.Descriptor instead.
+func (*QueueReport) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *QueueReport) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *QueueReport) GetRunning() int32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *QueueReport) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *QueueReport) GetAgeMs() int64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
 // GenerateRequest is one generation request, already tokenized
 // (engine.Request).
 type GenerateRequest struct {
@@ -69,7 +178,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[0]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -81,7 +190,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[0]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -94,7 +203,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{0}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GenerateRequest) GetId() string {
@@ -178,7 +287,7 @@ type Sampling struct {
 
 func (x *Sampling) Reset() {
 	*x = Sampling{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[1]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +299,7 @@ func (x *Sampling) String() string {
 func (*Sampling) ProtoMessage() {}
 
 func (x *Sampling) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[1]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +312,7 @@ func (x *Sampling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
 func (*Sampling) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{1}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Sampling) GetTemperature() float32 {
@@ -255,7 +364,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[2]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +376,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[2]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +389,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{2}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Delta) GetTokens() []int32 {
@@ -326,7 +435,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +447,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +460,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
 }
 
 // EngineInfo describes an engine (engine.Info).
@@ -372,7 +481,7 @@ type EngineInfo struct {
 
 func (x *EngineInfo) Reset() {
 	*x = EngineInfo{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +493,7 @@ func (x *EngineInfo) String() string {
 func (*EngineInfo) ProtoMessage() {}
 
 func (x *EngineInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +506,7 @@ func (x *EngineInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineInfo.ProtoReflect.Descriptor instead.
 func (*EngineInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EngineInfo) GetKind() string {
@@ -454,7 +563,7 @@ type AssessRequest struct {
 
 func (x *AssessRequest) Reset() {
 	*x = AssessRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +575,7 @@ func (x *AssessRequest) String() string {
 func (*AssessRequest) ProtoMessage() {}
 
 func (x *AssessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +588,7 @@ func (x *AssessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssessRequest.ProtoReflect.Descriptor instead.
 func (*AssessRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AssessRequest) GetPrompt() []int32 {
@@ -517,7 +626,7 @@ type Assessment struct {
 
 func (x *Assessment) Reset() {
 	*x = Assessment{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +638,7 @@ func (x *Assessment) String() string {
 func (*Assessment) ProtoMessage() {}
 
 func (x *Assessment) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +651,7 @@ func (x *Assessment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assessment.ProtoReflect.Descriptor instead.
 func (*Assessment) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Assessment) GetCachedTokens() int32 {
@@ -595,7 +704,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +716,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +729,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Peer) GetId() string {
@@ -653,7 +762,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +774,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +787,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LinkRequest) GetPeer() *Peer {
@@ -701,7 +810,7 @@ type LinkReply struct {
 
 func (x *LinkReply) Reset() {
 	*x = LinkReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +822,7 @@ func (x *LinkReply) String() string {
 func (*LinkReply) ProtoMessage() {}
 
 func (x *LinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +835,7 @@ func (x *LinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkReply.ProtoReflect.Descriptor instead.
 func (*LinkReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LinkReply) GetBytesPerSec() float64 {
@@ -763,7 +872,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +884,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +897,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PrefillRequest) GetRequest() *GenerateRequest {
@@ -835,7 +944,7 @@ type PrefillReply struct {
 
 func (x *PrefillReply) Reset() {
 	*x = PrefillReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +956,7 @@ func (x *PrefillReply) String() string {
 func (*PrefillReply) ProtoMessage() {}
 
 func (x *PrefillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +969,7 @@ func (x *PrefillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillReply.ProtoReflect.Descriptor instead.
 func (*PrefillReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PrefillReply) GetBlocks() int32 {
@@ -934,7 +1043,7 @@ type TransferKeyRequest struct {
 
 func (x *TransferKeyRequest) Reset() {
 	*x = TransferKeyRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1055,7 @@ func (x *TransferKeyRequest) String() string {
 func (*TransferKeyRequest) ProtoMessage() {}
 
 func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1068,7 @@ func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyRequest.ProtoReflect.Descriptor instead.
 func (*TransferKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
 }
 
 type TransferKeyReply struct {
@@ -971,7 +1080,7 @@ type TransferKeyReply struct {
 
 func (x *TransferKeyReply) Reset() {
 	*x = TransferKeyReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1092,7 @@ func (x *TransferKeyReply) String() string {
 func (*TransferKeyReply) ProtoMessage() {}
 
 func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1105,7 @@ func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyReply.ProtoReflect.Descriptor instead.
 func (*TransferKeyReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TransferKeyReply) GetKey() []byte {
@@ -1010,7 +1119,13 @@ var File_tandem_requestplane_v1_requestplane_proto protoreflect.FileDescriptor
 
 const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\n" +
-	")tandem/requestplane/v1/requestplane.proto\x12\x16tandem.requestplane.v1\"\xb9\x02\n" +
+	")tandem/requestplane/v1/requestplane.proto\x12\x16tandem.requestplane.v1\"\x13\n" +
+	"\x11WatchQueueRequest\"n\n" +
+	"\vQueueReport\x12\x14\n" +
+	"\x05known\x18\x01 \x01(\bR\x05known\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
+	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x15\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xb9\x02\n" +
 	"\x0fGenerateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -1085,14 +1200,16 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\amessage\x18\t \x01(\tR\amessage\"\x14\n" +
 	"\x12TransferKeyRequest\"$\n" +
 	"\x10TransferKeyReply\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key2\x92\x04\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key2\xf2\x04\n" +
 	"\x06Worker\x12T\n" +
 	"\bGenerate\x12'.tandem.requestplane.v1.GenerateRequest\x1a\x1d.tandem.requestplane.v1.Delta0\x01\x12O\n" +
 	"\x04Info\x12#.tandem.requestplane.v1.InfoRequest\x1a\".tandem.requestplane.v1.EngineInfo\x12S\n" +
 	"\x06Assess\x12%.tandem.requestplane.v1.AssessRequest\x1a\".tandem.requestplane.v1.Assessment\x12N\n" +
 	"\x04Link\x12#.tandem.requestplane.v1.LinkRequest\x1a!.tandem.requestplane.v1.LinkReply\x12W\n" +
 	"\aPrefill\x12&.tandem.requestplane.v1.PrefillRequest\x1a$.tandem.requestplane.v1.PrefillReply\x12c\n" +
-	"\vTransferKey\x12*.tandem.requestplane.v1.TransferKeyRequest\x1a(.tandem.requestplane.v1.TransferKeyReplyBVZTgithub.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1;requestplanev1b\x06proto3"
+	"\vTransferKey\x12*.tandem.requestplane.v1.TransferKeyRequest\x1a(.tandem.requestplane.v1.TransferKeyReply\x12^\n" +
+	"\n" +
+	"WatchQueue\x12).tandem.requestplane.v1.WatchQueueRequest\x1a#.tandem.requestplane.v1.QueueReport0\x01BVZTgithub.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1;requestplanev1b\x06proto3"
 
 var (
 	file_tandem_requestplane_v1_requestplane_proto_rawDescOnce sync.Once
@@ -1106,42 +1223,46 @@ func file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP() []byte {
 	return file_tandem_requestplane_v1_requestplane_proto_rawDescData
 }
 
-var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
-	(*GenerateRequest)(nil),    // 0: tandem.requestplane.v1.GenerateRequest
-	(*Sampling)(nil),           // 1: tandem.requestplane.v1.Sampling
-	(*Delta)(nil),              // 2: tandem.requestplane.v1.Delta
-	(*InfoRequest)(nil),        // 3: tandem.requestplane.v1.InfoRequest
-	(*EngineInfo)(nil),         // 4: tandem.requestplane.v1.EngineInfo
-	(*AssessRequest)(nil),      // 5: tandem.requestplane.v1.AssessRequest
-	(*Assessment)(nil),         // 6: tandem.requestplane.v1.Assessment
-	(*Peer)(nil),               // 7: tandem.requestplane.v1.Peer
-	(*LinkRequest)(nil),        // 8: tandem.requestplane.v1.LinkRequest
-	(*LinkReply)(nil),          // 9: tandem.requestplane.v1.LinkReply
-	(*PrefillRequest)(nil),     // 10: tandem.requestplane.v1.PrefillRequest
-	(*PrefillReply)(nil),       // 11: tandem.requestplane.v1.PrefillReply
-	(*TransferKeyRequest)(nil), // 12: tandem.requestplane.v1.TransferKeyRequest
-	(*TransferKeyReply)(nil),   // 13: tandem.requestplane.v1.TransferKeyReply
+	(*WatchQueueRequest)(nil),  // 0: tandem.requestplane.v1.WatchQueueRequest
+	(*QueueReport)(nil),        // 1: tandem.requestplane.v1.QueueReport
+	(*GenerateRequest)(nil),    // 2: tandem.requestplane.v1.GenerateRequest
+	(*Sampling)(nil),           // 3: tandem.requestplane.v1.Sampling
+	(*Delta)(nil),              // 4: tandem.requestplane.v1.Delta
+	(*InfoRequest)(nil),        // 5: tandem.requestplane.v1.InfoRequest
+	(*EngineInfo)(nil),         // 6: tandem.requestplane.v1.EngineInfo
+	(*AssessRequest)(nil),      // 7: tandem.requestplane.v1.AssessRequest
+	(*Assessment)(nil),         // 8: tandem.requestplane.v1.Assessment
+	(*Peer)(nil),               // 9: tandem.requestplane.v1.Peer
+	(*LinkRequest)(nil),        // 10: tandem.requestplane.v1.LinkRequest
+	(*LinkReply)(nil),          // 11: tandem.requestplane.v1.LinkReply
+	(*PrefillRequest)(nil),     // 12: tandem.requestplane.v1.PrefillRequest
+	(*PrefillReply)(nil),       // 13: tandem.requestplane.v1.PrefillReply
+	(*TransferKeyRequest)(nil), // 14: tandem.requestplane.v1.TransferKeyRequest
+	(*TransferKeyReply)(nil),   // 15: tandem.requestplane.v1.TransferKeyReply
 }
 var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
-	1,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
-	7,  // 1: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	0,  // 2: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
-	7,  // 3: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	0,  // 4: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
-	3,  // 5: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
-	5,  // 6: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
-	8,  // 7: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
-	10, // 8: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
-	12, // 9: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
-	2,  // 10: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
-	4,  // 11: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
-	6,  // 12: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
-	9,  // 13: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
-	11, // 14: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
-	13, // 15: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
+	3,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
+	9,  // 1: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 2: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
+	9,  // 3: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 4: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
+	5,  // 5: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
+	7,  // 6: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
+	10, // 7: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
+	12, // 8: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
+	14, // 9: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
+	0,  // 10: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
+	4,  // 11: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
+	6,  // 12: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
+	8,  // 13: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
+	11, // 14: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
+	13, // 15: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
+	15, // 16: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
+	1,  // 17: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
+	11, // [11:18] is the sub-list for method output_type
+	4,  // [4:11] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1152,14 +1273,14 @@ func file_tandem_requestplane_v1_requestplane_proto_init() {
 	if File_tandem_requestplane_v1_requestplane_proto != nil {
 		return
 	}
-	file_tandem_requestplane_v1_requestplane_proto_msgTypes[1].OneofWrappers = []any{}
+	file_tandem_requestplane_v1_requestplane_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_requestplane_v1_requestplane_proto_rawDesc), len(file_tandem_requestplane_v1_requestplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	Worker_Link_FullMethodName        = "/tandem.requestplane.v1.Worker/Link"
 	Worker_Prefill_FullMethodName     = "/tandem.requestplane.v1.Worker/Prefill"
 	Worker_TransferKey_FullMethodName = "/tandem.requestplane.v1.Worker/TransferKey"
+	Worker_WatchQueue_FullMethodName  = "/tandem.requestplane.v1.Worker/WatchQueue"
 )
 
 // WorkerClient is the client API for Worker service.
@@ -70,6 +71,11 @@ type WorkerClient interface {
 	// only frontends' certificates. FAILED_PRECONDITION on a worker that
 	// receives no KV transfers.
 	TransferKey(ctx context.Context, in *TransferKeyRequest, opts ...grpc.CallOption) (*TransferKeyReply, error)
+	// WatchQueue streams the engine's own account of its queue (other
+	// clients' requests included: an upstream server's /metrics), one report
+	// per interval while the stream is open. UNIMPLEMENTED on workers whose
+	// engine has none (its queue is what the frontends routed).
+	WatchQueue(ctx context.Context, in *WatchQueueRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueueReport], error)
 }
 
 type workerClient struct {
@@ -149,6 +155,25 @@ func (c *workerClient) TransferKey(ctx context.Context, in *TransferKeyRequest, 
 	return out, nil
 }
 
+func (c *workerClient) WatchQueue(ctx context.Context, in *WatchQueueRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueueReport], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Worker_ServiceDesc.Streams[1], Worker_WatchQueue_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchQueueRequest, QueueReport]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Worker_WatchQueueClient = grpc.ServerStreamingClient[QueueReport]
+
 // WorkerServer is the server API for Worker service.
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
@@ -177,6 +202,11 @@ type WorkerServer interface {
 	// only frontends' certificates. FAILED_PRECONDITION on a worker that
 	// receives no KV transfers.
 	TransferKey(context.Context, *TransferKeyRequest) (*TransferKeyReply, error)
+	// WatchQueue streams the engine's own account of its queue (other
+	// clients' requests included: an upstream server's /metrics), one report
+	// per interval while the stream is open. UNIMPLEMENTED on workers whose
+	// engine has none (its queue is what the frontends routed).
+	WatchQueue(*WatchQueueRequest, grpc.ServerStreamingServer[QueueReport]) error
 	mustEmbedUnimplementedWorkerServer()
 }
 
@@ -204,6 +234,9 @@ func (UnimplementedWorkerServer) Prefill(context.Context, *PrefillRequest) (*Pre
 }
 func (UnimplementedWorkerServer) TransferKey(context.Context, *TransferKeyRequest) (*TransferKeyReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferKey not implemented")
+}
+func (UnimplementedWorkerServer) WatchQueue(*WatchQueueRequest, grpc.ServerStreamingServer[QueueReport]) error {
+	return status.Error(codes.Unimplemented, "method WatchQueue not implemented")
 }
 func (UnimplementedWorkerServer) mustEmbedUnimplementedWorkerServer() {}
 func (UnimplementedWorkerServer) testEmbeddedByValue()                {}
@@ -327,6 +360,17 @@ func _Worker_TransferKey_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Worker_WatchQueue_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchQueueRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WorkerServer).WatchQueue(m, &grpc.GenericServerStream[WatchQueueRequest, QueueReport]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Worker_WatchQueueServer = grpc.ServerStreamingServer[QueueReport]
+
 // Worker_ServiceDesc is the grpc.ServiceDesc for Worker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -359,6 +403,11 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Generate",
 			Handler:       _Worker_Generate_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchQueue",
+			Handler:       _Worker_WatchQueue_Handler,
 			ServerStreams: true,
 		},
 	},
