@@ -137,7 +137,7 @@ func TestTandemSyntheticWorkloads(t *testing.T) {
 // 16-token blocks. That is the proof that equal hash ids share exactly
 // their blocks and different ones share nothing.
 func TestTandemTraceSharesExactBlocks(t *testing.T) {
-	es, err := LoadMooncakeFile("../../shared/traces/mooncake/conversation_trace.jsonl")
+	es, err := LoadMooncakeFile(mooncakeTrace(t, "conversation_trace.jsonl"))
 	if err != nil {
 		t.Skipf("trace not available: %v", err)
 	}
@@ -182,7 +182,7 @@ func TestTandemTraceSharesExactBlocks(t *testing.T) {
 // TestTandemTraceOpenLoop replays the trace at its own timestamps, sped
 // up, and checks arrivals follow them.
 func TestTandemTraceOpenLoop(t *testing.T) {
-	es, err := LoadMooncakeFile("../../shared/traces/mooncake/synthetic_trace.jsonl")
+	es, err := LoadMooncakeFile(mooncakeTrace(t, "synthetic_trace.jsonl"))
 	if err != nil {
 		t.Skipf("trace not available: %v", err)
 	}
