@@ -360,14 +360,14 @@ func fakeStarter(t *testing.T) (ServerStarter, *sync.Map) {
 	var started sync.Map
 	return func(_ context.Context, mode string) (string, func(), error) {
 		var f *fakeServer
-		// 80 ms, not less: a TTFT judgement compares a request with its
-		// prefix's first, and on a machine at load 20 a first request can
-		// be delayed by tens of milliseconds.
+		// 150 ms, not less: a TTFT judgement compares a request with its
+		// prefix's first, and on a loaded 2-core machine under the race
+		// detector one request can be delayed by a hundred milliseconds.
 		switch mode {
 		case "cache":
-			f = &fakeServer{TTFT: 80 * time.Millisecond, HitTTFT: 2 * time.Millisecond, CacheKey: 200, Worker: "w0"}
+			f = &fakeServer{TTFT: 150 * time.Millisecond, HitTTFT: 2 * time.Millisecond, CacheKey: 200, Worker: "w0"}
 		case "nocache":
-			f = &fakeServer{TTFT: 80 * time.Millisecond, Worker: "w1"}
+			f = &fakeServer{TTFT: 150 * time.Millisecond, Worker: "w1"}
 		default:
 			return "", nil, errors.New(`unknown router mode "` + mode + `"`)
 		}
@@ -376,6 +376,31 @@ func fakeStarter(t *testing.T) (ServerStarter, *sync.Map) {
 		*n.(*int)++
 		return s.URL, s.Close, nil
 	}, &started
+}
+
+// TestMarkHitsFixedRecords checks the hit judgement exactly, on records
+// whose TTFTs are fixed rather than measured.
+func TestMarkHitsFixedRecords(t *testing.T) {
+	rec := func(round int, ttft float64, cached int) Record {
+		return Record{Label: "a", Prefix: 0, Round: round, TTFTMs: ttft, CachedTokens: cached, InputTokens: 100, Worker: "w"}
+	}
+	recs := []Record{
+		rec(0, 100, 0),
+		rec(1, 59.9, 50), // both hits: under 60% of the first, half cached
+		rec(2, 60, 49),   // neither: exactly 60% is not under it
+		{Label: "a", Prefix: 0, Round: 3, Error: "boom", CachedTokens: -1},
+	}
+	rows := markHits(recs, DefaultHitCriteria())
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v", rows)
+	}
+	h := rows[0]
+	if h.Rerequests != 3 || h.TTFTHits != 1 || h.CachedHits != 1 || h.Errors != 1 || !h.CachedReported || h.Workers != 1 {
+		t.Errorf("row %+v", h)
+	}
+	if !*recs[1].HitTTFT || !*recs[1].HitCached || *recs[2].HitTTFT || *recs[2].HitCached {
+		t.Errorf("judgements: %v %v %v %v", *recs[1].HitTTFT, *recs[1].HitCached, *recs[2].HitTTFT, *recs[2].HitCached)
+	}
 }
 
 func TestRunModesHitTable(t *testing.T) {
@@ -396,13 +421,16 @@ func TestRunModesHitTable(t *testing.T) {
 	for _, h := range rep.Hits {
 		got[h.Label] = append(got[h.Label], h)
 	}
+	// The TTFT judgement reads wall-clock TTFTs, so it is statistical: one
+	// re-request of eight may be misjudged when the machine stalls it (a
+	// hit slowed past 60% of its first, or, without a cache, a first
+	// slowed by two thirds). cached_tokens is exact and is checked exactly;
+	// the classifier itself is checked exactly on fixed records elsewhere.
 	for _, h := range got["cache"] {
-		if h.Rerequests != 8 || h.TTFTHits != 8 || h.CachedHits != 8 || !h.CachedReported || h.Workers != 4 {
+		if h.Rerequests != 8 || h.TTFTHits < 7 || h.CachedHits != 8 || !h.CachedReported || h.Workers != 4 {
 			t.Errorf("cache: %+v", h)
 		}
 	}
-	// Without a cache every TTFT is the same 80 ms: a TTFT "hit" needs
-	// a first request slowed by more than 60% by the machine's noise.
 	for _, h := range got["nocache"] {
 		if h.Rerequests != 8 || h.TTFTHits > 1 || h.CachedHits != 0 {
 			t.Errorf("nocache: %+v", h)
@@ -417,6 +445,9 @@ func TestRunModesHitTable(t *testing.T) {
 	}
 	for _, want := range []string{"8/8 8/8", "0/8 0/8", "kv-approx (run 1, 2): starting a server in mode kv-approx: unknown router mode"} {
 		if want == "0/8 0/8" && got["nocache"][0].TTFTHits+got["nocache"][1].TTFTHits > 0 {
+			continue
+		}
+		if want == "8/8 8/8" && got["cache"][0].TTFTHits+got["cache"][1].TTFTHits < 16 {
 			continue
 		}
 		if !strings.Contains(sb.String(), want) {
