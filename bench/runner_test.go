@@ -292,7 +292,9 @@ func TestCancelStopsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Interrupted || time.Since(start) > 2*time.Second || len(res.Records) >= 1000 {
+	// 1000 requests of 30 ms at concurrency 2 take 15 s; a cancel that
+	// works stops the run well inside 10 s even on a loaded machine.
+	if !res.Interrupted || time.Since(start) > 10*time.Second || len(res.Records) >= 1000 {
 		t.Fatalf("interrupted=%v after %v with %d records", res.Interrupted, time.Since(start), len(res.Records))
 	}
 	for _, r := range res.Records {
