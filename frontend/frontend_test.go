@@ -315,13 +315,31 @@ func TestDrainingWorkerFinishesStreams(t *testing.T) {
 		code     int
 	}
 	res := make(chan result, 1)
+	streaming := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		id, body, code := h.complete("a long story", 200)
-		res <- result{id, body, code}
+		resp, err := http.Post(h.fe.URL()+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"tandem-mock","prompt":"a long story","max_tokens":200,"ignore_eos":true,"stream":true}`))
+		if err != nil {
+			close(streaming)
+			res <- result{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		// The first bytes of the stream, not a fixed sleep, say it runs
+		// on a before b joins and a leaves.
+		first := make([]byte, 1)
+		n, _ := io.ReadFull(resp.Body, first)
+		close(streaming)
+		rest, _ := io.ReadAll(resp.Body)
+		res <- result{resp.Header.Get("X-Tandem-Worker"), string(first[:n]) + string(rest), resp.StatusCode}
 	}()
-	time.Sleep(150 * time.Millisecond) // streaming by now
+	select {
+	case <-streaming:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long stream never started")
+	}
 	h.startWorker("b", 50)
 	h.waitMembers("a", "b")
 	shut := make(chan error, 1)
