@@ -342,7 +342,14 @@ func TestBodyBudget(t *testing.T) {
 		return c
 	}
 	a := slow(700 << 10) // holds 700 KiB of the budget while it dribbles
-	time.Sleep(100 * time.Millisecond)
+	// Polled, not a fixed 100 ms: on a loaded machine a's handler may not
+	// have reserved its share yet, and b would take the budget first.
+	for deadline := time.Now().Add(10 * time.Second); f.srv.budget.used.Load() < 700<<10; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first body reserved %d B of the budget, want 700 KiB", f.srv.budget.used.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	b := slow(700 << 10)
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	line, err := bufio.NewReader(b).ReadString('\n')
