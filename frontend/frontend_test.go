@@ -101,7 +101,9 @@ func (h *harness) startRole(id, role string, speedup float64, edit func(*mocker.
 
 func (h *harness) waitMembers(want ...string) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: a worker's start, registration and the frontend's watch
+	// can take seconds on a loaded 2-core machine under -race.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got := h.fe.Members()
 		if slices.Equal(got, want) {
@@ -395,7 +397,7 @@ func TestKVEventsOverNATS(t *testing.T) {
 		t.Fatalf("status %d", code)
 	}
 	// The index learns the prompt's blocks only from the relayed events.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for blockEvents(t, h, first) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no KV events from %s reached the index over NATS", first)

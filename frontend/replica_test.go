@@ -58,7 +58,7 @@ func runReplicas(t *testing.T, shareLoad bool, dur time.Duration) replicaRun {
 	}
 	h.waitMembers(ids...)
 	for _, f := range []*Process{a, b} {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for len(f.Members()) != len(ids) {
 			if time.Now().After(deadline) {
 				t.Fatalf("frontend sees %v", f.Members())
