@@ -270,11 +270,11 @@ func TestDisaggFleetSeedCase(t *testing.T) {
 	}
 	// The router reads the decode workers' caches from their KV events,
 	// which arrive asynchronously; the run waits for each request's events
-	// (the cause of the 22% once seen in CI: a late event re-routed a
-	// request, which then moved its whole prompt, +10% of the full KV), so
-	// it measures 13.4%. 35% still fails without prefix reuse (100%) and
-	// leaves room for one re-routed request should an event batch land in
-	// parts.
+	// (most likely the cause of the 22% once seen in CI: a late event
+	// re-routed a request, which then moved its whole prompt, +10% of the
+	// full KV), so it measures 13.4%. 35% still fails without prefix reuse
+	// (100%) and leaves room for one re-routed request should an event
+	// batch land in parts.
 	if movedAlways == 0 || float64(movedAlways) > 0.35*float64(full) {
 		t.Errorf("always moved %d B: want some, and at most 35%% of the full KV %d B", movedAlways, full)
 	}
