@@ -68,17 +68,25 @@ func TestClosedLoopMeasuresStreams(t *testing.T) {
 					}
 					continue
 				}
-				if r.TTFTMs < 5 || len(r.ITLMs) != 5 || r.E2EMs < r.TTFTMs+5*1.5 {
+				// The server sleeps 5 ms before the first token and 2 ms
+				// before each of the other five, so TTFT ≥ 5 and E2E ≥ 15
+				// hold however late the client reads. The gaps do not have
+				// a lower bound: a client that reads the first chunk late
+				// (a loaded machine under -race) sees it arrive with the
+				// next, once measured as gaps summing to 8.6 ms. They must
+				// span first to last token: E2E − TTFT, no more.
+				if r.TTFTMs < 5 || len(r.ITLMs) != 5 || r.E2EMs < 15 {
 					t.Fatalf("timings %+v", r)
 				}
-				// Single gaps jitter (two chunks may arrive together);
-				// their sum spans the server's five 2 ms sleeps.
 				sum := 0.0
 				for _, g := range r.ITLMs {
+					if g < 0 {
+						t.Fatalf("negative gap in %v", r.ITLMs)
+					}
 					sum += g
 				}
-				if sum < 9 {
-					t.Fatalf("gaps %v sum to %.2f ms, below the server's 10 ms", r.ITLMs, sum)
+				if sum > r.E2EMs-r.TTFTMs+0.01 {
+					t.Fatalf("gaps %v sum to %.2f ms, more than E2E %.2f − TTFT %.2f", r.ITLMs, sum, r.E2EMs, r.TTFTMs)
 				}
 			}
 			if got := f.Bodies[0]["max_tokens"]; got != 6.0 {
@@ -292,7 +300,9 @@ func TestCancelStopsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Interrupted || time.Since(start) > 2*time.Second || len(res.Records) >= 1000 {
+	// 1000 requests of 30 ms at concurrency 2 take 15 s; a cancel that
+	// works stops the run well inside 10 s even on a loaded machine.
+	if !res.Interrupted || time.Since(start) > 10*time.Second || len(res.Records) >= 1000 {
 		t.Fatalf("interrupted=%v after %v with %d records", res.Interrupted, time.Since(start), len(res.Records))
 	}
 	for _, r := range res.Records {
@@ -335,8 +345,10 @@ func TestFrontendOverheadFindsAddedLatency(t *testing.T) {
 	if len(rep.Overhead) != 2 || rep.Overhead[0].Concurrency != 1 || rep.Overhead[1].Concurrency != 4 {
 		t.Fatalf("overhead rows %+v", rep.Overhead)
 	}
+	// A difference of wall-clock medians: generous bounds on a shared
+	// machine that still say the proxy's 8 ms was found, not zero.
 	for _, o := range rep.Overhead {
-		if o.AddedTTFTP50 < 6 || o.AddedTTFTP50 > 20 {
+		if o.AddedTTFTP50 < 4 || o.AddedTTFTP50 > 40 {
 			t.Errorf("c=%d: added TTFT p50 %.2f ms, want ≈8", o.Concurrency, o.AddedTTFTP50)
 		}
 	}
@@ -360,14 +372,14 @@ func fakeStarter(t *testing.T) (ServerStarter, *sync.Map) {
 	var started sync.Map
 	return func(_ context.Context, mode string) (string, func(), error) {
 		var f *fakeServer
-		// 80 ms, not less: a TTFT judgement compares a request with its
-		// prefix's first, and on a machine at load 20 a first request can
-		// be delayed by tens of milliseconds.
+		// 150 ms, not less: a TTFT judgement compares a request with its
+		// prefix's first, and on a loaded 2-core machine under the race
+		// detector one request can be delayed by a hundred milliseconds.
 		switch mode {
 		case "cache":
-			f = &fakeServer{TTFT: 80 * time.Millisecond, HitTTFT: 2 * time.Millisecond, CacheKey: 200, Worker: "w0"}
+			f = &fakeServer{TTFT: 150 * time.Millisecond, HitTTFT: 2 * time.Millisecond, CacheKey: 200, Worker: "w0"}
 		case "nocache":
-			f = &fakeServer{TTFT: 80 * time.Millisecond, Worker: "w1"}
+			f = &fakeServer{TTFT: 150 * time.Millisecond, Worker: "w1"}
 		default:
 			return "", nil, errors.New(`unknown router mode "` + mode + `"`)
 		}
@@ -376,6 +388,31 @@ func fakeStarter(t *testing.T) (ServerStarter, *sync.Map) {
 		*n.(*int)++
 		return s.URL, s.Close, nil
 	}, &started
+}
+
+// TestMarkHitsFixedRecords checks the hit judgement exactly, on records
+// whose TTFTs are fixed rather than measured.
+func TestMarkHitsFixedRecords(t *testing.T) {
+	rec := func(round int, ttft float64, cached int) Record {
+		return Record{Label: "a", Prefix: 0, Round: round, TTFTMs: ttft, CachedTokens: cached, InputTokens: 100, Worker: "w"}
+	}
+	recs := []Record{
+		rec(0, 100, 0),
+		rec(1, 59.9, 50), // both hits: under 60% of the first, half cached
+		rec(2, 60, 49),   // neither: exactly 60% is not under it
+		{Label: "a", Prefix: 0, Round: 3, Error: "boom", CachedTokens: -1},
+	}
+	rows := markHits(recs, DefaultHitCriteria())
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v", rows)
+	}
+	h := rows[0]
+	if h.Rerequests != 3 || h.TTFTHits != 1 || h.CachedHits != 1 || h.Errors != 1 || !h.CachedReported || h.Workers != 1 {
+		t.Errorf("row %+v", h)
+	}
+	if !*recs[1].HitTTFT || !*recs[1].HitCached || *recs[2].HitTTFT || *recs[2].HitCached {
+		t.Errorf("judgements: %v %v %v %v", *recs[1].HitTTFT, *recs[1].HitCached, *recs[2].HitTTFT, *recs[2].HitCached)
+	}
 }
 
 func TestRunModesHitTable(t *testing.T) {
@@ -396,13 +433,16 @@ func TestRunModesHitTable(t *testing.T) {
 	for _, h := range rep.Hits {
 		got[h.Label] = append(got[h.Label], h)
 	}
+	// The TTFT judgement reads wall-clock TTFTs, so it is statistical: one
+	// re-request of eight may be misjudged when the machine stalls it (a
+	// hit slowed past 60% of its first, or, without a cache, a first
+	// slowed by two thirds). cached_tokens is exact and is checked exactly;
+	// the classifier itself is checked exactly on fixed records elsewhere.
 	for _, h := range got["cache"] {
-		if h.Rerequests != 8 || h.TTFTHits != 8 || h.CachedHits != 8 || !h.CachedReported || h.Workers != 4 {
+		if h.Rerequests != 8 || h.TTFTHits < 7 || h.CachedHits != 8 || !h.CachedReported || h.Workers != 4 {
 			t.Errorf("cache: %+v", h)
 		}
 	}
-	// Without a cache every TTFT is the same 80 ms: a TTFT "hit" needs
-	// a first request slowed by more than 60% by the machine's noise.
 	for _, h := range got["nocache"] {
 		if h.Rerequests != 8 || h.TTFTHits > 1 || h.CachedHits != 0 {
 			t.Errorf("nocache: %+v", h)
@@ -417,6 +457,9 @@ func TestRunModesHitTable(t *testing.T) {
 	}
 	for _, want := range []string{"8/8 8/8", "0/8 0/8", "kv-approx (run 1, 2): starting a server in mode kv-approx: unknown router mode"} {
 		if want == "0/8 0/8" && got["nocache"][0].TTFTHits+got["nocache"][1].TTFTHits > 0 {
+			continue
+		}
+		if want == "8/8 8/8" && got["cache"][0].TTFTHits+got["cache"][1].TTFTHits < 16 {
 			continue
 		}
 		if !strings.Contains(sb.String(), want) {

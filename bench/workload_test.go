@@ -8,8 +8,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/tokenizer"
 )
+
+// mooncakeTrace is the path of a Mooncake trace in the shared fixture
+// directory, found by internal/sharedfiles (TANDEM_SHARED or a "shared"
+// directory beside the checkout) rather than a path relative to the package,
+// which breaks when the checkout lies elsewhere.
+func mooncakeTrace(t *testing.T, name string) string {
+	t.Helper()
+	p, err := sharedfiles.Path("traces", "mooncake", name)
+	if err != nil {
+		t.Skipf("trace not available: %v", err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("trace not available: %v", err)
+	}
+	return p
+}
 
 func TestParseDist(t *testing.T) {
 	for _, tc := range []struct {
@@ -244,10 +261,7 @@ func TestTracePrompts(t *testing.T) {
 
 func TestLoadMooncakeTraces(t *testing.T) {
 	for _, name := range []string{"conversation_trace.jsonl", "synthetic_trace.jsonl"} {
-		path := "../../shared/traces/mooncake/" + name
-		if _, err := os.Stat(path); err != nil {
-			t.Skipf("trace not available: %v", err)
-		}
+		path := mooncakeTrace(t, name)
 		es, err := LoadMooncakeFile(path)
 		if err != nil {
 			t.Fatal(err)

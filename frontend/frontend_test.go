@@ -101,7 +101,9 @@ func (h *harness) startRole(id, role string, speedup float64, edit func(*mocker.
 
 func (h *harness) waitMembers(want ...string) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: a worker's start, registration and the frontend's watch
+	// can take seconds on a loaded 2-core machine under -race.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got := h.fe.Members()
 		if slices.Equal(got, want) {
@@ -315,13 +317,31 @@ func TestDrainingWorkerFinishesStreams(t *testing.T) {
 		code     int
 	}
 	res := make(chan result, 1)
+	streaming := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		id, body, code := h.complete("a long story", 200)
-		res <- result{id, body, code}
+		resp, err := http.Post(h.fe.URL()+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"tandem-mock","prompt":"a long story","max_tokens":200,"ignore_eos":true,"stream":true}`))
+		if err != nil {
+			close(streaming)
+			res <- result{body: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		// The first bytes of the stream, not a fixed sleep, say it runs
+		// on a before b joins and a leaves.
+		first := make([]byte, 1)
+		n, _ := io.ReadFull(resp.Body, first)
+		close(streaming)
+		rest, _ := io.ReadAll(resp.Body)
+		res <- result{resp.Header.Get("X-Tandem-Worker"), string(first[:n]) + string(rest), resp.StatusCode}
 	}()
-	time.Sleep(150 * time.Millisecond) // streaming by now
+	select {
+	case <-streaming:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long stream never started")
+	}
 	h.startWorker("b", 50)
 	h.waitMembers("a", "b")
 	shut := make(chan error, 1)
@@ -377,7 +397,7 @@ func TestKVEventsOverNATS(t *testing.T) {
 		t.Fatalf("status %d", code)
 	}
 	// The index learns the prompt's blocks only from the relayed events.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for blockEvents(t, h, first) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no KV events from %s reached the index over NATS", first)

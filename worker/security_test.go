@@ -71,7 +71,9 @@ func TestWorkerMTLS(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// Generous: a refusal returns at once, and the allowed Generate
+		// must not time out on a loaded machine under the race detector.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		st, err := c.Generate(ctx, &engine.Request{Prompt: []engine.Token{1, 2, 3}, MaxTokens: 2, IgnoreEOS: true})
 		if err != nil {
@@ -100,7 +102,7 @@ func TestWorkerMTLS(t *testing.T) {
 	}
 
 	get := func(tc *tls.Config, scheme string) (int, error) {
-		c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 		resp, err := c.Get(scheme + rec.MetricsAddr + "/metrics")
 		if err != nil {
 			return 0, err

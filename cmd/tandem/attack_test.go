@@ -133,7 +133,7 @@ func runAttacks(t *testing.T, an attackNet) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // generous: a loaded machine; a refusal returns at once
 				defer cancel()
 				a, err := requestplane.NewSide(c, requestplane.SideDesc{ID: "d1"}).Assess(ctx, victim, 0)
 				if err != nil {
@@ -153,7 +153,7 @@ func runAttacks(t *testing.T, an attackNet) {
 			}
 
 			t.Run("work without the frontend", func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // generous: a loaded machine; a refusal returns at once
 				defer cancel()
 				st, err := stranger(dec.RequestPlane).Generate(ctx, &engine.Request{ID: "x", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 4, IgnoreEOS: true})
 				n := 0
@@ -188,7 +188,7 @@ func runAttacks(t *testing.T, an attackNet) {
 					t.Fatal(err)
 				}
 				defer n.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // generous: a loaded machine; a refusal returns at once
 				defer cancel()
 				tok, terr := requestplane.NewSide(stranger(dec.RequestPlane), requestplane.SideDesc{ID: "d1"}).TransferToken(ctx, "p1", victim[:32], 0)
 				_, serr := n.Send(ctx, kvtransfer.Peer{ID: "d1", Addr: dec.KVTransfer.Addr, Token: tok}, victim[:32], 0)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -421,8 +422,30 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
+// freeAddr returns a loopback address for a child process to listen on
+// (one the test must know in advance, as a frontend restarted at the same
+// address). The port is released before the child binds it, so it comes
+// from below the kernel's ephemeral range: there no other test's ":0"
+// listener and no outgoing connection's source port can take it in the
+// meantime, which on a busy shared machine they do.
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 && n <= 65535 {
+				low = n
+			}
+		}
+	}
+	span := min(low-1024, 12000)
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(low-1-rand.IntN(span)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -336,7 +336,7 @@ scrape_configs:
 			expr := strings.ReplaceAll(p.expr, "$__rate_interval", "15s")
 			var n int
 			var qerr error
-			deadline := time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(20 * time.Second) // a loaded machine may scrape late
 			for {
 				n, qerr = query(expr)
 				if qerr != nil || n > 0 || time.Now().After(deadline) {

@@ -106,8 +106,11 @@ func TestSeedExperiment(t *testing.T) {
 		if res.Hits < 57 {
 			t.Errorf("events off, seed %d: %v, want ≥ 57", seed, res)
 		}
-		if res.DiagLatency <= 0 || res.DiagLatency > 5*time.Second+500*time.Millisecond {
-			t.Errorf("events off, seed %d: kv_events_missing after %v, want ≤ 5 s", seed, res.DiagLatency)
+		// The detector's timeout is 5 s; the slack is generous because on
+		// a loaded 2-core machine the detector's tick and this test's
+		// poll can each be late by seconds. Never raising it still fails.
+		if res.DiagLatency <= 0 || res.DiagLatency > 10*time.Second {
+			t.Errorf("events off, seed %d: kv_events_missing after %v, want ≤ 5 s (10 s with slack)", seed, res.DiagLatency)
 		}
 		found := false
 		for _, d := range res.Diagnostics {
