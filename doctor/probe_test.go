@@ -62,6 +62,7 @@ func TestProbe(t *testing.T) {
 			})
 			rep := eventually(t, cfg, func(r *doctor.Report) bool { return has(r, tc.id, d.model.Name, tc.verdict) != nil })
 			c := has(rep, tc.id, d.model.Name, tc.verdict)
+			t.Logf("%s %s: %s\n%s", c.Verdict, c.ID, c.Summary, strings.Join(c.Evidence, "\n"))
 			text := c.Fix
 			if tc.verdict == doctor.OK {
 				text = c.Summary
