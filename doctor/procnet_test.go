@@ -83,3 +83,24 @@ func FuzzParseProcNetTCP(f *testing.F) {
 		}
 	})
 }
+
+func TestSameHost(t *testing.T) {
+	for _, tc := range []struct {
+		mode, url string
+		want, bad bool
+	}{
+		{"auto", "http://127.0.0.1:8000", true, false},
+		{"", "https://localhost:8000", true, false},
+		{"auto", "http://[::1]:8000", true, false},
+		{"auto", "http://10.0.0.5:8000", false, false},
+		{"auto", "http://fe.example:8000", false, false},
+		{"on", "http://10.0.0.5:8000", true, false},
+		{"off", "http://127.0.0.1:8000", false, false},
+		{"yes", "http://127.0.0.1:8000", false, true},
+	} {
+		got, err := sameHost(tc.mode, tc.url)
+		if got != tc.want || (err != nil) != tc.bad {
+			t.Errorf("sameHost(%q, %q) = %v, %v", tc.mode, tc.url, got, err)
+		}
+	}
+}

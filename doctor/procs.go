@@ -75,7 +75,13 @@ func (d *run) leftovers() {
 		return
 	}
 	c := Check{ID: IDLeftovers, Verdict: OK}
-	if !d.readRec && d.cfg.Registry != nil {
+	if d.cfg.Registry == nil {
+		// Without records every worker would look left over.
+		c.Summary = "not checked: which processes are the deployment's needs its discovery records (pass the --discovery flags)"
+		d.add(c)
+		return
+	}
+	if !d.readRec {
 		c.Verdict, c.Summary = Warn, "not checked: the discovery records could not be read, so every process would look unknown"
 		c.Fix = "fix the discovery.read check first"
 		d.add(c)
