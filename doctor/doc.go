@@ -9,5 +9,9 @@
 // timeout and by a size limit on what it reads, and it authenticates the
 // way the deployment's other clients do (an API key for the frontend, a
 // cluster certificate for workers' mTLS ports), so that running it changes
-// nothing and needs no new opening.
+// nothing and needs no new opening. The one exception is opt-in: Probe
+// sends a synthetic prompt (random words, never user data) twice through
+// the frontend's OpenAI API, costing two one-token requests, to see prefix
+// reuse and the TTFT the frontend adds. On the deployment's host it also
+// reads /proc for leftover Tandem processes and their listening ports.
 package doctor

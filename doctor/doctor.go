@@ -50,6 +50,9 @@ const (
 	IDBlockSize       = "kv.block_size"
 	IDDisaggLayout    = "disagg.layout"
 	IDDisaggLink      = "disagg.link"
+	IDProbeCache      = "probe.prefix_cache"
+	IDFrontendTTFT    = "frontend.ttft_added"
+	IDLeftovers       = "host.leftovers"
 )
 
 // Expectation is how many live workers a pool should have. Empty Model or
@@ -126,6 +129,30 @@ type Config struct {
 	// MaxTransferTime is the link budget: moving the reference prompt's
 	// KV must take less (default 500 ms).
 	MaxTransferTime time.Duration
+
+	// Probe sends a synthetic prompt twice through the frontend's
+	// /v1/completions (--probe: it costs the deployment two requests, so
+	// it is opt-in) to check prefix reuse and the TTFT the frontend adds.
+	Probe bool
+	// ProbeModel is the model probed ("": the first with a live worker).
+	ProbeModel string
+	// ProbeWords is the probe prompt's length in words (default 600:
+	// dozens of blocks, a prefill long enough to time on any engine).
+	ProbeWords int
+	// ProbeTimeout bounds each probe request (default 60 s).
+	ProbeTimeout time.Duration
+	// MaxFrontendTTFT: frontend.ttft_added warns when the frontend adds
+	// more than this to the engine's TTFT (default 50 ms).
+	MaxFrontendTTFT time.Duration
+
+	// SameHost runs the leftover-process check: "on", "off" or "auto"
+	// (default: on when FrontendURL names a loopback address).
+	SameHost string
+	// ProcDir is where /proc is mounted (default /proc).
+	ProcDir string
+	// ProcessNames are the program names that are Tandem's (default
+	// "tandem").
+	ProcessNames []string
 }
 
 // Report is the doctor's whole answer.
@@ -162,6 +189,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.MaxTransferTime <= 0 {
 		cfg.MaxTransferTime = 500 * time.Millisecond
 	}
+	if cfg.ProbeWords <= 0 {
+		cfg.ProbeWords = 600
+	}
+	if cfg.ProbeWords > 100_000 {
+		return nil, fmt.Errorf("doctor: probe of %d words (limit 100000)", cfg.ProbeWords)
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 60 * time.Second
+	}
+	if cfg.MaxFrontendTTFT <= 0 {
+		cfg.MaxFrontendTTFT = 50 * time.Millisecond
+	}
+	if cfg.ProcDir == "" {
+		cfg.ProcDir = defaultProcDir
+	}
+	if len(cfg.ProcessNames) == 0 {
+		cfg.ProcessNames = []string{"tandem"}
+	}
+	if _, err := sameHost(cfg.SameHost, cfg.FrontendURL); err != nil {
+		return nil, err
+	}
 	cfg.FrontendURL = strings.TrimRight(cfg.FrontendURL, "/")
 	if !strings.HasPrefix(cfg.FrontendURL, "http://") && !strings.HasPrefix(cfg.FrontendURL, "https://") {
 		return nil, fmt.Errorf("doctor: frontend URL %q: want http:// or https://", cfg.FrontendURL)
@@ -176,6 +224,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	d.kvEvents()
 	d.blockSizes()
 	d.disagg()
+	d.probe()
+	d.leftovers()
 	rep := &Report{Frontend: cfg.FrontendURL, Checks: d.checks}
 	for _, c := range rep.Checks {
 		switch c.Verdict {

@@ -95,7 +95,11 @@ func (d *deployment) start(id, role string, edit func(*mocker.Config, *worker.Co
 
 func (d *deployment) config(edit func(*doctor.Config)) doctor.Config {
 	cfg := doctor.Config{FrontendURL: d.fe.URL(), Registry: newFile(d.t, d.dir), Timeout: 5 * time.Second,
-		DiscoveryFix: "remove " + d.dir + "/{id}.json", MaxTransferTime: 60 * time.Second}
+		DiscoveryFix: "remove " + d.dir + "/{id}.json", MaxTransferTime: 60 * time.Second,
+		// Off by default: other processes on a shared test host must not
+		// show up in a report; TestLeftovers turns it on with names of
+		// its own.
+		SameHost: "off"}
 	if edit != nil {
 		edit(&cfg)
 	}

@@ -39,7 +39,8 @@ func newDoctorCmd() *cobra.Command {
 		Long: `Reads a running deployment (the frontend's /health and /metrics, the discovery records,
 each worker's /metrics and /health) and runs the operational checklist: expected workers up, no stale
 records, KV events flowing from every worker, one block size per model, prefill/decode layouts equal
-and their links fast enough. Each check prints a verdict (ok, warn, fail), its evidence and a fix.
+and their links fast enough; with --probe, a re-sent synthetic prompt finds its blocks cached and the TTFT
+the frontend adds; on the deployment's host, leftover tandem processes and ports. Each check prints a verdict (ok, warn, fail), its evidence and a fix.
 Exit status 1 when a check fails. docs/operations.md lists the checks.`,
 		Args: cobra.NoArgs,
 	}
@@ -119,6 +120,12 @@ Exit status 1 when a check fails. docs/operations.md lists the checks.`,
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "bound on each network call")
 	f.IntVar(&cfg.ReferencePromptTokens, "reference-prompt-tokens", 1500, "prefill/decode links are priced by this prompt's KV crossing them")
 	f.DurationVar(&cfg.MaxTransferTime, "max-transfer-time", 500*time.Millisecond, "a link that takes longer to move the reference prompt's KV fails")
+	f.BoolVar(&cfg.Probe, "probe", false, "send a synthetic prompt (random words, no user data) twice through /v1/completions: checks prefix reuse and the TTFT the frontend adds (costs the deployment two requests)")
+	f.StringVar(&cfg.ProbeModel, "probe-model", "", "model the probe asks for (default: the first with a live worker)")
+	f.IntVar(&cfg.ProbeWords, "probe-words", 600, "the probe prompt's length in words (about as many tokens)")
+	f.DurationVar(&cfg.ProbeTimeout, "probe-timeout", 60*time.Second, "bound on each probe request")
+	f.DurationVar(&cfg.MaxFrontendTTFT, "max-frontend-ttft", 50*time.Millisecond, "frontend.ttft_added warns when the frontend adds more than this to the engine's TTFT")
+	f.StringVar(&cfg.SameHost, "same-host", "auto", "look for leftover tandem processes and ports on this host (/proc): on, off, or auto (on when --frontend is a loopback address)")
 	registerMTLS(cmd, &mtls)
 	disc.register(cmd)
 	f.Lookup("discovery").Usage = "the deployment's discovery backend: file, etcd, kube, or none (read only the frontend)"
