@@ -167,7 +167,8 @@ func TestQ8SignMatchesPortable(t *testing.T) {
 // BenchmarkQ8Kernels times the sign-trick Q8_0 kernel against the
 // sign-extending one it replaced, alternating in the same run, one
 // thread, on a 110M Llama's up projection (2048×768): ratio is old/new
-// time (above 1: the new kernel is faster).
+// time (above 1: the new kernel is faster). On an AVX-512 CPU the
+// AVX-512 level's kernel is timed too.
 func BenchmarkQ8Kernels(b *testing.B) {
 	if level < levelAVX2 {
 		b.Skip("no AVX2")
@@ -181,7 +182,8 @@ func BenchmarkQ8Kernels(b *testing.B) {
 		QuantizeRows(x, xq, xs)
 		out := make([]float32, T*rows)
 		b.Run(fmt.Sprintf("T%d", T), func(b *testing.B) {
-			var told, tnew time.Duration
+			var told, tnew, t512 time.Duration
+			has512 := supported() == levelAVX512
 			for b.Loop() {
 				s := time.Now()
 				matQ8ExtendAVX2(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
@@ -189,8 +191,18 @@ func BenchmarkQ8Kernels(b *testing.B) {
 				matQ8SignAVX2(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
 				told += m.Sub(s)
 				tnew += time.Since(m)
+				if has512 {
+					s = time.Now()
+					matQ8AVX512(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
+					t512 += time.Since(s)
+				}
 			}
 			n := float64(b.N)
+			if has512 {
+				// The AVX-512 level's own Q8_0 kernel (sign-extending,
+				// 16 lanes), for choosing which one that level runs.
+				b.ReportMetric(float64(t512.Nanoseconds())/n, "avx512-ns/op")
+			}
 			b.ReportMetric(float64(told.Nanoseconds())/n, "old-ns/op")
 			b.ReportMetric(float64(tnew.Nanoseconds())/n, "new-ns/op")
 			b.ReportMetric(float64(told)/float64(tnew), "ratio")
