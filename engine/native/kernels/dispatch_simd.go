@@ -62,7 +62,7 @@ func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, 
 	case levelAVX512:
 		matQ8AVX512(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 	case levelAVX2:
-		matQ8AVX2(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
+		matQ8SignAVX2(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 	default:
 		matQ8Portable(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 	}
