@@ -35,7 +35,9 @@ trap 'git worktree remove --force "$work/base" >/dev/null 2>&1 || true; git work
 git worktree add -q --detach "$work/base" "$base"
 git worktree add -q --detach "$work/head" "$head"
 # Tests that read the shared reference files find them beside the checkout.
-[ -e ../shared ] && ln -sfn "$(cd ../shared && pwd)" "$work/shared"
+# (TANDEM_SHARED, or the folder beside this checkout, as internal/sharedfiles looks.)
+sib="${TANDEM_SHARED:-$(cd .. && pwd)/shared}"
+[ -d "$sib" ] && ln -sfn "$sib" "$work/shared"
 
 pkgs=${PKGS:-$(grep -rlE '^func Benchmark' --include='*_test.go' . | xargs -n1 dirname | sort -u | tr '\n' ' ')}
 echo "bench-compare: $base ($(git rev-parse --short "$base")) vs $head ($(git rev-parse --short "$head")), $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/summary.txt"
