@@ -81,9 +81,12 @@ func TestUpstreamExternalLoad(t *testing.T) {
 				return ok && l.Waiting >= 4
 			})
 			before := [2]int64{srvs[0].Requests(), srvs[1].Requests()}
+			// Bounded: without the engine's report a cold request would
+			// queue behind the flood on server 0 for minutes.
+			client := &http.Client{Timeout: 60 * time.Second}
 			send := func(n, from int) {
 				for i := range n {
-					resp, err := http.Post(sys.URL()+"/v1/completions", "application/json",
+					resp, err := client.Post(sys.URL()+"/v1/completions", "application/json",
 						strings.NewReader(fmt.Sprintf(`{"model":"org/m","prompt":"cold request number %d","max_tokens":2}`, from+i)))
 					if err != nil {
 						t.Fatal(err)
