@@ -672,6 +672,16 @@ type workerHealth struct {
 	KVLastEventAgeSeconds *float64 `json:"kv_last_event_age_seconds,omitempty"`
 	// Stuck: it holds requests but produces nothing; the router skips it.
 	Stuck bool `json:"stuck,omitempty"`
+	// EngineQueue is the engine's own account of its queue, other
+	// clients' requests included (an upstream server's /metrics), as the
+	// kv costs read it; absent for engines without one or while unknown.
+	EngineQueue *engineQueue `json:"engine_queue,omitempty"`
+}
+
+type engineQueue struct {
+	Running    int     `json:"running"`
+	Waiting    int     `json:"waiting"`
+	AgeSeconds float64 `json:"age_seconds"`
 }
 
 // workerStates is implemented by policies that track per-worker state
@@ -705,6 +715,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 		count[wk.Model]++
 		wh := workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
 			Stuck: slices.Contains(stuck, wk.ID)}
+		if wk.Queue != nil {
+			if running, waiting, at, ok := wk.Queue.EngineQueue(); ok {
+				wh.EngineQueue = &engineQueue{Running: running, Waiting: waiting, AgeSeconds: time.Since(at).Seconds()}
+			}
+		}
 		if st, ok := evs[wk.ID]; ok {
 			wh.KVEventsApplied = st.Applied
 			if st.LastAge >= 0 {

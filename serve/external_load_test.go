@@ -3,6 +3,7 @@ package serve
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,6 +81,24 @@ func TestUpstreamExternalLoad(t *testing.T) {
 				l, ok := sys.engines[0].(*upstream.Engine).Load()
 				return ok && l.Waiting >= 4
 			})
+			// /health shows what the router reads.
+			resp, err := http.Get(sys.URL() + "/health")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep struct {
+				Workers []struct {
+					ID          string `json:"id"`
+					EngineQueue *struct {
+						Waiting int `json:"waiting"`
+					} `json:"engine_queue"`
+				} `json:"workers"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&rep)
+			resp.Body.Close()
+			if err != nil || len(rep.Workers) != 2 || rep.Workers[0].EngineQueue == nil || rep.Workers[0].EngineQueue.Waiting < 4 {
+				t.Fatalf("/health workers %+v (%v), want worker 0's engine_queue with the flood waiting", rep.Workers, err)
+			}
 			before := [2]int64{srvs[0].Requests(), srvs[1].Requests()}
 			// Bounded: without the engine's report a cold request would
 			// queue behind the flood on server 0 for minutes.
