@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -100,15 +101,20 @@ func (d *run) send(c *http.Client, model, prompt string) (probeResult, error) {
 		b, _ := io.ReadAll(io.LimitReader(lr, 2048))
 		return res, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, bytes.TrimSpace(b))
 	}
-	sc := bufio.NewScanner(lr)
-	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
+	br, long := bufio.NewReaderSize(lr, 64<<10), []byte(nil)
 	first, usage := false, false
-	for sc.Scan() {
-		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:"))
+	for {
+		line, rerr := openai.ReadSSELine(br, &long, maxSSELine)
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return res, fmt.Errorf("read stream: %w", rerr)
+		}
+		data, ok := openai.SSEData(line)
 		if !ok {
+			if rerr != nil {
+				break
+			}
 			continue
 		}
-		data = bytes.TrimSpace(data)
 		if bytes.Equal(data, []byte("[DONE]")) {
 			break
 		}
@@ -134,9 +140,9 @@ func (d *run) send(c *http.Client, model, prompt string) (probeResult, error) {
 			res.CachedTokens = ch.Usage.Details.CachedTokens
 			res.CachedReported = ch.Usage.Details.Reported()
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return res, fmt.Errorf("read stream: %w", err)
+		if rerr != nil {
+			break
+		}
 	}
 	switch {
 	case !first:
