@@ -2,7 +2,7 @@ package requestplane
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -56,12 +56,14 @@ func clampInt32(v int) int32 { return int32(min(max(v, 0), 1<<31-1)) }
 type QueueWatch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	// last is the latest report (nil: unknown). A pointer swap, because
+	// the router reads it for every candidate of every decision.
+	last atomic.Pointer[queueReport]
+}
 
-	mu      sync.Mutex
-	running int
-	waiting int
-	at      time.Time
-	known   bool
+type queueReport struct {
+	running, waiting int
+	at               time.Time
 }
 
 // WatchQueue starts following c's worker.
@@ -76,9 +78,11 @@ func (c *Client) WatchQueue(ctx context.Context) *QueueWatch {
 // not refreshed for three intervals is unknown: the worker or its link is
 // gone, and its last word no longer describes it.
 func (q *QueueWatch) EngineQueue() (running, waiting int, at time.Time, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.running, q.waiting, q.at, q.known
+	r := q.last.Load()
+	if r == nil {
+		return 0, 0, time.Time{}, false
+	}
+	return r.running, r.waiting, r.at, true
 }
 
 // Close stops the watch and waits for its goroutine.
@@ -125,12 +129,9 @@ func (q *QueueWatch) follow(ctx context.Context, w rpv1.WorkerClient, bo *backof
 }
 
 func (q *QueueWatch) set(m *rpv1.QueueReport, now time.Time) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	if m == nil || !m.GetKnown() {
-		q.known = false
+		q.last.Store(nil)
 		return
 	}
-	q.running, q.waiting, q.known = int(m.GetRunning()), int(m.GetWaiting()), true
-	q.at = now.Add(-time.Duration(min(max(m.GetAgeMs(), 0), int64(time.Hour/time.Millisecond))) * time.Millisecond)
+	q.last.Store(&queueReport{running: int(m.GetRunning()), waiting: int(m.GetWaiting()), at: now.Add(-time.Duration(min(max(m.GetAgeMs(), 0), int64(time.Hour/time.Millisecond))) * time.Millisecond)})
 }
