@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,16 +56,24 @@ func TestUpstreamExternalLoad(t *testing.T) {
 			t.Cleanup(func() { _ = sys.Shutdown(context.Background()) })
 
 			// The other client: eight long streams straight to server 0.
-			flood, stop := context.WithCancel(t.Context())
+			flood, cancel := context.WithCancel(t.Context())
+			var floods sync.WaitGroup
+			// The flood's goroutines log through t: they must end before
+			// the test does, on every path.
+			stop := func() { cancel(); floods.Wait() }
 			defer stop()
 			for i := range 8 {
+				floods.Add(1)
 				go func() {
+					defer floods.Done()
 					body := fmt.Sprintf(`{"model":"org/m","prompt":"flood %d","max_tokens":30000,"ignore_eos":true,"stream":true}`, i)
 					req, _ := http.NewRequestWithContext(flood, "POST", srvs[0].URL()+"/v1/completions", strings.NewReader(body))
 					req.Header.Set("Content-Type", "application/json")
 					resp, err := http.DefaultClient.Do(req)
 					if err != nil {
-						t.Log("flood:", err)
+						if flood.Err() == nil {
+							t.Log("flood:", err)
+						}
 						return
 					}
 					if resp.StatusCode != 200 {
