@@ -122,6 +122,26 @@ func BenchmarkDecision(b *testing.B) {
 			benchDecision(b, f)
 		})
 	}
+	// Every worker with an engine queue report (upstream servers): the
+	// extra cost is one report read per candidate. The reports show
+	// nothing beyond the router's own load, so the choice is unchanged.
+	b.Run("cost=ttft/queue-reports", func(b *testing.B) {
+		q := &fakeQueue{}
+		q.set(0, 0, time.Now().Add(time.Hour)) // fresh for the whole run
+		f.kv.mu.RLock()
+		for _, w := range f.kv.workers {
+			w.setQueue(q)
+		}
+		f.kv.mu.RUnlock()
+		defer func() {
+			f.kv.mu.RLock()
+			for _, w := range f.kv.workers {
+				w.setQueue(nil)
+			}
+			f.kv.mu.RUnlock()
+		}()
+		benchDecision(b, f)
+	})
 }
 
 func benchDecision(b *testing.B, f *decisionFixture) {
