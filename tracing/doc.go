@@ -11,7 +11,8 @@
 // tracing off the global provider is the no-op one, whose spans cost a
 // context lookup and carry the caller's span context through unchanged, so
 // a client's traceparent still reaches every process and every log line.
-// Start installs the SDK provider once per process.
+// Start installs the lean Provider (lean.go: OpenTelemetry's API over
+// spans encoded straight to OTLP) once per process.
 //
 // Spans carry token counts, worker ids, costs and byte counts, never prompt
 // or completion text: traces leave the process for the collector, and

@@ -16,12 +16,12 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Config is one process's tracing configuration.
@@ -107,10 +107,34 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (shutdown func(con
 	if cfg.Endpoint == "" {
 		return func(context.Context) error { return nil }, nil
 	}
-	hostport, plaintext, _ := splitEndpoint(cfg.Endpoint)
-	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(hostport), otlptracegrpc.WithTimeout(10 * time.Second)}
+	tp, err := Dial(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	UseSampled(tp, cfg.SampleRatio)
+	if log != nil {
+		log.Info("tracing", "otlp_endpoint", cfg.Endpoint, "sample_ratio", cfg.SampleRatio, "service", cfg.Service)
+	}
+	return func(ctx context.Context) error {
+		Use(nil)
+		return tp.Shutdown(ctx)
+	}, nil
+}
+
+// Dial returns the Provider Start installs, exporting to cfg.Endpoint over
+// OTLP/gRPC, without installing it; its Shutdown also closes the
+// connection.
+func Dial(cfg Config, log *slog.Logger) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	hostport, plaintext, err := splitEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	var creds credentials.TransportCredentials
 	if plaintext {
-		opts = append(opts, otlptracegrpc.WithInsecure())
+		creds = insecure.NewCredentials()
 		if h, _, _ := net.SplitHostPort(hostport); !isLoopback(h) && log != nil {
 			log.Warn("exporting traces in plaintext to a non-loopback collector", "otlp_endpoint", cfg.Endpoint)
 		}
@@ -126,31 +150,27 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (shutdown func(con
 				return nil, errors.New("tracing: --otlp-ca-file holds no PEM certificate")
 			}
 		}
-		opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tc)))
+		creds = credentials.NewTLS(tc)
 	}
-	// New connects lazily: a collector that is down costs dropped spans
-	// (and the exporter's own retry), never a process that cannot start.
-	exp, err := otlptracegrpc.New(ctx, opts...)
+	// The client connects lazily: a collector that is down costs dropped
+	// spans, never a process that cannot start.
+	client, err := newOTLPClient(hostport, creds)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = log
 	}
-	tp := NewProvider(exp, cfg)
-	UseSampled(tp, cfg.SampleRatio)
-	if log != nil {
-		log.Info("tracing", "otlp_endpoint", cfg.Endpoint, "sample_ratio", cfg.SampleRatio, "service", cfg.Service)
-	}
-	return func(ctx context.Context) error {
-		Use(nil)
-		return tp.Shutdown(ctx)
-	}, nil
+	tp := NewLeanProvider(client.send, cfg, cfg.Logger)
+	tp.closer = client.close
+	return tp, nil
 }
 
-// NewProvider is the SDK provider Start installs, around any exporter
-// (tests pass an in-memory one): parent-based ratio sampling, batched
-// export (batcher.go), the process named by cfg.Service and cfg.Instance.
+// NewProvider is an SDK provider configured as Start's Provider is, around
+// any exporter: parent-based ratio sampling, batched export (batcher.go),
+// the process named by cfg.Service and cfg.Instance. Start installs the
+// lean Provider instead (lean.go says why); this one is its baseline in
+// BenchmarkTracingCost and TestLeanMatchesSDK.
 func NewProvider(exp sdktrace.SpanExporter, cfg Config) *sdktrace.TracerProvider {
 	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.Service)}
 	if cfg.Instance != "" {
