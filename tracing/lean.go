@@ -424,16 +424,23 @@ func (s *leanSpan) appendOTLP(b []byte) []byte {
 	b = appendCount(b, 12, s.droppedEvents)
 	b = appendCount(b, 14, s.droppedLinks)
 	// Status: the SDK's exporter always writes one, Unset included.
-	var st []byte
+	code := otlpStatus(s.status)
+	n := 0
 	if s.desc != "" {
-		st = appendString(st, 2, s.desc)
+		n += protowire.SizeTag(2) + protowire.SizeBytes(len(s.desc))
 	}
-	if c := otlpStatus(s.status); c != 0 {
-		st = protowire.AppendTag(st, 3, protowire.VarintType)
-		st = protowire.AppendVarint(st, c)
+	if code != 0 {
+		n += protowire.SizeTag(3) + protowire.SizeVarint(code)
 	}
 	b = protowire.AppendTag(b, 15, protowire.BytesType)
-	b = protowire.AppendBytes(b, st)
+	b = protowire.AppendVarint(b, uint64(n))
+	if s.desc != "" {
+		b = appendString(b, 2, s.desc)
+	}
+	if code != 0 {
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendVarint(b, code)
+	}
 	// Flags: the W3C trace flags, and that the parent's remoteness is known
 	// (SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, 0x100) and whether it is
 	// (SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK, 0x200), as the SDK's exporter
@@ -482,14 +489,44 @@ func appendCount(b []byte, field protowire.Number, n int) []byte {
 	return protowire.AppendVarint(b, uint64(min(n, math.MaxUint32)))
 }
 
-// appendKV appends kv as a KeyValue message in field.
+// appendKV appends kv as a KeyValue message in field. A scalar value's
+// message sizes are computed up front, so it is written in place with no
+// allocation (the attributes of Tandem's spans are all scalars); slices
+// and maps are built in a scratch buffer first.
 func appendKV(b []byte, field protowire.Number, kv attribute.KeyValue) []byte {
-	var m []byte
-	m = appendString(m, 1, string(kv.Key))
-	m = protowire.AppendTag(m, 2, protowire.BytesType)
-	m = protowire.AppendBytes(m, appendAnyValue(nil, kv.Value))
+	var value []byte
+	n, scalar := scalarSize(kv.Value)
+	if !scalar {
+		value = appendAnyValue(nil, kv.Value)
+		n = len(value)
+	}
+	inner := protowire.SizeTag(1) + protowire.SizeBytes(len(kv.Key)) + protowire.SizeTag(2) + protowire.SizeBytes(n)
 	b = protowire.AppendTag(b, field, protowire.BytesType)
-	return protowire.AppendBytes(b, m)
+	b = protowire.AppendVarint(b, uint64(inner))
+	b = appendString(b, 1, string(kv.Key))
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	if !scalar {
+		return protowire.AppendBytes(b, value)
+	}
+	b = protowire.AppendVarint(b, uint64(n))
+	return appendAnyValue(b, kv.Value)
+}
+
+// scalarSize is the encoded size of a scalar value's AnyValue message.
+func scalarSize(v attribute.Value) (int, bool) {
+	switch v.Type() {
+	case attribute.STRING:
+		return protowire.SizeTag(1) + protowire.SizeBytes(len(v.AsString())), true
+	case attribute.BOOL:
+		return protowire.SizeTag(2) + 1, true
+	case attribute.INT64:
+		return protowire.SizeTag(3) + protowire.SizeVarint(uint64(v.AsInt64())), true
+	case attribute.FLOAT64:
+		return protowire.SizeTag(4) + protowire.SizeFixed64(), true
+	case attribute.EMPTY:
+		return 0, true
+	}
+	return 0, false
 }
 
 // appendAnyValue appends v as an AnyValue message's fields, mapped as the
