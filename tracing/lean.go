@@ -41,8 +41,9 @@ import (
 // status precedence (Ok over Error over Unset), RecordError as an
 // "exception" event, and the OTLP mapping of the SDK's exporter (span
 // kinds, status codes, the parent-is-remote flags). Links are counted as
-// dropped: no Tandem span has one. TestLeanMatchesSDK checks the bytes
-// against the SDK's exporter's for the same spans.
+// dropped: no Tandem span has one. TestLeanMatchesSDK checks what a
+// collector receives against what the SDK's exporter sends for the same
+// spans; TestJaegerTrace (cmd/tandem) has a real Jaeger read it back.
 type Provider struct {
 	embedded.TracerProvider
 	// bound is the SDK's TraceIDRatioBased threshold: a root is sampled
