@@ -71,12 +71,20 @@ func TestSeedExperiment(t *testing.T) {
 	// computes a prefix once only if the second request is admitted after
 	// the first's prefill, so those are counted apart and the bound holds
 	// for the others.
+	//
+	// These runs use speedup 4, not the default 20: the harness measures
+	// wall time × speedup, so a scheduling delay of 1 ms on a loaded
+	// machine (CI runs every package's tests at once on two cores) reads
+	// as 20 ms of model time at 20, enough to misprice a queue and route a
+	// re-request away (4 of 60 in one CI run). A run here is ~3 s of model
+	// time, so the lower speedup costs well under a second each.
+	const concSpeedup = 4
 	for _, conc := range []int{4, 8} {
 		var sums [3]int
 		for ci, cost := range []router.CostModel{router.CostTTFT, router.CostTandem, router.CostDynamo} {
 			var runs []string
 			for _, seed := range seeds {
-				res, err := Run(t.Context(), Scenario{Mode: "kv", Cost: cost, Seed: seed, Concurrency: conc})
+				res, err := Run(t.Context(), Scenario{Mode: "kv", Cost: cost, Seed: seed, Concurrency: conc, Speedup: concSpeedup})
 				if err != nil {
 					t.Fatal(err)
 				}
