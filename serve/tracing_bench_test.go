@@ -2,94 +2,18 @@ package serve
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"runtime/metrics"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/trace"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/tandemllm/tandem/internal/otlptest"
 	"github.com/tandemllm/tandem/tracing"
 )
-
-// otlpStub is an OTLP/gRPC trace collector on loopback: the exporter
-// serializes, compresses nothing and sends every batch over a real gRPC
-// connection, as it does to Jaeger. The stub keeps each request's bytes
-// undecoded and decodes them only when the spans are counted, after the
-// timed part: a collector is another process (Jaeger), usually on another
-// host, and decoding its batches here cost as much CPU on the benchmark's
-// two cores as the exporter itself (a CPU profile of sampling 1.0 against
-// off: 0.29 s decoding in the stub, 0.20 s exporting, per 8,000 requests),
-// which the requests being timed then waited for.
-type otlpStub struct {
-	mu   sync.Mutex
-	raw  [][]byte
-	size atomic.Int64
-}
-
-// rawCodec hands the gRPC server each request's bytes as they arrived;
-// the reply (an empty ExportTraceServiceResponse) is zero bytes.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(any) ([]byte, error) { return nil, nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), data...)
-	return nil
-}
-func (rawCodec) Name() string { return "proto" }
-
-func (s *otlpStub) export(_ any, ss grpc.ServerStream) error {
-	var in []byte
-	if err := ss.RecvMsg(&in); err != nil {
-		return err
-	}
-	s.size.Add(int64(len(in)))
-	s.mu.Lock()
-	s.raw = append(s.raw, in)
-	s.mu.Unlock()
-	var out []byte
-	return ss.SendMsg(&out)
-}
-
-// spans decodes what arrived and counts its spans.
-func (s *otlpStub) spans(b *testing.B) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var n int64
-	for _, raw := range s.raw {
-		var req collectortrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(raw, &req); err != nil {
-			b.Fatalf("the exporter sent an undecodable batch: %v", err)
-		}
-		for _, rs := range req.GetResourceSpans() {
-			for _, ss := range rs.GetScopeSpans() {
-				n += int64(len(ss.GetSpans()))
-			}
-		}
-	}
-	return n
-}
-
-func startOTLPStub(b *testing.B) (*otlpStub, string) {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	stub := &otlpStub{}
-	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(stub.export))
-	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(srv.Stop)
-	return stub, ln.Addr().String()
-}
 
 // BenchmarkTracingCost: one streaming request (16 tokens, one SSE chunk
 // each) through the real HTTP frontend and the gRPC request plane to an
@@ -103,7 +27,7 @@ func startOTLPStub(b *testing.B) (*otlpStub, string) {
 // whole request's p90 and mean.
 func BenchmarkTracingCost(b *testing.B) {
 	sys, _, _ := startBenchWith(b, "grpc", 1, true)
-	stub, addr := startOTLPStub(b)
+	stub, addr := otlptest.Start(b)
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	// The production provider (tracing.Dial, what tracing.Start installs)
 	// at ratios 0 and 1, and the OpenTelemetry SDK with its own OTLP
@@ -228,8 +152,8 @@ func BenchmarkTracingCost(b *testing.B) {
 	_ = modes[2].tp.ForceFlush(context.Background())
 	_ = modes[3].tp.ForceFlush(context.Background())
 	sampled := 2 * float64(len(total[2])+20+block*blocks) // the lean and the SDK's
-	b.ReportMetric(float64(stub.spans(b))/sampled, "spans/sampled-req")
-	b.ReportMetric(float64(stub.size.Load())/sampled, "otlp-bytes/sampled-req")
+	b.ReportMetric(float64(stub.Spans(b))/sampled, "spans/sampled-req")
+	b.ReportMetric(float64(stub.Bytes())/sampled, "otlp-bytes/sampled-req")
 }
 
 // heapObjects is the count of heap objects allocated so far (all

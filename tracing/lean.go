@@ -47,9 +47,9 @@ import (
 type Provider struct {
 	embedded.TracerProvider
 	// bound is the SDK's TraceIDRatioBased threshold: a root is sampled
-	// when the trace id's low 63 bits are below it.
+	// when the trace id's low 63 bits are below it (at ratio 1 it is
+	// 1<<63, above every 63-bit value).
 	bound    uint64
-	always   bool
 	resource []byte // the encoded Resource message
 	q        *queue[*leanSpan]
 	send     func(context.Context, []byte) error
@@ -70,11 +70,9 @@ const (
 // OTLP ExportTraceServiceRequest, to send (an OTLP/gRPC client, or a test's
 // decoder), at most every second or every 512 spans.
 func NewLeanProvider(send func(context.Context, []byte) error, cfg Config, log *slog.Logger) *Provider {
-	p := &Provider{send: send, always: cfg.SampleRatio >= 1}
-	if cfg.SampleRatio > 0 {
-		// As sdktrace.TraceIDRatioBased computes it.
-		p.bound = uint64(cfg.SampleRatio * (1 << 63))
-	}
+	// As sdktrace.TraceIDRatioBased computes it (Validate keeps the
+	// ratio in [0, 1]).
+	p := &Provider{send: send, bound: uint64(min(max(cfg.SampleRatio, 0), 1) * (1 << 63))}
 	// In key order, as the SDK's resource (an attribute.Set) holds them.
 	var res []byte
 	if cfg.Instance != "" {
@@ -125,7 +123,7 @@ func (t *leanTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 	} else {
 		binary.BigEndian.PutUint64(tid[:8], rand.Uint64())
 		binary.BigEndian.PutUint64(tid[8:], rand.Uint64())
-		sampled = t.p.always || binary.BigEndian.Uint64(tid[8:16])>>1 < t.p.bound
+		sampled = binary.BigEndian.Uint64(tid[8:16])>>1 < t.p.bound
 	}
 	var sid trace.SpanID
 	for !sid.IsValid() {
@@ -136,7 +134,8 @@ func (t *leanTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 	if !sampled {
 		// Not recording, but the new ids travel on (as the SDK's
 		// non-recording span does), so the trace stays one trace downstream.
-		return trace.ContextWithSpanContext(ctx, sc), trace.SpanFromContext(trace.ContextWithSpanContext(ctx, sc))
+		ctx = trace.ContextWithSpanContext(ctx, sc)
+		return ctx, trace.SpanFromContext(ctx)
 	}
 	s := &leanSpan{t: t, sc: sc, parent: parent, name: name, kind: cfg.SpanKind(), start: cfg.Timestamp()}
 	if s.start.IsZero() {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -18,54 +17,11 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tandemllm/tandem/internal/otlptest"
 )
-
-// collector is an OTLP/gRPC trace collector on loopback that keeps every
-// request's bytes.
-type collector struct {
-	mu  sync.Mutex
-	got [][]byte
-}
-
-func (c *collector) export(_ any, ss grpc.ServerStream) error {
-	var in []byte
-	if err := ss.RecvMsg(&in); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.got = append(c.got, in)
-	c.mu.Unlock()
-	return ss.SendMsg([]byte{})
-}
-
-func (c *collector) requests(t *testing.T) []*collectortrace.ExportTraceServiceRequest {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []*collectortrace.ExportTraceServiceRequest
-	for _, b := range c.got {
-		req := &collectortrace.ExportTraceServiceRequest{}
-		if err := proto.Unmarshal(b, req); err != nil {
-			t.Fatalf("undecodable export request: %v", err)
-		}
-		out = append(out, req)
-	}
-	return out
-}
-
-func startCollector(t *testing.T) (*collector, string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &collector{}
-	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(c.export))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return c, ln.Addr().String()
-}
 
 // recordSpans makes the same spans through any provider: a server span
 // under a client's remote parent with every attribute type, children with
@@ -154,7 +110,7 @@ func normalize(t *testing.T, reqs []*collectortrace.ExportTraceServiceRequest) *
 // OTLP messages, ids and times aside.
 func TestLeanMatchesSDK(t *testing.T) {
 	cfg := Config{SampleRatio: 1, Service: "tandem-test", Instance: "w1"}
-	sdkCol, sdkAddr := startCollector(t)
+	sdkCol, sdkAddr := otlptest.Start(t)
 	exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(sdkAddr), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +121,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	leanCol, leanAddr := startCollector(t)
+	leanCol, leanAddr := otlptest.Start(t)
 	client, err := newOTLPClient(leanAddr, insecure.NewCredentials())
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +133,7 @@ func TestLeanMatchesSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want, got := normalize(t, sdkCol.requests(t)), normalize(t, leanCol.requests(t))
+	want, got := normalize(t, sdkCol.Requests(t)), normalize(t, leanCol.Requests(t))
 	if n := len(got.GetScopeSpans()); n != 2 {
 		t.Fatalf("lean export has %d scopes, want 2: %v", n, got)
 	}
@@ -259,4 +215,24 @@ func TestPartialSuccess(t *testing.T) {
 	if n, _ := partialSuccess([]byte{0x0a, 0xff}); n != 0 {
 		t.Errorf("truncated response: %d", n)
 	}
+}
+
+// FuzzPartialSuccess: whatever a collector replies, the reply parser
+// returns without panicking, and on a reply the protobuf library decodes
+// it reads the same rejected count and message.
+func FuzzPartialSuccess(f *testing.F) {
+	ok, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{PartialSuccess: &collectortrace.ExportTracePartialSuccess{RejectedSpans: 3, ErrorMessage: "too big"}})
+	f.Add(ok)
+	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, msg := partialSuccess(b)
+		var want collectortrace.ExportTraceServiceResponse
+		if proto.Unmarshal(b, &want) != nil {
+			return
+		}
+		if ps := want.GetPartialSuccess(); n != ps.GetRejectedSpans() || msg != ps.GetErrorMessage() {
+			t.Errorf("partialSuccess = %d, %q; protobuf reads %d, %q", n, msg, ps.GetRejectedSpans(), ps.GetErrorMessage())
+		}
+	})
 }
