@@ -27,7 +27,10 @@ import (
 // whole request's p90 and mean.
 func BenchmarkTracingCost(b *testing.B) {
 	sys, _, _ := startBenchWith(b, "grpc", 1, true)
+	// One collector per provider, so each one's spans and bytes are
+	// counted apart.
 	stub, addr := otlptest.Start(b)
+	sdkStub, sdkAddr := otlptest.Start(b)
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	// The production provider (tracing.Dial, what tracing.Start installs)
 	// at ratios 0 and 1, and the OpenTelemetry SDK with its own OTLP
@@ -40,7 +43,7 @@ func BenchmarkTracingCost(b *testing.B) {
 		}
 		return tp
 	}
-	exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure())
+	exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(sdkAddr), otlptracegrpc.WithInsecure())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,9 +154,11 @@ func BenchmarkTracingCost(b *testing.B) {
 	b.ReportMetric(mean(total[3])-mean(total[0]), "sdk-ratio1-mean-added-µs")
 	_ = modes[2].tp.ForceFlush(context.Background())
 	_ = modes[3].tp.ForceFlush(context.Background())
-	sampled := 2 * float64(len(total[2])+20+block*blocks) // the lean and the SDK's
+	sampled := float64(len(total[2]) + 20 + block*blocks) // each sampled mode's requests
 	b.ReportMetric(float64(stub.Spans(b))/sampled, "spans/sampled-req")
 	b.ReportMetric(float64(stub.Bytes())/sampled, "otlp-bytes/sampled-req")
+	b.ReportMetric(float64(sdkStub.Spans(b))/sampled, "sdk-spans/sampled-req")
+	b.ReportMetric(float64(sdkStub.Bytes())/sampled, "sdk-otlp-bytes/sampled-req")
 }
 
 // heapObjects is the count of heap objects allocated so far (all
