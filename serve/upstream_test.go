@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
@@ -54,11 +55,20 @@ func TestKVRoutingToUpstreams(t *testing.T) {
 			}
 		}
 	}
-	h := healthOf(t, front.URL())
-	for _, w := range []string{"worker-0", "worker-1"} {
-		if h[w] != "healthy" {
-			t.Fatalf("kv events of %s: %q (%v)", w, h[w], h)
+	// Each subscription reaches healthy once its replay has caught up;
+	// under the race detector on two loaded cores that can trail the last
+	// request by a few seconds, so poll (a stream that never syncs still
+	// fails).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := healthOf(t, front.URL())
+		if h["worker-0"] == "healthy" && h["worker-1"] == "healthy" {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kv events not healthy after 20 s: %v", h)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
