@@ -41,9 +41,15 @@ type completion struct {
 
 // resend sends each of n prefixes rounds times (with a varying tail) and
 // returns the re-requests whose engine-reported cached tokens cover the
-// prefix, and their number.
-func resend(t *testing.T, url string, n, rounds int) (hits, total int) {
+// prefix, and their number. With settle, each first request waits until
+// the router has applied a new KV event batch: what is measured is where
+// the router sends a prefix it has heard of, not whether a loaded CI
+// machine delivers an event within the next few requests (kv mode trusts a
+// healthy worker's events alone, so an event still in flight is a miss by
+// design).
+func resend(t *testing.T, url string, n, rounds int, settle bool) (hits, total int) {
 	t.Helper()
+	var applied uint64
 	for r := 0; r < rounds; r++ {
 		for p := 0; p < n; p++ {
 			prefix := strings.Repeat(fmt.Sprintf("prefix %d of the kv routing test; ", p), 40)
@@ -58,6 +64,9 @@ func resend(t *testing.T, url string, n, rounds int) (hits, total int) {
 			if err := json.Unmarshal(b, &c); err != nil || resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, b)
 			}
+			if settle && r == 0 {
+				applied = awaitApplied(t, url, applied)
+			}
 			if r > 0 {
 				total++
 				if c.Usage.Details.CachedTokens >= c.Usage.PromptTokens-32 {
@@ -69,13 +78,50 @@ func resend(t *testing.T, url string, n, rounds int) (hits, total int) {
 	return hits, total
 }
 
+// awaitApplied waits until the workers' KV events applied, summed, exceed
+// after and then hold still for 20 ms (a prefill in several steps publishes
+// several batches), and returns the sum.
+func awaitApplied(t *testing.T, url string, after uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	last := after
+	for {
+		var h struct {
+			Workers []struct {
+				Applied uint64 `json:"kv_events_applied"`
+			} `json:"workers"`
+		}
+		resp, err := http.Get(url + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum uint64
+		for _, w := range h.Workers {
+			sum += w.Applied
+		}
+		if sum > after && sum == last {
+			return sum
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("KV events applied did not settle above %d within 10 s (now %d)", after, sum)
+		}
+		last = sum
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestKVModeRoutesPrefixesHome(t *testing.T) {
 	for _, mode := range []string{"kv", "kv-approx"} {
 		t.Run(mode, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.RouterMode = mode
 			sys := startTest(t, cfg, kvEngines(0))
-			if hits, total := resend(t, sys.URL(), 6, 3); hits != total {
+			if hits, total := resend(t, sys.URL(), 6, 3, mode == "kv"); hits != total {
 				t.Fatalf("%s: %d/%d re-requests hit the cache", mode, hits, total)
 			}
 		})
@@ -90,7 +136,7 @@ func TestMissingEventsAreReported(t *testing.T) {
 	cfg.RouterMode = "kv"
 	cfg.KV.KVEventsTimeout = 300 * time.Millisecond
 	sys := startTest(t, cfg, kvEngines(1))
-	hits, total := resend(t, sys.URL(), 6, 3)
+	hits, total := resend(t, sys.URL(), 6, 3, false)
 	if hits < total-1 {
 		t.Fatalf("%d/%d re-requests hit with worker-0's events off", hits, total)
 	}
