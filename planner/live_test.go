@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -94,6 +95,10 @@ func TestScraperReadsFrontendMetrics(t *testing.T) {
 	}
 	if o.TTFTMs < 100 || o.TTFTMs > 250 {
 		t.Fatalf("p90 TTFT %v ms, want within the 100..250 ms bucket", o.TTFTMs)
+	}
+	// An interval in which nothing finished has no output length.
+	if o, err = sc.Observe(context.Background(), 0.9); err != nil || o.Load.Rate != 0 || !math.IsNaN(o.Load.OSL) {
+		t.Fatalf("idle interval %+v (%v): want rate 0 and OSL NaN", o.Load, err)
 	}
 }
 

@@ -87,7 +87,11 @@ func (s *Scraper) interval(snap *snapshot, q float64) Observation {
 		// A restarted frontend resets its counters: start over.
 		return o
 	}
-	o.Load = Load{Rate: n / dt, Window: dt}
+	// A mean over no requests is unknown (NaN), not zero: an interval in
+	// which nothing finished says nothing about output lengths, and a
+	// zero fed to a trend-aware predictor reads as a ramp (live, the first
+	// interval's OSL of 0 and the next one's 258 had Holt forecast 516).
+	o.Load = Load{Rate: n / dt, Window: dt, OSL: math.NaN(), HitFrac: math.NaN()}
 	if n > 0 {
 		o.Load.ISL = (snap.isl.sum - prev.isl.sum) / n
 		if no := snap.osl.count - prev.osl.count; no > 0 {

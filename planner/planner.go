@@ -117,14 +117,14 @@ type poolState struct {
 // Planner turns observations into decisions. It is not safe for
 // concurrent use; Run drives it from one goroutine.
 type Planner struct {
-	cfg                     Config
-	pools                   []*poolState
-	rate, isl, osl, hit     Predictor
-	tail                    Predictor
-	met                     *metrics
-	log                     *slog.Logger
-	startupIntervals        float64
-	observedOnce, anyDemand bool
+	cfg                 Config
+	pools               []*poolState
+	rate, isl, osl, hit Predictor
+	tail                Predictor
+	met                 *metrics
+	log                 *slog.Logger
+	startupIntervals    float64
+	observedOnce        bool
 }
 
 // New validates cfg and builds a planner.
@@ -207,7 +207,11 @@ func (p *Planner) Step(o Observation) []Decision {
 			}
 		}
 	}
-	if o.Load.valid() {
+	// Each series takes what the interval measured; a mean over no
+	// requests (NaN: nothing finished, nothing reported cached tokens) is
+	// skipped by Observe, so the series keeps its last level.
+	seen := usable(o.Load.Rate) && o.Load.Rate >= 0
+	if seen {
 		p.rate.Observe(o.Load.Rate)
 		if o.Load.Rate > 0 {
 			p.isl.Observe(o.Load.ISL)
@@ -218,6 +222,16 @@ func (p *Planner) Step(o Observation) []Decision {
 			}
 		}
 		p.observedOnce = true
+		// The corrections compare the interval's latencies with the
+		// model at its load; a length it did not measure is the level
+		// the planner holds for it.
+		lv := p.predict(1)
+		if !usable(o.Load.OSL) {
+			o.Load.OSL = lv.OSL
+		}
+		if !usable(o.Load.HitFrac) {
+			o.Load.HitFrac = lv.HitFrac
+		}
 	}
 	h := p.cfg.Policy.Horizon(p.startupIntervals)
 	pred := p.predict(1)
@@ -228,7 +242,7 @@ func (p *Planner) Step(o Observation) []Decision {
 		if far := p.predict(h); far.Rate > pred.Rate {
 			pred.Rate = far.Rate
 		}
-		if o.Load.valid() && o.Load.Rate > pred.Rate {
+		if seen && o.Load.Rate > pred.Rate {
 			pred.Rate = o.Load.Rate
 		}
 	}
@@ -266,14 +280,20 @@ func (p *Planner) Step(o Observation) []Decision {
 	return out
 }
 
+// predict is the load h ≥ 1 intervals ahead.
 func (p *Planner) predict(h int) Load {
 	l := Load{Rate: p.rate.Predict(h), ISL: p.isl.Predict(h), OSL: p.osl.Predict(h), HitFrac: p.hit.Predict(h), ISLTail: p.tail.Predict(h)}
 	if math.IsNaN(l.ISLTail) {
 		l.ISLTail = 1
 	}
-	if math.IsNaN(l.ISL) || math.IsNaN(l.OSL) {
+	switch {
+	case math.IsNaN(l.ISL):
 		// No request seen yet: the lengths do not matter while idle.
 		l.ISL, l.OSL = 0, 0
+	case math.IsNaN(l.OSL):
+		// Requests arrived, none finished (a pool scaled to zero cannot
+		// finish any): size for the prompts, decode at its least.
+		l.OSL = 0
 	}
 	if math.IsNaN(l.HitFrac) {
 		l.HitFrac = 0

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"log/slog"
 	"math"
 	"testing"
 	"time"
@@ -126,5 +127,37 @@ func TestDisaggDirection(t *testing.T) {
 				t.Errorf("%s %s: %v → %v: want %s grown, %s not", pol, c.name, before, cur, c.grow, c.keep)
 			}
 		}
+	}
+}
+
+// TestUnmeasuredLengthIsSkipped replays the live experiment's first
+// intervals into a Holt planner: in the first, requests arrived and none
+// finished, so its output length is unknown (NaN), not 0. Fed as 0, the
+// next interval's 258 read as a ramp of +258 per interval, Holt forecast
+// 516, and the live tandem arm bought 6 workers where 4 served the peak.
+func TestUnmeasuredLengthIsSkipped(t *testing.T) {
+	p, err := New(Config{Pools: []Pool{{Name: "agg", Role: RoleAggregated, Min: 1, Max: 32}}, Policy: Tandem{},
+		Profile: testProfile(), Targets: Targets{TTFTMs: 500, ITLMs: 25, Quantile: 0.9}, Interval: 2 * time.Second,
+		NewPredictor: func() Predictor { return &Holt{Alpha: 0.5, Beta: 0.3} }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nan := math.NaN()
+	cur := map[string]int{"agg": 1}
+	for i, l := range []Load{{Rate: 1, ISL: 1650, OSL: nan, HitFrac: nan}, {Rate: 3.5, ISL: 1963, OSL: 258, HitFrac: 0.37}} {
+		l.Window = 2
+		d := p.Step(Observation{Load: l, Replicas: cur})[0]
+		switch {
+		case i == 0 && (d.Predicted.OSL != 0 || d.Proposed < 1):
+			// No output length yet: sized for the prompts with decode at
+			// its least, not as idle (a pool at zero finishes nothing).
+			t.Errorf("first interval: predicted OSL %v, proposed %d; want 0 and at least one worker", d.Predicted.OSL, d.Proposed)
+		case i == 1 && d.Predicted.OSL != 258:
+			t.Errorf("predicted OSL %v after one measured interval of 258, want 258", d.Predicted.OSL)
+		}
+		if math.IsNaN(d.Predicted.HitFrac) || math.IsNaN(d.PredITLMs) {
+			t.Errorf("interval %d: NaN in the decision %+v", i, d)
+		}
+		cur["agg"] = d.Desired
 	}
 }

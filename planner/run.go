@@ -86,8 +86,12 @@ func (l *Loop) Tick(ctx context.Context) []Decision {
 	o.Replicas = cur
 	ob := &observed{At: o.At, Rate: o.Load.Rate, ISL: o.Load.ISL, OSL: o.Load.OSL, HitFrac: o.Load.HitFrac,
 		TTFTMs: o.TTFTMs, ITLMs: o.ITLMs, QueueDepth: o.QueueDepth, WorkerActive: o.WorkerActive, Workers: o.Workers, Replicas: cur}
-	if !usable(ob.Rate) {
-		ob.Rate = 0 // JSON has no NaN: the first interval has no rate yet
+	for _, v := range []*float64{&ob.Rate, &ob.ISL, &ob.OSL, &ob.HitFrac} {
+		if !usable(*v) {
+			// JSON has no NaN: the first interval has no rate yet, and
+			// one in which nothing finished has no mean output length.
+			*v = 0
+		}
 	}
 	p.log.Debug("planner observation", "rate", round3(ob.Rate), "isl", round3(ob.ISL), "osl", round3(ob.OSL), "hit", round3(ob.HitFrac),
 		"ttft_ms", round3(ob.TTFTMs), "itl_ms", round3(ob.ITLMs), "queue", ob.QueueDepth, "samples", o.Samples)
