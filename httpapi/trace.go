@@ -85,25 +85,27 @@ func endRoute(span trace.Span, rt *router.Route, attempt int, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.Int(tracing.AttrAttempt, attempt))
 	if err != nil {
+		span.SetAttributes(attribute.Int(tracing.AttrAttempt, attempt))
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
 		return
 	}
+	// One SetAttributes call: each call's variadic slice escapes through
+	// the interface, one allocation per call.
 	d := rt.Decision
-	span.SetAttributes(
+	attrs := append(make([]attribute.KeyValue, 0, 9), attribute.Int(tracing.AttrAttempt, attempt),
 		attribute.String(tracing.AttrWorker, d.WorkerID),
 		attribute.Int(tracing.AttrCandidates, d.Candidates),
-		attribute.Int(tracing.AttrPredicted, d.PredictedCachedTokens),
-	)
+		attribute.Int(tracing.AttrPredicted, d.PredictedCachedTokens))
 	if d.Reason != "" {
-		span.SetAttributes(attribute.String(tracing.AttrPolicy, d.CostModel), attribute.String(tracing.AttrReason, d.Reason),
+		attrs = append(attrs, attribute.String(tracing.AttrPolicy, d.CostModel), attribute.String(tracing.AttrReason, d.Reason),
 			attribute.Float64(tracing.AttrCost, d.Cost), attribute.Int(tracing.AttrTies, d.Ties))
 		if !math.IsNaN(d.RunnerUpCost) {
-			span.SetAttributes(attribute.Float64(tracing.AttrRunnerUpCost, d.RunnerUpCost))
+			attrs = append(attrs, attribute.Float64(tracing.AttrRunnerUpCost, d.RunnerUpCost))
 		}
 	}
+	span.SetAttributes(attrs...)
 	span.End()
 }
 

@@ -81,11 +81,6 @@ func (clientHandler) HandleConn(context.Context, stats.ConnStats) {}
 
 type serverHandler struct{}
 
-// spanKey marks a server context whose span this handler started (and so
-// must end): the span in the context may otherwise be the caller's remote
-// one, passed through.
-type spanKey struct{}
-
 func (serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	m := methods[info.FullMethodName]
 	if m == nil {
@@ -102,12 +97,10 @@ func (serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	ctx, span := grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer))
-	if !span.IsRecording() {
-		return ctx
-	}
-	span.SetAttributes(m.attrs...)
-	return context.WithValue(ctx, spanKey{}, span)
+	// Not sampled, or tracing off: the context holds the caller's span
+	// context or none, neither recording, which HandleRPC leaves alone.
+	ctx, _ = grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(m.attrs...))
+	return ctx
 }
 
 func (serverHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
@@ -115,8 +108,11 @@ func (serverHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	if !ok {
 		return
 	}
-	span, _ := ctx.Value(spanKey{}).(trace.Span)
-	if span == nil {
+	// The server's own span is the context's recording one: TagRPC
+	// starts a span for every traced method, and a context it left
+	// alone holds a remote parent or nothing, neither recording.
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
 		return
 	}
 	if end.Error != nil {

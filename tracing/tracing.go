@@ -210,12 +210,14 @@ func TraceID(ctx context.Context) string {
 	return sc.TraceID().String()
 }
 
-// Child starts a span of t under ctx's only when ctx's span is recording:
-// with tracing off, or the request not sampled, it costs a context lookup
-// and returns ctx's own span.
+// Child starts a span of t under ctx's only when ctx's span context is
+// sampled: with tracing off, or the request not sampled, it costs a
+// context lookup and returns ctx's own span.
 func Child(ctx context.Context, t trace.Tracer, name string) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, trace.SpanFromContext(ctx)
+	sp := trace.SpanFromContext(ctx)
+	psc := sp.SpanContext()
+	if !psc.IsSampled() {
+		return ctx, sp
 	}
 	return t.Start(ctx, name)
 }
