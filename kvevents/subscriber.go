@@ -68,6 +68,12 @@ type StreamStatus struct {
 	Lost uint64
 	// Err is the cause of StreamConnecting (after an error) or StreamLoss.
 	Err error
+	// MidStream, on a fresh subscription's StreamLive, says its first
+	// batch was not the stream's first and nothing replayed those before
+	// it: they predate the subscription, or were published while it was
+	// still being established (ZMQ's slow joiner drops them unseen).
+	// Either way the consumer's index may lack what they stored.
+	MidStream bool
 }
 
 // Handler consumes one worker's stream. Calls come from the subscriber's
@@ -199,6 +205,10 @@ type Subscriber struct {
 	// later does not clear it: events of the new publisher that were
 	// missed are a loss.
 	started bool
+	// first is the seq of the first batch delivered, and liveOnce is set
+	// at the first StreamLive: that one reports MidStream when first > 0.
+	first    uint64
+	liveOnce bool
 }
 
 // NewSubscriber validates cfg; Run does the work.
@@ -555,6 +565,14 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) {
 		return
 	}
 	want := s.expected()
+	if !s.started && seq > want && s.cfg.ReplayEndpoint != "" {
+		// The first live batch of a fresh subscription, past what catchUp
+		// replayed: batches in between were published while the
+		// subscription was taking effect. Ask again for what the
+		// publisher buffers; what it no longer has predates us.
+		s.catchUp(ctx)
+		want = s.expected()
+	}
 	switch {
 	case seq == want:
 	case s.has && seq < want && seq >= s.dupFloor:
@@ -567,9 +585,12 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) {
 			s.recoverGap(ctx, 0, seq)
 		}
 	case !s.started:
-		// A new subscription joins the stream where it is; catchUp already
-		// replayed what the publisher still buffers.
-		s.log.Debug("KV event subscription starts mid-stream", "seq", seq)
+		// A new subscription joins the stream where it is: with no replay
+		// socket, or one that no longer reaches back, what came before is
+		// unknown. Not a loss (a subscriber that joins a running engine
+		// never had it), but not a complete view either: the first
+		// StreamLive says so (MidStream).
+		s.log.Info("KV event subscription starts mid-stream; batches before it are unknown", "worker", s.cfg.Worker, "seq", seq)
 	default: // seq > want
 		s.recoverGap(ctx, want, seq)
 	}
@@ -580,7 +601,9 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) {
 	}
 	if !s.live {
 		s.live = true
-		s.state(StreamStatus{State: StreamLive, Seq: seq})
+		mid := !s.liveOnce && s.first > 0
+		s.liveOnce = true
+		s.state(StreamStatus{State: StreamLive, Seq: seq, MidStream: mid})
 	}
 }
 
@@ -637,6 +660,9 @@ func (s *Subscriber) corrupt(err error) {
 // payload that does not decode is consumed (replaying it would return the
 // same bytes) and reported as a loss of one batch.
 func (s *Subscriber) deliver(seq uint64, payload []byte) {
+	if !s.started {
+		s.first = seq
+	}
 	s.has, s.started, s.last, s.lastDigest = true, true, seq, xxh3.Hash(payload)
 	if err := s.dec.Decode(payload, &s.batch); err != nil {
 		s.corrupt(err)

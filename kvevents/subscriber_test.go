@@ -87,6 +87,16 @@ func hasState(states []StreamStatus, st StreamState) bool {
 	return slices.ContainsFunc(states, func(s StreamStatus) bool { return s.State == st })
 }
 
+// liveStatus is the first StreamLive status.
+func liveStatus(states []StreamStatus) StreamStatus {
+	for _, s := range states {
+		if s.State == StreamLive {
+			return s
+		}
+	}
+	return StreamStatus{}
+}
+
 func countState(states []StreamStatus, st StreamState) int {
 	n := 0
 	for _, s := range states {
@@ -171,6 +181,9 @@ func TestSubscriberWithPublisher(t *testing.T) {
 	seqs, ts, states := rec.snapshot()
 	if !slices.Equal(seqs, seqRange(0, want)) {
 		t.Fatalf("seqs %v", seqs)
+	}
+	if st := liveStatus(states); st.MidStream {
+		t.Fatalf("the stream was replayed from seq 0, yet live reports mid-stream: %+v", st)
 	}
 	for i, v := range ts {
 		if v != float64(i) {
@@ -437,8 +450,14 @@ func TestSubscriberWithoutReplay(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, _, states := rec.snapshot(); hasState(states, StreamLoss) {
+	_, _, states := rec.snapshot()
+	if hasState(states, StreamLoss) {
 		t.Fatalf("a new subscription reported a loss: %v", stateNames(states))
+	}
+	// Batches 0..2 were never seen: the consumer is told its view starts
+	// mid-stream (the router routes by approximation beside it a while).
+	if st := liveStatus(states); !st.MidStream {
+		t.Fatalf("first live batch %d of a new subscription without replay: MidStream not set", st.Seq)
 	}
 	f.publish(s+2, payloadTS(float64(s+2))) // s+1 never arrives
 	rec.waitFor(t, "loss", func(_ []uint64, st []StreamStatus) bool { return hasState(st, StreamLoss) })

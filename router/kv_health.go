@@ -236,13 +236,8 @@ func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
 		// let new events rebuild it, routing with the approximate records
 		// meanwhile.
 		k.events.ClearWorker(w.id)
-		until := k.cfg.Now().Add(k.cfg.RebuildWindow)
-		w.rebuildUntil.Store(until.UnixNano())
 		w.mu.Lock()
-		if w.rebuildTimer != nil {
-			w.rebuildTimer.Stop()
-		}
-		w.rebuildTimer = time.AfterFunc(k.cfg.RebuildWindow, w.rebuilt)
+		until := w.rebuildLocked()
 		w.recomputeLocked()
 		w.mu.Unlock()
 		k.board.Raise(DiagKVEventsLost, w.id, health.Warn,
@@ -260,11 +255,35 @@ func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
 	w.mu.Lock()
 	prev := w.stream
 	w.stream, w.streamErr = st.State, st.Err
+	if st.MidStream {
+		// The index lacks what the batches before the first one stored
+		// (published before the subscription took effect, or before it
+		// existed): the worker's own routing records fill in for
+		// RebuildWindow, as after a loss, but nothing was lost that the
+		// subscriber could have had, so no diagnostic.
+		w.rebuildLocked()
+	}
 	w.recomputeLocked()
 	w.mu.Unlock()
-	if st.State == kvevents.StreamLive && prev != kvevents.StreamLive {
+	switch {
+	case st.State == kvevents.StreamLive && st.MidStream:
+		k.log.Info("KV event stream live from mid-stream; routing the worker by its events and its routing records until the window ends",
+			"worker", w.id, "seq", st.Seq, "window", k.cfg.RebuildWindow)
+	case st.State == kvevents.StreamLive && prev != kvevents.StreamLive:
 		k.log.Info("KV event stream live; routing the worker by its events", "worker", w.id, "seq", st.Seq)
 	}
+}
+
+// rebuildLocked starts (or restarts) the rebuild window, under w.mu, and
+// returns its end.
+func (w *kvWorker) rebuildLocked() time.Time {
+	until := w.k.cfg.Now().Add(w.k.cfg.RebuildWindow)
+	w.rebuildUntil.Store(until.UnixNano())
+	if w.rebuildTimer != nil {
+		w.rebuildTimer.Stop()
+	}
+	w.rebuildTimer = time.AfterFunc(w.k.cfg.RebuildWindow, w.rebuilt)
+	return until
 }
 
 func (w *kvWorker) rebuilt() {

@@ -498,3 +498,53 @@ func TestKeepMinReadsOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestKVMidStreamRoutesByRecords: a subscription whose first batch was not
+// the stream's first (the slow joiner dropped the batches of the requests
+// already routed there) goes live with an incomplete index. The router
+// routes that worker by its records too for the rebuild window, so a
+// re-request still finds the prefix, with no loss diagnostic; then it is
+// healthy.
+func TestKVMidStreamRoutesByRecords(t *testing.T) {
+	f := newKVFixture(t, false, 0, func(c *KVConfig) { c.RebuildWindow = 200 * time.Millisecond })
+	for _, id := range []string{"a", "b"} {
+		f.r.AddWorker(Worker{ID: id, Model: "m"})
+		// In process: no subscriber of its own, so the states below are
+		// the only ones the worker sees.
+		if err := f.kv.AddWorker(id, "", "", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := prompt(9, 8)
+	// The engine reports its cache hits, not computed blocks: no
+	// BlockStored is due, so kv_events_missing stays out of the test.
+	full := func(string) int { return len(p) }
+	first := f.route(t, p, full)
+	f.kv.mu.RLock()
+	ws := map[string]*kvWorker{"a": f.kv.workers["a"], "b": f.kv.workers["b"]}
+	f.kv.mu.RUnlock()
+	for id, w := range ws {
+		w.HandleState(kvevents.StreamStatus{State: kvevents.StreamSynced})
+		// Only the worker that got the request missed its batches.
+		w.HandleState(kvevents.StreamStatus{State: kvevents.StreamLive, Seq: 3, MidStream: id == first.WorkerID})
+	}
+	if h := f.kv.Health(); h[first.WorkerID] != "rebuilding" {
+		t.Fatalf("mid-stream worker %s is %q, want rebuilding (%v)", first.WorkerID, h[first.WorkerID], h)
+	}
+	if d := f.route(t, p, full); d.WorkerID != first.WorkerID {
+		t.Fatalf("re-request went to %s, its prefix is on %s", d.WorkerID, first.WorkerID)
+	}
+	if f.board.IsActive(DiagKVEventsLost, first.WorkerID) || strings.Contains(f.logs.String(), "diagnostic_code=kv_events_lost") {
+		t.Fatalf("a mid-stream start raised a loss:\n%s", f.logs)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for f.kv.Health()[first.WorkerID] != "healthy" {
+		if time.Now().After(deadline) {
+			t.Fatalf("still %q after the window", f.kv.Health()[first.WorkerID])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(f.kv.met.health.WithLabelValues(first.WorkerID, "healthy")); got != 1 {
+		t.Fatalf("health metric after the window = %v", got)
+	}
+}

@@ -41,12 +41,14 @@ type completion struct {
 
 // resend sends each of n prefixes rounds times (with a varying tail) and
 // returns the re-requests whose engine-reported cached tokens cover the
-// prefix, and their number. With settle, each first request waits until
-// the router has applied a new KV event batch: what is measured is where
-// the router sends a prefix it has heard of, not whether a loaded CI
-// machine delivers an event within the next few requests (kv mode trusts a
-// healthy worker's events alone, so an event still in flight is a miss by
-// design).
+// prefix, and their number. With settle, each first request waits (up to
+// 2 s) until the router has applied a new KV event batch: what is measured
+// is where the router sends a prefix it has heard of, not whether a loaded
+// CI machine delivers an event within the next few requests (kv mode
+// trusts a healthy worker's events alone, so an event still in flight is a
+// miss by design). A batch that never comes is not waited for: one the
+// slow joiner dropped is covered by the worker's routing records (the
+// subscription goes live mid-stream), which is part of what is tested.
 func resend(t *testing.T, url string, n, rounds int, settle bool) (hits, total int) {
 	t.Helper()
 	var applied uint64
@@ -80,10 +82,10 @@ func resend(t *testing.T, url string, n, rounds int, settle bool) (hits, total i
 
 // awaitApplied waits until the workers' KV events applied, summed, exceed
 // after and then hold still for 20 ms (a prefill in several steps publishes
-// several batches), and returns the sum.
+// several batches), or for 2 s, and returns the sum.
 func awaitApplied(t *testing.T, url string, after uint64) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Second)
 	last := after
 	for {
 		var h struct {
@@ -108,7 +110,7 @@ func awaitApplied(t *testing.T, url string, after uint64) uint64 {
 			return sum
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("KV events applied did not settle above %d within 10 s (now %d)", after, sum)
+			return sum
 		}
 		last = sum
 		time.Sleep(20 * time.Millisecond)
