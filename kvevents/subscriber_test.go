@@ -536,3 +536,33 @@ func FuzzSubscriberFrames(f *testing.F) {
 		}
 	})
 }
+
+// TestSubscriberRefillsSlowJoinerWindow: batches published after the
+// subscription's first catch-up but before it took effect (ZMQ's slow
+// joiner drops them) are asked for again at the first live batch, so the
+// stream is complete from seq 0 and not reported as mid-stream.
+func TestSubscriberRefillsSlowJoinerWindow(t *testing.T) {
+	f := newFakePublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", false)
+	pubEP, replayEP := f.endpoints()
+	rec := startSubscriber(t, t.Context(), SubscriberConfig{Worker: "w", Endpoint: pubEP, ReplayEndpoint: replayEP, Topic: "t"})
+	rec.waitFor(t, "synced", func(_ []uint64, st []StreamStatus) bool { return hasState(st, StreamSynced) })
+	for s := range uint64(3) {
+		f.buffered(s, payloadTS(float64(s))) // published, never seen live
+	}
+	s := uint64(3)
+	for ; ; s++ {
+		f.publish(s, payloadTS(float64(s)))
+		if _, _, st := rec.snapshot(); hasState(st, StreamLive) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.waitFor(t, "every batch", func(seqs []uint64, _ []StreamStatus) bool { return uint64(len(seqs)) == s+1 })
+	seqs, _, states := rec.snapshot()
+	if !slices.Equal(seqs, seqRange(0, s+1)) || hasState(states, StreamLoss) {
+		t.Fatalf("seqs %v, states %v", seqs, stateNames(states))
+	}
+	if st := liveStatus(states); st.MidStream {
+		t.Fatalf("the window was refilled from seq 0, yet live reports mid-stream: %+v", st)
+	}
+}
