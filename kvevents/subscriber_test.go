@@ -296,6 +296,24 @@ func (f *fakePublisher) forget(seq uint64) {
 	f.mu.Unlock()
 }
 
+// publishUntilLive publishes from seq on, one batch every 5 ms, until the
+// subscriber reports StreamLive (the subscription may take a moment to
+// reach the publisher), and returns the last seq published.
+func (f *fakePublisher) publishUntilLive(t *testing.T, rec *recorder, seq uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for ; ; seq++ {
+		f.publish(seq, payloadTS(float64(seq)))
+		if _, _, st := rec.snapshot(); hasState(st, StreamLive) {
+			return seq
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never live")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // publish sends seq live and buffers it for replay.
 func (f *fakePublisher) publish(seq uint64, payload []byte) {
 	f.buffered(seq, payload)
@@ -442,14 +460,7 @@ func TestSubscriberWithoutReplay(t *testing.T) {
 	f := newFakePublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", false)
 	pubEP, _ := f.endpoints()
 	rec := startSubscriber(t, t.Context(), SubscriberConfig{Worker: "w", Endpoint: pubEP, Topic: "t"})
-	s := uint64(3)
-	for ; ; s++ {
-		f.publish(s, payloadTS(float64(s)))
-		if _, _, st := rec.snapshot(); hasState(st, StreamLive) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s := f.publishUntilLive(t, rec, 3)
 	_, _, states := rec.snapshot()
 	if hasState(states, StreamLoss) {
 		t.Fatalf("a new subscription reported a loss: %v", stateNames(states))
@@ -549,14 +560,7 @@ func TestSubscriberRefillsSlowJoinerWindow(t *testing.T) {
 	for s := range uint64(3) {
 		f.buffered(s, payloadTS(float64(s))) // published, never seen live
 	}
-	s := uint64(3)
-	for ; ; s++ {
-		f.publish(s, payloadTS(float64(s)))
-		if _, _, st := rec.snapshot(); hasState(st, StreamLive) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s := f.publishUntilLive(t, rec, 3)
 	rec.waitFor(t, "every batch", func(seqs []uint64, _ []StreamStatus) bool { return uint64(len(seqs)) == s+1 })
 	seqs, _, states := rec.snapshot()
 	if !slices.Equal(seqs, seqRange(0, s+1)) || hasState(states, StreamLoss) {

@@ -125,18 +125,20 @@ func Compare(title string, trace []Request, cfg Config, prof *planner.Profile, p
 		}
 		cmp.Rows = append(cmp.Rows, Row{Name: st.name, Static: st.n, Result: r})
 	}
-	var peakWS float64
-	for _, r := range cmp.Rows {
-		if r.Name == "static-peak" {
-			peakWS = r.TotalWorkerSecond
-		}
-	}
 	for i := range cmp.Rows {
-		if peakWS > 0 {
-			cmp.Rows[i].VsPeak = cmp.Rows[i].TotalWorkerSecond / peakWS
-		}
+		cmp.Rows[i].VsPeak = cmp.vsPeak(cmp.Rows[i].Result)
 	}
 	return cmp, nil
+}
+
+// vsPeak is r's worker-seconds over the static-peak row's (0 without one).
+func (c *Comparison) vsPeak(r *Result) float64 {
+	for _, x := range c.Rows {
+		if x.Name == "static-peak" && x.TotalWorkerSecond > 0 {
+			return r.TotalWorkerSecond / x.TotalWorkerSecond
+		}
+	}
+	return 0
 }
 
 // Tuned runs s with its planner's targets tightened in steps of 0.05 from
@@ -164,13 +166,7 @@ func (c *Comparison) Tuned(name string, trace []Request, s Scaling, attainment f
 			break
 		}
 	}
-	row := Row{Name: fmt.Sprintf("%s (targets ×%.2f)", name, max(scale, 0.2)), Result: r}
-	for _, x := range c.Rows {
-		if x.Name == "static-peak" && x.TotalWorkerSecond > 0 {
-			row.VsPeak = r.TotalWorkerSecond / x.TotalWorkerSecond
-		}
-	}
-	c.Rows = append(c.Rows, row)
+	c.Rows = append(c.Rows, Row{Name: fmt.Sprintf("%s (targets ×%.2f)", name, max(scale, 0.2)), Result: r, VsPeak: c.vsPeak(r)})
 	if r.Attainment < attainment {
 		return 0, nil
 	}

@@ -84,17 +84,9 @@ func TestExperimentMooncake(t *testing.T) {
 // it was tuned for, or reports that no scale down to 0.2 did; the row it
 // adds is judged on the real targets.
 func TestTunedBaseline(t *testing.T) {
-	tr, err := Synthetic{Phases: DayPhases(2, 2*time.Minute), ISLMin: 500, ISLMax: 1500, OSLMin: 20, OSLMax: 60,
-		SharedPrefixes: 2, SharedBlocks: 1, HashBlock: MooncakeBlock, Seed: 3}.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := experimentConfig(true)
-	pl, order := plans()
-	c, err := Compare("small", tr, cfg, cfg.Worker.Profile(), pl, order[:2])
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := smallDay(t)
+	c := smallComparison(t, true)
+	pl, _ := plans()
 	n := len(c.Rows)
 	scale, err := c.Tuned("dynamo", tr, pl["dynamo"], 0.95)
 	if err != nil {

@@ -12,15 +12,22 @@ import (
 	"time"
 )
 
-// smallComparison is a two-minute synthetic day through both policies:
-// enough ticks for every chart to have lines.
-func smallComparison(t *testing.T, disagg bool) *Comparison {
+// smallDay is a two-minute synthetic day.
+func smallDay(t *testing.T) []Request {
 	t.Helper()
 	tr, err := Synthetic{Phases: DayPhases(2, 2*time.Minute), ISLMin: 500, ISLMax: 1500, OSLMin: 20, OSLMax: 60,
 		SharedPrefixes: 2, SharedBlocks: 1, HashBlock: MooncakeBlock, Seed: 3}.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tr
+}
+
+// smallComparison is a two-minute synthetic day through both policies:
+// enough ticks for every chart to have lines.
+func smallComparison(t *testing.T, disagg bool) *Comparison {
+	t.Helper()
+	tr := smallDay(t)
 	cfg := experimentConfig(disagg)
 	pl, order := plans()
 	c, err := Compare("small <day>", tr, cfg, cfg.Worker.Profile(), pl, order[:2])
