@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
@@ -51,6 +52,20 @@ func UseSampled(tp trace.TracerProvider, rootRatio float64) {
 type providerBox struct {
 	tp      trace.TracerProvider
 	noRoots bool // the sampler drops every trace that has no parent
+	// tracers holds each switchTracer's tracer of tp (*switchTracer →
+	// *tracerBox), made once: a process that switches providers back and
+	// forth (the tracing benchmark does, request by request) gets its
+	// tracers back instead of making them again.
+	tracers sync.Map
+}
+
+// tracerFor returns t's tracer of b's provider.
+func (b *providerBox) tracerFor(t *switchTracer) *tracerBox {
+	if v, ok := b.tracers.Load(t); ok {
+		return v.(*tracerBox)
+	}
+	v, _ := b.tracers.LoadOrStore(t, &tracerBox{box: b, t: b.tp.Tracer(t.name, t.opts...)})
+	return v.(*tracerBox)
 }
 
 type switchProvider struct {
@@ -93,7 +108,7 @@ func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.Spa
 	}
 	c := t.cache.Load()
 	if c == nil || c.box != b {
-		c = &tracerBox{box: b, t: b.tp.Tracer(t.name, t.opts...)}
+		c = b.tracerFor(t)
 		t.cache.Store(c)
 	}
 	return c.t.Start(ctx, name, opts...)
