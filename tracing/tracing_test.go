@@ -61,3 +61,29 @@ func TestPassThroughAndLogs(t *testing.T) {
 		t.Errorf("a line without a request context got a trace id: %s", lines[1])
 	}
 }
+
+// TestSwitchKeepsTracers: switching back to a provider finds the tracer
+// made for it before, not a new one.
+func TestSwitchKeepsTracers(t *testing.T) {
+	a := NewLeanProvider(func(context.Context, []byte) error { return nil }, Config{SampleRatio: 1}, nil)
+	b := NewLeanProvider(func(context.Context, []byte) error { return nil }, Config{SampleRatio: 1}, nil)
+	defer func() { Use(nil); _ = a.Shutdown(context.Background()); _ = b.Shutdown(context.Background()) }()
+	tr := global.Tracer("switch").(*switchTracer)
+	Use(a)
+	boxA := global.cur.Load()
+	_, s := tr.Start(context.Background(), "x")
+	s.End()
+	first := tr.cache.Load()
+	Use(b)
+	_, s = tr.Start(context.Background(), "y")
+	s.End()
+	if tr.cache.Load() == first {
+		t.Fatal("the tracer of provider a served provider b")
+	}
+	global.cur.Store(boxA)
+	_, s = tr.Start(context.Background(), "z")
+	s.End()
+	if tr.cache.Load() != first {
+		t.Error("switching back to provider a made a new tracer")
+	}
+}
