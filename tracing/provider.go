@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -52,20 +53,6 @@ func UseSampled(tp trace.TracerProvider, rootRatio float64) {
 type providerBox struct {
 	tp      trace.TracerProvider
 	noRoots bool // the sampler drops every trace that has no parent
-	// tracers holds each switchTracer's tracer of tp (*switchTracer →
-	// *tracerBox), made once: a process that switches providers back and
-	// forth (the tracing benchmark does, request by request) gets its
-	// tracers back instead of making them again.
-	tracers sync.Map
-}
-
-// tracerFor returns t's tracer of b's provider.
-func (b *providerBox) tracerFor(t *switchTracer) *tracerBox {
-	if v, ok := b.tracers.Load(t); ok {
-		return v.(*tracerBox)
-	}
-	v, _ := b.tracers.LoadOrStore(t, &tracerBox{box: b, t: b.tp.Tracer(t.name, t.opts...)})
-	return v.(*tracerBox)
 }
 
 type switchProvider struct {
@@ -88,6 +75,25 @@ type switchTracer struct {
 	name  string
 	opts  []trace.TracerOption
 	cache atomic.Pointer[tracerBox]
+	made  sync.Map // trace.TracerProvider → trace.Tracer: see tracerOf
+}
+
+// tracerOf returns tp's tracer for t, made once per provider: a process
+// that switches providers back and forth (BenchmarkTracingCost does,
+// request by request, through UseSampled) gets its tracers back instead
+// of making new ones, which a process with one provider never does. Only
+// providers of pointer type are kept, since a map key must be comparable;
+// the map holds every such provider ever installed, a handful in a
+// process's life.
+func (t *switchTracer) tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if reflect.TypeOf(tp).Kind() != reflect.Pointer {
+		return tp.Tracer(t.name, t.opts...)
+	}
+	if v, ok := t.made.Load(tp); ok {
+		return v.(trace.Tracer)
+	}
+	v, _ := t.made.LoadOrStore(tp, tp.Tracer(t.name, t.opts...))
+	return v.(trace.Tracer)
 }
 
 func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
@@ -108,7 +114,7 @@ func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.Spa
 	}
 	c := t.cache.Load()
 	if c == nil || c.box != b {
-		c = b.tracerFor(t)
+		c = &tracerBox{box: b, t: t.tracerOf(b.tp)}
 		t.cache.Store(c)
 	}
 	return c.t.Start(ctx, name, opts...)
