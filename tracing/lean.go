@@ -56,6 +56,7 @@ type Provider struct {
 	closer   func() error // the OTLP connection (Dial); nil otherwise
 	closed   sync.Once
 	buf      []byte // export buffers, used under q.export
+	flat     []*leanSpan
 	scratch  []byte
 	inner    []byte
 }
@@ -115,6 +116,17 @@ func (t *leanTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 	if cfg.NewRoot() {
 		parent = trace.SpanContext{}
 	}
+	ctx, sp, s := t.start(ctx, parent, name, cfg.SpanKind(), cfg.Timestamp(), cfg.Attributes())
+	if s != nil {
+		s.droppedLinks = len(cfg.Links())
+	}
+	return ctx, sp
+}
+
+// start is Start with its options read: a span under parent (invalid: a
+// new root, sampled by the ratio), its context in ctx. s is the span when
+// it records, nil when it does not.
+func (t *leanTracer) start(ctx context.Context, parent trace.SpanContext, name string, kind trace.SpanKind, at time.Time, attrs []attribute.KeyValue) (_ context.Context, _ trace.Span, s *leanSpan) {
 	var tid trace.TraceID
 	sampled := false
 	if parent.IsValid() {
@@ -125,29 +137,122 @@ func (t *leanTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 		binary.BigEndian.PutUint64(tid[8:], rand.Uint64())
 		sampled = binary.BigEndian.Uint64(tid[8:16])>>1 < t.p.bound
 	}
-	var sid trace.SpanID
-	for !sid.IsValid() {
-		binary.BigEndian.PutUint64(sid[:], rand.Uint64())
-	}
 	flags := parent.TraceFlags().WithSampled(sampled)
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, TraceState: parent.TraceState()})
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: parent.TraceState()})
 	if !sampled {
 		// Not recording, but the new ids travel on (as the SDK's
 		// non-recording span does), so the trace stays one trace downstream.
 		ctx = trace.ContextWithSpanContext(ctx, sc)
-		return ctx, trace.SpanFromContext(ctx)
+		return ctx, trace.SpanFromContext(ctx), nil
 	}
-	s := &leanSpan{t: t, sc: sc, parent: parent, name: name, kind: cfg.SpanKind(), start: cfg.Timestamp()}
+	r := &rootSpan{}
+	s = &r.leanSpan
+	s.init(t, sc, parent, name, kind, at)
+	s.attrs = r.attrBuf[:0]
+	s.addAttrs(attrs)
+	return trace.ContextWithSpan(ctx, s), s, s
+}
+
+func newSpanID() trace.SpanID {
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.BigEndian.PutUint64(sid[:], rand.Uint64())
+	}
+	return sid
+}
+
+// init sets a new span's fields, before anyone else can see it.
+func (s *leanSpan) init(t *leanTracer, sc, parent trace.SpanContext, name string, kind trace.SpanKind, at time.Time) {
+	s.t, s.sc, s.parent, s.name, s.kind, s.start = t, sc, parent, name, kind, at
 	if s.start.IsZero() {
 		s.start = time.Now()
 	}
 	if s.kind == trace.SpanKindUnspecified {
 		s.kind = trace.SpanKindInternal // as the SDK does
 	}
-	s.attrs = s.attrBuf[:0]
-	s.addAttrs(cfg.Attributes())
-	s.droppedLinks = len(cfg.Links())
-	return trace.ContextWithSpan(ctx, s), s
+}
+
+// kidCap is how many descendants a span holds inline: a sampled request's
+// frontend spans (http.request and its template, tokenize, queue, route,
+// disagg.decide, first_token and stream) fit in one family.
+const kidCap = 8
+
+// family is a root span's inline descendants: one allocation for all of
+// them where each span of its own would be one per span, with its own trip
+// through the export queue. A descendant records exactly as a span of its
+// own does (the same fields, methods and OTLP message); only where it
+// lives differs. One that ends before its root is exported with the root;
+// one that ends later goes through the queue alone.
+type family struct {
+	n    int // kids in use, guarded by the root's mu
+	kids [kidCap]leanSpan
+	// The kids' attributes, handed out in slices as they are set
+	// (guarded by the root's mu): a sampled request's children set about
+	// 13 (the route span 9, the disaggregated path 7 more) where a fixed
+	// buffer per kid would hold 64.
+	pool [24]attribute.KeyValue
+	used int
+}
+
+// rootSpan is how a span that starts a family is allocated: with room
+// for its own first attributes.
+type rootSpan struct {
+	leanSpan
+	attrBuf [8]attribute.KeyValue
+}
+
+// now is the time for a span's start or end. A kid reads it off its
+// root's start and the monotonic clock alone (one clock read where
+// time.Now makes two), so a family's times keep their order whatever the
+// wall clock does meanwhile.
+func (s *leanSpan) now() time.Time {
+	if r := s.root; r != nil {
+		return r.start.Add(time.Since(r.start))
+	}
+	return time.Now()
+}
+
+// moreAttrs returns attrs with room for extra more, from the family's
+// pool of root r while it lasts (the caller holds the kid's mu, never
+// r's: a root's lock is not held while a kid's is taken).
+func (r *leanSpan) moreAttrs(attrs []attribute.KeyValue, extra int) []attribute.KeyValue {
+	need := min(len(attrs)+extra, maxSpanAttrs)
+	r.mu.Lock()
+	f := r.fam
+	if f.used+need > len(f.pool) {
+		r.mu.Unlock()
+		return attrs // append grows it on the heap
+	}
+	buf := f.pool[f.used : f.used+len(attrs) : f.used+need]
+	f.used += need
+	r.mu.Unlock()
+	copy(buf, attrs)
+	return buf
+}
+
+// kid starts a span of t named name under p, held in the family of p's
+// root, or returns nil when the family is full or its root has ended
+// (the caller then starts a span of its own).
+func (p *leanSpan) kid(t *leanTracer, name string) *leanSpan {
+	r := p
+	if p.root != nil {
+		r = p.root
+	}
+	r.mu.Lock()
+	if r.ended || (r.fam != nil && r.fam.n == kidCap) {
+		r.mu.Unlock()
+		return nil
+	}
+	if r.fam == nil {
+		r.fam = new(family)
+	}
+	k := &r.fam.kids[r.fam.n]
+	r.fam.n++
+	r.mu.Unlock()
+	// As start would make it under p: p's trace, flags and trace state.
+	k.root = r
+	k.init(t, p.sc.WithSpanID(newSpanID()), p.sc, name, trace.SpanKindInternal, k.now())
+	return k
 }
 
 // leanSpan is one recording span. Its methods may be called from any
@@ -165,12 +270,18 @@ type leanSpan struct {
 	kind                                      trace.SpanKind
 	end                                       time.Time
 	attrs                                     []attribute.KeyValue
-	attrBuf                                   [8]attribute.KeyValue
 	events                                    []leanEvent
 	status                                    codes.Code
 	desc                                      string
 	droppedAttrs, droppedEvents, droppedLinks int
 	ended                                     bool
+
+	// A span in a family (see family): root is the span whose family
+	// holds it, and inline, guarded by root.mu, says that it ended before
+	// the root and goes out with it. fam, guarded by mu, is a root's.
+	root   *leanSpan
+	inline bool
+	fam    *family
 }
 
 type leanEvent struct {
@@ -181,6 +292,9 @@ type leanEvent struct {
 }
 
 func (s *leanSpan) addAttrs(kvs []attribute.KeyValue) {
+	if r := s.root; r != nil && cap(s.attrs)-len(s.attrs) < len(kvs) {
+		s.attrs = r.moreAttrs(s.attrs, len(kvs))
+	}
 	for _, kv := range kvs {
 		if !kv.Valid() {
 			continue
@@ -206,7 +320,7 @@ func (s *leanSpan) addAttrs(kvs []attribute.KeyValue) {
 
 // End implements trace.Span.
 func (s *leanSpan) End(opts ...trace.SpanEndOption) {
-	at := time.Now()
+	at := s.now()
 	if len(opts) > 0 {
 		c := trace.NewSpanEndConfig(opts...)
 		if ts := c.Timestamp(); !ts.IsZero() {
@@ -219,7 +333,17 @@ func (s *leanSpan) End(opts ...trace.SpanEndOption) {
 		return
 	}
 	s.ended, s.end = true, at
+	r := s.root
 	s.mu.Unlock()
+	if r != nil {
+		r.mu.Lock()
+		if !r.ended {
+			s.inline = true
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+	}
 	s.t.p.q.add(s)
 }
 
@@ -333,6 +457,8 @@ func (s *leanSpan) TracerProvider() trace.TracerProvider { return s.t.p }
 // and sends it. It runs under the queue's export lock, which guards the
 // reused buffers.
 func (p *Provider) export(ctx context.Context, spans []*leanSpan) error {
+	spans = p.expand(spans)
+	defer clear(p.flat) // no span kept alive by the reused slice
 	rs := p.inner[:0]
 	rs = protowire.AppendTag(rs, 1, protowire.BytesType) // ResourceSpans.resource
 	rs = protowire.AppendBytes(rs, p.resource)
@@ -377,6 +503,26 @@ func (p *Provider) export(ctx context.Context, spans []*leanSpan) error {
 	req = protowire.AppendBytes(req, rs)
 	p.buf = req
 	return p.send(ctx, req)
+}
+
+// expand returns the batch with each root's inline descendants that ended
+// before it (family) after the root, in p.flat.
+func (p *Provider) expand(spans []*leanSpan) []*leanSpan {
+	flat := p.flat[:0]
+	for _, s := range spans {
+		flat = append(flat, s)
+		s.mu.Lock()
+		if f := s.fam; f != nil {
+			for i := range f.n {
+				if k := &f.kids[i]; k.inline {
+					flat = append(flat, k)
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	p.flat = flat
+	return flat
 }
 
 // appendOTLP appends the span as an OTLP Span message's fields

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -48,9 +49,32 @@ func recordSpans(tp trace.TracerProvider) {
 	c2.End()
 	_, c3 := tp.Tracer("tandem/b").Start(ctx, "other-scope")
 	c3.End()
+	// Children through Child, which the lean provider keeps in the root's
+	// family (lean.go): with attributes, an event, an error, a child of
+	// another scope under a child, more than a family holds, one that
+	// ends after the root and one that never ends (never exported).
+	kctx, k1 := Child(ctx, tr, "kid")
+	k1.SetAttributes(attribute.Int("k", 1), attribute.Int("k", 2))
+	k1.AddEvent("kid-event", trace.WithAttributes(attribute.String("e", "v")))
+	_, k2 := Child(kctx, tp.Tracer("tandem/b"), "kid-of-kid")
+	k2.RecordError(errors.New("kid boom"))
+	k2.SetStatus(codes.Error, "kid failed")
+	k2.SetName("kid-of-kid-renamed")
+	k2.End()
+	k1.SetStatus(codes.Ok, "")
+	k1.End()
+	k1.End()
+	for i := range kidCap + 2 {
+		_, k := Child(ctx, tr, fmt.Sprintf("kid-%02d", i))
+		k.End()
+	}
+	_, late := Child(ctx, tr, "late-kid")
+	_, _ = Child(ctx, tr, "never-ended")
 	root.SetStatus(codes.Unset, "")
 	root.End()
 	root.End() // a second End does nothing
+	late.SetAttributes(attribute.Bool("late", true))
+	late.End()
 }
 
 // normalize makes two exports comparable: ids become the names of the
@@ -139,6 +163,58 @@ func TestLeanMatchesSDK(t *testing.T) {
 	}
 	if !proto.Equal(want, got) {
 		t.Errorf("lean export differs from the SDK's:\nsdk:  %v\nlean: %v", want, got)
+	}
+}
+
+// TestLeanFamily: a sampled request's children through Child share one
+// family: the queue holds the root alone until a child ends after it, and
+// a request of a root and six children costs a handful of allocations.
+func TestLeanFamily(t *testing.T) {
+	p := NewLeanProvider(func(context.Context, []byte) error { return nil }, Config{SampleRatio: 1}, nil)
+	defer p.Shutdown(context.Background())
+	tr := p.Tracer("t")
+	queued := func() int {
+		p.q.mu.Lock()
+		defer p.q.mu.Unlock()
+		return len(p.q.spans)
+	}
+	ctx, root := tr.Start(context.Background(), "root")
+	kctx, k := Child(ctx, tr, "a")
+	_, kk := Child(kctx, tr, "b")
+	_, late := Child(ctx, tr, "late")
+	if ls := k.(*leanSpan); ls.root != root.(*leanSpan) || kk.(*leanSpan).root != ls.root {
+		t.Fatal("children are not in the root's family")
+	}
+	if k.SpanContext().TraceID() != root.SpanContext().TraceID() || k.SpanContext().SpanID() == root.SpanContext().SpanID() {
+		t.Fatal("a child's ids are not its own in the root's trace")
+	}
+	kk.End()
+	k.End()
+	root.End()
+	if n := queued(); n != 1 {
+		t.Fatalf("after the root ended %d entries are queued, want 1", n)
+	}
+	late.End()
+	if n := queued(); n != 2 {
+		t.Fatalf("after a child ended late %d entries are queued, want 2", n)
+	}
+	if _, c := Child(ctx, tr, "after"); c.(*leanSpan).root != nil {
+		t.Error("a child started after its root ended is in the family")
+	}
+	if err := p.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		ctx, root := tr.Start(context.Background(), "root")
+		for range 6 {
+			_, s := Child(ctx, tr, "child")
+			s.End()
+		}
+		root.End()
+	})
+	// The root, its context, the family, a context per child: 9.
+	if allocs > 9 {
+		t.Errorf("a root and six children cost %.0f allocations, want ≤ 9", allocs)
 	}
 }
 

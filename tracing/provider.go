@@ -119,3 +119,19 @@ func (t *switchTracer) Start(ctx context.Context, name string, opts ...trace.Spa
 	}
 	return c.t.Start(ctx, name, opts...)
 }
+
+// leanOf returns the lean tracer t starts its spans with now, or nil when
+// that is not known without starting one (t is another provider's, or the
+// switching tracer has not yet met the provider installed now).
+func leanOf(t trace.Tracer) *leanTracer {
+	switch t := t.(type) {
+	case *leanTracer:
+		return t
+	case *switchTracer:
+		if c := t.cache.Load(); c != nil && c.box == t.p.cur.Load() {
+			lt, _ := c.t.(*leanTracer)
+			return lt
+		}
+	}
+	return nil
+}

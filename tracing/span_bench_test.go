@@ -13,6 +13,8 @@ import (
 // costs on the request's goroutine) and under an unsampled one, with the
 // lean Provider (encoding each batch and discarding it) and with the SDK
 // (NewProvider's batcher in front of an exporter that drops nothing).
+// Past the root's first kidCap children these are spans of their own, not
+// a family's (lean.go): BenchmarkRequestSpans measures a request's family.
 func BenchmarkSpan(b *testing.B) {
 	sdk := NewProvider(tracetest.NewNoopExporter(), Config{SampleRatio: 1, Service: "bench"})
 	lean := NewLeanProvider(func(context.Context, []byte) error { return nil }, Config{SampleRatio: 1, Service: "bench"}, nil)
