@@ -14,7 +14,6 @@ import (
 // baseline BenchmarkKQuantKernels measures the new kernels against in
 // the same run.
 
-
 func q4kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.Pointer) {
 	var a, b, m archsimd.Float32x8
 	m4 := archsimd.BroadcastUint8x32(0x0F)
@@ -39,7 +38,6 @@ func q4kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.P
 	}
 	a.Add(b).Sub(m).Store(acc)
 }
-
 
 func q5kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.Pointer) {
 	var a, b, m archsimd.Float32x8
@@ -72,13 +70,11 @@ func q5kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs, pxm unsafe.P
 	a.Add(b).Sub(m).Store(acc)
 }
 
-
 // q6kGroup is one Q6_K group of 32 values v (0..63) against y: the int32
 // partial sums of (v−32)·y, lanes 0-3 over values 0-15, 4-7 over 16-31.
 func q6kGroup(v archsimd.Uint8x32, y archsimd.Int8x32, m32 archsimd.Uint8x32, ones archsimd.Int16x16) archsimd.Float32x8 {
 	return v.DotProductPairsSaturated(y).Sub(m32.DotProductPairsSaturated(y)).DotProductPairs(ones).ConvertToFloat32()
 }
-
 
 func q6kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointer) {
 	var a, b archsimd.Float32x8
@@ -118,7 +114,6 @@ func q6kRowAVX2(acc *[8]float32, pb unsafe.Pointer, n int, px, pxs unsafe.Pointe
 	a.Add(b).Store(acc)
 }
 
-
 func q4kRow2AVX2(acc, acc2 *[8]float32, pb unsafe.Pointer, n int, px, px2, pxs, pxs2, pxm, pxm2 unsafe.Pointer) {
 	var a, b, m, a2, b2, m2 archsimd.Float32x8
 	m4 := archsimd.BroadcastUint8x32(0x0F)
@@ -148,7 +143,6 @@ func q4kRow2AVX2(acc, acc2 *[8]float32, pb unsafe.Pointer, n int, px, px2, pxs, 
 	a.Add(b).Sub(m).Store(acc)
 	a2.Add(b2).Sub(m2).Store(acc2)
 }
-
 
 func q6kRow2AVX2(acc, acc2 *[8]float32, pb unsafe.Pointer, n int, px, px2, pxs, pxs2 unsafe.Pointer) {
 	var a, b, a2, b2 archsimd.Float32x8
@@ -191,7 +185,6 @@ func q6kRow2AVX2(acc, acc2 *[8]float32, pb unsafe.Pointer, n int, px, px2, pxs, 
 	a2.Add(b2).Store(acc2)
 }
 
-
 // blockRow2 is blockRow for two activation rows at once, each output
 // bitwise what blockRow gives.
 func blockRow2Old(typ DType, acc, acc2 *[8]float32, pb unsafe.Pointer, n int, px, px2, pxs, pxs2, pxm, pxm2 unsafe.Pointer) {
@@ -202,7 +195,6 @@ func blockRow2Old(typ DType, acc, acc2 *[8]float32, pb unsafe.Pointer, n int, px
 		q6kRow2AVX2(acc, acc2, pb, n, px, px2, pxs, pxs2)
 	}
 }
-
 
 // matKQuantOldAVX2 computes rows [lo,hi) for T activation rows, four rows at
 // a time (their horizontal sums folded together, as for Q8_0).
@@ -270,7 +262,6 @@ func matKQuantOldAVX2(out []float32, w *Mat, xq []int8, xs, xm []float32, lo, hi
 	}
 	archsimd.ClearAVXUpperBits()
 }
-
 
 // blockRow computes one output: the weight row at pb (n super-blocks,
 // or Q4_0 blocks) against the activation row at px with group scales pxs

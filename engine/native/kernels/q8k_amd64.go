@@ -221,57 +221,50 @@ func q5kStep2(x, y, bs, y2, bs2 unsafe.Pointer, dx, dx2 archsimd.Float32x8, acc 
 // into two vectors of int32 lanes: lo = W.InterleaveLo(W) holds scales
 // 0-3 and 8-11 (each twice), hi = W.InterleaveHi(W) scales 4-7 and 12-15.
 // Chunk c (values 32c..32c+31, scales 2c and 2c+1) then takes its scales
-// with one VPERMD: pairIdx picks lanes (2k, 2k+1) of lo or hi into lanes
-// 0-3 and 4-7, matching VPMADDUBSW's lane order (values 0-15, 16-31).
+// with one VPERMD (pick): pairIdx picks lanes (2k, 2k+1) of lo or hi into
+// lanes 0-3 and 4-7, matching VPMADDUBSW's lane order (values 0-15,
+// 16-31).
 // Everything stays in 256-bit registers: Go moves and spills 128-bit
 // vectors with legacy-SSE MOVUPS, which cost a 26× slowdown here on
 // Intel (the SSE/AVX transition).
-var q6Chunk = [8]struct{ hi, k int }{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}}
 
 func q6kScalesW(x unsafe.Pointer) archsimd.Int16x16 {
 	return archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(x, 192))).ExtendToInt16()
 }
 
-func q6kPick(lo, hi archsimd.Int16x16, c int) archsimd.Int16x16 {
-	v := lo
-	if q6Chunk[c].hi == 1 {
-		v = hi
-	}
-	return v.AsInt32x8().Permute(archsimd.LoadUint32x8(&pairIdx[q6Chunk[c].k])).AsInt16x16()
-}
 
 // q6kOffset is Σ 32·sc_k·bsum_k as eight int32 lanes.
 func q6kOffset(w archsimd.Int16x16, bs unsafe.Pointer) archsimd.Int32x8 {
 	return w.Mul(archsimd.BroadcastInt16x16(32)).DotProductPairs(ldi16(bs))
 }
 
-// q6kVals unpacks the 128 six-bit values of half h of the Q6_K block at
-// x (0..63, unsigned): value groups 0-31, 32-63, 64-95, 96-127.
-func q6kVals(x unsafe.Pointer, h int) (v0, v1, v2, v3 archsimd.Uint8x32) {
-	m4 := archsimd.BroadcastUint8x32(0x0F)
-	m30 := archsimd.BroadcastUint8x32(0x30)
-	r4, r2, l4, l2 := k16(1<<12), k16(1<<14), k16(1<<4), k16(1<<2)
-	qa, qb := ldu8(x, 64*h), ldu8(x, 64*h+32)
-	qh := ldu8(x, 128+32*h).AsUint16x16()
-	v0 = qa.And(m4).Or(shl16(qh, l4).AsUint8x32().And(m30))
-	v1 = qb.And(m4).Or(shl16(qh, l2).AsUint8x32().And(m30))
-	v2 = shr16(qa.AsUint16x16(), r4).AsUint8x32().And(m4).Or(qh.AsUint8x32().And(m30))
-	v3 = shr16(qb.AsUint16x16(), r4).AsUint8x32().And(m4).Or(shr16(qh, r2).AsUint8x32().And(m30))
-	return
+// The chunks of a Q6_K half (32 values each, 0..63 unsigned): the low
+// nibbles of qa (chunk 0), qb (1), the high nibbles of qa (2), qb (3);
+// bits 2c, 2c+1 of qh as bits 4-5. The constants are plain locals: a
+// struct of vectors is copied with legacy-SSE MOVUPS.
+
+// pick is the int16 scales of a chunk from lo or hi (q6kScalesW's
+// comment): lanes 2k, 2k+1 of v spread over lanes 0-3 and 4-7.
+func pick(v archsimd.Int16x16, k int) archsimd.Int16x16 {
+	return v.AsInt32x8().Permute(archsimd.LoadUint32x8(&pairIdx[k&3])).AsInt16x16()
 }
 
-// q6kStep: a += (d·dx)·(Σ_k sc_k·Σ q·y − 32·Σ_k sc_k·bsum_k).
+// q6kStep: a += (d·dx)·(Σ_k sc_k·Σ q·y − 32·Σ_k sc_k·bsum_k). Half h's
+// chunks take scales (lo, 2h), (lo, 2h+1), (hi, 2h), (hi, 2h+1).
 func q6kStep(x, y, bs unsafe.Pointer, dx, a archsimd.Float32x8, l *kLanes) archsimd.Float32x8 {
 	w := q6kScalesW(x)
 	lo, hi := w.InterleaveLoGrouped(w), w.InterleaveHiGrouped(w)
+	m4, m30 := archsimd.BroadcastUint8x32(0x0F), archsimd.BroadcastUint8x32(0x30)
+	r4, r2, u4, u2 := k16(1<<12), k16(1<<14), k16(1<<4), k16(1<<2)
 	var s archsimd.Int32x8
 	for h := range 2 {
-		v0, v1, v2, v3 := q6kVals(x, h)
+		qa, qb := ldu8(x, 64*h), ldu8(x, 64*h+32)
+		qh := ldu8(x, 128+32*h).AsUint16x16()
 		yh := unsafe.Add(y, 128*h)
-		s = s.Add(v0.DotProductPairsSaturated(ldi8(yh, 0)).DotProductPairs(q6kPick(lo, hi, 4*h)))
-		s = s.Add(v1.DotProductPairsSaturated(ldi8(yh, 32)).DotProductPairs(q6kPick(lo, hi, 4*h+1)))
-		s = s.Add(v2.DotProductPairsSaturated(ldi8(yh, 64)).DotProductPairs(q6kPick(lo, hi, 4*h+2)))
-		s = s.Add(v3.DotProductPairsSaturated(ldi8(yh, 96)).DotProductPairs(q6kPick(lo, hi, 4*h+3)))
+		s = s.Add(qa.And(m4).Or(shl16(qh, u4).AsUint8x32().And(m30)).DotProductPairsSaturated(ldi8(yh, 0)).DotProductPairs(pick(lo, 2*h)))
+		s = s.Add(qb.And(m4).Or(shl16(qh, u2).AsUint8x32().And(m30)).DotProductPairsSaturated(ldi8(yh, 32)).DotProductPairs(pick(lo, 2*h+1)))
+		s = s.Add(shr16(qa.AsUint16x16(), r4).AsUint8x32().And(m4).Or(qh.AsUint8x32().And(m30)).DotProductPairsSaturated(ldi8(yh, 64)).DotProductPairs(pick(hi, 2*h)))
+		s = s.Add(shr16(qb.AsUint16x16(), r4).AsUint8x32().And(m4).Or(shr16(qh, r2).AsUint8x32().And(m30)).DotProductPairsSaturated(ldi8(yh, 96)).DotProductPairs(pick(hi, 2*h+1)))
 	}
 	s = s.Sub(q6kOffset(w, bs))
 	var z archsimd.Int32x8
@@ -283,22 +276,25 @@ func q6kStep(x, y, bs unsafe.Pointer, dx, a archsimd.Float32x8, l *kLanes) archs
 func q6kStep2(x, y, bs, y2, bs2 unsafe.Pointer, dx, dx2 archsimd.Float32x8, acc *[4]archsimd.Float32x8, l, l2 *kLanes) {
 	w := q6kScalesW(x)
 	lo, hi := w.InterleaveLoGrouped(w), w.InterleaveHiGrouped(w)
+	m4, m30 := archsimd.BroadcastUint8x32(0x0F), archsimd.BroadcastUint8x32(0x30)
+	r4, r2, u4, u2 := k16(1<<12), k16(1<<14), k16(1<<4), k16(1<<2)
 	var s, s2 archsimd.Int32x8
 	for h := range 2 {
-		v0, v1, v2, v3 := q6kVals(x, h)
+		qa, qb := ldu8(x, 64*h), ldu8(x, 64*h+32)
+		qh := ldu8(x, 128+32*h).AsUint16x16()
 		yh, yh2 := unsafe.Add(y, 128*h), unsafe.Add(y2, 128*h)
-		c := q6kPick(lo, hi, 4*h)
-		s = s.Add(v0.DotProductPairsSaturated(ldi8(yh, 0)).DotProductPairs(c))
-		s2 = s2.Add(v0.DotProductPairsSaturated(ldi8(yh2, 0)).DotProductPairs(c))
-		c = q6kPick(lo, hi, 4*h+1)
-		s = s.Add(v1.DotProductPairsSaturated(ldi8(yh, 32)).DotProductPairs(c))
-		s2 = s2.Add(v1.DotProductPairsSaturated(ldi8(yh2, 32)).DotProductPairs(c))
-		c = q6kPick(lo, hi, 4*h+2)
-		s = s.Add(v2.DotProductPairsSaturated(ldi8(yh, 64)).DotProductPairs(c))
-		s2 = s2.Add(v2.DotProductPairsSaturated(ldi8(yh2, 64)).DotProductPairs(c))
-		c = q6kPick(lo, hi, 4*h+3)
-		s = s.Add(v3.DotProductPairsSaturated(ldi8(yh, 96)).DotProductPairs(c))
-		s2 = s2.Add(v3.DotProductPairsSaturated(ldi8(yh2, 96)).DotProductPairs(c))
+		v, c := qa.And(m4).Or(shl16(qh, u4).AsUint8x32().And(m30)), pick(lo, 2*h)
+		s = s.Add(v.DotProductPairsSaturated(ldi8(yh, 0)).DotProductPairs(c))
+		s2 = s2.Add(v.DotProductPairsSaturated(ldi8(yh2, 0)).DotProductPairs(c))
+		v, c = qb.And(m4).Or(shl16(qh, u2).AsUint8x32().And(m30)), pick(lo, 2*h+1)
+		s = s.Add(v.DotProductPairsSaturated(ldi8(yh, 32)).DotProductPairs(c))
+		s2 = s2.Add(v.DotProductPairsSaturated(ldi8(yh2, 32)).DotProductPairs(c))
+		v, c = shr16(qa.AsUint16x16(), r4).AsUint8x32().And(m4).Or(qh.AsUint8x32().And(m30)), pick(hi, 2*h)
+		s = s.Add(v.DotProductPairsSaturated(ldi8(yh, 64)).DotProductPairs(c))
+		s2 = s2.Add(v.DotProductPairsSaturated(ldi8(yh2, 64)).DotProductPairs(c))
+		v, c = shr16(qb.AsUint16x16(), r4).AsUint8x32().And(m4).Or(shr16(qh, r2).AsUint8x32().And(m30)), pick(hi, 2*h+1)
+		s = s.Add(v.DotProductPairsSaturated(ldi8(yh, 96)).DotProductPairs(c))
+		s2 = s2.Add(v.DotProductPairsSaturated(ldi8(yh2, 96)).DotProductPairs(c))
 	}
 	s, s2 = s.Sub(q6kOffset(w, bs)), s2.Sub(q6kOffset(w, bs2))
 	var z archsimd.Int32x8
@@ -307,6 +303,134 @@ func q6kStep2(x, y, bs, y2, bs2 unsafe.Pointer, dx, dx2 archsimd.Float32x8, acc 
 	d := bcastF16(unsafe.Add(x, 208), pow112())
 	acc[0] = s.ConvertToFloat32().MulAdd(d.Mul(dx), acc[0])
 	acc[2] = s2.ConvertToFloat32().MulAdd(d.Mul(dx2), acc[2])
+}
+
+// kTok4 locates four consecutive activation rows at one super-block:
+// row k's values at y + k·ys, its bsums at bs + k·bss.
+type kTok4 struct {
+	y, bs   unsafe.Pointer
+	ys, bss int
+}
+
+// q4kStep4 is q4kStep for four activation rows, unpacking the weights
+// once per super-block; acc holds a0, m0, a1, m1, ... and each row's
+// results are bitwise q4kStep's.
+func q4kStep4(x unsafe.Pointer, tk *kTok4, dx *[4]archsimd.Float32x8, acc *[8]archsimd.Float32x8) {
+	m4 := archsimd.BroadcastUint8x32(0x0F)
+	r4 := k16(1 << 12)
+	sb, mb := kScaleBytes(x)
+	sc := kScales16(sb)
+	y0, y1 := tk.y, unsafe.Add(tk.y, tk.ys)
+	y2, y3 := unsafe.Add(tk.y, 2*tk.ys), unsafe.Add(tk.y, 3*tk.ys)
+	var s0, s1, s2, s3 archsimd.Int32x8
+	for j := range 4 {
+		q := ldu8(x, 16+32*j)
+		lo := q.And(m4)
+		hi := shr16(q.AsUint16x16(), r4).AsUint8x32().And(m4)
+		c0, c1 := kScale(sc, 2*j), kScale(sc, 2*j+1)
+		o0, o1 := 64*j, 64*j+32
+		s0 = s0.Add(lo.DotProductPairsSaturated(ldi8(y0, o0)).DotProductPairs(c0).Add(hi.DotProductPairsSaturated(ldi8(y0, o1)).DotProductPairs(c1)))
+		s1 = s1.Add(lo.DotProductPairsSaturated(ldi8(y1, o0)).DotProductPairs(c0).Add(hi.DotProductPairsSaturated(ldi8(y1, o1)).DotProductPairs(c1)))
+		s2 = s2.Add(lo.DotProductPairsSaturated(ldi8(y2, o0)).DotProductPairs(c0).Add(hi.DotProductPairsSaturated(ldi8(y2, o1)).DotProductPairs(c1)))
+		s3 = s3.Add(lo.DotProductPairsSaturated(ldi8(y3, o0)).DotProductPairs(c0).Add(hi.DotProductPairsSaturated(ldi8(y3, o1)).DotProductPairs(c1)))
+	}
+	k112 := pow112()
+	d, dm := bcastF16(x, k112), bcastF16(unsafe.Add(x, 2), k112)
+	acc[0] = s0.ConvertToFloat32().MulAdd(d.Mul(dx[0]), acc[0])
+	acc[2] = s1.ConvertToFloat32().MulAdd(d.Mul(dx[1]), acc[2])
+	acc[4] = s2.ConvertToFloat32().MulAdd(d.Mul(dx[2]), acc[4])
+	acc[6] = s3.ConvertToFloat32().MulAdd(d.Mul(dx[3]), acc[6])
+	acc[1] = kMins(mb, tk.bs).ConvertToFloat32().MulAdd(dm.Mul(dx[0]), acc[1])
+	acc[3] = kMins(mb, unsafe.Add(tk.bs, tk.bss)).ConvertToFloat32().MulAdd(dm.Mul(dx[1]), acc[3])
+	acc[5] = kMins(mb, unsafe.Add(tk.bs, 2*tk.bss)).ConvertToFloat32().MulAdd(dm.Mul(dx[2]), acc[5])
+	acc[7] = kMins(mb, unsafe.Add(tk.bs, 3*tk.bss)).ConvertToFloat32().MulAdd(dm.Mul(dx[3]), acc[7])
+}
+
+// q6kStep4 is q6kStep for four activation rows (acc as for q4kStep4, the
+// m slots unused).
+func q6kStep4(x unsafe.Pointer, tk *kTok4, dx *[4]archsimd.Float32x8, acc *[8]archsimd.Float32x8) {
+	w := q6kScalesW(x)
+	lo, hi := w.InterleaveLoGrouped(w), w.InterleaveHiGrouped(w)
+	y0, y1 := tk.y, unsafe.Add(tk.y, tk.ys)
+	y2, y3 := unsafe.Add(tk.y, 2*tk.ys), unsafe.Add(tk.y, 3*tk.ys)
+	var s0, s1, s2, s3 archsimd.Int32x8
+	m4, m30 := archsimd.BroadcastUint8x32(0x0F), archsimd.BroadcastUint8x32(0x30)
+	r4, r2, u4, u2 := k16(1<<12), k16(1<<14), k16(1<<4), k16(1<<2)
+	for h := range 2 {
+		qa, qb := ldu8(x, 64*h), ldu8(x, 64*h+32)
+		qh := ldu8(x, 128+32*h).AsUint16x16()
+		o := 128 * h
+		for c := range 4 {
+			var v archsimd.Uint8x32
+			var sc archsimd.Int16x16
+			switch c {
+			case 0:
+				v, sc = qa.And(m4).Or(shl16(qh, u4).AsUint8x32().And(m30)), pick(lo, 2*h)
+			case 1:
+				v, sc = qb.And(m4).Or(shl16(qh, u2).AsUint8x32().And(m30)), pick(lo, 2*h+1)
+			case 2:
+				v, sc = shr16(qa.AsUint16x16(), r4).AsUint8x32().And(m4).Or(qh.AsUint8x32().And(m30)), pick(hi, 2*h)
+			default:
+				v, sc = shr16(qb.AsUint16x16(), r4).AsUint8x32().And(m4).Or(shr16(qh, r2).AsUint8x32().And(m30)), pick(hi, 2*h+1)
+			}
+			oc := o + 32*c
+			s0 = s0.Add(v.DotProductPairsSaturated(ldi8(y0, oc)).DotProductPairs(sc))
+			s1 = s1.Add(v.DotProductPairsSaturated(ldi8(y1, oc)).DotProductPairs(sc))
+			s2 = s2.Add(v.DotProductPairsSaturated(ldi8(y2, oc)).DotProductPairs(sc))
+			s3 = s3.Add(v.DotProductPairsSaturated(ldi8(y3, oc)).DotProductPairs(sc))
+		}
+	}
+	d := bcastF16(unsafe.Add(x, 208), pow112())
+	acc[0] = s0.Sub(q6kOffset(w, tk.bs)).ConvertToFloat32().MulAdd(d.Mul(dx[0]), acc[0])
+	acc[2] = s1.Sub(q6kOffset(w, unsafe.Add(tk.bs, tk.bss))).ConvertToFloat32().MulAdd(d.Mul(dx[1]), acc[2])
+	acc[4] = s2.Sub(q6kOffset(w, unsafe.Add(tk.bs, 2*tk.bss))).ConvertToFloat32().MulAdd(d.Mul(dx[2]), acc[4])
+	acc[6] = s3.Sub(q6kOffset(w, unsafe.Add(tk.bs, 3*tk.bss))).ConvertToFloat32().MulAdd(d.Mul(dx[3]), acc[6])
+}
+
+// kRow4 is kRow for four activation rows t..t+3 (Q4_K and Q6_K), each
+// output bitwise what kRow gives; out receives a − m per row.
+func kRow4(typ DType, out *[4][8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer, cols int, st *kState4) {
+	var z archsimd.Float32x8
+	for k := range st.acc {
+		st.acc[k] = z
+	}
+	ds, bss := n*4, cols/bsumsPer*2
+	for i := range n {
+		x := unsafe.Add(pb, size*i)
+		st.tk = kTok4{y: unsafe.Add(py, QKK*i), bs: unsafe.Add(pbs, 32*i), ys: cols, bss: bss}
+		for k := range 4 {
+			st.dx[k] = bcast32(unsafe.Add(pd, k*ds), i)
+		}
+		if typ == Q4_K {
+			q4kStep4(x, &st.tk, &st.dx, &st.acc)
+		} else {
+			q6kStep4(x, &st.tk, &st.dx, &st.acc)
+		}
+	}
+	for k := range 4 {
+		st.acc[2*k].Sub(st.acc[2*k+1]).Store(&out[k])
+	}
+}
+
+// storeCol is storeRows for token k of acc4 ([weight row][token]).
+func storeCol(acc4 *[4][4][8]float32, k int, out []float32, o, left int, tile *[4]float32) {
+	h := hsum4(archsimd.LoadFloat32x8(&acc4[0][k]), archsimd.LoadFloat32x8(&acc4[1][k]),
+		archsimd.LoadFloat32x8(&acc4[2][k]), archsimd.LoadFloat32x8(&acc4[3][k]))
+	if left >= 4 {
+		st4(h, out, o)
+		return
+	}
+	h.Store(tile)
+	archsimd.ClearAVXUpperBits()
+	copy(out[o:o+left], tile[:left])
+}
+
+// kState4 is kRow4's working memory, declared once by the caller while
+// the vector state is clean (see doc.go).
+type kState4 struct {
+	tk  kTok4
+	dx  [4]archsimd.Float32x8
+	acc [8]archsimd.Float32x8
 }
 
 // kRow computes one output: the weight row at pb (n super-blocks of type
@@ -374,6 +498,8 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 	var acc, acc2 [4][8]float32
 	var tile [4]float32
 	var v [4]archsimd.Float32x8 // the two-row steps' accumulators
+	var acc4 [4][4][8]float32   // [weight row][token]
+	var st4 kState4
 	for t0 := 0; t0 < T; t0 += tokenBlock {
 		t1 := min(T, t0+tokenBlock)
 		for r := lo; r < hi; r += 4 {
@@ -381,6 +507,18 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 			w2, w3 := unsafe.Add(pw, min(r+2, hi-1)*rb), unsafe.Add(pw, min(r+3, hi-1)*rb)
 			for t := t0; t < t1; {
 				yt, dt, bt := unsafe.Add(py, t*cols), unsafe.Add(pd, t*ds), unsafe.Add(pbs, t*bss)
+				if (typ == Q4_K || typ == Q6_K) && t+4 <= t1 {
+					// Four tokens per pass over four weight rows.
+					kRow4(typ, &acc4[0], w0, n, size, yt, dt, bt, cols, &st4)
+					kRow4(typ, &acc4[1], w1, n, size, yt, dt, bt, cols, &st4)
+					kRow4(typ, &acc4[2], w2, n, size, yt, dt, bt, cols, &st4)
+					kRow4(typ, &acc4[3], w3, n, size, yt, dt, bt, cols, &st4)
+					for k := range 4 {
+						storeCol(&acc4, k, out, (t+k)*rows+r, hi-r, &tile)
+					}
+					t += 4
+					continue
+				}
 				if t+2 <= t1 {
 					y2, d2, b2 := unsafe.Add(yt, cols), unsafe.Add(dt, ds), unsafe.Add(bt, bss)
 					kRow2(typ, &acc[0], &acc2[0], w0, n, size, yt, dt, bt, y2, d2, b2, &v)
