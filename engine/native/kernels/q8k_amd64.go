@@ -232,7 +232,6 @@ func q6kScalesW(x unsafe.Pointer) archsimd.Int16x16 {
 	return archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(x, 192))).ExtendToInt16()
 }
 
-
 // q6kOffset is Σ 32·sc_k·bsum_k as eight int32 lanes.
 func q6kOffset(w archsimd.Int16x16, bs unsafe.Pointer) archsimd.Int32x8 {
 	return w.Mul(archsimd.BroadcastInt16x16(32)).DotProductPairs(ldi16(bs))
