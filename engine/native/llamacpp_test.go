@@ -259,8 +259,9 @@ func TestLlamaCppStories260K(t *testing.T) {
 // llama.cpp tokenize 200 strings identically and agree on greedy
 // generation: 64 identical tokens for F32 and F16; for the quantized
 // types the first 16 identical and the top-16 probabilities within the
-// stated tolerance at every step (llama.cpp quantizes k-quant activations
-// per 256 values, Tandem per 32: the difference is rounding, not layout).
+// stated tolerance at every step (both quantize k-quant activations to
+// Q8_K, one scale per 256 values; the engines still differ in summation
+// order and in the other operations' rounding).
 func TestLlamaCppAgreement(t *testing.T) {
 	dir := llamaCppDir(t)
 	spm, err := VocabFromFile(filepath.Join(refDir(t), "tok512.bin"))
@@ -290,10 +291,12 @@ func TestLlamaCppAgreement(t *testing.T) {
 			// (its SiLU/softmax approximations or RoPE in float) is not
 			// yet found; the tokens, which the issue asks for, agree.
 			{"f32", true, 5e-3}, {"f16", true, 1e-2}, {"q8_0", false, 0.1}, {"q4_0", false, 0.1},
-			// Q4_K_M on Qwen2 reaches 0.153 at some step (0.04-0.05 on the
-			// others): llama.cpp quantizes k-quant activations per 256
-			// values, Tandem per 32, and Qwen2's attention biases amplify
-			// the rounding; the first 16 tokens are identical.
+			// Q4_K_M on Qwen2 reached 0.144-0.153 at some step while
+			// Tandem quantized k-quant activations per 32 values and
+			// llama.cpp per 256 (Qwen2's attention biases amplify the
+			// rounding); with Q8_K activations in both it is 0.039
+			// (0.03-0.05 on the others). The bound is kept for the
+			// portable build and other CPUs.
 			{"q4_k_m", false, 0.2}, {"q6_k", false, 0.1}} {
 			// Two cores: every type on the small-vocabulary Llama, F32 and
 			// Q4_K_M on the 151k-vocabulary Qwen shapes.

@@ -23,11 +23,11 @@ import (
 //	      2-bit high parts, 16 int8 scales (one per 16 values), fp16 d;
 //	      x = d·sc·(q−32).
 //
-// Products quantize the activations to int8 per group of 32 (the Q8_0
-// activation path, fp32 scales) and reduce each weight group against them
-// in integers, then scale: the same scheme as ggml's vec_dot_*_q8_K,
-// except that ggml's q8_K keeps one activation scale per 256 values. The
-// two agree within the tolerance the llama.cpp comparison test states.
+// Products reduce each weight block against int8 activations in
+// integers, then scale. Q4_0 takes the Q8_0 activations (one fp32 scale
+// per 32 values, as ggml's vec_dot_q4_0_q8_0); the k-quants take Q8_K
+// activations (one fp32 scale per 256 values plus int16 sums of every 16,
+// q8k.go), ggml's vec_dot_q*_K_q8_K scheme.
 
 // blockGeom is a block type's values and bytes per block.
 func blockGeom(t DType) (vals, bytes int) {
@@ -130,8 +130,8 @@ func DequantizeRow(t DType, blk []byte, dst []float32) {
 }
 
 // GroupSums sets sum[g] to the sum of the int8 activations of group g:
-// the Q4_K/Q5_K min terms and the Q4_0 offset need it once per activation
-// row, not once per weight row.
+// the portable Q4_0 offset needs it once per activation row, not once per
+// weight row.
 func GroupSums(xq []int8, sum []int32) {
 	for g := range sum {
 		var s int32
@@ -142,31 +142,19 @@ func GroupSums(xq []int8, sum []int32) {
 	}
 }
 
-// matBlocks computes rows [lo,hi) of a block-type product against T
-// quantized activation rows.
-// xm[g] = xs[g]·xsum[g] serves the vector kernels' min terms.
-func matBlocks(out []float32, w *Mat, xq []int8, xs []float32, xsum []int32, xm []float32, lo, hi, T int) {
-	if matBlocksFast(out, w, xq, xs, xm, lo, hi, T) {
+// matBlocks computes rows [lo,hi) of a Q4_0 product against T Q8_0
+// activation rows (the k-quants take Q8_K activations: matKQuant).
+func matBlocks(out []float32, w *Mat, xq []int8, xs []float32, xsum []int32, lo, hi, T int) {
+	if matBlocksFast(out, w, xq, xs, lo, hi, T) {
 		return
 	}
 	rows, cols := w.Rows, w.Cols
 	rb, _ := BlockRowBytes(w.Type, cols)
 	g := cols / QK
-	var dot func(blk []byte, xq []int8, xs []float32, xsum []int32) float32
-	switch w.Type {
-	case Q4_0:
-		dot = dotQ4_0
-	case Q4_K:
-		dot = dotQ4K
-	case Q5_K:
-		dot = dotQ5K
-	case Q6_K:
-		dot = dotQ6K
-	}
 	for r := lo; r < hi; r++ {
 		blk := w.B[r*rb : (r+1)*rb]
 		for t := range T {
-			out[t*rows+r] = dot(blk, xq[t*cols:(t+1)*cols], xs[t*g:(t+1)*g], xsum[t*g:(t+1)*g])
+			out[t*rows+r] = dotQ4_0(blk, xq[t*cols:(t+1)*cols], xs[t*g:(t+1)*g], xsum[t*g:(t+1)*g])
 		}
 	}
 }
@@ -182,80 +170,6 @@ func dotQ4_0(blk []byte, xq []int8, xs []float32, xsum []int32) float32 {
 			s1 += int32(x[2+l]>>4) * int32(a[l+16])
 		}
 		acc += f16At(x, 0) * xs[b] * float32(s0+s1-8*xsum[b])
-	}
-	return acc
-}
-
-func dotQ4K(blk []byte, xq []int8, xs []float32, xsum []int32) float32 {
-	var acc float32
-	for i := range len(xs) / 8 {
-		x := blk[144*i : 144*i+144 : 144*i+144]
-		d, dmin := f16At(x, 0), f16At(x, 2)
-		sc, qs := x[4:16], x[16:144]
-		for j := range 4 {
-			g := 8*i + 2*j
-			a0, a1 := xq[32*g:32*g+32:32*g+32], xq[32*g+32:32*g+64:32*g+64]
-			q := qs[32*j : 32*j+32 : 32*j+32]
-			var s0, s1 int32
-			for l := range 32 {
-				s0 += int32(q[l]&0xF) * int32(a0[l])
-				s1 += int32(q[l]>>4) * int32(a1[l])
-			}
-			c0, m0 := scaleMinK4(2*j, sc)
-			c1, m1 := scaleMinK4(2*j+1, sc)
-			acc += xs[g]*(d*float32(c0)*float32(s0)-dmin*float32(m0)*float32(xsum[g])) +
-				xs[g+1]*(d*float32(c1)*float32(s1)-dmin*float32(m1)*float32(xsum[g+1]))
-		}
-	}
-	return acc
-}
-
-func dotQ5K(blk []byte, xq []int8, xs []float32, xsum []int32) float32 {
-	var acc float32
-	for i := range len(xs) / 8 {
-		x := blk[176*i : 176*i+176 : 176*i+176]
-		d, dmin := f16At(x, 0), f16At(x, 2)
-		sc, qh, qs := x[4:16], x[16:48:48], x[48:176]
-		for j := range 4 {
-			g := 8*i + 2*j
-			a0, a1 := xq[32*g:32*g+32:32*g+32], xq[32*g+32:32*g+64:32*g+64]
-			q := qs[32*j : 32*j+32 : 32*j+32]
-			var s0, s1 int32
-			for l := range 32 {
-				h := qh[l] >> (2 * j)
-				s0 += int32(q[l]&0xF|(h&1)<<4) * int32(a0[l])
-				s1 += int32(q[l]>>4|(h&2)<<3) * int32(a1[l])
-			}
-			c0, m0 := scaleMinK4(2*j, sc)
-			c1, m1 := scaleMinK4(2*j+1, sc)
-			acc += xs[g]*(d*float32(c0)*float32(s0)-dmin*float32(m0)*float32(xsum[g])) +
-				xs[g+1]*(d*float32(c1)*float32(s1)-dmin*float32(m1)*float32(xsum[g+1]))
-		}
-	}
-	return acc
-}
-
-func dotQ6K(blk []byte, xq []int8, xs []float32, _ []int32) float32 {
-	var acc float32
-	for i := range len(xs) / 8 {
-		x := blk[210*i : 210*i+210 : 210*i+210]
-		d := f16At(x, 208)
-		var s [16]int32 // per 16 values, in value order
-		for n := range 2 {
-			ql, qh := x[64*n:64*n+64:64*n+64], x[128+32*n:128+32*n+32:128+32*n+32]
-			a := xq[256*i+128*n : 256*i+128*n+128 : 256*i+128*n+128]
-			for l := range 32 {
-				is := 8*n + l/16
-				s[is] += (int32(ql[l]&0xF|(qh[l]&3)<<4) - 32) * int32(a[l])
-				s[is+2] += (int32(ql[l+32]&0xF|(qh[l]>>2&3)<<4) - 32) * int32(a[l+32])
-				s[is+4] += (int32(ql[l]>>4|(qh[l]>>4&3)<<4) - 32) * int32(a[l+64])
-				s[is+6] += (int32(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32) * int32(a[l+96])
-			}
-		}
-		sc := x[192:208:208]
-		for k := range 8 {
-			acc += d * xs[8*i+k] * float32(int32(int8(sc[2*k]))*s[2*k]+int32(int8(sc[2*k+1]))*s[2*k+1])
-		}
 	}
 	return acc
 }

@@ -66,7 +66,8 @@ func TestBlockVectors(t *testing.T) {
 // TestBlockRoundTripAndDot quantizes random matrices to every block type
 // and checks (1) the decoded values are near the originals, (2) the
 // quantized product equals the fp32 product of the decoded weights and the
-// int8-rounded activations to float rounding, for every T.
+// int8-rounded activations (Q8_0 layout for Q4_0, Q8_K for the k-quants)
+// to float rounding, for every T.
 // Every kernel level this CPU has is checked (the AVX2 block kernels at
 // the AVX2 and AVX-512 levels, the portable loops at the portable one).
 func TestBlockRoundTripAndDot(t *testing.T) {
@@ -109,13 +110,7 @@ func testBlockRoundTripAndDot(t *testing.T) {
 			t.Errorf("%v: relative rms error %.4f > %.4f", c.typ, rel, c.relRMS)
 		}
 		act := randVec(r, T*cols)
-		// The reference sees the activations as the kernel does: int8 per 32.
-		aq, as := make([]int8, T*cols), NewScales(T*cols/QK)
-		QuantizeRows(act, aq, as)
-		ar := make([]float32, T*cols)
-		for i := range ar {
-			ar[i] = float32(aq[i]) * as[i/QK]
-		}
+		ar := activationsAsSeen(c.typ, act)
 		for _, tt := range []int{1, T} {
 			got := make([]float32, tt*rows)
 			pool.MatMul(got, w, act, tt, &Scratch{})
@@ -143,6 +138,26 @@ func testBlockRoundTripAndDot(t *testing.T) {
 			}
 		}
 	}
+}
+
+// activationsAsSeen is x as a product of weight type typ sees it: int8
+// per 32 values (Q8_0 layout) for Q4_0, per 256 (Q8_K) for the k-quants.
+func activationsAsSeen(typ DType, x []float32) []float32 {
+	ar := make([]float32, len(x))
+	if isKQuant(typ) {
+		var sc Scratch
+		a := sc.prepareK(x, 1, len(x))
+		for i := range ar {
+			ar[i] = float32(a.q[i]) * a.d[i/QKK]
+		}
+		return ar
+	}
+	aq, as := make([]int8, len(x)), NewScales(len(x)/QK)
+	QuantizeRows(x, aq, as)
+	for i := range ar {
+		ar[i] = float32(aq[i]) * as[i/QK]
+	}
+	return ar
 }
 
 func TestBlockRowBytesRefusesPartialBlocks(t *testing.T) {

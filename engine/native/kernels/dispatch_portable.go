@@ -40,4 +40,6 @@ func axpyStridedN(a []float32, astride, n int, m []float32, stride int, y []floa
 	axpyStridedNPortable(a, astride, n, m, stride, y, ystride, hd, nq)
 }
 
-func matBlocksFast(_ []float32, _ *Mat, _ []int8, _, _ []float32, _, _, _ int) bool { return false }
+func matBlocksFast(_ []float32, _ *Mat, _ []int8, _ []float32, _, _, _ int) bool { return false }
+
+func matKQuantFast(_ []float32, _ *Mat, _ q8kRows, _, _, _ int) bool { return false }

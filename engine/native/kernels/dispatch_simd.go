@@ -175,12 +175,23 @@ func axpyStridedN(a []float32, astride, n int, m []float32, stride int, y []floa
 	axpyStridedNLoop(a, astride, n, m, stride, y, ystride, hd, nq)
 }
 
-// matBlocksFast runs the AVX2 block kernels (blocks_amd64.go) at the AVX2
+// matBlocksFast runs the AVX2 Q4_0 kernel (blocks_amd64.go) at the AVX2
 // and AVX-512 levels; false leaves the product to the portable loops.
-func matBlocksFast(out []float32, w *Mat, xq []int8, xs, xm []float32, lo, hi, T int) bool {
+func matBlocksFast(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) bool {
 	if level < levelAVX2 {
 		return false
 	}
-	matBlocksAVX2(out, w, xq, xs, xm, lo, hi, T)
+	matBlocksAVX2(out, w, xq, xs, lo, hi, T)
+	return true
+}
+
+// matKQuantFast runs the AVX2 k-quant × Q8_K kernels (q8k_amd64.go) at
+// the AVX2 and AVX-512 levels; false leaves the product to the portable
+// loops.
+func matKQuantFast(out []float32, w *Mat, a q8kRows, lo, hi, T int) bool {
+	if level < levelAVX2 {
+		return false
+	}
+	matKQuantAVX2(out, w, a, lo, hi, T)
 	return true
 }

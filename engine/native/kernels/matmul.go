@@ -1,12 +1,15 @@
 package kernels
 
 // Scratch holds per-caller buffers of the products (the quantized
-// activations of a Q8_0 product), so steady-state decoding allocates nothing.
+// activations: Q8_0 layout for Q8_0 and Q4_0 weights, Q8_K for the
+// k-quants), so steady-state decoding allocates nothing.
 type Scratch struct {
 	q   []int8
 	s   []float32
 	sum []int32
-	m   []float32
+	kq  []int8
+	kd  []float32
+	kbs []int16
 }
 
 // rowGrain keeps each range of rows a multiple of the widest row tile (and
@@ -32,8 +35,8 @@ type matJob struct {
 	x      []float32
 	xq     []int8
 	xs     []float32
-	xsum   []int32   // per-group sums of xq, for the block types
-	xm     []float32 // xs[g]*xsum[g], for the Q4_K/Q5_K min terms
+	xsum   []int32 // per-group sums of xq, for Q4_0
+	k      q8kRows // Q8_K activations, for the k-quants
 	T      int
 	swiglu bool // prods[0] is the gate, prods[1] the up projection
 }
@@ -67,30 +70,31 @@ func (j *matJob) one(pr Prod, lo, hi int) {
 		matF32(pr.Out, w.F, j.x, lo, hi, w.Rows, w.Cols, j.T)
 	case Q8_0:
 		matQ8(pr.Out, w.Q, w.S, j.xq, j.xs, lo, hi, w.Rows, w.Cols, j.T)
+	case Q4_K, Q5_K, Q6_K:
+		matKQuant(pr.Out, w, j.k, lo, hi, j.T)
 	default:
-		matBlocks(pr.Out, w, j.xq, j.xs, j.xsum, j.xm, lo, hi, j.T)
+		matBlocks(pr.Out, w, j.xq, j.xs, j.xsum, lo, hi, j.T)
 	}
 }
 
-// prepare checks shapes and quantizes x once when a product needs it.
+// prepare checks shapes and quantizes x once per activation layout the
+// products need: a fused call over a mixed file (Q4_K_M mixes Q4_K and
+// Q6_K, sometimes Q8_0) may need both.
 func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 	cols := j.prods[0].W.Cols
 	j.x, j.T = x[:T*cols], T
-	j.xq, j.xs, j.xsum, j.xm = nil, nil, nil, nil
+	j.xq, j.xs, j.xsum, j.k = nil, nil, nil, q8kRows{}
 	for _, pr := range j.prods[:j.n] {
 		if pr.W.Cols != cols {
 			panic("kernels: fused products need one input width")
 		}
 		_ = pr.Out[:T*pr.W.Rows]
-		if pr.W.Type.IsBlock() && j.xsum == nil {
-			n := T * cols / QK
-			if cap(sc.sum) < n {
-				sc.sum = make([]int32, n)
-				sc.m = make([]float32, n)
+		switch t := pr.W.Type; {
+		case isKQuant(t):
+			if j.k.q == nil {
+				j.k = sc.prepareK(j.x, T, cols)
 			}
-			j.xsum, j.xm = sc.sum[:n], sc.m[:n]
-		}
-		if pr.W.Type != F32 && j.xq == nil {
+		case t != F32 && j.xq == nil:
 			n := T * cols
 			if cap(sc.q) < n {
 				sc.q = make([]int8, n)
@@ -99,12 +103,16 @@ func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 			j.xq, j.xs = sc.q[:n], sc.s[:n/QK]
 			QuantizeRows(j.x, j.xq, j.xs)
 		}
+		if pr.W.Type == Q4_0 && j.xsum == nil {
+			n := T * cols / QK
+			if cap(sc.sum) < n {
+				sc.sum = make([]int32, n)
+			}
+			j.xsum = sc.sum[:n]
+		}
 	}
 	if j.xsum != nil {
 		GroupSums(j.xq, j.xsum)
-		for g, v := range j.xsum {
-			j.xm[g] = j.xs[g] * float32(v)
-		}
 	}
 }
 
