@@ -127,8 +127,13 @@ func matBlocksAVX2(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int
 // storeRows folds four rows' accumulators and stores the sums at
 // out[o:o+min(4,left)].
 func storeRows(acc *[4][8]float32, out []float32, o, left int, tile *[4]float32) {
-	h := hsum4(archsimd.LoadFloat32x8(&acc[0]), archsimd.LoadFloat32x8(&acc[1]),
-		archsimd.LoadFloat32x8(&acc[2]), archsimd.LoadFloat32x8(&acc[3]))
+	storeSums(hsum4(archsimd.LoadFloat32x8(&acc[0]), archsimd.LoadFloat32x8(&acc[1]),
+		archsimd.LoadFloat32x8(&acc[2]), archsimd.LoadFloat32x8(&acc[3])), out, o, left, tile)
+}
+
+// storeSums stores four row sums at out[o:o+min(4,left)], a partial tile
+// through tile.
+func storeSums(h archsimd.Float32x4, out []float32, o, left int, tile *[4]float32) {
 	if left >= 4 {
 		st4(h, out, o)
 		return

@@ -413,15 +413,8 @@ func kRow4(typ DType, out *[4][8]float32, pb unsafe.Pointer, n, size int, py, pd
 
 // storeCol is storeRows for token k of acc4 ([weight row][token]).
 func storeCol(acc4 *[4][4][8]float32, k int, out []float32, o, left int, tile *[4]float32) {
-	h := hsum4(archsimd.LoadFloat32x8(&acc4[0][k]), archsimd.LoadFloat32x8(&acc4[1][k]),
-		archsimd.LoadFloat32x8(&acc4[2][k]), archsimd.LoadFloat32x8(&acc4[3][k]))
-	if left >= 4 {
-		st4(h, out, o)
-		return
-	}
-	h.Store(tile)
-	archsimd.ClearAVXUpperBits()
-	copy(out[o:o+left], tile[:left])
+	storeSums(hsum4(archsimd.LoadFloat32x8(&acc4[0][k]), archsimd.LoadFloat32x8(&acc4[1][k]),
+		archsimd.LoadFloat32x8(&acc4[2][k]), archsimd.LoadFloat32x8(&acc4[3][k])), out, o, left, tile)
 }
 
 // kState4 is kRow4's working memory, declared once by the caller while
