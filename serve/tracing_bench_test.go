@@ -58,7 +58,8 @@ func BenchmarkTracingCost(b *testing.B) {
 		tp    provider
 		ratio float64
 	}{{"off", nil, 0}, {"ratio0", lean(0), 0}, {"ratio1", lean(1), 1},
-		{"sdk-ratio1", tracing.NewProvider(exp, tracing.Config{SampleRatio: 1, Service: "bench"}), 1}}
+		{"sdk-ratio1", tracing.NewProvider(exp, tracing.Config{SampleRatio: 1, Service: "bench"}), 1},
+		{"discard", tracing.NewLeanProvider(func(context.Context, []byte) error { return nil }, tracing.Config{SampleRatio: 1, Service: "bench"}, nil), 1}}
 	use := func(i int) {
 		if modes[i].tp == nil {
 			tracing.Use(nil)
@@ -146,6 +147,7 @@ func BenchmarkTracingCost(b *testing.B) {
 	b.ReportMetric(p50(total[1])-off, "ratio0-added-µs")
 	b.ReportMetric(p50(total[2])-off, "ratio1-added-µs")
 	b.ReportMetric(p50(total[3])-off, "sdk-ratio1-added-µs")
+	b.ReportMetric(p50(total[4])-off, "discard-added-µs")
 	b.ReportMetric(offT, "off-ttft-p50-µs")
 	b.ReportMetric(p50(ttft[1])-offT, "ratio0-ttft-added-µs")
 	b.ReportMetric(p50(ttft[2])-offT, "ratio1-ttft-added-µs")

@@ -120,8 +120,8 @@ func (t *leanTracer) Start(ctx context.Context, name string, opts ...trace.SpanS
 		parent = trace.SpanContext{}
 	}
 	ctx, sp, s := t.start(ctx, parent, name, cfg.SpanKind(), cfg.Timestamp(), cfg.Attributes())
-	if s != nil {
-		s.droppedLinks = len(cfg.Links())
+	if n := len(cfg.Links()); s != nil && n > 0 {
+		s.more().droppedLinks = n
 	}
 	return ctx, sp
 }
@@ -148,12 +148,16 @@ func (t *leanTracer) start(ctx context.Context, parent trace.SpanContext, name s
 		ctx = trace.ContextWithSpanContext(ctx, sc)
 		return ctx, trace.SpanFromContext(ctx), nil
 	}
-	r := &rootSpan{}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	r := &rootSpan{base: at, parentID: parent.SpanID(), parentRemote: parent.IsRemote()}
 	s = &r.leanSpan
-	s.init(t, sc, parent, name, kind, at)
+	s.root = r
+	s.init(ctx, t, sc, name, kind, at.UnixNano())
 	s.attrs = r.attrBuf[:0]
 	s.addAttrs(attrs)
-	return trace.ContextWithSpan(ctx, s), s, s
+	return s, s, s
 }
 
 func newSpanID() trace.SpanID {
@@ -164,21 +168,20 @@ func newSpanID() trace.SpanID {
 	return sid
 }
 
-// init sets a new span's fields, before anyone else can see it.
-func (s *leanSpan) init(t *leanTracer, sc, parent trace.SpanContext, name string, kind trace.SpanKind, at time.Time) {
-	s.t, s.sc, s.parent, s.name, s.kind, s.start = t, sc, parent, name, kind, at
-	if s.start.IsZero() {
-		s.start = time.Now()
+// init sets a new span's fields, before anyone else can see it: ctx is
+// the context it is started in, which the span, as a context, extends.
+func (s *leanSpan) init(ctx context.Context, t *leanTracer, sc trace.SpanContext, name string, kind trace.SpanKind, at int64) {
+	s.Context, s.t, s.sc, s.name, s.start = ctx, t, sc, name, at
+	if kind == trace.SpanKindUnspecified {
+		kind = trace.SpanKindInternal // as the SDK does
 	}
-	if s.kind == trace.SpanKindUnspecified {
-		s.kind = trace.SpanKindInternal // as the SDK does
-	}
+	s.kind = uint8(otlpKind(kind))
 }
 
 // kidCap is how many descendants a span holds inline: a sampled request's
-// frontend spans (http.request and its template, tokenize, queue, route,
+// frontend spans (under http.request: template, tokenize, queue, route,
 // disagg.decide, first_token and stream) fit in one family.
-const kidCap = 8
+const kidCap = 7
 
 // family is a root span's inline descendants: one allocation for all of
 // them where each span of its own would be one per span, with its own trip
@@ -186,49 +189,75 @@ const kidCap = 8
 // own does (the same fields, methods and OTLP message); only where it
 // lives differs. One that ends before its root is exported with the root;
 // one that ends later goes through the queue alone.
+//
+// Its size is held under a malloc size class (2304 bytes; the test
+// TestLeanFamily checks it): what a sampled request allocates is what it
+// costs inside a real request, where every new cache line is a miss
+// (docs/benchmarks/tracing.md, 2026-12-04).
 type family struct {
-	n    int // kids in use, guarded by the root's mu
 	kids [kidCap]leanSpan
 	// The kids' attributes, handed out in slices as they are set
-	// (guarded by the root's mu): a sampled request's children set about
-	// 13 (the route span 9, the disaggregated path 7 more) where a fixed
-	// buffer per kid would hold 64.
-	pool [24]attribute.KeyValue
-	used int
+	// (guarded by the root's mu): a sampled request's children set 15
+	// (route 9, stream 3, first_token 2, tokenize 1; the disaggregated
+	// path's 7 more go to the heap) where a fixed buffer per kid would
+	// hold far more.
+	pool    [15]attribute.KeyValue
+	n, used int32 // kids and pool entries in use, guarded by the root's mu
 }
 
-// rootSpan is how a span that starts a family is allocated: with room
-// for its own first attributes.
+// rootSpan is how every span that is not a family's kid is allocated:
+// with the lock of its whole family, the clock reading its family's
+// times count from, its family, its parent, and room for its own first
+// attributes (six: a sampled request's http.request sets six, a worker's
+// server span five).
 type rootSpan struct {
 	leanSpan
-	attrBuf [8]attribute.KeyValue
+	// mu guards the mutable fields of every span in the family (one
+	// lock: a family's spans are a request's, rarely used at once, and
+	// a kid's End then takes one lock, not its own and its root's).
+	mu           sync.Mutex
+	base         time.Time // the start, with its monotonic reading
+	fam          *family   // guarded by mu
+	parentID     trace.SpanID
+	parentRemote bool
+	attrBuf      [6]attribute.KeyValue
 }
 
-// now is the time for a span's start or end. A kid reads it off its
-// root's start and the monotonic clock alone (one clock read where
+// isRoot says whether s starts a family (it is its rootSpan's own).
+func (s *leanSpan) isRoot() bool { return &s.root.leanSpan == s }
+
+// parentID is the parent span's id, zero for a trace's first span (the
+// caller holds root.mu: a kid's parent is read from the family).
+func (s *leanSpan) parentID() trace.SpanID {
+	r := s.root
+	switch {
+	case s.isRoot():
+		return r.parentID
+	case s.parent == 0:
+		return r.sc.SpanID()
+	}
+	return r.fam.kids[s.parent-1].sc.SpanID()
+}
+
+// now is the time for a span's start or end, in Unix nanoseconds: its
+// root's start plus the monotonic clock since (one clock read where
 // time.Now makes two), so a family's times keep their order whatever the
 // wall clock does meanwhile.
-func (s *leanSpan) now() time.Time {
-	if r := s.root; r != nil {
-		return r.start.Add(time.Since(r.start))
-	}
-	return time.Now()
+func (s *leanSpan) now() int64 {
+	r := s.root
+	return r.start + int64(time.Since(r.base))
 }
 
 // moreAttrs returns attrs with room for extra more, from the family's
-// pool of root r while it lasts (the caller holds the kid's mu, never
-// r's: a root's lock is not held while a kid's is taken).
-func (r *leanSpan) moreAttrs(attrs []attribute.KeyValue, extra int) []attribute.KeyValue {
+// pool of root r while it lasts (the caller holds r.mu).
+func (r *rootSpan) moreAttrs(attrs []attribute.KeyValue, extra int) []attribute.KeyValue {
 	need := min(len(attrs)+extra, maxSpanAttrs)
-	r.mu.Lock()
 	f := r.fam
-	if f.used+need > len(f.pool) {
-		r.mu.Unlock()
+	if int(f.used)+need > len(f.pool) {
 		return attrs // append grows it on the heap
 	}
-	buf := f.pool[f.used : f.used+len(attrs) : f.used+need]
-	f.used += need
-	r.mu.Unlock()
+	buf := f.pool[f.used : int(f.used)+len(attrs) : int(f.used)+need]
+	f.used += int32(need)
 	copy(buf, attrs)
 	return buf
 }
@@ -236,11 +265,8 @@ func (r *leanSpan) moreAttrs(attrs []attribute.KeyValue, extra int) []attribute.
 // kid starts a span of t named name under p, held in the family of p's
 // root, or returns nil when the family is full or its root has ended
 // (the caller then starts a span of its own).
-func (p *leanSpan) kid(t *leanTracer, name string) *leanSpan {
-	r := p
-	if p.root != nil {
-		r = p.root
-	}
+func (p *leanSpan) kid(ctx context.Context, t *leanTracer, name string) *leanSpan {
+	r := p.root
 	r.mu.Lock()
 	if r.ended || (r.fam != nil && r.fam.n == kidCap) {
 		r.mu.Unlock()
@@ -249,42 +275,92 @@ func (p *leanSpan) kid(t *leanTracer, name string) *leanSpan {
 	if r.fam == nil {
 		r.fam = new(family)
 	}
-	k := &r.fam.kids[r.fam.n]
-	r.fam.n++
+	f := r.fam
+	k := &f.kids[f.n]
+	for i := range f.n {
+		if &f.kids[i] == p {
+			k.parent = uint8(i + 1)
+		}
+	}
+	f.n++
 	r.mu.Unlock()
 	// As start would make it under p: p's trace, flags and trace state.
 	k.root = r
-	k.init(t, p.sc.WithSpanID(newSpanID()), p.sc, name, trace.SpanKindInternal, k.now())
+	k.init(ctx, t, p.sc.WithSpanID(newSpanID()), name, trace.SpanKindInternal, k.now())
 	return k
+}
+
+// spanKey is the context key trace.ContextWithSpan stores a span under,
+// as trace.SpanFromContext asks for it (the key's type is the API's
+// own, unexported).
+var spanKey = func() any {
+	spy := &keySpy{Context: context.Background()}
+	trace.SpanFromContext(spy)
+	return spy.key
+}()
+
+type keySpy struct {
+	context.Context
+	key any
+}
+
+func (c *keySpy) Value(k any) any { c.key = k; return nil }
+
+// Value makes a span the context it was started in with the span added
+// (what trace.ContextWithSpan would allocate a context for).
+func (s *leanSpan) Value(k any) any {
+	if k == spanKey {
+		return s
+	}
+	return s.Context.Value(k)
 }
 
 // leanSpan is one recording span. Its methods may be called from any
 // goroutine (the trace.Span contract); after End it is read only by the
-// export loop.
+// export loop. It is also a context.Context: the one it was started in,
+// with itself as the current span.
+//
+// Only what every span sets lives here (184 bytes, 16 of them the
+// embedded interface the API requires, 16 the parent context); the rest
+// is in spanExtra, allocated by the few spans that need it.
 type leanSpan struct {
 	embedded.Span
-	t      *leanTracer
-	sc     trace.SpanContext
-	parent trace.SpanContext
-	start  time.Time
+	context.Context // the context it was started in
+	t               *leanTracer
+	sc              trace.SpanContext
+	// root is the rootSpan whose family holds this span, or the span's
+	// own rootSpan (isRoot).
+	root       *rootSpan
+	start, end int64 // Unix nanoseconds
+	kind       uint8 // OTLP's SpanKind
+	// parent is a kid's parent in its family: 0 the root, i the kid
+	// i-1 (a root's parent is in its rootSpan).
+	parent uint8
 
-	mu                                        sync.Mutex
-	name                                      string
-	kind                                      trace.SpanKind
-	end                                       time.Time
-	attrs                                     []attribute.KeyValue
+	// Guarded by root.mu.
+	inline bool // a kid that ended before its root, exported with it
+	ended  bool
+	status uint8 // codes.Code
+	name   string
+	attrs  []attribute.KeyValue
+	x      *spanExtra
+}
+
+// spanExtra is what few spans record: events, an error's description,
+// and the counts of what the limits dropped.
+type spanExtra struct {
 	events                                    []leanEvent
-	status                                    codes.Code
 	desc                                      string
 	droppedAttrs, droppedEvents, droppedLinks int
-	ended                                     bool
+}
 
-	// A span in a family (see family): root is the span whose family
-	// holds it, and inline, guarded by root.mu, says that it ended before
-	// the root and goes out with it. fam, guarded by mu, is a root's.
-	root   *leanSpan
-	inline bool
-	fam    *family
+// more returns s's spanExtra, allocating it (the caller holds root.mu,
+// or has s to itself).
+func (s *leanSpan) more() *spanExtra {
+	if s.x == nil {
+		s.x = new(spanExtra)
+	}
+	return s.x
 }
 
 type leanEvent struct {
@@ -295,7 +371,7 @@ type leanEvent struct {
 }
 
 func (s *leanSpan) addAttrs(kvs []attribute.KeyValue) {
-	if r := s.root; r != nil && cap(s.attrs)-len(s.attrs) < len(kvs) {
+	if r := s.root; !s.isRoot() && cap(s.attrs)-len(s.attrs) < len(kvs) {
 		s.attrs = r.moreAttrs(s.attrs, len(kvs))
 	}
 	for _, kv := range kvs {
@@ -316,7 +392,7 @@ func (s *leanSpan) addAttrs(kvs []attribute.KeyValue) {
 		case len(s.attrs) < maxSpanAttrs:
 			s.attrs = append(s.attrs, kv)
 		default:
-			s.droppedAttrs++
+			s.more().droppedAttrs++
 		}
 	}
 }
@@ -327,27 +403,23 @@ func (s *leanSpan) End(opts ...trace.SpanEndOption) {
 	if len(opts) > 0 {
 		c := trace.NewSpanEndConfig(opts...)
 		if ts := c.Timestamp(); !ts.IsZero() {
-			at = ts
+			at = ts.UnixNano()
 		}
 	}
-	s.mu.Lock()
+	r := s.root
+	r.mu.Lock()
 	if s.ended {
-		s.mu.Unlock()
+		r.mu.Unlock()
 		return
 	}
 	s.ended, s.end = true, at
-	r := s.root
-	s.mu.Unlock()
-	if r != nil {
-		r.mu.Lock()
-		if !r.ended {
-			s.inline = true
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
+	// A kid that ends before its root goes out with it; a root, or a kid
+	// that outlived it, on its own.
+	s.inline = !s.isRoot() && !r.ended
+	r.mu.Unlock()
+	if !s.inline {
+		s.t.p.q.add(s)
 	}
-	s.t.p.q.add(s)
 }
 
 // AddEvent implements trace.Span.
@@ -360,13 +432,14 @@ func (s *leanSpan) addEvent(name string, at time.Time, attrs []attribute.KeyValu
 	if at.IsZero() {
 		at = time.Now()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.root.mu.Lock()
+	defer s.root.mu.Unlock()
 	if s.ended {
 		return
 	}
-	if len(s.events) >= maxSpanEvents {
-		s.droppedEvents++
+	x := s.more()
+	if len(x.events) >= maxSpanEvents {
+		x.droppedEvents++
 		return
 	}
 	ev := leanEvent{name: name, at: at}
@@ -375,20 +448,20 @@ func (s *leanSpan) addEvent(name string, at time.Time, attrs []attribute.KeyValu
 		attrs = attrs[:maxSpanAttrs]
 	}
 	ev.attrs = append([]attribute.KeyValue(nil), attrs...)
-	s.events = append(s.events, ev)
+	x.events = append(x.events, ev)
 }
 
 // AddLink implements trace.Span: counted as dropped.
 func (s *leanSpan) AddLink(trace.Link) {
-	s.mu.Lock()
-	s.droppedLinks++
-	s.mu.Unlock()
+	s.root.mu.Lock()
+	s.more().droppedLinks++
+	s.root.mu.Unlock()
 }
 
 // IsRecording implements trace.Span: until End.
 func (s *leanSpan) IsRecording() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.root.mu.Lock()
+	defer s.root.mu.Unlock()
 	return !s.ended
 }
 
@@ -422,22 +495,24 @@ func (s *leanSpan) SpanContext() trace.SpanContext { return s.sc }
 // SetStatus implements trace.Span: Ok is final, Error replaces Unset, and
 // only Error keeps its description (the SDK's rules).
 func (s *leanSpan) SetStatus(code codes.Code, desc string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended || code == codes.Unset || s.status == codes.Ok {
+	s.root.mu.Lock()
+	defer s.root.mu.Unlock()
+	if s.ended || code == codes.Unset || codes.Code(s.status) == codes.Ok {
 		return
 	}
-	s.status = code
-	s.desc = ""
-	if code == codes.Error {
-		s.desc = desc
+	s.status = uint8(code)
+	if s.x != nil {
+		s.x.desc = ""
+	}
+	if code == codes.Error && desc != "" {
+		s.more().desc = desc
 	}
 }
 
 // SetName implements trace.Span.
 func (s *leanSpan) SetName(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.root.mu.Lock()
+	defer s.root.mu.Unlock()
 	if !s.ended {
 		s.name = name
 	}
@@ -445,8 +520,8 @@ func (s *leanSpan) SetName(name string) {
 
 // SetAttributes implements trace.Span.
 func (s *leanSpan) SetAttributes(kvs ...attribute.KeyValue) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.root.mu.Lock()
+	defer s.root.mu.Unlock()
 	if !s.ended {
 		s.addAttrs(kvs)
 	}
@@ -514,15 +589,15 @@ func (p *Provider) expand(spans []*leanSpan) []*leanSpan {
 	flat := p.flat[:0]
 	for _, s := range spans {
 		flat = append(flat, s)
-		s.mu.Lock()
-		if f := s.fam; f != nil {
+		s.root.mu.Lock()
+		if f := s.root.fam; f != nil && s.isRoot() {
 			for i := range f.n {
 				if k := &f.kids[i]; k.inline {
 					flat = append(flat, k)
 				}
 			}
 		}
-		s.mu.Unlock()
+		s.root.mu.Unlock()
 	}
 	p.flat = flat
 	return flat
@@ -531,8 +606,8 @@ func (p *Provider) expand(spans []*leanSpan) []*leanSpan {
 // appendOTLP appends the span as an OTLP Span message's fields
 // (opentelemetry/proto/trace/v1/trace.proto).
 func (s *leanSpan) appendOTLP(b []byte) []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.root.mu.Lock()
+	defer s.root.mu.Unlock()
 	tid, sid := s.sc.TraceID(), s.sc.SpanID()
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
 	b = protowire.AppendBytes(b, tid[:])
@@ -541,24 +616,28 @@ func (s *leanSpan) appendOTLP(b []byte) []byte {
 	if ts := s.sc.TraceState().String(); ts != "" {
 		b = appendString(b, 3, ts)
 	}
-	if psid := s.parent.SpanID(); psid.IsValid() {
+	if psid := s.parentID(); psid.IsValid() {
 		b = protowire.AppendTag(b, 4, protowire.BytesType)
 		b = protowire.AppendBytes(b, psid[:])
 	}
 	b = appendString(b, 5, s.name)
-	if k := otlpKind(s.kind); k != 0 {
+	if s.kind != 0 {
 		b = protowire.AppendTag(b, 6, protowire.VarintType)
-		b = protowire.AppendVarint(b, k)
+		b = protowire.AppendVarint(b, uint64(s.kind))
 	}
 	b = protowire.AppendTag(b, 7, protowire.Fixed64Type)
-	b = protowire.AppendFixed64(b, unixNano(s.start))
+	b = protowire.AppendFixed64(b, uint64(max(0, s.start)))
 	b = protowire.AppendTag(b, 8, protowire.Fixed64Type)
-	b = protowire.AppendFixed64(b, unixNano(s.end))
+	b = protowire.AppendFixed64(b, uint64(max(0, s.end)))
 	for _, kv := range s.attrs {
 		b = appendKV(b, 9, kv)
 	}
-	b = appendCount(b, 10, s.droppedAttrs)
-	for _, ev := range s.events {
+	x := s.x
+	if x == nil {
+		x = &spanExtra{} // on the stack: nothing holds it
+	}
+	b = appendCount(b, 10, x.droppedAttrs)
+	for _, ev := range x.events {
 		var e []byte
 		e = protowire.AppendTag(e, 1, protowire.Fixed64Type)
 		e = protowire.AppendFixed64(e, unixNano(ev.at))
@@ -570,21 +649,21 @@ func (s *leanSpan) appendOTLP(b []byte) []byte {
 		b = protowire.AppendTag(b, 11, protowire.BytesType)
 		b = protowire.AppendBytes(b, e)
 	}
-	b = appendCount(b, 12, s.droppedEvents)
-	b = appendCount(b, 14, s.droppedLinks)
+	b = appendCount(b, 12, x.droppedEvents)
+	b = appendCount(b, 14, x.droppedLinks)
 	// Status: the SDK's exporter always writes one, Unset included.
-	code := otlpStatus(s.status)
+	code := otlpStatus(codes.Code(s.status))
 	n := 0
-	if s.desc != "" {
-		n += protowire.SizeTag(2) + protowire.SizeBytes(len(s.desc))
+	if x.desc != "" {
+		n += protowire.SizeTag(2) + protowire.SizeBytes(len(x.desc))
 	}
 	if code != 0 {
 		n += protowire.SizeTag(3) + protowire.SizeVarint(code)
 	}
 	b = protowire.AppendTag(b, 15, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
-	if s.desc != "" {
-		b = appendString(b, 2, s.desc)
+	if x.desc != "" {
+		b = appendString(b, 2, x.desc)
 	}
 	if code != 0 {
 		b = protowire.AppendTag(b, 3, protowire.VarintType)
@@ -595,7 +674,7 @@ func (s *leanSpan) appendOTLP(b []byte) []byte {
 	// (SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK, 0x200), as the SDK's exporter
 	// writes them.
 	flags := uint32(s.sc.TraceFlags()) | 0x100
-	if s.parent.IsRemote() {
+	if s.isRoot() && s.root.parentRemote {
 		flags |= 0x200
 	}
 	b = protowire.AppendTag(b, 16, protowire.Fixed32Type)

@@ -223,8 +223,8 @@ func Child(ctx context.Context, t trace.Tracer, name string) (context.Context, t
 	}
 	if ls, ok := sp.(*leanSpan); ok {
 		if lt := leanOf(t); lt != nil && lt.p == ls.t.p {
-			if k := ls.kid(lt, name); k != nil {
-				return trace.ContextWithSpan(ctx, k), k
+			if k := ls.kid(ctx, lt, name); k != nil {
+				return k, k // the span is its own context
 			}
 		}
 	}
