@@ -22,7 +22,7 @@ func endDecision(span trace.Span, d *Decision) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(
+	tracing.SetAttributes(span,
 		attribute.String(tracing.AttrChoice, d.Choice),
 		attribute.String(tracing.AttrDisaggReason, d.Reason),
 		attribute.String(tracing.AttrWorker, d.DecodeWorker),
@@ -35,7 +35,7 @@ func endDecision(span trace.Span, d *Decision) {
 		attribute.Int(tracing.AttrBlocks, d.MissingBlocks),
 	)
 	if d.Fallback != "" {
-		span.SetAttributes(attribute.String(tracing.AttrFallback, d.Fallback))
+		tracing.SetAttributes(span, attribute.String(tracing.AttrFallback, d.Fallback))
 		span.SetStatus(codes.Error, "remote prefill failed: "+d.Fallback)
 	}
 	span.End()

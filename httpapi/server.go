@@ -331,7 +331,7 @@ func (s *Server) encodeTraced(ctx context.Context, m *Model, text string) []engi
 	_, span := child(ctx, tracing.SpanTokenize)
 	ids := s.encode(m, text)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int(tracing.AttrPromptTokens, len(ids)))
+		tracing.SetAttributes(span, attribute.Int(tracing.AttrPromptTokens, len(ids)))
 	}
 	span.End()
 	return ids
@@ -404,7 +404,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		}
 	}
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-		span.SetAttributes(attribute.String(tracing.AttrRequestID, j.id), attribute.String(tracing.AttrModel, m.Name),
+		tracing.SetAttributes(span, attribute.String(tracing.AttrRequestID, j.id), attribute.String(tracing.AttrModel, m.Name),
 			attribute.Int(tracing.AttrPromptTokens, len(j.prompt)))
 	}
 	_, qspan := child(r.Context(), tracing.SpanQueue)
@@ -506,7 +506,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			err = fmt.Errorf("%w: worker %s sent no first token within %v", errFirstTokenTimeout, route.Worker.ID, s.cfg.FirstTokenTimeout)
 		}
 		if fspan.IsRecording() {
-			fspan.SetAttributes(attribute.String(tracing.AttrWorker, route.Worker.ID), attribute.Int(tracing.AttrCachedTokens, first.CachedTokens))
+			tracing.SetAttributes(fspan, attribute.String(tracing.AttrWorker, route.Worker.ID), attribute.Int(tracing.AttrCachedTokens, first.CachedTokens))
 		}
 		endWithError(fspan, err)
 		if err == nil {
@@ -572,7 +572,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		mm.cached.Observe(float64(out.cached))
 	}
 	if sspan.IsRecording() {
-		sspan.SetAttributes(attribute.Int(tracing.AttrOutputTokens, out.completion), attribute.String(tracing.AttrFinish, out.finish),
+		tracing.SetAttributes(sspan, attribute.Int(tracing.AttrOutputTokens, out.completion), attribute.String(tracing.AttrFinish, out.finish),
 			attribute.Int(tracing.AttrCachedTokens, out.cached))
 	}
 	sspan.End()

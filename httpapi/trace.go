@@ -36,10 +36,10 @@ func traced(route string, h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route))
+		tracing.SetAttributes(span, attribute.String("http.request.method", r.Method), attribute.String("http.route", route))
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		h(sw, r.WithContext(ctx))
-		span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+		tracing.SetAttributes(span, attribute.Int("http.response.status_code", sw.status))
 		if sw.status >= 500 {
 			span.SetStatus(codes.Error, http.StatusText(sw.status))
 		}
@@ -86,13 +86,12 @@ func endRoute(span trace.Span, rt *router.Route, attempt int, err error) {
 		return
 	}
 	if err != nil {
-		span.SetAttributes(attribute.Int(tracing.AttrAttempt, attempt))
+		tracing.SetAttributes(span, attribute.Int(tracing.AttrAttempt, attempt))
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
 		return
 	}
-	// One SetAttributes call: each call's variadic slice escapes through
-	// the interface, one allocation per call.
+	// Built on the stack: tracing.SetAttributes copies what it keeps.
 	d := rt.Decision
 	attrs := append(make([]attribute.KeyValue, 0, 9), attribute.Int(tracing.AttrAttempt, attempt),
 		attribute.String(tracing.AttrWorker, d.WorkerID),
@@ -105,7 +104,7 @@ func endRoute(span trace.Span, rt *router.Route, attempt int, err error) {
 			attrs = append(attrs, attribute.Float64(tracing.AttrRunnerUpCost, d.RunnerUpCost))
 		}
 	}
-	span.SetAttributes(attrs...)
+	tracing.SetAttributes(span, attrs...)
 	span.End()
 }
 

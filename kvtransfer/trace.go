@@ -22,10 +22,10 @@ func endTransfer(span trace.Span, peer Peer, st Stats, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.String(tracing.AttrPeer, peer.ID), attribute.Int64(tracing.AttrBytes, st.Bytes),
+	tracing.SetAttributes(span, attribute.String(tracing.AttrPeer, peer.ID), attribute.Int64(tracing.AttrBytes, st.Bytes),
 		attribute.Int(tracing.AttrBlocks, st.Blocks), attribute.Int(tracing.AttrWanted, st.Wanted))
 	if busy := (st.Duration - st.Waited).Seconds(); busy > 0 && st.Bytes > 0 {
-		span.SetAttributes(attribute.Float64(tracing.AttrThroughput, float64(st.Bytes)/busy))
+		tracing.SetAttributes(span, attribute.Float64(tracing.AttrThroughput, float64(st.Bytes)/busy))
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -64,7 +64,7 @@ func endReceive(span trace.Span, h *begin, res *result) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.String(tracing.AttrPeer, h.Sender), attribute.Int(tracing.AttrBlocks, res.Imported),
+	tracing.SetAttributes(span, attribute.String(tracing.AttrPeer, h.Sender), attribute.Int(tracing.AttrBlocks, res.Imported),
 		attribute.Int64(tracing.AttrBytes, int64(res.Imported)*int64(h.BlockBytes)),
 		attribute.Int(tracing.AttrWanted, len(h.Tokens)/h.BlockSize-h.From))
 	if res.Code != "" {
@@ -78,7 +78,7 @@ func endPrefill(span trace.Span, req *engine.Request, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.String(tracing.AttrRequestID, req.ID), attribute.Int(tracing.AttrPromptTokens, len(req.Prompt)))
+	tracing.SetAttributes(span, attribute.String(tracing.AttrRequestID, req.ID), attribute.Int(tracing.AttrPromptTokens, len(req.Prompt)))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}

@@ -223,7 +223,7 @@ func (h *handler) Generate(m *rpv1.GenerateRequest, stream grpc.ServerStreamingS
 		}
 	}
 	if sp := trace.SpanFromContext(stream.Context()); sp.IsRecording() {
-		sp.SetAttributes(attribute.String(tracing.AttrRequestID, req.ID), attribute.Int(tracing.AttrPromptTokens, len(req.Prompt)))
+		tracing.SetAttributes(sp, attribute.String(tracing.AttrRequestID, req.ID), attribute.Int(tracing.AttrPromptTokens, len(req.Prompt)))
 	}
 	if _, err := engine.CheckRequest(req, h.eng.Info(), h.vocab); err != nil {
 		return toStatus(err)

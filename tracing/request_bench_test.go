@@ -13,7 +13,8 @@ import (
 // BenchmarkRequestSpans: the spans of one sampled request as the frontend
 // and a worker make them (httpapi's http.request and its six children with
 // their attributes, the request plane's traceparent out and in, the
-// worker's server span), through the switching tracer to the lean
+// worker's server span), set as httpapi sets them (SetAttributes),
+// through the switching tracer to the lean
 // Provider, with the batches encoded every 64 requests (a discarding
 // sender): the tracing work of a request in isolation, which
 // BenchmarkTracingCost (serve) measures inside real requests.
@@ -29,17 +30,17 @@ func BenchmarkRequestSpans(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		ctx, root := tr.Start(context.Background(), SpanHTTP, trace.WithSpanKind(trace.SpanKindServer))
-		root.SetAttributes(attribute.String("http.request.method", "POST"), attribute.String("http.route", "/v1/completions"))
+		SetAttributes(root, attribute.String("http.request.method", "POST"), attribute.String("http.route", "/v1/completions"))
 		_, s := Child(ctx, tr, SpanTemplate)
 		s.End()
 		_, s = Child(ctx, tr, SpanTokenize)
-		s.SetAttributes(attribute.Int(AttrPromptTokens, 128))
+		SetAttributes(s, attribute.Int(AttrPromptTokens, 128))
 		s.End()
-		root.SetAttributes(attribute.String(AttrRequestID, "req-0123456789"), attribute.String(AttrModel, "m"), attribute.Int(AttrPromptTokens, 128))
+		SetAttributes(root, attribute.String(AttrRequestID, "req-0123456789"), attribute.String(AttrModel, "m"), attribute.Int(AttrPromptTokens, 128))
 		_, s = Child(ctx, tr, SpanQueue)
 		s.End()
 		_, s = Child(ctx, tr, SpanRoute)
-		s.SetAttributes(attribute.Int(AttrAttempt, 0), attribute.String(AttrWorker, "w1"), attribute.Int(AttrCandidates, 2),
+		SetAttributes(s, attribute.Int(AttrAttempt, 0), attribute.String(AttrWorker, "w1"), attribute.Int(AttrCandidates, 2),
 			attribute.Int(AttrPredicted, 64), attribute.String(AttrPolicy, "kv"), attribute.String(AttrReason, "overlap"),
 			attribute.Float64(AttrCost, 1.5), attribute.Int(AttrTies, 0), attribute.Float64(AttrRunnerUpCost, 2.5))
 		s.End()
@@ -50,9 +51,9 @@ func BenchmarkRequestSpans(b *testing.B) {
 		srv.HandleRPC(wctx, &stats.End{})
 		fs.End()
 		_, s = Child(ctx, tr, SpanStream)
-		s.SetAttributes(attribute.Int(AttrOutputTokens, 16), attribute.String(AttrFinish, "length"), attribute.Int(AttrCachedTokens, 64))
+		SetAttributes(s, attribute.Int(AttrOutputTokens, 16), attribute.String(AttrFinish, "length"), attribute.Int(AttrCachedTokens, 64))
 		s.End()
-		root.SetAttributes(attribute.Int("http.response.status_code", 200))
+		SetAttributes(root, attribute.Int("http.response.status_code", 200))
 		root.End()
 		if n++; n%64 == 0 {
 			_ = lean.ForceFlush(context.Background())

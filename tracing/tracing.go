@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -208,6 +209,22 @@ func TraceID(ctx context.Context) string {
 		return ""
 	}
 	return sc.TraceID().String()
+}
+
+// SetAttributes sets kvs on span as span.SetAttributes does, without
+// moving kvs to the heap: through the trace.Span interface the compiler
+// cannot see what the callee keeps, so every call's variadic slice is
+// allocated (64 bytes an attribute; a sampled request's spans set about
+// twenty). A lean span copies the values it keeps; any other span gets a
+// copy of its own.
+func SetAttributes(span trace.Span, kvs ...attribute.KeyValue) {
+	if s, ok := span.(*leanSpan); ok {
+		s.SetAttributes(kvs...)
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(slices.Clone(kvs)...)
+	}
 }
 
 // Child starts a span of t under ctx's only when ctx's span context is

@@ -5,9 +5,13 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -84,5 +88,34 @@ func TestSwitchKeepsTracers(t *testing.T) {
 	}
 	if made(a) != first {
 		t.Error("switching back to provider a made a new tracer")
+	}
+}
+
+// TestSetAttributes: tracing.SetAttributes reaches a lean span with no
+// allocation, an SDK span as its own SetAttributes does, and leaves a
+// span that does not record alone.
+func TestSetAttributes(t *testing.T) {
+	kvs := []attribute.KeyValue{attribute.String("a", "x"), attribute.Int("b", 2)}
+	lean := NewLeanProvider(func(context.Context, []byte) error { return nil }, Config{SampleRatio: 1}, nil)
+	defer lean.Shutdown(context.Background())
+	_, ls := lean.Tracer("t").Start(context.Background(), "lean")
+	exp := tracetest.NewInMemoryExporter()
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer sdk.Shutdown(context.Background())
+	_, ss := sdk.Tracer("t").Start(context.Background(), "sdk")
+	SetAttributes(ls, kvs...)
+	SetAttributes(ss, kvs...)
+	SetAttributes(trace.SpanFromContext(context.Background()), kvs...)
+	if got := ls.(*leanSpan).attrs; !slices.Equal(got, kvs) {
+		t.Errorf("lean span holds %v, want %v", got, kvs)
+	}
+	ss.End()
+	if got := exp.GetSpans(); len(got) != 1 || !slices.Equal(got[0].Attributes, kvs) {
+		t.Errorf("SDK span exported %v, want its attributes %v", got, kvs)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		SetAttributes(ls, attribute.String("a", "y"), attribute.Int("b", 3))
+	}); a != 0 {
+		t.Errorf("setting two attributes on a lean span allocates %.0f times, want 0", a)
 	}
 }
