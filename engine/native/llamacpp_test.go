@@ -23,7 +23,9 @@ import (
 // llama.cpp as node-llama-cpp 3.21.1 ships it (prebuilt libllama for
 // linux-x64), through testdata/llamacpp.mjs. The module is installed by
 // scripts/install-node-llama-cpp.sh under ~/.cache/tandem (or
-// $NODE_LLAMA_CPP_DIR); without it and node, the tests skip.
+// $NODE_LLAMA_CPP_DIR); without it and node, the tests skip. By default
+// ggml picks its CPU backend variant for this CPU, as node-llama-cpp users
+// get it; TANDEM_LLAMACPP_CPU=<variant> pins one (pinLlamaCppCPU).
 
 func llamaCppDir(t testing.TB) string {
 	t.Helper()
@@ -46,7 +48,79 @@ func llamaCppDir(t testing.TB) string {
 	if os.Getenv("TANDEM_LLAMACPP") == "" {
 		t.Skip("set TANDEM_LLAMACPP=1 to compare with llama.cpp")
 	}
+	if v := os.Getenv("TANDEM_LLAMACPP_CPU"); v != "" {
+		return pinLlamaCppCPU(t, dir, v)
+	}
 	return dir
+}
+
+// pinLlamaCppCPU is the opt-in TANDEM_LLAMACPP_CPU=<variant> (icelake,
+// haswell, ...): a node-llama-cpp tree in a temporary directory whose
+// prebuilt binaries hold one CPU backend, libggml-cpu-<variant>.so, so that
+// llama.cpp runs that variant instead of the one it picks for this CPU.
+//
+// How the variant is picked: node-llama-cpp's Llama constructor
+// (src/bindings/Llama.ts, https://github.com/withcatai/node-llama-cpp)
+// calls the addon's loadBackends (llama/addon/addon.cpp), that is
+// ggml_backend_load_all_from_path, on the directory of llama-addon.node;
+// ggml_backend_load_best
+// (https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-backend-reg.cpp)
+// opens every regular file (symlinks followed) named libggml-cpu-*.so
+// there, asks each for ggml_backend_score (ggml-cpu/arch/x86/cpu-feats.cpp:
+// 0 if the CPU lacks a feature the variant was built with, else a sum of
+// feature bits, AMX_INT8 the highest) and loads the best. Neither project
+// reads a setting that names the variant (ggml's GGML_BACKEND_PATH loads
+// one backend more, beside the chosen one). The directory of
+// llama-addon.node comes from import.meta.url of @node-llama-cpp/linux-x64's
+// dist/index.js, and Node resolves modules through symlinks to their real
+// paths, so that package's dist and node-llama-cpp's dist (which imports
+// it) are copied (6 MB); everything else is a symlink to dir.
+func pinLlamaCppCPU(t testing.TB, dir, variant string) string {
+	t.Helper()
+	src, dst := filepath.Join(dir, "node_modules"), filepath.Join(t.TempDir(), "node_modules")
+	const bins = "@node-llama-cpp/linux-x64/bins/linux-x64"
+	keep := "libggml-cpu-" + variant + ".so"
+	if _, err := os.Stat(filepath.Join(src, bins, keep)); err != nil {
+		var have []string
+		paths, _ := filepath.Glob(filepath.Join(src, bins, "libggml-cpu-*.so"))
+		for _, p := range paths {
+			have = append(have, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "libggml-cpu-"), ".so"))
+		}
+		t.Fatalf("TANDEM_LLAMACPP_CPU=%s: no %s in %s (variants: %s)", variant, keep, filepath.Join(src, bins), strings.Join(have, ", "))
+	}
+	mirrored := map[string]bool{".": true, "node-llama-cpp": true, "@node-llama-cpp": true,
+		"@node-llama-cpp/linux-x64": true, "@node-llama-cpp/linux-x64/bins": true, bins: true}
+	copied := map[string]bool{"node-llama-cpp/dist": true, "@node-llama-cpp/linux-x64/dist": true}
+	var mirror func(rel string) error
+	mirror = func(rel string) error {
+		ents, err := os.ReadDir(filepath.Join(src, rel))
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dst, rel), 0o755); err != nil {
+			return err
+		}
+		for _, e := range ents {
+			r := filepath.ToSlash(filepath.Join(rel, e.Name()))
+			switch {
+			case mirrored[r]:
+				err = mirror(r)
+			case copied[r]:
+				err = os.CopyFS(filepath.Join(dst, r), os.DirFS(filepath.Join(src, r)))
+			case rel == bins && strings.HasPrefix(e.Name(), "libggml-cpu-") && e.Name() != keep:
+			default:
+				err = os.Symlink(filepath.Join(src, r), filepath.Join(dst, r))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := mirror("."); err != nil {
+		t.Fatalf("TANDEM_LLAMACPP_CPU=%s: %v", variant, err)
+	}
+	return filepath.Dir(dst)
 }
 
 type llamaReq struct {
@@ -65,6 +139,7 @@ type llamaResp struct {
 	Greedy []int32            `json:"greedy"`
 	Probs  [][][2]float64     `json:"probs"`
 	Bench  map[string]float64 `json:"bench"`
+	CPU    string             `json:"cpu"` // the libggml-cpu-<variant>.so loaded
 }
 
 func runLlamaCpp(t testing.TB, dir string, req llamaReq) llamaResp {
@@ -90,6 +165,9 @@ func runLlamaCpp(t testing.TB, dir string, req llamaReq) llamaResp {
 	var r llamaResp
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("llama.cpp reply: %v\n%s", err, out)
+	}
+	if v := os.Getenv("TANDEM_LLAMACPP_CPU"); v != "" && r.CPU != v {
+		t.Fatalf("TANDEM_LLAMACPP_CPU=%s, but llama.cpp loaded CPU variant %q", v, r.CPU)
 	}
 	return r
 }
@@ -316,7 +394,9 @@ func TestLlamaCppAgreement(t *testing.T) {
 // 64 decode steps, at 1 and 2 threads, best of TANDEM_BENCH_REPS (default
 // 2) runs each, in one process run so the machine state is shared. Shapes
 // from TANDEM_BENCH_SHAPES (default 110m), types from TANDEM_BENCH_TYPES
-// (default q4_k_m,q8_0,f16). Gated: TANDEM_LLAMACPP_BENCH=1.
+// (default q4_k_m,q8_0,f16). Gated: TANDEM_LLAMACPP_BENCH=1. The last
+// column is the llama.cpp CPU backend variant that ran (TANDEM_LLAMACPP_CPU
+// pins one; see pinLlamaCppCPU).
 func TestLlamaCppBench(t *testing.T) {
 	if os.Getenv("TANDEM_LLAMACPP_BENCH") == "" {
 		t.Skip("set TANDEM_LLAMACPP_BENCH=1 (and TANDEM_LLAMACPP=1)")
@@ -382,7 +462,7 @@ func TestLlamaCppBench(t *testing.T) {
 				}
 				r := runLlamaCpp(t, dir, llamaReq{Model: path, Threads: th, Bench: map[string]int{"prompt": prompt, "decode": decode, "reps": reps}})
 				lp, ld := r.Bench["prefill_tps"], r.Bench["decode_tps"]
-				t.Logf("BENCH | %s | %s | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f |", shape, qt, th, pre, lp, pre/lp, dec, ld, dec/ld)
+				t.Logf("BENCH | %s | %s | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %s |", shape, qt, th, pre, lp, pre/lp, dec, ld, dec/ld, r.CPU)
 			}
 		}
 	}

@@ -13,12 +13,15 @@
 //    "kv": "F32",                         KV cache type (default F16)
 //    "bench": {"prompt": 512, "decode": 64, "reps": 1}}
 //                                         -> "bench": {"prefill_tps", "decode_tps"}
+//    (every reply)                        -> "cpu": "sapphirerapids", the
+//                                            libggml-cpu-<variant>.so loaded
 //
 // The module is loaded from $NODE_LLAMA_CPP_DIR/node_modules (installed by
 // scripts/install-node-llama-cpp.sh), never from the repository.
 // API: https://node-llama-cpp.withcat.ai/api (getLlama, loadModel,
 // createContext, LlamaContextSequence.evaluate / evaluateWithMetadata).
 import { pathToFileURL } from "node:url";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 
 const dir = process.env.NODE_LLAMA_CPP_DIR;
@@ -37,9 +40,15 @@ const req = JSON.parse(input);
 // gpu: false and build: "never": the prebuilt CPU binaries, nothing
 // compiled or downloaded at test time.
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+// ggml has now loaded one libggml-cpu-<variant>.so, the best-scoring for
+// this CPU (or the one the test pinned, TANDEM_LLAMACPP_CPU in
+// llamacpp_test.go); the memory maps name it without raising the log level.
+let maps = "";
+try { maps = readFileSync("/proc/self/maps", "utf8"); } catch {}
+const cpu = (maps.match(/libggml-cpu-([\w-]+)\.so/) ?? [])[1] ?? "";
 const model = await llama.loadModel({ modelPath: req.model, gpuLayers: 0 });
 const threads = req.threads ?? 1;
-const out = {};
+const out = { cpu };
 
 if (req.tokenize) {
   // specialTokens=false: special-token text is plain text, and no BOS is
