@@ -318,7 +318,9 @@ func (s *leanSpan) Value(k any) any {
 // leanSpan is one recording span. Its methods may be called from any
 // goroutine (the trace.Span contract); after End it is read only by the
 // export loop. It is also a context.Context: the one it was started in,
-// with itself as the current span.
+// with itself as the current span. (So an ended span waiting in the
+// export queue, at most a second or a batch, keeps its parent context
+// alive too: a request's context chain, a few hundred bytes.)
 //
 // Only what every span sets lives here (184 bytes, 16 of them the
 // embedded interface the API requires, 16 the parent context); the rest
