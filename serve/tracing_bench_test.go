@@ -147,26 +147,21 @@ func BenchmarkTracingCost(b *testing.B) {
 		}
 		return float64(t.Nanoseconds()) / 1e3 / float64(len(ds))
 	}
-	off, offT := p50(total[0]), p50(ttft[0])
-	b.ReportMetric(off, "off-p50-µs")
-	b.ReportMetric(p50(total[1])-off, "ratio0-added-µs")
-	b.ReportMetric(p50(total[2])-off, "ratio1-added-µs")
-	b.ReportMetric(p50(total[3])-off, "sdk-ratio1-added-µs")
-	b.ReportMetric(p50(total[4])-off, "discard-added-µs")
-	b.ReportMetric(offT, "off-ttft-p50-µs")
-	b.ReportMetric(p50(ttft[1])-offT, "ratio0-ttft-added-µs")
-	b.ReportMetric(p50(ttft[2])-offT, "ratio1-ttft-added-µs")
-	b.ReportMetric(p50(ttft[3])-offT, "sdk-ratio1-ttft-added-µs")
-	// The tail and the mean: where a loaded machine shows what the
-	// median hides (wake-ups, GC of the spans' garbage).
-	b.ReportMetric(pct(total[0], 0.9), "off-p90-µs")
-	b.ReportMetric(pct(total[1], 0.9)-pct(total[0], 0.9), "ratio0-p90-added-µs")
-	b.ReportMetric(pct(total[2], 0.9)-pct(total[0], 0.9), "ratio1-p90-added-µs")
-	b.ReportMetric(pct(total[3], 0.9)-pct(total[0], 0.9), "sdk-ratio1-p90-added-µs")
-	b.ReportMetric(mean(total[0]), "off-mean-µs")
-	b.ReportMetric(mean(total[1])-mean(total[0]), "ratio0-mean-added-µs")
-	b.ReportMetric(mean(total[2])-mean(total[0]), "ratio1-mean-added-µs")
-	b.ReportMetric(mean(total[3])-mean(total[0]), "sdk-ratio1-mean-added-µs")
+	// Each mode against off: p50 of the whole request and of TTFT, and
+	// the tail and the mean, where a loaded machine shows what the median
+	// hides (wake-ups, GC of the spans' garbage).
+	p90 := func(ds []time.Duration) float64 { return pct(ds, 0.9) }
+	for _, st := range []struct {
+		off, added string // metric names: off-<off>-µs, <mode><added>-added-µs
+		of         func([]time.Duration) float64
+		ds         [][]time.Duration
+	}{{"p50", "", p50, total}, {"ttft-p50", "-ttft", p50, ttft}, {"p90", "-p90", p90, total}, {"mean", "-mean", mean, total}} {
+		base := st.of(st.ds[0])
+		b.ReportMetric(base, "off-"+st.off+"-µs")
+		for i, m := range modes[1:] {
+			b.ReportMetric(st.of(st.ds[i+1])-base, m.name+st.added+"-added-µs")
+		}
+	}
 	_ = modes[2].tp.ForceFlush(context.Background())
 	_ = modes[3].tp.ForceFlush(context.Background())
 	sampled := float64(len(total[2]) + 20 + block*blocks) // each sampled mode's requests

@@ -71,7 +71,7 @@ const (
 // OTLP ExportTraceServiceRequest, to send (an OTLP/gRPC client, or a test's
 // decoder), at most every second or every 512 queued entries (a root and
 // the family that ended with it count as one: a batch holds at most
-// 512 × 9 spans, about 0.8 MB of OTLP for Tandem's spans, under the 4 MiB
+// 512 × (1 + kidCap) spans, about 0.7 MB of OTLP for Tandem's spans, under the 4 MiB
 // a gRPC collector accepts by default).
 func NewLeanProvider(send func(context.Context, []byte) error, cfg Config, log *slog.Logger) *Provider {
 	// As sdktrace.TraceIDRatioBased computes it (Validate keeps the

@@ -231,8 +231,8 @@ func SetAttributes(span trace.Span, kvs ...attribute.KeyValue) {
 // sampled: with tracing off, or the request not sampled, it costs a
 // context lookup and returns ctx's own span. Under a lean span of the same
 // provider the child lives in its root's family (lean.go), which is what
-// keeps a sampled request's eight spans at one allocation and one queued
-// entry.
+// keeps a sampled request's frontend spans at two allocations (the root
+// and its family) and one queued entry.
 func Child(ctx context.Context, t trace.Tracer, name string) (context.Context, trace.Span) {
 	sp := trace.SpanFromContext(ctx)
 	if !sp.SpanContext().IsSampled() {
