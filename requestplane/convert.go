@@ -1,8 +1,12 @@
 package requestplane
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -10,6 +14,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
+	"github.com/tandemllm/tandem/tracing"
 )
 
 // Conversions between the engine's types and the wire's. Token lists are
@@ -133,4 +138,36 @@ func wirePeer(p kvtransfer.Peer) *rpv1.Peer {
 // transfer node refuses with its own code).
 func enginePeer(m *rpv1.Peer) kvtransfer.Peer {
 	return kvtransfer.Peer{ID: m.GetId(), Addr: m.GetAddr(), Token: m.GetToken()}
+}
+
+// wireTrace is ctx's span context as a request carries it, nil when ctx
+// has none. An unsampled one travels too, so that a client's trace id
+// reaches the worker's log lines with tracing off.
+func wireTrace(ctx context.Context) *rpv1.TraceContext {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return nil
+	}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	return &rpv1.TraceContext{
+		TraceIdHigh: binary.BigEndian.Uint64(tid[:8]), TraceIdLow: binary.BigEndian.Uint64(tid[8:]),
+		SpanId: binary.BigEndian.Uint64(sid[:]), Flags: uint32(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom)),
+		Tracestate: sc.TraceState().String(),
+	}
+}
+
+// spanContext is the caller's span context a request carried: invalid
+// when it carried none or a malformed one (a request is not refused for
+// its trace context; it starts a trace of its own instead).
+func spanContext(m *rpv1.TraceContext) trace.SpanContext {
+	if m == nil {
+		return trace.SpanContext{}
+	}
+	var tid trace.TraceID
+	var sid trace.SpanID
+	binary.BigEndian.PutUint64(tid[:8], m.TraceIdHigh)
+	binary.BigEndian.PutUint64(tid[8:], m.TraceIdLow)
+	binary.BigEndian.PutUint64(sid[:], m.SpanId)
+	sc, _ := tracing.RemoteSpanContext(tid, sid, m.Flags, m.Tracestate)
+	return sc
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
+	"github.com/tandemllm/tandem/tracing"
 )
 
 // The disaggregation calls: a frontend's orchestrator asks a worker about
@@ -40,7 +41,11 @@ func (h *handler) TransferKey(context.Context, *rpv1.TransferKeyRequest) (*rpv1.
 	return &rpv1.TransferKeyReply{Key: k.TokenKey()}, nil
 }
 
-func (h *handler) Assess(ctx context.Context, m *rpv1.AssessRequest) (*rpv1.Assessment, error) {
+func (h *handler) Assess(ctx context.Context, m *rpv1.AssessRequest) (_ *rpv1.Assessment, err error) {
+	ctx, sp, own := tracing.StartCall(ctx, rpv1.Worker_Assess_FullMethodName, spanContext(m.GetTrace()))
+	if own {
+		defer func() { tracing.EndCall(sp, err) }()
+	}
 	if h.side == nil {
 		return nil, errNoSide
 	}
@@ -65,7 +70,11 @@ func (h *handler) Link(ctx context.Context, m *rpv1.LinkRequest) (*rpv1.LinkRepl
 	return &rpv1.LinkReply{BytesPerSec: bps}, nil
 }
 
-func (h *handler) Prefill(ctx context.Context, m *rpv1.PrefillRequest) (*rpv1.PrefillReply, error) {
+func (h *handler) Prefill(ctx context.Context, m *rpv1.PrefillRequest) (_ *rpv1.PrefillReply, err error) {
+	ctx, sp, own := tracing.StartCall(ctx, rpv1.Worker_Prefill_FullMethodName, spanContext(m.GetRequest().GetTrace()))
+	if own {
+		defer func() { tracing.EndCall(sp, err) }()
+	}
 	if h.side == nil {
 		return nil, errNoSide
 	}
@@ -169,7 +178,7 @@ func (s *Side) TransferAddr() string { return s.desc.TransferAddr }
 
 // Assess implements kvtransfer.Side.
 func (s *Side) Assess(ctx context.Context, prompt []engine.Token, tail int) (kvtransfer.Assessment, error) {
-	m, err := s.c.w.Assess(ctx, &rpv1.AssessRequest{Prompt: prompt, Tail: int32Of(tail)})
+	m, err := s.c.w.Assess(ctx, &rpv1.AssessRequest{Prompt: prompt, Tail: int32Of(tail), Trace: wireTrace(ctx)})
 	if err != nil {
 		return kvtransfer.Assessment{}, fmt.Errorf("requestplane: assess on %s: %w", s.desc.ID, fromStatus(err))
 	}
@@ -207,9 +216,6 @@ func (s *Side) note(peer kvtransfer.Peer, bps float64) {
 
 // PrefillAndSend implements kvtransfer.Side.
 func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (kvtransfer.Push, error) {
-	if req.ID != "" {
-		ctx = withRequestID(ctx, req.ID)
-	}
 	rep, err := s.c.w.Prefill(ctx, &rpv1.PrefillRequest{Request: wireRequest(req), Peer: wirePeer(peer), From: int32Of(from)})
 	if err != nil {
 		err = fromStatus(err)

@@ -10,14 +10,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -75,7 +73,8 @@ func NewServer(eng engine.Engine, side kvtransfer.Side, vocab int, opts ...grpc.
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.UnknownServiceHandler(s.unknownService),
-		// The caller's trace continues here (traceparent in the metadata).
+		// A caller's traceparent header, from callers that send one
+		// (Tandem's carry it in the request: see StartCall).
 		grpc.StatsHandler(tracing.ServerHandler()),
 	}, opts...)
 	s.Server = grpc.NewServer(opts...)
@@ -210,25 +209,22 @@ func (h *handler) Info(context.Context, *rpv1.InfoRequest) (*rpv1.EngineInfo, er
 	return wireInfo(h.eng.Info()), nil
 }
 
-func (h *handler) Generate(m *rpv1.GenerateRequest, stream grpc.ServerStreamingServer[rpv1.Delta]) error {
+func (h *handler) Generate(m *rpv1.GenerateRequest, stream grpc.ServerStreamingServer[rpv1.Delta]) (err error) {
+	ctx, sp, own := tracing.StartCall(stream.Context(), rpv1.Worker_Generate_FullMethodName, spanContext(m.GetTrace()))
+	if own {
+		defer func() { tracing.EndCall(sp, err) }()
+	}
 	req, err := engineRequest(m)
 	if err != nil {
 		return err
 	}
-	if req.ID == "" {
-		if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
-			if v := md.Get("x-request-id"); len(v) > 0 {
-				req.ID = v[0]
-			}
-		}
-	}
-	if sp := trace.SpanFromContext(stream.Context()); sp.IsRecording() {
+	if sp.IsRecording() {
 		tracing.SetAttributes(sp, attribute.String(tracing.AttrRequestID, req.ID), attribute.Int(tracing.AttrPromptTokens, len(req.Prompt)))
 	}
 	if _, err := engine.CheckRequest(req, h.eng.Info(), h.vocab); err != nil {
 		return toStatus(err)
 	}
-	s, err := h.eng.Generate(stream.Context(), req)
+	s, err := h.eng.Generate(ctx, req)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -305,12 +301,6 @@ func fromStatus(err error) error {
 	return err
 }
 
-// withRequestID passes the request id as gRPC metadata, for the worker's
-// logs.
-func withRequestID(ctx context.Context, id string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "x-request-id", id)
-}
-
 // ErrUnavailable means the worker could not be reached or went away; the
 // frontend retries such requests elsewhere if no token was streamed yet.
 // It is engine.ErrUnavailable, which other remote engines return too.
@@ -331,7 +321,6 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WithStatsHandler(tracing.ClientHandler()),
 	}, opts...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
@@ -358,10 +347,9 @@ func (c *Client) Info(ctx context.Context) (engine.Info, error) {
 
 // Generate implements engine.Generator.
 func (c *Client) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	if req.ID != "" {
-		ctx = withRequestID(ctx, req.ID)
-	}
-	cs, err := c.w.Generate(ctx, wireRequest(req))
+	m := wireRequest(req)
+	m.Trace = wireTrace(ctx)
+	cs, err := c.w.Generate(ctx, m)
 	if err != nil {
 		return nil, fromStatus(err)
 	}

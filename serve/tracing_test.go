@@ -110,8 +110,8 @@ func TestTracingAcrossRequestPlane(t *testing.T) {
 		t.Errorf("route span attributes %v", attrs)
 	}
 	// The worker's server span of the gRPC call, under the frontend's
-	// first_token span (the client side records no span of its own: see
-	// tracing.ClientHandler).
+	// first_token span (the client side records no span of its own: the
+	// trace context rides in the request, tracing.StartCall).
 	var gen []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		if s.Name() == "tandem.requestplane.v1.Worker/Generate" && s.SpanContext().TraceID().String() == clientTraceID {

@@ -13,9 +13,10 @@ import (
 )
 
 // The request plane's calls that belong to a request. Background calls
-// (Info, the link probes, health checks) are not traced: each would be a
-// root trace of its own, burying requests in Jaeger.
-var tracedMethods = []string{"/Generate", "/Assess", "/Prefill", "/TransferToken"}
+// (Info, Link, TransferKey, the queue watch, health checks) are not
+// traced: each would be a root trace of its own, burying requests in
+// Jaeger.
+var tracedMethods = []string{"/Generate", "/Assess", "/Prefill"}
 
 // methodInfo is what a traced method's span needs, built once per method:
 // its name and its rpc.* attributes (no per-call attribute building).
@@ -36,49 +37,70 @@ var methods = func() map[string]*methodInfo {
 	return m
 }()
 
-// ServerHandler and ClientHandler carry the trace context over the request
-// plane in gRPC metadata (W3C traceparent and tracestate) and record one
-// server span per traced call. They are gRPC stats handlers, which see
-// streams and unary calls alike, whatever interceptors a caller chains.
+// StartCall starts the worker's server span for a traced request-plane
+// call (method is its full gRPC name), under parent: the caller's span
+// context as its request carried it (the request plane's TraceContext
+// message), or, when that is not valid, a caller's traceparent header
+// that ServerHandler read. It returns the span and whether the caller
+// ends it (EndCall, when the handler returns): false when ServerHandler
+// already started the call's span (it ends it) or method is not traced.
 //
-// They replace otelgrpc's stats handlers, which BenchmarkTracingCost
+// The span starts in the handler, not in a stats handler, because only
+// the handler sees the request: Tandem's client sends no traceparent
+// header (see the TraceContext message in requestplane.proto for what
+// one cost). A caller with no trace context gets a root span, sampled
+// at the ratio, as a stats handler would start it.
+func StartCall(ctx context.Context, method string, parent trace.SpanContext) (context.Context, trace.Span, bool) {
+	m := methods[method]
+	if sp := trace.SpanFromContext(ctx); m == nil || sp.IsRecording() {
+		return ctx, sp, false
+	}
+	if !parent.IsValid() {
+		parent = trace.SpanContextFromContext(ctx)
+	}
+	if lt := leanOf(grpcTracer); lt != nil && parent.IsValid() && parent.IsSampled() {
+		// What the call below does for a sampled parent, without its
+		// option values, the parent's own context value and the second
+		// context read: about half of this call's allocations.
+		ctx, sp, _ := lt.start(ctx, parent, m.name, trace.SpanKindServer, time.Time{}, m.attrs)
+		return ctx, sp, true
+	}
+	if parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
+	ctx, sp := grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(m.attrs...))
+	return ctx, sp, true
+}
+
+// EndCall ends a call's server span with the handler's outcome: err is
+// the error it returns (a gRPC status error), nil for success.
+func EndCall(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if err != nil {
+		st, _ := status.FromError(err)
+		SetAttributes(span, attribute.Int64("rpc.grpc.status_code", int64(st.Code())))
+		span.SetStatus(codes.Error, st.Message())
+	}
+	span.End()
+}
+
+// ServerHandler is the worker's gRPC stats handler for callers that send
+// their trace context as W3C traceparent and tracestate metadata
+// (OpenTelemetry's gRPC instrumentation, grpcurl -H): it starts the
+// traced call's server span from the header and ends it when the call
+// ends, whatever interceptors a server chains. A call without the header
+// costs a map lookup and a metadata read; its span, if any, starts in the
+// handler (StartCall).
+//
+// It replaced otelgrpc's stats handlers, which BenchmarkTracingCost
 // (serve) showed cost too much for the target (≤ 20 µs p50 per
 // request at sampling 1, nothing measurable at 0; docs/benchmarks/tracing.md
 // has the figures): otelgrpc runs its filter, propagators and metric hooks
 // on every RPC even when nothing is sampled, records an event per streamed
 // message (one per token on Generate) and builds its attributes per call.
-// Here an unsampled call costs a map lookup and a context read; a sampled
-// one costs the injected header, one span with pre-built attributes and
-// its status. The client side starts no span of its own: the frontend's
-// first_token and disagg.decide spans already cover the call from the
-// caller's side, and the worker's server span holds the rest.
 func ServerHandler() stats.Handler { return serverHandler{} }
-
-// ClientHandler: see ServerHandler.
-func ClientHandler() stats.Handler { return clientHandler{} }
-
-type clientHandler struct{}
-
-func (clientHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if methods[info.FullMethodName] == nil {
-		return ctx
-	}
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return ctx
-	}
-	kv := []string{"traceparent", Traceparent(sc)}
-	if ts := sc.TraceState().String(); ts != "" {
-		kv = append(kv, "tracestate", ts)
-	}
-	return metadata.AppendToOutgoingContext(ctx, kv...)
-}
-
-func (clientHandler) HandleRPC(context.Context, stats.RPCStats) {}
-func (clientHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (clientHandler) HandleConn(context.Context, stats.ConnStats) {}
 
 type serverHandler struct{}
 
@@ -89,47 +111,31 @@ func (serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context
 	}
 	// ValueFromIncomingContext, not FromIncomingContext: the latter
 	// copies the whole metadata map on every call, traced or not.
-	if tp := metadata.ValueFromIncomingContext(ctx, "traceparent"); len(tp) == 1 {
-		ts := ""
-		if v := metadata.ValueFromIncomingContext(ctx, "tracestate"); len(v) == 1 {
-			ts = v[0]
-		}
-		if sc, ok := ParseTraceparent(tp[0], ts); ok {
-			if lt := leanOf(grpcTracer); lt != nil && sc.IsSampled() {
-				// What the call below does for a sampled parent, without
-				// its option values, the parent's own context value and
-				// the second context read: about half of this call's
-				// allocations.
-				ctx, _, _ = lt.start(ctx, sc, m.name, trace.SpanKindServer, time.Time{}, m.attrs)
-				return ctx
-			}
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		}
+	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
+	if len(tp) != 1 {
+		return ctx
+	}
+	ts := ""
+	if v := metadata.ValueFromIncomingContext(ctx, "tracestate"); len(v) == 1 {
+		ts = v[0]
+	}
+	sc, ok := ParseTraceparent(tp[0], ts)
+	if !ok {
+		return ctx
 	}
 	// Not sampled, or tracing off: the context holds the caller's span
-	// context or none, neither recording, which HandleRPC leaves alone.
-	ctx, _ = grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(m.attrs...))
+	// context, not recording, which HandleRPC leaves alone and StartCall
+	// continues.
+	ctx, _, _ = StartCall(trace.ContextWithRemoteSpanContext(ctx, sc), info.FullMethodName, sc)
 	return ctx
 }
 
 func (serverHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	end, ok := s.(*stats.End)
-	if !ok {
-		return
+	if end, ok := s.(*stats.End); ok {
+		// The context's span is the one TagRPC started, or the
+		// caller's remote one, or none (neither recording).
+		EndCall(trace.SpanFromContext(ctx), end.Error)
 	}
-	// The server's own span is the context's recording one: TagRPC
-	// starts a span for every traced method, and a context it left
-	// alone holds a remote parent or nothing, neither recording.
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	if end.Error != nil {
-		st, _ := status.FromError(end.Error)
-		span.SetAttributes(attribute.Int64("rpc.grpc.status_code", int64(st.Code())))
-		span.SetStatus(codes.Error, st.Message())
-	}
-	span.End()
 }
 
 func (serverHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
@@ -191,12 +197,24 @@ func ParseTraceparent(tp, tracestate string) (trace.SpanContext, bool) {
 		}
 	}
 	flags, ok := hexByte(tp[53:55])
-	if !ok || !tid.IsValid() || !sid.IsValid() || (ver == 0 && flags > 3) {
+	if !ok || (ver == 0 && flags > 3) {
 		// Version 00 defines two flags (sampled, random); the rest are
 		// reserved there, as otel's propagator reads it too.
 		return trace.SpanContext{}, false
 	}
-	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags) & (trace.FlagsSampled | trace.FlagsRandom), Remote: true}
+	return RemoteSpanContext(tid, sid, uint32(flags)&3, tracestate)
+}
+
+// RemoteSpanContext is a caller's span context from its parts (a
+// traceparent's, or the request plane's binary TraceContext), refused
+// when an id is all zero or flags hold more than version 00's two
+// (sampled, random); a tracestate that does not parse, or is longer than
+// the 512 characters the W3C recommendation bounds it to, is dropped.
+func RemoteSpanContext(tid trace.TraceID, sid trace.SpanID, flags uint32, tracestate string) (trace.SpanContext, bool) {
+	if !tid.IsValid() || !sid.IsValid() || flags > 3 {
+		return trace.SpanContext{}, false
+	}
+	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags), Remote: true}
 	if tracestate != "" && len(tracestate) <= 512 {
 		if ts, err := trace.ParseTraceState(tracestate); err == nil {
 			cfg.TraceState = ts

@@ -6,13 +6,11 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 )
 
 // BenchmarkRequestSpans: the spans of one sampled request as the frontend
 // and a worker make them (httpapi's http.request and its six children with
-// their attributes, the request plane's traceparent out and in, the
+// their attributes, the request plane's trace context out and in, the
 // worker's server span), set as httpapi sets them (SetAttributes),
 // through the switching tracer to the lean
 // Provider, with the batches encoded every 64 requests (a discarding
@@ -23,9 +21,7 @@ func BenchmarkRequestSpans(b *testing.B) {
 	defer func() { Use(nil); _ = lean.Shutdown(context.Background()) }()
 	UseSampled(lean, 1)
 	tr := Tracer("github.com/tandemllm/tandem/httpapi")
-	cli, srv := ClientHandler(), ServerHandler()
 	const method = "/tandem.requestplane.v1.Worker/Generate"
-	info := &stats.RPCTagInfo{FullMethodName: method}
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
@@ -45,10 +41,11 @@ func BenchmarkRequestSpans(b *testing.B) {
 			attribute.Float64(AttrCost, 1.5), attribute.Int(AttrTies, 0), attribute.Float64(AttrRunnerUpCost, 2.5))
 		s.End()
 		fctx, fs := Child(ctx, tr, SpanFirstToken)
-		out := cli.TagRPC(fctx, info)
-		md, _ := metadata.FromOutgoingContext(out)
-		wctx := srv.TagRPC(metadata.NewIncomingContext(context.Background(), md), info)
-		srv.HandleRPC(wctx, &stats.End{})
+		// The request's TraceContext, as requestplane converts it.
+		sc := trace.SpanContextFromContext(fctx)
+		psc, _ := RemoteSpanContext(sc.TraceID(), sc.SpanID(), uint32(sc.TraceFlags()), sc.TraceState().String())
+		_, ws, _ := StartCall(context.Background(), method, psc)
+		EndCall(ws, nil)
 		fs.End()
 		_, s = Child(ctx, tr, SpanStream)
 		SetAttributes(s, attribute.Int(AttrOutputTokens, 16), attribute.String(AttrFinish, "length"), attribute.Int(AttrCachedTokens, 64))

@@ -149,8 +149,7 @@ func (x *QueueReport) GetAgeMs() int64 {
 // (engine.Request).
 type GenerateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// id names the request in logs and traces (also sent as x-request-id
-	// metadata; the worker uses that when id is empty).
+	// id names the request in logs and traces.
 	Id    string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// prompt holds token ids (packed varints: ids below 2^21, which covers
@@ -172,8 +171,10 @@ type GenerateRequest struct {
 	// P/D protocol), raw JSON passed through untouched; empty when the
 	// client sent none.
 	KvTransferParams []byte `protobuf:"bytes,9,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// trace is the caller's trace context; absent when it has none.
+	Trace         *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -269,6 +270,100 @@ func (x *GenerateRequest) GetKvTransferParams() []byte {
 	return nil
 }
 
+func (x *GenerateRequest) GetTrace() *TraceContext {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
+}
+
+// TraceContext is a W3C trace context (https://www.w3.org/TR/trace-context/:
+// the traceparent's trace id, parent span id and flags, and the
+// tracestate), carried in the request rather than in a traceparent header.
+// A header whose value changes on every call is a new entry in HPACK's
+// dynamic table on both ends of the connection, evicting the call's other
+// headers: it cost 5 to 9 µs per request on 16 cores in BenchmarkTracingCost
+// (docs/benchmarks/tracing.md). The worker still reads a traceparent header
+// from callers that send one (OpenTelemetry's gRPC instrumentation).
+type TraceContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// trace_id_high and trace_id_low are the trace id's first and last 8
+	// bytes, big-endian.
+	TraceIdHigh uint64 `protobuf:"fixed64,1,opt,name=trace_id_high,json=traceIdHigh,proto3" json:"trace_id_high,omitempty"`
+	TraceIdLow  uint64 `protobuf:"fixed64,2,opt,name=trace_id_low,json=traceIdLow,proto3" json:"trace_id_low,omitempty"`
+	SpanId      uint64 `protobuf:"fixed64,3,opt,name=span_id,json=spanId,proto3" json:"span_id,omitempty"`
+	// flags are the traceparent's trace-flags (bit 0: sampled).
+	Flags         uint32 `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
+	Tracestate    string `protobuf:"bytes,5,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceContext) Reset() {
+	*x = TraceContext{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceContext) ProtoMessage() {}
+
+func (x *TraceContext) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
+func (*TraceContext) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TraceContext) GetTraceIdHigh() uint64 {
+	if x != nil {
+		return x.TraceIdHigh
+	}
+	return 0
+}
+
+func (x *TraceContext) GetTraceIdLow() uint64 {
+	if x != nil {
+		return x.TraceIdLow
+	}
+	return 0
+}
+
+func (x *TraceContext) GetSpanId() uint64 {
+	if x != nil {
+		return x.SpanId
+	}
+	return 0
+}
+
+func (x *TraceContext) GetFlags() uint32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
+func (x *TraceContext) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 // Sampling parameters; the zero value (or an absent message) is greedy
 // decoding.
 type Sampling struct {
@@ -287,7 +382,7 @@ type Sampling struct {
 
 func (x *Sampling) Reset() {
 	*x = Sampling{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +394,7 @@ func (x *Sampling) String() string {
 func (*Sampling) ProtoMessage() {}
 
 func (x *Sampling) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +407,7 @@ func (x *Sampling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
 func (*Sampling) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Sampling) GetTemperature() float32 {
@@ -364,7 +459,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +471,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +484,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Delta) GetTokens() []int32 {
@@ -435,7 +530,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +542,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +555,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
 }
 
 // EngineInfo describes an engine (engine.Info).
@@ -481,7 +576,7 @@ type EngineInfo struct {
 
 func (x *EngineInfo) Reset() {
 	*x = EngineInfo{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +588,7 @@ func (x *EngineInfo) String() string {
 func (*EngineInfo) ProtoMessage() {}
 
 func (x *EngineInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +601,7 @@ func (x *EngineInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineInfo.ProtoReflect.Descriptor instead.
 func (*EngineInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EngineInfo) GetKind() string {
@@ -557,13 +652,14 @@ type AssessRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Prompt        []int32                `protobuf:"varint,1,rep,packed,name=prompt,proto3" json:"prompt,omitempty"`
 	Tail          int32                  `protobuf:"varint,2,opt,name=tail,proto3" json:"tail,omitempty"`
+	Trace         *TraceContext          `protobuf:"bytes,3,opt,name=trace,proto3" json:"trace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AssessRequest) Reset() {
 	*x = AssessRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +671,7 @@ func (x *AssessRequest) String() string {
 func (*AssessRequest) ProtoMessage() {}
 
 func (x *AssessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +684,7 @@ func (x *AssessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssessRequest.ProtoReflect.Descriptor instead.
 func (*AssessRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AssessRequest) GetPrompt() []int32 {
@@ -603,6 +699,13 @@ func (x *AssessRequest) GetTail() int32 {
 		return x.Tail
 	}
 	return 0
+}
+
+func (x *AssessRequest) GetTrace() *TraceContext {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
 }
 
 // Assessment is kvtransfer.Assessment.
@@ -626,7 +729,7 @@ type Assessment struct {
 
 func (x *Assessment) Reset() {
 	*x = Assessment{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +741,7 @@ func (x *Assessment) String() string {
 func (*Assessment) ProtoMessage() {}
 
 func (x *Assessment) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +754,7 @@ func (x *Assessment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assessment.ProtoReflect.Descriptor instead.
 func (*Assessment) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Assessment) GetCachedTokens() int32 {
@@ -704,7 +807,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +819,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +832,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Peer) GetId() string {
@@ -762,7 +865,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +877,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +890,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LinkRequest) GetPeer() *Peer {
@@ -810,7 +913,7 @@ type LinkReply struct {
 
 func (x *LinkReply) Reset() {
 	*x = LinkReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +925,7 @@ func (x *LinkReply) String() string {
 func (*LinkReply) ProtoMessage() {}
 
 func (x *LinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +938,7 @@ func (x *LinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkReply.ProtoReflect.Descriptor instead.
 func (*LinkReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LinkReply) GetBytesPerSec() float64 {
@@ -872,7 +975,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +987,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1000,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PrefillRequest) GetRequest() *GenerateRequest {
@@ -944,7 +1047,7 @@ type PrefillReply struct {
 
 func (x *PrefillReply) Reset() {
 	*x = PrefillReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1059,7 @@ func (x *PrefillReply) String() string {
 func (*PrefillReply) ProtoMessage() {}
 
 func (x *PrefillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1072,7 @@ func (x *PrefillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillReply.ProtoReflect.Descriptor instead.
 func (*PrefillReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrefillReply) GetBlocks() int32 {
@@ -1043,7 +1146,7 @@ type TransferKeyRequest struct {
 
 func (x *TransferKeyRequest) Reset() {
 	*x = TransferKeyRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1158,7 @@ func (x *TransferKeyRequest) String() string {
 func (*TransferKeyRequest) ProtoMessage() {}
 
 func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1171,7 @@ func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyRequest.ProtoReflect.Descriptor instead.
 func (*TransferKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
 }
 
 type TransferKeyReply struct {
@@ -1080,7 +1183,7 @@ type TransferKeyReply struct {
 
 func (x *TransferKeyReply) Reset() {
 	*x = TransferKeyReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1195,7 @@ func (x *TransferKeyReply) String() string {
 func (*TransferKeyReply) ProtoMessage() {}
 
 func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1208,7 @@ func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyReply.ProtoReflect.Descriptor instead.
 func (*TransferKeyReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TransferKeyReply) GetKey() []byte {
@@ -1125,7 +1228,7 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x15\n" +
-	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xb9\x02\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xf5\x02\n" +
 	"\x0fGenerateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -1139,7 +1242,18 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\vstop_tokens\x18\a \x03(\x05R\n" +
 	"stopTokens\x12<\n" +
 	"\bsampling\x18\b \x01(\v2 .tandem.requestplane.v1.SamplingR\bsampling\x12,\n" +
-	"\x12kv_transfer_params\x18\t \x01(\fR\x10kvTransferParams\"x\n" +
+	"\x12kv_transfer_params\x18\t \x01(\fR\x10kvTransferParams\x12:\n" +
+	"\x05trace\x18\n" +
+	" \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\"\xa3\x01\n" +
+	"\fTraceContext\x12\"\n" +
+	"\rtrace_id_high\x18\x01 \x01(\x06R\vtraceIdHigh\x12 \n" +
+	"\ftrace_id_low\x18\x02 \x01(\x06R\n" +
+	"traceIdLow\x12\x17\n" +
+	"\aspan_id\x18\x03 \x01(\x06R\x06spanId\x12\x14\n" +
+	"\x05flags\x18\x04 \x01(\rR\x05flags\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x05 \x01(\tR\n" +
+	"tracestate\"x\n" +
 	"\bSampling\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -1161,10 +1275,11 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"block_size\x18\x03 \x01(\x05R\tblockSize\x12%\n" +
 	"\x0econtext_length\x18\x04 \x01(\x05R\rcontextLength\x12,\n" +
 	"\x12kv_capacity_tokens\x18\x05 \x01(\x03R\x10kvCapacityTokens\x12\x10\n" +
-	"\x03eos\x18\x06 \x03(\x05R\x03eos\";\n" +
+	"\x03eos\x18\x06 \x03(\x05R\x03eos\"w\n" +
 	"\rAssessRequest\x12\x16\n" +
 	"\x06prompt\x18\x01 \x03(\x05R\x06prompt\x12\x12\n" +
-	"\x04tail\x18\x02 \x01(\x05R\x04tail\"\xcb\x01\n" +
+	"\x04tail\x18\x02 \x01(\x05R\x04tail\x12:\n" +
+	"\x05trace\x18\x03 \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\"\xcb\x01\n" +
 	"\n" +
 	"Assessment\x12#\n" +
 	"\rcached_tokens\x18\x01 \x01(\x05R\fcachedTokens\x12'\n" +
@@ -1223,49 +1338,52 @@ func file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP() []byte {
 	return file_tandem_requestplane_v1_requestplane_proto_rawDescData
 }
 
-var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
 	(*WatchQueueRequest)(nil),  // 0: tandem.requestplane.v1.WatchQueueRequest
 	(*QueueReport)(nil),        // 1: tandem.requestplane.v1.QueueReport
 	(*GenerateRequest)(nil),    // 2: tandem.requestplane.v1.GenerateRequest
-	(*Sampling)(nil),           // 3: tandem.requestplane.v1.Sampling
-	(*Delta)(nil),              // 4: tandem.requestplane.v1.Delta
-	(*InfoRequest)(nil),        // 5: tandem.requestplane.v1.InfoRequest
-	(*EngineInfo)(nil),         // 6: tandem.requestplane.v1.EngineInfo
-	(*AssessRequest)(nil),      // 7: tandem.requestplane.v1.AssessRequest
-	(*Assessment)(nil),         // 8: tandem.requestplane.v1.Assessment
-	(*Peer)(nil),               // 9: tandem.requestplane.v1.Peer
-	(*LinkRequest)(nil),        // 10: tandem.requestplane.v1.LinkRequest
-	(*LinkReply)(nil),          // 11: tandem.requestplane.v1.LinkReply
-	(*PrefillRequest)(nil),     // 12: tandem.requestplane.v1.PrefillRequest
-	(*PrefillReply)(nil),       // 13: tandem.requestplane.v1.PrefillReply
-	(*TransferKeyRequest)(nil), // 14: tandem.requestplane.v1.TransferKeyRequest
-	(*TransferKeyReply)(nil),   // 15: tandem.requestplane.v1.TransferKeyReply
+	(*TraceContext)(nil),       // 3: tandem.requestplane.v1.TraceContext
+	(*Sampling)(nil),           // 4: tandem.requestplane.v1.Sampling
+	(*Delta)(nil),              // 5: tandem.requestplane.v1.Delta
+	(*InfoRequest)(nil),        // 6: tandem.requestplane.v1.InfoRequest
+	(*EngineInfo)(nil),         // 7: tandem.requestplane.v1.EngineInfo
+	(*AssessRequest)(nil),      // 8: tandem.requestplane.v1.AssessRequest
+	(*Assessment)(nil),         // 9: tandem.requestplane.v1.Assessment
+	(*Peer)(nil),               // 10: tandem.requestplane.v1.Peer
+	(*LinkRequest)(nil),        // 11: tandem.requestplane.v1.LinkRequest
+	(*LinkReply)(nil),          // 12: tandem.requestplane.v1.LinkReply
+	(*PrefillRequest)(nil),     // 13: tandem.requestplane.v1.PrefillRequest
+	(*PrefillReply)(nil),       // 14: tandem.requestplane.v1.PrefillReply
+	(*TransferKeyRequest)(nil), // 15: tandem.requestplane.v1.TransferKeyRequest
+	(*TransferKeyReply)(nil),   // 16: tandem.requestplane.v1.TransferKeyReply
 }
 var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
-	3,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
-	9,  // 1: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 2: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
-	9,  // 3: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 4: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
-	5,  // 5: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
-	7,  // 6: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
-	10, // 7: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
-	12, // 8: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
-	14, // 9: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
-	0,  // 10: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
-	4,  // 11: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
-	6,  // 12: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
-	8,  // 13: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
-	11, // 14: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
-	13, // 15: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
-	15, // 16: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
-	1,  // 17: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
-	11, // [11:18] is the sub-list for method output_type
-	4,  // [4:11] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	4,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
+	3,  // 1: tandem.requestplane.v1.GenerateRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	3,  // 2: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	10, // 3: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 4: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
+	10, // 5: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 6: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
+	6,  // 7: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
+	8,  // 8: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
+	11, // 9: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
+	13, // 10: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
+	15, // 11: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
+	0,  // 12: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
+	5,  // 13: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
+	7,  // 14: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
+	9,  // 15: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
+	12, // 16: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
+	14, // 17: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
+	16, // 18: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
+	1,  // 19: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tandem_requestplane_v1_requestplane_proto_init() }
@@ -1273,14 +1391,14 @@ func file_tandem_requestplane_v1_requestplane_proto_init() {
 	if File_tandem_requestplane_v1_requestplane_proto != nil {
 		return
 	}
-	file_tandem_requestplane_v1_requestplane_proto_msgTypes[3].OneofWrappers = []any{}
+	file_tandem_requestplane_v1_requestplane_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_requestplane_v1_requestplane_proto_rawDesc), len(file_tandem_requestplane_v1_requestplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

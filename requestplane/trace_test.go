@@ -1,0 +1,136 @@
+package requestplane
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/enginetest"
+	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
+	"github.com/tandemllm/tandem/tracing"
+)
+
+// TestTraceContext: the worker's Generate span continues the caller's
+// trace from the request's TraceContext (Tandem's client, which sends no
+// traceparent header) or from a traceparent header (another gRPC client);
+// a call with none, or with a malformed one, gets a root span and is
+// served all the same; an unsampled caller's call records nothing.
+func TestTraceContext(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	tracing.Use(tp)
+	t.Cleanup(func() { tracing.Use(nil); _ = tp.Shutdown(context.Background()) })
+
+	var mu sync.Mutex
+	var headers []string // traceparent headers the server received
+	seen := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		mu.Lock()
+		headers = append(headers, md.Get("traceparent")...)
+		mu.Unlock()
+		return h(srv, ss)
+	}
+	c := listen(t, NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil, 0, grpc.StreamInterceptor(seen)))
+
+	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	parent := func(flags string) trace.SpanContext {
+		sc, ok := tracing.ParseTraceparent("00-"+tid+"-"+sid+"-"+flags, "vendor=x")
+		if !ok {
+			t.Fatal("test traceparent refused")
+		}
+		return sc
+	}
+	viaClient := func(ctx context.Context) error {
+		s, err := c.Generate(ctx, &engine.Request{ID: "r", Model: "m", Prompt: []engine.Token{1, 2}, MaxTokens: 1})
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err := s.Recv(); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	raw := func(ctx context.Context, m *rpv1.TraceContext) error {
+		s, err := rpv1.NewWorkerClient(c.Conn()).Generate(ctx, &rpv1.GenerateRequest{Id: "r", Model: "m", Prompt: []int32{1, 2}, MaxTokens: 1, Trace: m})
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err := s.Recv(); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		call       func() error
+		spans      int  // Generate spans recorded
+		child      bool // under the caller's span sid, in trace tid
+		wantHeader bool
+		state      string // the span's tracestate
+	}{
+		{"request's trace context", func() error {
+			return viaClient(trace.ContextWithRemoteSpanContext(context.Background(), parent("01")))
+		}, 1, true, false, "vendor=x"},
+		{"traceparent header", func() error {
+			return raw(metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tid+"-"+sid+"-01"), nil)
+		}, 1, true, true, ""},
+		{"no trace context", func() error { return viaClient(context.Background()) }, 1, false, false, ""},
+		{"malformed trace context", func() error {
+			return raw(context.Background(), &rpv1.TraceContext{SpanId: 5, Flags: 1}) // zero trace id
+		}, 1, false, false, ""},
+		{"unsampled caller", func() error {
+			return viaClient(trace.ContextWithRemoteSpanContext(context.Background(), parent("00")))
+		}, 0, false, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec.Reset()
+			mu.Lock()
+			headers = nil
+			mu.Unlock()
+			if err := tc.call(); err != nil {
+				t.Fatal(err)
+			}
+			var gen []sdktrace.ReadOnlySpan
+			for _, s := range rec.Ended() {
+				if s.Name() == "tandem.requestplane.v1.Worker/Generate" {
+					gen = append(gen, s)
+				}
+			}
+			if len(gen) != tc.spans {
+				t.Fatalf("%d Generate spans, want %d", len(gen), tc.spans)
+			}
+			if tc.spans > 0 {
+				s := gen[0]
+				isChild := s.SpanContext().TraceID().String() == tid && s.Parent().SpanID().String() == sid && s.Parent().IsRemote()
+				if isChild != tc.child {
+					t.Errorf("span %v with parent %v: child of the caller's = %v, want %v", s.SpanContext().TraceID(), s.Parent().SpanID(), isChild, tc.child)
+				}
+				if tc.child && s.SpanKind() != trace.SpanKindServer {
+					t.Errorf("span kind %v", s.SpanKind())
+				}
+				if got := s.SpanContext().TraceState().String(); got != tc.state {
+					t.Errorf("tracestate %q, want %q", got, tc.state)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got := len(headers) > 0; got != tc.wantHeader {
+				t.Errorf("traceparent headers %q, want any: %v", headers, tc.wantHeader)
+			}
+		})
+	}
+}
