@@ -185,7 +185,8 @@ func matBlocksFast(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int
 	return true
 }
 
-// matKQuantFast runs the AVX2 k-quant × Q8_K kernels (q8k_amd64.go) at
+// matKQuantFast runs the k-quant × Q8_K kernels (q8k_amd64.go; at the
+// AVX-512 level with the 512-bit four-token steps of q8k512_amd64.go) at
 // the AVX2 and AVX-512 levels; false leaves the product to the portable
 // loops.
 func matKQuantFast(out []float32, w *Mat, a q8kRows, lo, hi, T int) bool {

@@ -8,7 +8,8 @@ import (
 )
 
 // AVX2 products of the k-quants (Q4_K, Q5_K, Q6_K) against Q8_K
-// activations (q8k.go), used at the AVX2 and AVX-512 levels. The scheme is
+// activations (q8k.go), used at the AVX2 and AVX-512 levels (where the
+// four-token steps are 512-bit: q8k512_amd64.go). The scheme is
 // llama.cpp's AVX2 one (ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q5_K_q8_K and
 // ggml_vec_dot_q6_K_q8_K in ggml/src/ggml-cpu/arch/x86/quants.c of
 // https://github.com/ggml-org/llama.cpp): per 32 values, VPMADDUBSW of the
@@ -400,9 +401,14 @@ func kRow4(typ DType, out *[4][8]float32, pb unsafe.Pointer, n, size int, py, pd
 		for k := range 4 {
 			st.dx[k] = bcast32(unsafe.Add(pd, k*ds), i)
 		}
-		if typ == Q4_K {
+		switch {
+		case typ == Q4_K && level == levelAVX512:
+			q4kStep4x512(x, &st.tk, &st.dx, &st.acc)
+		case typ == Q4_K:
 			q4kStep4(x, &st.tk, &st.dx, &st.acc)
-		} else {
+		case level == levelAVX512:
+			q6kStep4x512(x, &st.tk, &st.dx, &st.acc)
+		default:
 			q6kStep4(x, &st.tk, &st.dx, &st.acc)
 		}
 	}

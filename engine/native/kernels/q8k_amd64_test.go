@@ -165,7 +165,9 @@ func FuzzKQuantSums(f *testing.F) {
 // projection (2048×768). Only the products are timed; each kernel's
 // activations are quantized once, outside the loop. ratio is old/new
 // wall time, cpu-ratio old/new process CPU time (above 1: the new kernel
-// is faster); on a shared machine the CPU times move far less.
+// is faster); on a shared machine the CPU times move far less. On an
+// AVX-512 CPU, avx512-ratio is the AVX2 level's time over the AVX-512
+// level's for the same kernel (the 512-bit four-token steps, prefill).
 func BenchmarkKQuantKernels(b *testing.B) {
 	if level < levelAVX2 {
 		b.Skip("no AVX2")
@@ -193,7 +195,8 @@ func BenchmarkKQuantKernels(b *testing.B) {
 			a := sc.prepareK(x, T, cols)
 			out := make([]float32, T*rows)
 			b.Run(fmt.Sprintf("%v/T%d", typ, T), func(b *testing.B) {
-				var told, tnew, cold, cnew time.Duration
+				var told, tnew, cold, cnew, t256 time.Duration
+				has512 := level == levelAVX512
 				for b.Loop() {
 					c0, s := cpuTime(), time.Now()
 					matKQuantOldAVX2(out, w, xq, xs, xm, 0, rows, T)
@@ -204,8 +207,22 @@ func BenchmarkKQuantKernels(b *testing.B) {
 					tnew += e.Sub(m)
 					cold += c1 - c0
 					cnew += c2 - c1
+					if has512 {
+						// The same kernel at the AVX2 level: 256-bit
+						// four-token steps (q4kStep4, q6kStep4) where the
+						// AVX-512 level runs the 512-bit ones.
+						restore := setKernelLevel("avx2")
+						s = time.Now()
+						matKQuantAVX2(out, w, a, 0, rows, T)
+						t256 += time.Since(s)
+						restore()
+					}
 				}
 				n := float64(b.N)
+				if has512 {
+					b.ReportMetric(float64(t256.Nanoseconds())/n, "avx2-level-ns/op")
+					b.ReportMetric(float64(t256)/float64(tnew), "avx512-ratio")
+				}
 				b.ReportMetric(float64(told.Nanoseconds())/n, "old-ns/op")
 				b.ReportMetric(float64(tnew.Nanoseconds())/n, "new-ns/op")
 				b.ReportMetric(float64(cold.Nanoseconds())/n, "old-cpu-ns/op")
