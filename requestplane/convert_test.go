@@ -1,9 +1,11 @@
 package requestplane
 
 import (
+	"context"
 	"reflect"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -117,7 +119,8 @@ func TestTooManyTokensRefused(t *testing.T) {
 
 // FuzzDecode fuzzes what a worker and a client decode off the wire: the
 // generated protobuf decoders and the conversions after them. Whatever
-// decodes must convert, and what converts must encode and decode again.
+// decodes must convert, and what converts must encode and decode again
+// (a request's trace context too, when it is valid).
 func FuzzDecode(f *testing.F) {
 	seeds := []proto.Message{
 		wireRequest(&engine.Request{ID: "a", Prompt: []engine.Token{1, 2}, Sampling: engine.Sampling{Seed: 3, HasSeed: true}, KVTransferParams: []byte(`{}`)}),
@@ -126,6 +129,7 @@ func FuzzDecode(f *testing.F) {
 		&rpv1.PrefillRequest{Request: wireRequest(&engine.Request{ID: "r", Prompt: []engine.Token{4}}), Peer: &rpv1.Peer{Id: "d", Addr: "h:1"}, From: 1},
 		&rpv1.LinkRequest{Peer: &rpv1.Peer{Id: "d", Addr: "h:1"}},
 		&rpv1.PrefillReply{Blocks: 3, Bytes: 1 << 20, Code: "kv_transfer_failed"},
+		&rpv1.GenerateRequest{Id: "t", Prompt: []int32{1}, Trace: &rpv1.TraceContext{TraceIdHigh: 1, TraceIdLow: 2, SpanId: 3, Flags: 1, Tracestate: "k=v"}},
 	}
 	for _, m := range seeds {
 		b, err := proto.Marshal(m)
@@ -137,6 +141,12 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var gr rpv1.GenerateRequest
 		if proto.Unmarshal(b, &gr) == nil {
+			if sc := spanContext(gr.GetTrace()); sc.IsValid() {
+				back := spanContext(wireTrace(trace.ContextWithRemoteSpanContext(context.Background(), sc)))
+				if !back.Equal(sc) {
+					t.Fatalf("trace context %v came back as %v", sc, back)
+				}
+			}
 			if r, err := engineRequest(&gr); err == nil {
 				back, err := engineRequest(overWire(t, wireRequest(r)))
 				if err != nil || !reflect.DeepEqual(back, r) {

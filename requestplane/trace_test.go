@@ -88,6 +88,9 @@ func TestTraceContext(t *testing.T) {
 		{"traceparent header", func() error {
 			return raw(metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tid+"-"+sid+"-01"), nil)
 		}, 1, true, true, ""},
+		{"unsampled traceparent header", func() error {
+			return raw(metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+tid+"-"+sid+"-00"), nil)
+		}, 0, false, true, ""},
 		{"no trace context", func() error { return viaClient(context.Background()) }, 1, false, false, ""},
 		{"malformed trace context", func() error {
 			return raw(context.Background(), &rpv1.TraceContext{SpanId: 5, Flags: 1}) // zero trace id

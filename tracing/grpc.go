@@ -123,10 +123,14 @@ func (serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context
 	if !ok {
 		return ctx
 	}
-	// Not sampled, or tracing off: the context holds the caller's span
-	// context, not recording, which HandleRPC leaves alone and StartCall
-	// continues.
-	ctx, _, _ = StartCall(trace.ContextWithRemoteSpanContext(ctx, sc), info.FullMethodName, sc)
+	if !sc.IsSampled() {
+		// Nothing to record: the handler's StartCall continues the
+		// caller's trace context (for log lines) from here.
+		return trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	// The span HandleRPC ends (with tracing off, a non-recording one
+	// that carries the caller's context).
+	ctx, _, _ = StartCall(ctx, info.FullMethodName, sc)
 	return ctx
 }
 
