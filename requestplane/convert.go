@@ -140,6 +140,14 @@ func enginePeer(m *rpv1.Peer) kvtransfer.Peer {
 	return kvtransfer.Peer{ID: m.GetId(), Addr: m.GetAddr(), Token: m.GetToken()}
 }
 
+// callRequest is req as a call sends it (Generate, Prefill): the wire
+// request with ctx's trace context.
+func callRequest(ctx context.Context, req *engine.Request) *rpv1.GenerateRequest {
+	m := wireRequest(req)
+	m.Trace = wireTrace(ctx)
+	return m
+}
+
 // wireTrace is ctx's span context as a request carries it, nil when ctx
 // has none. An unsampled one travels too, so that a client's trace id
 // reaches the worker's log lines with tracing off.

@@ -216,7 +216,7 @@ func (s *Side) note(peer kvtransfer.Peer, bps float64) {
 
 // PrefillAndSend implements kvtransfer.Side.
 func (s *Side) PrefillAndSend(ctx context.Context, req *engine.Request, peer kvtransfer.Peer, from int) (kvtransfer.Push, error) {
-	rep, err := s.c.w.Prefill(ctx, &rpv1.PrefillRequest{Request: wireRequest(req), Peer: wirePeer(peer), From: int32Of(from)})
+	rep, err := s.c.w.Prefill(ctx, &rpv1.PrefillRequest{Request: callRequest(ctx, req), Peer: wirePeer(peer), From: int32Of(from)})
 	if err != nil {
 		err = fromStatus(err)
 		if ctx.Err() != nil {

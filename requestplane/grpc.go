@@ -347,9 +347,7 @@ func (c *Client) Info(ctx context.Context) (engine.Info, error) {
 
 // Generate implements engine.Generator.
 func (c *Client) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	m := wireRequest(req)
-	m.Trace = wireTrace(ctx)
-	cs, err := c.w.Generate(ctx, m)
+	cs, err := c.w.Generate(ctx, callRequest(ctx, req))
 	if err != nil {
 		return nil, fromStatus(err)
 	}

@@ -14,9 +14,31 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
+	"github.com/tandemllm/tandem/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
 	"github.com/tandemllm/tandem/tracing"
 )
+
+// useRecorder installs an SDK provider (every root sampled) whose ended
+// spans the test reads.
+func useRecorder(t *testing.T) *tracetest.SpanRecorder {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	tracing.Use(tp)
+	t.Cleanup(func() { tracing.Use(nil); _ = tp.Shutdown(context.Background()) })
+	return rec
+}
+
+// The caller's span the tests' calls continue.
+const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+func callerSpan(t *testing.T, flags string) trace.SpanContext {
+	sc, ok := tracing.ParseTraceparent("00-"+tid+"-"+sid+"-"+flags, "vendor=x")
+	if !ok {
+		t.Fatal("test traceparent refused")
+	}
+	return sc
+}
 
 // TestTraceContext: the worker's Generate span continues the caller's
 // trace from the request's TraceContext (Tandem's client, which sends no
@@ -24,10 +46,7 @@ import (
 // a call with none, or with a malformed one, gets a root span and is
 // served all the same; an unsampled caller's call records nothing.
 func TestTraceContext(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
-	tracing.Use(tp)
-	t.Cleanup(func() { tracing.Use(nil); _ = tp.Shutdown(context.Background()) })
+	rec := useRecorder(t)
 
 	var mu sync.Mutex
 	var headers []string // traceparent headers the server received
@@ -40,14 +59,7 @@ func TestTraceContext(t *testing.T) {
 	}
 	c := listen(t, NewServer(&enginetest.Scripted{Name: "m", Output: []engine.Token{7}}, nil, 0, grpc.StreamInterceptor(seen)))
 
-	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	parent := func(flags string) trace.SpanContext {
-		sc, ok := tracing.ParseTraceparent("00-"+tid+"-"+sid+"-"+flags, "vendor=x")
-		if !ok {
-			t.Fatal("test traceparent refused")
-		}
-		return sc
-	}
+	parent := func(flags string) trace.SpanContext { return callerSpan(t, flags) }
 	viaClient := func(ctx context.Context) error {
 		s, err := c.Generate(ctx, &engine.Request{ID: "r", Model: "m", Prompt: []engine.Token{1, 2}, MaxTokens: 1})
 		if err != nil {
@@ -135,5 +147,36 @@ func TestTraceContext(t *testing.T) {
 				t.Errorf("traceparent headers %q, want any: %v", headers, tc.wantHeader)
 			}
 		})
+	}
+}
+
+// TestSideCallsCarryTrace: the disaggregation calls a frontend makes
+// (Assess, Prefill) carry its trace context to the worker, whose server
+// spans continue it.
+func TestSideCallsCarryTrace(t *testing.T) {
+	rec := useRecorder(t)
+	pre, dec := startWorker(t, "p0", false), startWorker(t, "d0", true)
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), callerSpan(t, "01"))
+	p := tokens(100)
+	if _, err := dec.side.Assess(ctx, p, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pre.side.PrefillAndSend(ctx, &engine.Request{ID: "r", Prompt: p, MaxTokens: 1}, kvtransfer.Peer{ID: "d0", Addr: dec.side.TransferAddr()}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tandem.requestplane.v1.Worker/Assess", "tandem.requestplane.v1.Worker/Prefill"} {
+		n := 0
+		for _, s := range rec.Ended() {
+			if s.Name() != name {
+				continue
+			}
+			n++
+			if s.SpanContext().TraceID().String() != tid || s.Parent().SpanID().String() != sid {
+				t.Errorf("%s in trace %v under %v, want the caller's", name, s.SpanContext().TraceID(), s.Parent().SpanID())
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d %s spans, want 1", n, name)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +136,57 @@ func BenchmarkCachedPrefill(b *testing.B) {
 	b.ReportMetric(cold.Seconds()/float64(b.N), "cold-s")
 	b.ReportMetric(warm.Seconds()/float64(b.N), "warm-s")
 	b.ReportMetric(warm.Seconds()/cold.Seconds(), "ratio")
+}
+
+// BenchmarkPrefillGGUF reports prefill tokens/s of one 512-token prompt
+// (TestLlamaCppBench's Tandem half, without llama.cpp) on random-weight
+// GGUF files: shapes from TANDEM_BENCH_GGUF_SHAPES (default 110m), types
+// from TANDEM_BENCH_TYPES (default q4_k_m,q8_0), one and two threads.
+func BenchmarkPrefillGGUF(b *testing.B) {
+	list := func(k, def string) []string {
+		if v := os.Getenv(k); v != "" {
+			return strings.Split(v, ",")
+		}
+		return strings.Split(def, ",")
+	}
+	const prompt = 512
+	toks := make([]int32, prompt)
+	for _, shape := range list("TANDEM_BENCH_GGUF_SHAPES", "110m") {
+		for _, qt := range list("TANDEM_BENCH_TYPES", "q4_k_m,q8_0") {
+			path := filepath.Join(b.TempDir(), shape+"-"+qt+".gguf")
+			if err := GenerateModelFile(path, shape, 1, qt); err != nil {
+				b.Fatal(err)
+			}
+			m, err := model.LoadGGUF(path) // the weights alone (the file has no tokenizer)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range toks {
+				toks[i] = int32(3 + (i*7919)%(m.Config.Vocab-3))
+			}
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/%s/%dT", shape, qt, threads), func(b *testing.B) {
+					pool := kernels.NewPool(threads)
+					defer pool.Close()
+					kv, err := model.NewKVStore(&m.Config, 16, prompt/16+1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					blocks := make([]int32, kv.NumBlocks)
+					for i := range blocks {
+						blocks[i] = int32(i)
+					}
+					st, logits := &model.State{}, make([]float32, m.Config.Vocab)
+					n, start := 0, time.Now()
+					for b.Loop() {
+						if err := m.Forward(context.Background(), pool, st, kv, []model.Seq{{Tokens: toks, Blocks: blocks, Logits: logits}}); err != nil {
+							b.Fatal(err)
+						}
+						n += prompt
+					}
+					b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tok/s")
+				})
+			}
+		}
+	}
 }
