@@ -65,26 +65,14 @@ func TestTraceContext(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for {
-			if _, err := s.Recv(); err == io.EOF {
-				return nil
-			} else if err != nil {
-				return err
-			}
-		}
+		return drainAll(s.Recv)
 	}
 	raw := func(ctx context.Context, m *rpv1.TraceContext) error {
 		s, err := rpv1.NewWorkerClient(c.Conn()).Generate(ctx, &rpv1.GenerateRequest{Id: "r", Model: "m", Prompt: []int32{1, 2}, MaxTokens: 1, Trace: m})
 		if err != nil {
 			return err
 		}
-		for {
-			if _, err := s.Recv(); err == io.EOF {
-				return nil
-			} else if err != nil {
-				return err
-			}
-		}
+		return drainAll(s.Recv)
 	}
 	for _, tc := range []struct {
 		name       string
@@ -177,6 +165,17 @@ func TestSideCallsCarryTrace(t *testing.T) {
 		}
 		if n != 1 {
 			t.Errorf("%d %s spans, want 1", n, name)
+		}
+	}
+}
+
+// drainAll receives until the stream ends: nil at io.EOF, else the error.
+func drainAll[T any](recv func() (T, error)) error {
+	for {
+		if _, err := recv(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
 		}
 	}
 }

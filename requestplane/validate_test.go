@@ -3,7 +3,6 @@ package requestplane
 import (
 	"context"
 	"errors"
-	"io"
 	"math"
 	"testing"
 
@@ -25,13 +24,7 @@ func TestWorkerRefusesWhatTheFrontendRefuses(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for {
-			if _, err := s.Recv(); err == io.EOF {
-				return nil
-			} else if err != nil {
-				return err
-			}
-		}
+		return drainAll(s.Recv)
 	}
 	for _, tc := range []struct {
 		name string
