@@ -130,3 +130,55 @@ func q6kStep4x512(x unsafe.Pointer, tk *kTok4, dx *[4]archsimd.Float32x8, acc *[
 	acc[4] = fold(s2).Sub(q6kOffset(w, unsafe.Add(tk.bs, 2*tk.bss))).ConvertToFloat32().MulAdd(d.Mul(dx[2]), acc[4])
 	acc[6] = fold(s3).Sub(q6kOffset(w, unsafe.Add(tk.bs, 3*tk.bss))).ConvertToFloat32().MulAdd(d.Mul(dx[3]), acc[6])
 }
+
+// q4kRow512 is kRow for Q4_K (the same result, bitwise: each super-block
+// is q4kStep's work), with the loop over the row's n super-blocks inside:
+// decode, where one thread's product is bound by these instructions, not
+// by memory, and a call per super-block (its accumulators passed through
+// memory) weighed as much as the step's own work.
+func q4kRow512(acc *[8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer) {
+	m4 := archsimd.BroadcastUint8x64(0x0F)
+	sh := archsimd.LoadUint16x32(&shift0x4)
+	k112 := pow112()
+	var a, m archsimd.Float32x8
+	for i := range n {
+		x, y, bs := unsafe.Add(pb, size*i), unsafe.Add(py, QKK*i), unsafe.Add(pbs, 32*i)
+		dx := bcast32(pd, i)
+		sb, mb := kScaleBytes(x)
+		sc := kScales16(sb)
+		mn := kMins(mb, bs)
+		var s archsimd.Int32x16
+		for j := range 4 {
+			v := both(ldu8(x, 16+32*j)).AsUint16x32().ShiftRight(sh).AsUint8x64().And(m4)
+			s = s.Add(v.DotProductPairsSaturated(ldi8x64(y, 64*j)).DotProductPairs(join16(kScale(sc, 2*j), kScale(sc, 2*j+1))))
+		}
+		a = fold(s).ConvertToFloat32().MulAdd(bcastF16(x, k112).Mul(dx), a)
+		m = mn.ConvertToFloat32().MulAdd(bcastF16(unsafe.Add(x, 2), k112).Mul(dx), m)
+	}
+	a.Sub(m).Store(acc)
+}
+
+// q6kRow512 is kRow for Q6_K (the same result, bitwise), as q4kRow512.
+func q6kRow512(acc *[8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer) {
+	m4, m30 := archsimd.BroadcastUint8x64(0x0F), archsimd.BroadcastUint8x64(0x30)
+	s44, s42, s02 := archsimd.LoadUint16x32(&shift4x4), archsimd.LoadUint16x32(&shift4x2), archsimd.LoadUint16x32(&shift0x2)
+	k112 := pow112()
+	var a archsimd.Float32x8
+	for i := range n {
+		x, y, bs := unsafe.Add(pb, size*i), unsafe.Add(py, QKK*i), unsafe.Add(pbs, 32*i)
+		w := q6kScalesW(x)
+		lo, hi := w.InterleaveLoGrouped(w), w.InterleaveHiGrouped(w)
+		var s archsimd.Int32x16
+		for h := range 2 {
+			ql := archsimd.LoadUint8x64((*[64]uint8)(unsafe.Add(x, 64*h)))
+			qh := both(ldu8(x, 128+32*h)).AsUint16x32()
+			v01 := ql.And(m4).Or(qh.ShiftLeft(s42).AsUint8x64().And(m30))
+			v23 := ql.AsUint16x32().ShiftRight(s44).AsUint8x64().And(m4).Or(qh.ShiftRight(s02).AsUint8x64().And(m30))
+			o := 128 * h
+			s = s.Add(v01.DotProductPairsSaturated(ldi8x64(y, o)).DotProductPairs(join16(pick(lo, 2*h), pick(lo, 2*h+1))))
+			s = s.Add(v23.DotProductPairsSaturated(ldi8x64(y, o+64)).DotProductPairs(join16(pick(hi, 2*h), pick(hi, 2*h+1))))
+		}
+		a = fold(s).Sub(q6kOffset(w, bs)).ConvertToFloat32().MulAdd(bcastF16(unsafe.Add(x, 208), k112).Mul(bcast32(pd, i)), a)
+	}
+	a.Store(acc)
+}

@@ -435,6 +435,14 @@ type kState4 struct {
 // typ, size bytes each) against the Q8_K row at py (scales pd, bsums
 // pbs), storing the 8-lane accumulator a − m at acc.
 func kRow(typ DType, acc *[8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer) {
+	switch {
+	case typ == Q4_K && level == levelAVX512:
+		q4kRow512(acc, pb, n, size, py, pd, pbs)
+		return
+	case typ == Q6_K && level == levelAVX512:
+		q6kRow512(acc, pb, n, size, py, pd, pbs)
+		return
+	}
 	var a, m archsimd.Float32x8
 	for i := range n {
 		x := unsafe.Add(pb, size*i)
