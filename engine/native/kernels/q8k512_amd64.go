@@ -28,7 +28,7 @@ import (
 // The weight unpacking is written out in each function rather than shared
 // through small inlined helpers: with the helpers, BenchmarkKQuantKernels'
 // avx512-ratio at T = 64 fell from 1.10 to 1.01–1.03 (Q4_K) and from
-// 1.11–1.24 to 0.99–1.07 (Q6_K), the compiler ordering the loads worse.
+// 1.11–1.24 to 0.99–1.07 (Q6_K), alternating runs; the cause is not traced.
 
 // Per-16-bit-lane shift counts: the lower half's lanes by lo, the upper's
 // by hi.
