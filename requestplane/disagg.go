@@ -42,10 +42,8 @@ func (h *handler) TransferKey(context.Context, *rpv1.TransferKeyRequest) (*rpv1.
 }
 
 func (h *handler) Assess(ctx context.Context, m *rpv1.AssessRequest) (_ *rpv1.Assessment, err error) {
-	ctx, sp, own := tracing.StartCall(ctx, rpv1.Worker_Assess_FullMethodName, spanContext(m.GetTrace()))
-	if own {
-		defer func() { tracing.EndCall(sp, err) }()
-	}
+	ctx, sp := tracing.StartCall(ctx, rpv1.Worker_Assess_FullMethodName, spanContext(m.GetTrace()))
+	defer func() { tracing.EndCall(sp, err) }()
 	if h.side == nil {
 		return nil, errNoSide
 	}
@@ -71,10 +69,8 @@ func (h *handler) Link(ctx context.Context, m *rpv1.LinkRequest) (*rpv1.LinkRepl
 }
 
 func (h *handler) Prefill(ctx context.Context, m *rpv1.PrefillRequest) (_ *rpv1.PrefillReply, err error) {
-	ctx, sp, own := tracing.StartCall(ctx, rpv1.Worker_Prefill_FullMethodName, spanContext(m.GetRequest().GetTrace()))
-	if own {
-		defer func() { tracing.EndCall(sp, err) }()
-	}
+	ctx, sp := tracing.StartCall(ctx, rpv1.Worker_Prefill_FullMethodName, spanContext(m.GetRequest().GetTrace()))
+	defer func() { tracing.EndCall(sp, err) }()
 	if h.side == nil {
 		return nil, errNoSide
 	}

@@ -73,9 +73,6 @@ func NewServer(eng engine.Engine, side kvtransfer.Side, vocab int, opts ...grpc.
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.UnknownServiceHandler(s.unknownService),
-		// A caller's traceparent header, from callers that send one
-		// (Tandem's carry it in the request: see StartCall).
-		grpc.StatsHandler(tracing.ServerHandler()),
 	}, opts...)
 	s.Server = grpc.NewServer(opts...)
 	s.stopping, s.stop = context.WithCancel(context.Background())
@@ -210,10 +207,8 @@ func (h *handler) Info(context.Context, *rpv1.InfoRequest) (*rpv1.EngineInfo, er
 }
 
 func (h *handler) Generate(m *rpv1.GenerateRequest, stream grpc.ServerStreamingServer[rpv1.Delta]) (err error) {
-	ctx, sp, own := tracing.StartCall(stream.Context(), rpv1.Worker_Generate_FullMethodName, spanContext(m.GetTrace()))
-	if own {
-		defer func() { tracing.EndCall(sp, err) }()
-	}
+	ctx, sp := tracing.StartCall(stream.Context(), rpv1.Worker_Generate_FullMethodName, spanContext(m.GetTrace()))
+	defer func() { tracing.EndCall(sp, err) }()
 	req, err := engineRequest(m)
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
@@ -38,22 +37,30 @@ var methods = func() map[string]*methodInfo {
 }()
 
 // StartCall starts the worker's server span for a traced request-plane
-// call (method is its full gRPC name), under parent: the caller's span
-// context as its request carried it (the request plane's TraceContext
-// message), or, when that is not valid, a caller's traceparent header
-// that ServerHandler read. It returns the span and whether the caller
-// ends it (EndCall, when the handler returns): false when ServerHandler
-// already started the call's span (it ends it) or method is not traced.
+// call (method is its full gRPC name; any other gets a non-recording
+// span) under the caller's trace context: parent, as the request carried
+// it (the request plane's TraceContext message), else a W3C traceparent
+// (and tracestate) header, which other gRPC clients send
+// (OpenTelemetry's instrumentation, grpcurl -H), else a span the context
+// already holds. A call with none of these gets a root span, sampled at
+// the ratio. The handler ends the span with EndCall when it returns.
 //
 // The span starts in the handler, not in a stats handler, because only
 // the handler sees the request: Tandem's client sends no traceparent
 // header (see the TraceContext message in requestplane.proto for what
-// one cost). A caller with no trace context gets a root span, sampled
-// at the ratio, as a stats handler would start it.
-func StartCall(ctx context.Context, method string, parent trace.SpanContext) (context.Context, trace.Span, bool) {
+// one cost). It replaced otelgrpc's stats handlers, which
+// BenchmarkTracingCost (serve) showed cost too much for the target
+// (docs/benchmarks/tracing.md): they run their filter, propagators and
+// metric hooks on every RPC even when nothing is sampled, record an event
+// per streamed message (one per token on Generate) and build their
+// attributes per call.
+func StartCall(ctx context.Context, method string, parent trace.SpanContext) (context.Context, trace.Span) {
 	m := methods[method]
-	if sp := trace.SpanFromContext(ctx); m == nil || sp.IsRecording() {
-		return ctx, sp, false
+	if m == nil {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	if !parent.IsValid() {
+		parent = headerParent(ctx)
 	}
 	if !parent.IsValid() {
 		parent = trace.SpanContextFromContext(ctx)
@@ -63,13 +70,29 @@ func StartCall(ctx context.Context, method string, parent trace.SpanContext) (co
 		// option values, the parent's own context value and the second
 		// context read: about half of this call's allocations.
 		ctx, sp, _ := lt.start(ctx, parent, m.name, trace.SpanKindServer, time.Time{}, m.attrs)
-		return ctx, sp, true
+		return ctx, sp
 	}
-	if parent.IsValid() {
+	if parent.IsValid() && parent.IsRemote() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
-	ctx, sp := grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(m.attrs...))
-	return ctx, sp, true
+	return grpcTracer.Start(ctx, m.name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(m.attrs...))
+}
+
+// headerParent is the span context of a call's traceparent and tracestate
+// metadata, invalid when there is none or it does not parse.
+// ValueFromIncomingContext, not FromIncomingContext: the latter copies
+// the whole metadata map.
+func headerParent(ctx context.Context) trace.SpanContext {
+	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
+	if len(tp) != 1 {
+		return trace.SpanContext{}
+	}
+	ts := ""
+	if v := metadata.ValueFromIncomingContext(ctx, "tracestate"); len(v) == 1 {
+		ts = v[0]
+	}
+	sc, _ := ParseTraceparent(tp[0], ts)
+	return sc
 }
 
 // EndCall ends a call's server span with the handler's outcome: err is
@@ -85,67 +108,6 @@ func EndCall(span trace.Span, err error) {
 	}
 	span.End()
 }
-
-// ServerHandler is the worker's gRPC stats handler for callers that send
-// their trace context as W3C traceparent and tracestate metadata
-// (OpenTelemetry's gRPC instrumentation, grpcurl -H): it starts the
-// traced call's server span from the header and ends it when the call
-// ends, whatever interceptors a server chains. A call without the header
-// costs a map lookup and a metadata read; its span, if any, starts in the
-// handler (StartCall).
-//
-// It replaced otelgrpc's stats handlers, which BenchmarkTracingCost
-// (serve) showed cost too much for the target (≤ 20 µs p50 per
-// request at sampling 1, nothing measurable at 0; docs/benchmarks/tracing.md
-// has the figures): otelgrpc runs its filter, propagators and metric hooks
-// on every RPC even when nothing is sampled, records an event per streamed
-// message (one per token on Generate) and builds its attributes per call.
-func ServerHandler() stats.Handler { return serverHandler{} }
-
-type serverHandler struct{}
-
-func (serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	m := methods[info.FullMethodName]
-	if m == nil {
-		return ctx
-	}
-	// ValueFromIncomingContext, not FromIncomingContext: the latter
-	// copies the whole metadata map on every call, traced or not.
-	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
-	if len(tp) != 1 {
-		return ctx
-	}
-	ts := ""
-	if v := metadata.ValueFromIncomingContext(ctx, "tracestate"); len(v) == 1 {
-		ts = v[0]
-	}
-	sc, ok := ParseTraceparent(tp[0], ts)
-	if !ok {
-		return ctx
-	}
-	if !sc.IsSampled() {
-		// Nothing to record: the handler's StartCall continues the
-		// caller's trace context (for log lines) from here.
-		return trace.ContextWithRemoteSpanContext(ctx, sc)
-	}
-	// The span HandleRPC ends (with tracing off, a non-recording one
-	// that carries the caller's context).
-	ctx, _, _ = StartCall(ctx, info.FullMethodName, sc)
-	return ctx
-}
-
-func (serverHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if end, ok := s.(*stats.End); ok {
-		// The context's span is the one TagRPC started, or the
-		// caller's remote one, or none (neither recording).
-		EndCall(trace.SpanFromContext(ctx), end.Error)
-	}
-}
-
-func (serverHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (serverHandler) HandleConn(context.Context, stats.ConnStats) {}
 
 // grpcTracer is the switching provider's own (not otel.Tracer's: this
 // variable is set before the package's init installs the provider, and

@@ -44,7 +44,7 @@ func BenchmarkRequestSpans(b *testing.B) {
 		// The request's TraceContext, as requestplane converts it.
 		sc := trace.SpanContextFromContext(fctx)
 		psc, _ := RemoteSpanContext(sc.TraceID(), sc.SpanID(), uint32(sc.TraceFlags()), sc.TraceState().String())
-		_, ws, _ := StartCall(context.Background(), method, psc)
+		_, ws := StartCall(context.Background(), method, psc)
 		EndCall(ws, nil)
 		fs.End()
 		_, s = Child(ctx, tr, SpanStream)
