@@ -138,18 +138,19 @@ func BenchmarkCachedPrefill(b *testing.B) {
 	b.ReportMetric(warm.Seconds()/cold.Seconds(), "ratio")
 }
 
-// BenchmarkPrefillGGUF reports prefill tokens/s of one 512-token prompt
-// (TestLlamaCppBench's Tandem half, without llama.cpp) on random-weight
-// GGUF files: shapes from TANDEM_BENCH_GGUF_SHAPES (default 110m), types
-// from TANDEM_BENCH_TYPES (default q4_k_m,q8_0), one and two threads.
-func BenchmarkPrefillGGUF(b *testing.B) {
+// BenchmarkGGUF reports, on random-weight GGUF files, prefill tokens/s of
+// one 512-token prompt and decode tokens/s of 64 single-token steps after
+// it (TestLlamaCppBench's Tandem half, without llama.cpp): shapes from
+// TANDEM_BENCH_GGUF_SHAPES (default 110m), types from TANDEM_BENCH_TYPES
+// (default q4_k_m,q8_0), one and two threads.
+func BenchmarkGGUF(b *testing.B) {
 	list := func(k, def string) []string {
 		if v := os.Getenv(k); v != "" {
 			return strings.Split(v, ",")
 		}
 		return strings.Split(def, ",")
 	}
-	const prompt = 512
+	const prompt, decode = 512, 64
 	toks := make([]int32, prompt)
 	for _, shape := range list("TANDEM_BENCH_GGUF_SHAPES", "110m") {
 		for _, qt := range list("TANDEM_BENCH_TYPES", "q4_k_m,q8_0") {
@@ -165,27 +166,42 @@ func BenchmarkPrefillGGUF(b *testing.B) {
 				toks[i] = int32(3 + (i*7919)%(m.Config.Vocab-3))
 			}
 			for _, threads := range []int{1, 2} {
-				b.Run(fmt.Sprintf("%s/%s/%dT", shape, qt, threads), func(b *testing.B) {
-					pool := kernels.NewPool(threads)
-					defer pool.Close()
-					kv, err := model.NewKVStore(&m.Config, 16, prompt/16+1)
-					if err != nil {
+				pool := kernels.NewPool(threads)
+				kv, err := model.NewKVStore(&m.Config, 16, (prompt+decode)/16+1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				blocks := make([]int32, kv.NumBlocks)
+				for i := range blocks {
+					blocks[i] = int32(i)
+				}
+				st, logits := &model.State{}, make([]float32, m.Config.Vocab)
+				forward := func(tokens []int32, pos int) {
+					if err := m.Forward(context.Background(), pool, st, kv, []model.Seq{{Tokens: tokens, Pos: pos, Blocks: blocks, Logits: logits}}); err != nil {
 						b.Fatal(err)
 					}
-					blocks := make([]int32, kv.NumBlocks)
-					for i := range blocks {
-						blocks[i] = int32(i)
-					}
-					st, logits := &model.State{}, make([]float32, m.Config.Vocab)
+				}
+				name := fmt.Sprintf("%s/%s/%dT", shape, qt, threads)
+				b.Run("prefill/"+name, func(b *testing.B) {
 					n, start := 0, time.Now()
 					for b.Loop() {
-						if err := m.Forward(context.Background(), pool, st, kv, []model.Seq{{Tokens: toks, Blocks: blocks, Logits: logits}}); err != nil {
-							b.Fatal(err)
-						}
+						forward(toks, 0)
 						n += prompt
 					}
 					b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tok/s")
 				})
+				b.Run("decode/"+name, func(b *testing.B) {
+					forward(toks, 0) // the prompt's KV, which the steps attend to
+					n, start := 0, time.Now()
+					for b.Loop() {
+						for i := range decode {
+							forward(toks[i:i+1], prompt+i)
+						}
+						n += decode
+					}
+					b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tok/s")
+				})
+				pool.Close()
 			}
 		}
 	}
