@@ -14,6 +14,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/native"
+	nativemodel "github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/serve"
@@ -32,6 +33,7 @@ type engineFlags struct {
 	kvEventsOff int
 	kvTokenIDs  bool
 	threads     int
+	kvType      string
 	up          upstreamFlags
 }
 
@@ -65,6 +67,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
+	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
 	m := &e.mock
 	f.IntVar(&m.BlockSize, "block-size", m.BlockSize, "KV block size in tokens (mocker; upstream: the servers' --block-size)")
 	f.IntVar(&m.KVCapacityTokens, "kv-capacity-tokens", m.KVCapacityTokens, "mocker: KV cache capacity per worker, in tokens (the seed's GPU worker: 14816)")
@@ -110,12 +113,16 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		if err != nil {
 			return nil, nil, err
 		}
+		kvType, err := nativemodel.ParseKVType(e.kvType)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kv-cache-dtype: %w", err)
+		}
 		return model, func(i int) (engine.Engine, error) {
 			ev, err := e.eventsFor(events, i)
 			if err != nil {
 				return nil, err
 			}
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVEvents: ev})
+			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev})
 			return eng, err
 		}, nil
 	case "upstream":

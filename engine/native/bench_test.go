@@ -142,7 +142,8 @@ func BenchmarkCachedPrefill(b *testing.B) {
 // one 512-token prompt and decode tokens/s of 64 single-token steps after
 // it (TestLlamaCppBench's Tandem half, without llama.cpp): shapes from
 // TANDEM_BENCH_GGUF_SHAPES (default 110m), types from TANDEM_BENCH_TYPES
-// (default q4_k_m,q8_0), one and two threads.
+// (default q4_k_m,q8_0), one and two threads, the KV cache in
+// TANDEM_BENCH_KV (f16, the CLI's default, or f32).
 func BenchmarkGGUF(b *testing.B) {
 	list := func(k, def string) []string {
 		if v := os.Getenv(k); v != "" {
@@ -152,6 +153,10 @@ func BenchmarkGGUF(b *testing.B) {
 	}
 	const prompt, decode = 512, 64
 	toks := make([]int32, prompt)
+	kvt, err := model.ParseKVType(list("TANDEM_BENCH_KV", "f16")[0])
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, shape := range list("TANDEM_BENCH_GGUF_SHAPES", "110m") {
 		for _, qt := range list("TANDEM_BENCH_TYPES", "q4_k_m,q8_0") {
 			path := filepath.Join(b.TempDir(), shape+"-"+qt+".gguf")
@@ -167,7 +172,7 @@ func BenchmarkGGUF(b *testing.B) {
 			}
 			for _, threads := range []int{1, 2} {
 				pool := kernels.NewPool(threads)
-				kv, err := model.NewKVStore(&m.Config, 16, (prompt+decode)/16+1)
+				kv, err := model.NewKVStoreOf(&m.Config, 16, (prompt+decode)/16+1, kvt)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -27,6 +27,11 @@ type Options struct {
 	// KVBytes bounds the KV cache memory (default 256 MiB, but always at
 	// least one full context).
 	KVBytes int64
+	// KVType is the KV cache's element type (default model.KVF32;
+	// model.KVF16 halves the cache's memory and decode's attention reads,
+	// as llama.cpp's default F16 cache does). KV transfer and export carry
+	// fp32 either way.
+	KVType model.KVType
 	// MaxSeqs bounds the sequences decoded together (default 16).
 	MaxSeqs int
 	// MaxBatchTokens bounds the tokens of one forward step (default 512).
@@ -117,10 +122,10 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 	if opts.ContextLength > 0 && opts.ContextLength < ctxLen {
 		ctxLen = opts.ContextLength
 	}
-	blockBytes := int64(opts.BlockSize) * int64(c.KVDim()) * int64(c.Layers) * 2 * 4
+	blockBytes := int64(opts.BlockSize) * int64(c.KVDim()) * int64(c.Layers) * 2 * int64(opts.KVType.Bytes())
 	blocks := int(opts.KVBytes / blockBytes)
 	blocks = max(blocks, (ctxLen+opts.BlockSize-1)/opts.BlockSize+1)
-	kv, err := model.NewKVStore(c, opts.BlockSize, blocks)
+	kv, err := model.NewKVStoreOf(c, opts.BlockSize, blocks, opts.KVType)
 	if err != nil {
 		return nil, err
 	}

@@ -160,11 +160,20 @@ func (r *recSink) BlocksRemoved(b []kvcache.BlockHash) {
 }
 func (r *recSink) AllBlocksCleared() {}
 
-func TestPrefixCachingEqualsUncached(t *testing.T) {
+// kvTypes runs a test once per KV cache element type.
+func kvTypes(t *testing.T, f func(t *testing.T, kvt model.KVType)) {
+	for _, kvt := range []model.KVType{model.KVF32, model.KVF16} {
+		t.Run(kvt.String(), func(t *testing.T) { f(t, kvt) })
+	}
+}
+
+func TestPrefixCachingEqualsUncached(t *testing.T) { kvTypes(t, testPrefixCachingEqualsUncached) }
+
+func testPrefixCachingEqualsUncached(t *testing.T, kvt model.KVType) {
 	m := tinyModel(t, nil)
-	plain := newEngine(t, m, Options{DisablePrefixCaching: true})
+	plain := newEngine(t, m, Options{DisablePrefixCaching: true, KVType: kvt})
 	sink := &recSink{}
-	cached := newEngine(t, m, Options{Sink: sink, MaxBatchTokens: 37})
+	cached := newEngine(t, m, Options{Sink: sink, MaxBatchTokens: 37, KVType: kvt})
 	prompt := randPrompt(100, 1, m.Config.Vocab)
 	for _, sp := range []engine.Sampling{{}, {Temperature: 0.9, TopK: 40, TopP: 0.9, Seed: 5, HasSeed: true}} {
 		req := engine.Request{Prompt: prompt, MaxTokens: 30, IgnoreEOS: true, Sampling: sp}
@@ -197,12 +206,17 @@ func TestPrefixCachingEqualsUncached(t *testing.T) {
 	}
 }
 
-func TestKVExportImport(t *testing.T) {
+// TestKVExportImport: with either cache type the payload is fp32 (an fp16
+// cache widens exactly, and narrowing the widened values back is exact),
+// so an fp16 importer continues bitwise as the exporter would have.
+func TestKVExportImport(t *testing.T) { kvTypes(t, testKVExportImport) }
+
+func testKVExportImport(t *testing.T, kvt model.KVType) {
 	m := tinyModel(t, nil)
-	a := newEngine(t, m, Options{})
-	b := newEngine(t, m, Options{})
+	a := newEngine(t, m, Options{KVType: kvt})
+	b := newEngine(t, m, Options{KVType: kvt})
 	prompt := randPrompt(70, 3, m.Config.Vocab)
-	want := gen(t, newEngine(t, m, Options{}), engine.Request{Prompt: prompt, MaxTokens: 25, IgnoreEOS: true})
+	want := gen(t, newEngine(t, m, Options{KVType: kvt}), engine.Request{Prompt: prompt, MaxTokens: 25, IgnoreEOS: true})
 	// "Prefill worker": one token, then export.
 	gen(t, a, engine.Request{Prompt: prompt, MaxTokens: 1})
 	ctx := context.Background()

@@ -102,10 +102,12 @@ func (e *Engine) encodeKV(tokens []int32, blocks []kvcache.BlockID) []byte {
 	for _, t := range tokens {
 		out = le.AppendUint32(out, uint32(t))
 	}
+	tmp := make([]float32, bf)
 	for _, b := range blocks {
 		for l := range c.Layers {
-			for _, pool := range [][]float32{e.kv.K[l], e.kv.V[l]} {
-				for _, f := range pool[int(b)*bf : (int(b)+1)*bf] {
+			for _, v := range []bool{false, true} {
+				e.kv.ReadBlock(tmp, l, int(b), v)
+				for _, f := range tmp {
 					out = le.AppendUint32(out, math.Float32bits(f))
 				}
 			}
@@ -182,25 +184,32 @@ func (e *Engine) ImportKV(ctx context.Context, payload []byte) (int, error) {
 			e.cache.Free(&s)
 			return
 		}
-		c := &e.m.Config
-		bf := e.kv.BlockFloats()
-		per := c.Layers * 2 * bf * 4
+		per := e.KVBlockBytes()
 		blocks := s.Blocks()
+		tmp := make([]float32, e.kv.BlockFloats())
 		for _, i := range fill {
-			src := kp.data[i*per : (i+1)*per]
-			b := int(blocks[i])
-			for l := range c.Layers {
-				for _, pool := range [][]float32{e.kv.K[l], e.kv.V[l]} {
-					dst := pool[b*bf : (b+1)*bf]
-					for j := range dst {
-						dst[j] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*j:]))
-					}
-					src = src[4*bf:]
-				}
-			}
+			e.writeBlock(int(blocks[i]), kp.data[i*per:(i+1)*per], tmp)
 		}
 		n = len(blocks) * e.kv.BlockSize
 		e.cache.Free(&s)
 	})
 	return n, err
+}
+
+// writeBlock stores one block of the fp32 wire layout (per layer, K then
+// V, BlockFloats little-endian floats each; KVBlockBytes in all) as cache
+// block b, rounding to halves in an fp16 store; tmp holds BlockFloats
+// values.
+func (e *Engine) writeBlock(b int, src []byte, tmp []float32) {
+	bf := e.kv.BlockFloats()
+	tmp = tmp[:bf]
+	for l := range e.m.Config.Layers {
+		for _, v := range []bool{false, true} {
+			for j := range tmp {
+				tmp[j] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*j:]))
+			}
+			e.kv.WriteBlock(tmp, l, b, v)
+			src = src[4*bf:]
+		}
+	}
 }

@@ -72,14 +72,16 @@ func (e *Engine) ExportBlocks(ctx context.Context, tokens []engine.Token, from i
 	defer func() { _ = e.do(context.Background(), func() { e.cache.Free(&s) }) }()
 	blocks := s.Blocks()
 	bf := e.kv.BlockFloats()
+	tmp := make([]float32, bf)
 	for i := from; i < n; i++ {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
 		b, out := int(blocks[i]), buf
 		for l := range e.m.Config.Layers {
-			for _, pool := range [][]float32{e.kv.K[l], e.kv.V[l]} {
-				for j, f := range pool[b*bf : (b+1)*bf] {
+			for _, v := range []bool{false, true} {
+				e.kv.ReadBlock(tmp, l, b, v)
+				for j, f := range tmp {
 					binary.LittleEndian.PutUint32(out[4*j:], math.Float32bits(f))
 				}
 				out = out[4*bf:]
@@ -122,20 +124,10 @@ func (e *Engine) ImportBlocks(ctx context.Context, tokens []engine.Token, from i
 			e.cache.Free(&s)
 			return
 		}
-		bf := e.kv.BlockFloats()
 		ids := s.Blocks()
+		tmp := make([]float32, e.kv.BlockFloats())
 		for _, i := range fill {
-			src := blocks[i-from]
-			b := int(ids[i])
-			for l := range e.m.Config.Layers {
-				for _, pool := range [][]float32{e.kv.K[l], e.kv.V[l]} {
-					dst := pool[b*bf : (b+1)*bf]
-					for j := range dst {
-						dst[j] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*j:]))
-					}
-					src = src[4*bf:]
-				}
-			}
+			e.writeBlock(int(ids[i]), blocks[i-from], tmp)
 		}
 		e.cache.Free(&s)
 	})

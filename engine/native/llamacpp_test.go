@@ -396,7 +396,8 @@ func TestLlamaCppAgreement(t *testing.T) {
 // from TANDEM_BENCH_SHAPES (default 110m), types from TANDEM_BENCH_TYPES
 // (default q4_k_m,q8_0,f16). Gated: TANDEM_LLAMACPP_BENCH=1. The last
 // column is the llama.cpp CPU backend variant that ran (TANDEM_LLAMACPP_CPU
-// pins one; see pinLlamaCppCPU).
+// pins one; see pinLlamaCppCPU). Both engines keep the KV cache in
+// TANDEM_BENCH_KV (f16, the default of both, or f32).
 func TestLlamaCppBench(t *testing.T) {
 	if os.Getenv("TANDEM_LLAMACPP_BENCH") == "" {
 		t.Skip("set TANDEM_LLAMACPP_BENCH=1 (and TANDEM_LLAMACPP=1)")
@@ -410,6 +411,14 @@ func TestLlamaCppBench(t *testing.T) {
 	}
 	reps := 2
 	fmt.Sscan(os.Getenv("TANDEM_BENCH_REPS"), &reps)
+	kvt, err := model.ParseKVType(env("TANDEM_BENCH_KV", "f16")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	llamaKV := "" // llama.cpp's default cache type, F16
+	if kvt == model.KVF32 {
+		llamaKV = "F32"
+	}
 	const prompt, decode = 512, 64
 	toks := make([]int32, prompt)
 	for i := range toks {
@@ -434,7 +443,7 @@ func TestLlamaCppBench(t *testing.T) {
 				var pre, dec float64
 				for range reps {
 					pool := kernels.NewPool(th)
-					kv, err := model.NewKVStore(&m.Config, 16, (prompt+decode)/16+1)
+					kv, err := model.NewKVStoreOf(&m.Config, 16, (prompt+decode)/16+1, kvt)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -460,9 +469,9 @@ func TestLlamaCppBench(t *testing.T) {
 					dec = max(dec, decode/time.Since(start).Seconds())
 					pool.Close()
 				}
-				r := runLlamaCpp(t, dir, llamaReq{Model: path, Threads: th, Bench: map[string]int{"prompt": prompt, "decode": decode, "reps": reps}})
+				r := runLlamaCpp(t, dir, llamaReq{Model: path, Threads: th, KV: llamaKV, Bench: map[string]int{"prompt": prompt, "decode": decode, "reps": reps}})
 				lp, ld := r.Bench["prefill_tps"], r.Bench["decode_tps"]
-				t.Logf("BENCH | %s | %s | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %s |", shape, qt, th, pre, lp, pre/lp, dec, ld, dec/ld, r.CPU)
+				t.Logf("BENCH | %s | %s | kv %s | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %s |", shape, qt, kvt, th, pre, lp, pre/lp, dec, ld, dec/ld, r.CPU)
 			}
 		}
 	}

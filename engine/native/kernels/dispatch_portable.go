@@ -30,6 +30,10 @@ func setKernelLevel(string) (restore func()) { return func() {} }
 
 func divF32(x []float32, d float32) { divPortable(x, d) }
 
+func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
+	f16RowsPortable(dst, dstride, src, sstride, rows, width)
+}
+
 func softmax(x []float32) { softmaxPortable(x) }
 
 func dotStridedN(out []float32, ostride int, q []float32, qstride, hd, nq int, m []float32, stride, n int) {

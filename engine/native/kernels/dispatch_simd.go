@@ -135,6 +135,14 @@ func setKernelLevel(name string) (restore func()) {
 	return func() { level = old }
 }
 
+func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
+	if level == levelAVX512 {
+		f16RowsAVX512(dst, dstride, src, sstride, rows, width)
+		return
+	}
+	f16RowsPortable(dst, dstride, src, sstride, rows, width)
+}
+
 func divF32(x []float32, d float32) {
 	if level == levelAVX512 {
 		divAVX512(x, d)

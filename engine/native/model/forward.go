@@ -13,29 +13,188 @@ import (
 // laid out [kv_head][head_dim]. Sequences address it through block tables,
 // so blocks can be shared between sequences (prefix caching) and copied
 // out and in whole (KV transfer).
+//
+// The elements are fp32 (KVF32: K and V) or IEEE halves (KVF16: K16 and
+// V16, llama.cpp's default cache type): halves take half the memory, and
+// decode, which reads every cached key and value once per token, is bound
+// by that memory's bandwidth. Half values are rounded once, when written;
+// attention widens them exactly, so batched and single-token results stay
+// bitwise equal within one type. An fp16 layer is laid out head-major,
+// [kv_head][slot][head_dim], so that one head's keys, which attention reads
+// in position order, are one contiguous run of memory per run of
+// consecutive blocks instead of short runs KVDim apart (measured on the
+// 110M shape: slot-major halves decoded slower than fp32, the strided
+// reads costing more than the halved bytes saved). ReadBlock and
+// WriteBlock convert to and from the slot-major fp32 layout that KV
+// transfer carries.
 type KVStore struct {
 	BlockSize int
 	NumBlocks int
 	KVDim     int
-	K, V      [][]float32 // [layer][NumBlocks*BlockSize*KVDim]
+	HeadDim   int
+	Type      KVType
+	K, V      [][]float32 // KVF32: [layer][NumBlocks*BlockSize*KVDim], slot-major
+	K16, V16  [][]uint16  // KVF16: [layer][KVDim/HeadDim*NumBlocks*BlockSize*HeadDim], head-major
 }
 
-// NewKVStore allocates a store for the model's shape.
+// KVType is the element type of a KVStore.
+type KVType uint8
+
+const (
+	KVF32 KVType = iota
+	KVF16
+)
+
+func (t KVType) String() string {
+	if t == KVF16 {
+		return "f16"
+	}
+	return "f32"
+}
+
+// ParseKVType reads a KV cache type name: f32 or f16.
+func ParseKVType(s string) (KVType, error) {
+	switch s {
+	case "f32":
+		return KVF32, nil
+	case "f16":
+		return KVF16, nil
+	}
+	return 0, fmt.Errorf("unknown KV cache type %q (want f32 or f16)", s)
+}
+
+// Bytes is the size of one element.
+func (t KVType) Bytes() int {
+	if t == KVF16 {
+		return 2
+	}
+	return 4
+}
+
+// NewKVStore allocates an fp32 store for the model's shape.
 func NewKVStore(c *Config, blockSize, numBlocks int) (*KVStore, error) {
+	return NewKVStoreOf(c, blockSize, numBlocks, KVF32)
+}
+
+// NewKVStoreOf allocates a store of element type t.
+func NewKVStoreOf(c *Config, blockSize, numBlocks int, t KVType) (*KVStore, error) {
 	if blockSize <= 0 || numBlocks <= 0 {
 		return nil, fmt.Errorf("kv store: block size %d and block count %d must be positive", blockSize, numBlocks)
 	}
-	kv := &KVStore{BlockSize: blockSize, NumBlocks: numBlocks, KVDim: c.KVDim()}
+	if t != KVF32 && t != KVF16 {
+		return nil, fmt.Errorf("kv store: unknown element type %d", t)
+	}
+	kv := &KVStore{BlockSize: blockSize, NumBlocks: numBlocks, KVDim: c.KVDim(), HeadDim: c.HeadDim, Type: t}
 	n := blockSize * numBlocks * kv.KVDim
 	for range c.Layers {
-		kv.K = append(kv.K, make([]float32, n))
-		kv.V = append(kv.V, make([]float32, n))
+		if t == KVF16 {
+			kv.K16 = append(kv.K16, make([]uint16, n))
+			kv.V16 = append(kv.V16, make([]uint16, n))
+		} else {
+			kv.K = append(kv.K, make([]float32, n))
+			kv.V = append(kv.V, make([]float32, n))
+		}
 	}
 	return kv, nil
 }
 
 // BlockFloats is the number of floats of one block in one layer's K (or V).
 func (kv *KVStore) BlockFloats() int { return kv.BlockSize * kv.KVDim }
+
+// Layers is the number of layers the store holds.
+func (kv *KVStore) Layers() int { return max(len(kv.K), len(kv.K16)) }
+
+// ReadBlock widens block b of layer l's keys (or values, v) into dst
+// (BlockFloats values).
+func (kv *KVStore) ReadBlock(dst []float32, l, b int, v bool) {
+	n := kv.BlockFloats()
+	if kv.Type == KVF16 {
+		src := kv.K16[l]
+		if v {
+			src = kv.V16[l]
+		}
+		bs, hd := kv.BlockSize, kv.HeadDim
+		for h := range kv.KVDim / hd {
+			// Head h's rows into the slot-major layout, KVDim apart.
+			off := kv.headBase(h) + b*bs*hd
+			kernels.F16ToF32Rows(dst[h*hd:n], kv.KVDim, src[off:off+bs*hd], hd, bs, hd)
+		}
+		return
+	}
+	src := kv.K[l]
+	if v {
+		src = kv.V[l]
+	}
+	copy(dst[:n], src[b*n:(b+1)*n])
+}
+
+// WriteBlock stores src (BlockFloats values) as block b of layer l's keys
+// (or values, v), rounded to halves in a KVF16 store.
+func (kv *KVStore) WriteBlock(src []float32, l, b int, v bool) {
+	n := kv.BlockFloats()
+	if kv.Type == KVF16 {
+		for s := range kv.BlockSize {
+			kv.put16(l, v, b*kv.BlockSize+s, src[s*kv.KVDim:(s+1)*kv.KVDim])
+		}
+		return
+	}
+	dst := kv.K[l]
+	if v {
+		dst = kv.V[l]
+	}
+	copy(dst[b*n:(b+1)*n], src[:n])
+}
+
+// put stores slot's keys and values (KVDim each) in layer l.
+func (kv *KVStore) put(l, slot int, k, v []float32) {
+	d := kv.KVDim
+	if kv.Type == KVF16 {
+		kv.put16(l, false, slot, k)
+		kv.put16(l, true, slot, v)
+		return
+	}
+	copy(kv.K[l][slot*d:(slot+1)*d], k[:d])
+	copy(kv.V[l][slot*d:(slot+1)*d], v[:d])
+}
+
+// put16 rounds one slot's keys (or values, v) into the head-major fp16
+// layout.
+func (kv *KVStore) put16(l int, v bool, slot int, x []float32) {
+	dst := kv.K16[l]
+	if v {
+		dst = kv.V16[l]
+	}
+	hd := kv.HeadDim
+	for h := range kv.KVDim / hd {
+		off := kv.headBase(h) + slot*hd
+		kernels.F32ToF16Row(dst[off:off+hd], x[h*hd:(h+1)*hd])
+	}
+}
+
+// headBase is where kv head h's slots start in an fp16 layer.
+func (kv *KVStore) headBase(h int) int { return h * kv.NumBlocks * kv.BlockSize * kv.HeadDim }
+
+// headRows returns the first n slots of block blk of layer l's keys (or
+// values, v), restricted to kv head kh, as (values, stride between slots):
+// the fp32 store itself, or the halves widened into buf (n·HeadDim values)
+// for a KVF16 store.
+func (kv *KVStore) headRows(buf []float32, l int, v bool, blk, kh, n int) ([]float32, int) {
+	bs, hd := kv.BlockSize, kv.HeadDim
+	if kv.Type == KVF16 {
+		src := kv.K16[l]
+		if v {
+			src = kv.V16[l]
+		}
+		off := kv.headBase(kh) + blk*bs*hd
+		kernels.F16ToF32Rows(buf, n*hd, src[off:off+n*hd], n*hd, 1, n*hd)
+		return buf, hd
+	}
+	off := blk*bs*kv.KVDim + kh*hd
+	if v {
+		return kv.V[l][off:], kv.KVDim
+	}
+	return kv.K[l][off:], kv.KVDim
+}
 
 // Seq is one sequence's share of a forward batch: Tokens at positions
 // Pos, Pos+1, ... whose K/V go to the slots named by Blocks (the block table
@@ -70,7 +229,7 @@ func grow(b []float32, n int) []float32 {
 // step stops within one layer's time.
 func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *KVStore, seqs []Seq) error {
 	c := &m.Config
-	if kv.KVDim != c.KVDim() || len(kv.K) != c.Layers {
+	if kv.KVDim != c.KVDim() || kv.Layers() != c.Layers {
 		return fmt.Errorf("forward: kv store shape does not match the model")
 	}
 	T, S := 0, 0
@@ -147,7 +306,7 @@ func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *
 				m.rope(qh, p)
 			}
 			s := &seqs[st.tokSeq[t]]
-			off := (int(s.Blocks[p/kv.BlockSize])*kv.BlockSize + p%kv.BlockSize) * kvd
+			slot := int(s.Blocks[p/kv.BlockSize])*kv.BlockSize + p%kv.BlockSize
 			for h := range c.KVHeads {
 				kh := k[t*kvd+h*hd : t*kvd+(h+1)*hd]
 				if c.QKNorm {
@@ -155,8 +314,7 @@ func (m *Model) Forward(ctx context.Context, pool *kernels.Pool, st *State, kv *
 				}
 				m.rope(kh, p)
 			}
-			copy(kv.K[li][off:off+kvd], k[t*kvd:(t+1)*kvd])
-			copy(kv.V[li][off:off+kvd], v[t*kvd:(t+1)*kvd])
+			kv.put(li, slot, k[t*kvd:(t+1)*kvd], v[t*kvd:(t+1)*kvd])
 		}
 		m.attention(pool, st, kv, seqs, li, T, maxPos)
 		pool.MatMul(xb, l.Wo, att, T, &st.sc)
@@ -243,6 +401,14 @@ func (m *Model) attention(pool *kernels.Pool, st *State, kv *KVStore, seqs []Seq
 	j.m, j.st, j.kv, j.seqs, j.li, j.ld = m, st, kv, seqs, li, maxPos
 	for len(j.scores) < pool.Threads() {
 		j.scores = append(j.scores, nil)
+		j.kvbuf = append(j.kvbuf, nil)
+	}
+	if kv.Type == KVF16 {
+		for w, b := range j.kvbuf {
+			if len(b) < kv.BlockSize*m.Config.HeadDim {
+				j.kvbuf[w] = make([]float32, kv.BlockSize*m.Config.HeadDim)
+			}
+		}
 	}
 	// One score row of maxPos per query of a group (a decode-only batch
 	// needs one row).
@@ -271,17 +437,17 @@ type attnJob struct {
 	seqs   []Seq
 	li, ld int
 	scores [][]float32
+	kvbuf  [][]float32 // per thread: one block's head rows widened (KVF16)
 }
 
 func (j *attnJob) Run(w, lo, hi int) {
 	c := &j.m.Config
 	st, kv := j.st, j.kv
-	qd, kvd, hd := c.QDim(), c.KVDim(), c.HeadDim
+	qd, hd := c.QDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
 	scale := float32(math.Sqrt(float64(hd)))
-	K, V := kv.K[j.li], kv.V[j.li]
 	bs, ld := kv.BlockSize, j.ld
-	scores := j.scores[w]
+	scores, buf := j.scores[w], j.kvbuf[w]
 	for u := lo; u < hi; u++ {
 		g, h := st.groups[u/c.Heads], u%c.Heads
 		t0, n := int(g.t0), int(g.n)
@@ -289,20 +455,20 @@ func (j *attnJob) Run(w, lo, hi int) {
 		p0 := int(st.tokPos[t0]) // query i is at position p0+i
 		pl := p0 + n - 1
 		qo := t0*qd + h*hd // query i's head at qo + i*qd
-		ko := (h / group) * hd
-		// Scores, a block at a time (within a block the positions are kvd
-		// apart): the keys every query of the group sees (positions up to
-		// p0) for all queries at once, then each query's further keys.
+		kh := h / group
+		// Scores, a block at a time (rows of the block K, ks apart): the
+		// keys every query of the group sees (positions up to p0) for all
+		// queries at once, then each query's further keys.
 		for b0 := 0; b0 <= pl; b0 += bs {
-			off := int(s.Blocks[b0/bs])*bs*kvd + ko
+			K, ks := kv.headRows(buf, j.li, false, int(s.Blocks[b0/bs]), kh, min(bs, pl+1-b0))
 			b1 := min(b0+bs, p0+1)
 			if b1 > b0 {
-				kernels.DotStridedN(scores[b0:], ld, st.q[qo:], qd, hd, n, K[off:], kvd, b1-b0)
+				kernels.DotStridedN(scores[b0:], ld, st.q[qo:], qd, hd, n, K, ks, b1-b0)
 			}
 			for i := range n {
 				if e := min(b0+bs, p0+i+1); e > max(b0, b1) {
 					b := max(b0, b1)
-					kernels.DotStrided(scores[i*ld+b:i*ld+e], st.q[qo+i*qd:qo+i*qd+hd], K[off+(b-b0)*kvd:], kvd)
+					kernels.DotStrided(scores[i*ld+b:i*ld+e], st.q[qo+i*qd:qo+i*qd+hd], K[(b-b0)*ks:], ks)
 				}
 			}
 		}
@@ -314,15 +480,15 @@ func (j *attnJob) Run(w, lo, hi int) {
 		}
 		// Values, in position order for every query.
 		for b0 := 0; b0 <= pl; b0 += bs {
-			off := int(s.Blocks[b0/bs])*bs*kvd + ko
+			V, vs := kv.headRows(buf, j.li, true, int(s.Blocks[b0/bs]), kh, min(bs, pl+1-b0))
 			b1 := min(b0+bs, p0+1)
 			if b1 > b0 {
-				kernels.AxpyStridedN(scores[b0:], ld, b1-b0, V[off:], kvd, st.att[qo:], qd, hd, n)
+				kernels.AxpyStridedN(scores[b0:], ld, b1-b0, V, vs, st.att[qo:], qd, hd, n)
 			}
 			for i := range n {
 				if e := min(b0+bs, p0+i+1); e > max(b0, b1) {
 					b := max(b0, b1)
-					kernels.AxpyStrided(scores[i*ld+b:i*ld+e], V[off+(b-b0)*kvd:], kvd, st.att[qo+i*qd:qo+i*qd+hd])
+					kernels.AxpyStrided(scores[i*ld+b:i*ld+e], V[(b-b0)*vs:], vs, st.att[qo+i*qd:qo+i*qd+hd])
 				}
 			}
 		}
