@@ -30,6 +30,10 @@ func setKernelLevel(string) (restore func()) { return func() {} }
 
 func divF32(x []float32, d float32) { divPortable(x, d) }
 
+func swiglu(g, u []float32) { swigluPortable(g, u) }
+
+func f32ToF16Row(dst []uint16, src []float32) { f32ToF16RowPortable(dst, src) }
+
 func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
 	f16RowsPortable(dst, dstride, src, sstride, rows, width)
 }

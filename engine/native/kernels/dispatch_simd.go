@@ -143,6 +143,22 @@ func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int)
 	f16RowsPortable(dst, dstride, src, sstride, rows, width)
 }
 
+func f32ToF16Row(dst []uint16, src []float32) {
+	if level == levelAVX512 {
+		f32ToF16AVX512(dst, src)
+		return
+	}
+	f32ToF16RowPortable(dst, src)
+}
+
+func swiglu(g, u []float32) {
+	if level == levelAVX512 {
+		swigluAVX512(g, u)
+		return
+	}
+	swigluPortable(g, u)
+}
+
 func divF32(x []float32, d float32) {
 	if level == levelAVX512 {
 		divAVX512(x, d)

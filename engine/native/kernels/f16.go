@@ -30,7 +30,9 @@ func f16RowsPortable(dst []float32, dstride int, src []uint16, sstride, rows, wi
 
 // F32ToF16Row narrows src into dst (len(dst) ≥ len(src)) with F32ToF16:
 // round to nearest even; magnitudes from 65520 up become infinities.
-func F32ToF16Row(dst []uint16, src []float32) {
+func F32ToF16Row(dst []uint16, src []float32) { f32ToF16Row(dst[:len(src)], src) }
+
+func f32ToF16RowPortable(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	for i, f := range src {
 		dst[i] = F32ToF16(f)

@@ -38,3 +38,42 @@ func f16RowsAVX512(dst []float32, dstride int, src []uint16, sstride, rows, widt
 		}
 	}
 }
+
+// f32ToF16AVX512 is F32ToF16 16 values at a time, bit for bit, without
+// VCVTPS2PH (archsimd has none): the branch-free round-to-nearest-even
+// narrowing of F. Giesen's float_to_half_fast3_rtne, each case computed
+// for all lanes and picked by mask. Normal halves: the exponent rebased
+// and the mantissa rounded by adding 0xfff plus its lowest kept bit before
+// the shift (a carry into the exponent rounds up to the next binade, or
+// to infinity). Subnormal halves and zero: adding 0.5 as a float puts the
+// rounded mantissa in the low bits (the FPU does the rounding). Infinity
+// and overflow: 0x7c00; NaN: 0x7e00.
+func f32ToF16AVX512(dst []uint16, src []float32) {
+	n16 := len(src) &^ 15
+	if n16 > 0 {
+		_ = dst[n16-1]
+		f32ToF16x16(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), n16)
+	}
+	for i := n16; i < len(src); i++ {
+		dst[i] = F32ToF16(src[i])
+	}
+}
+
+func f32ToF16x16(pd, ps unsafe.Pointer, n16 int) {
+	b := archsimd.BroadcastUint32x16
+	signBit, inf32, max16 := b(0x80000000), b(0x7f800000), b(0x47800000)
+	minNormal16, magic := b(0x38800000), b(0x3f000000)
+	rebias, one := b(0xc8000fff), b(1)
+	for i := 0; i < n16; i += 16 {
+		x := l16(ps, i).AsUint32x16()
+		sign := x.And(signBit)
+		f := x.Xor(sign)
+		norm := f.Add(rebias).Add(f.ShiftAllRight(13).And(one)).ShiftAllRight(13)
+		sub := f.AsFloat32x16().Add(magic.AsFloat32x16()).AsUint32x16().Sub(magic)
+		o := norm.Merge(sub, f.GreaterEqual(minNormal16))
+		big := b(0x7c00).Merge(b(0x7e00), f.LessEqual(inf32))
+		o = big.Merge(o, f.GreaterEqual(max16))
+		o.Or(sign.ShiftAllRight(16)).TruncateToUint16().Store((*[16]uint16)(unsafe.Add(pd, 2*i)))
+	}
+	archsimd.ClearAVXUpperBits()
+}

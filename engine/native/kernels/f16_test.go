@@ -68,3 +68,30 @@ func TestF32ToF16RowRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestF32ToF16RowLevels: every level narrows bit for bit as F32ToF16,
+// on every float32 whose bits are a multiple of 997 apart (4.3 million,
+// every exponent and sign, infinities and NaNs among them) plus the
+// rounding boundaries of the half range.
+func TestF32ToF16RowLevels(t *testing.T) {
+	var src []float32
+	for b := uint64(0); b < 1<<32; b += 997 {
+		src = append(src, math.Float32frombits(uint32(b)))
+	}
+	for _, f := range []float32{65504, 65519.996, 65520, 65536, 6.1035156e-05, 6.097555e-05, 5.9604645e-08, 2.9802322e-08, 2.9802326e-08, 1.7881393e-07} {
+		src = append(src, f, -f)
+	}
+	src = append(src, float32(math.Inf(1)), float32(math.NaN()), 0)
+	for _, lv := range kernelLevels() {
+		t.Run(lv, func(t *testing.T) {
+			defer setKernelLevel(lv)()
+			dst := make([]uint16, len(src))
+			F32ToF16Row(dst, src)
+			for i, f := range src {
+				if want := F32ToF16(f); dst[i] != want {
+					t.Fatalf("%g (%#08x): %#04x, want %#04x", f, math.Float32bits(f), dst[i], want)
+				}
+			}
+		})
+	}
+}

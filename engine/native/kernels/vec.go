@@ -51,7 +51,9 @@ func divPortable(x []float32, d float32) {
 }
 
 // SwiGLU sets g[i] = silu(g[i]) * u[i].
-func SwiGLU(g, u []float32) {
+func SwiGLU(g, u []float32) { swiglu(g, u[:len(g)]) }
+
+func swigluPortable(g, u []float32) {
 	u = u[:len(g)]
 	for i, v := range g {
 		v *= 1 / (1 + float32(math.Exp(float64(-v))))
