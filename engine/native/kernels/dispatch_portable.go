@@ -32,6 +32,8 @@ func divF32(x []float32, d float32) { divPortable(x, d) }
 
 func swiglu(g, u []float32) { swigluPortable(g, u) }
 
+func quantizeK(x []float32, q []int8, d []float32, bs []int16) { quantizeRowsKPortable(x, q, d, bs) }
+
 func f32ToF16Row(dst []uint16, src []float32) { f32ToF16RowPortable(dst, src) }
 
 func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {

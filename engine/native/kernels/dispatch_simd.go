@@ -151,6 +151,14 @@ func f32ToF16Row(dst []uint16, src []float32) {
 	f32ToF16RowPortable(dst, src)
 }
 
+func quantizeK(x []float32, q []int8, d []float32, bs []int16) {
+	if level == levelAVX512 {
+		quantizeRowsKAVX512(x, q, d, bs)
+		return
+	}
+	quantizeRowsKPortable(x, q, d, bs)
+}
+
 func swiglu(g, u []float32) {
 	if level == levelAVX512 {
 		swigluAVX512(g, u)

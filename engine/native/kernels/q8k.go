@@ -38,14 +38,18 @@ type q8kRows struct {
 func isKQuant(t DType) bool { return t == Q4_K || t == Q5_K || t == Q6_K }
 
 // quantizeRowsK quantizes len(x)/QKK super-blocks of x into q, d and bs.
-// Every kernel level gives the same bytes.
+// Every kernel level gives the same bytes (TestQuantizeRowsKLevels).
 func quantizeRowsK(x []float32, q []int8, d []float32, bs []int16) {
 	n := len(x) / QKK
 	if n == 0 {
 		return
 	}
 	_, _, _ = q[n*QKK-1], d[n-1], bs[n*QKK/bsumsPer-1]
-	for i := range n {
+	quantizeK(x[:n*QKK], q, d, bs)
+}
+
+func quantizeRowsKPortable(x []float32, q []int8, d []float32, bs []int16) {
+	for i := range len(x) / QKK {
 		quantizeSuperK(x[i*QKK:(i+1)*QKK:(i+1)*QKK], q[i*QKK:(i+1)*QKK:(i+1)*QKK], &d[i], bs[i*16:(i+1)*16:(i+1)*16])
 	}
 }

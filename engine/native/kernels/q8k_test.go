@@ -227,3 +227,30 @@ func TestMixedLayouts(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeRowsKLevels: every level writes the portable quantizer's
+// bytes (q, d, bsums), including ties between +a and −a (the first one
+// sets the sign), a single outlier, denormals and zero blocks.
+func TestQuantizeRowsKLevels(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	x := randVec(r, 12*QKK)
+	x[QKK+5], x[QKK+200] = -50, 50 // a tie: −50 comes first
+	x[2*QKK+7], x[2*QKK+9] = 50, -50
+	clear(x[3*QKK : 4*QKK])
+	x[4*QKK+255] = 1e-40
+	for i := 5 * QKK; i < 6*QKK; i++ {
+		x[i] = float32(i%7) - 3 // many ties and exact halves
+	}
+	want := [3]any{make([]int8, len(x)), make([]float32, len(x)/QKK), make([]int16, len(x)/bsumsPer)}
+	quantizeRowsKPortable(x, want[0].([]int8), want[1].([]float32), want[2].([]int16))
+	for _, lv := range kernelLevels() {
+		t.Run(lv, func(t *testing.T) {
+			defer setKernelLevel(lv)()
+			q, d, bs := make([]int8, len(x)), make([]float32, len(x)/QKK), make([]int16, len(x)/bsumsPer)
+			quantizeRowsK(x, q, d, bs)
+			if !slices.Equal(q, want[0].([]int8)) || !slices.Equal(d, want[1].([]float32)) || !slices.Equal(bs, want[2].([]int16)) {
+				t.Fatalf("differs from the portable quantizer")
+			}
+		})
+	}
+}
