@@ -8,7 +8,10 @@
 # cmd/tandem's TestDockerfileBuild (no image can be built on the CI machine),
 # which checks that the binary is static and that `tandem version` prints the
 # stamped version and commit. Keep the build on one RUN line starting with
-# `CGO_ENABLED=0 go build`.
+# `CGO_ENABLED=0 GOEXPERIMENT=simd go build`: the simd build carries the
+# native engine's vector kernels (engine/native/kernels; the portable build
+# runs its quantized products several times slower), picked at start-up by
+# the CPU's features, with portable code on CPUs without AVX2.
 ARG GO_VERSION=1.26.8
 
 FROM golang:${GO_VERSION}-bookworm AS build
@@ -20,7 +23,7 @@ ARG VERSION=unknown
 ARG COMMIT=unknown
 # -trimpath: no build-machine paths in the binary; -s -w: no symbol table or
 # DWARF (a third of the size); CGO_ENABLED=0: static, so the image needs no libc.
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem ./cmd/tandem
+RUN CGO_ENABLED=0 GOEXPERIMENT=simd go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem ./cmd/tandem
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tandem /tandem

@@ -2,15 +2,18 @@ package main
 
 import (
 	"bufio"
+	"debug/buildinfo"
 	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// dockerBuildLine returns the Dockerfile's `RUN CGO_ENABLED=0 go build ...`
+// dockerBuildLine returns the Dockerfile's `RUN CGO_ENABLED=0 GOEXPERIMENT=simd go build ...`
 // line, without RUN. No Docker engine runs on the CI machine, so the test
 // runs this line itself: the binary it checks is built exactly as the image's.
 func dockerBuildLine(t *testing.T) string {
@@ -23,7 +26,7 @@ func dockerBuildLine(t *testing.T) string {
 	var found []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "RUN CGO_ENABLED=0 go build ") {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "RUN CGO_ENABLED=0 GOEXPERIMENT=simd go build ") {
 			found = append(found, strings.TrimPrefix(line, "RUN "))
 		}
 	}
@@ -31,7 +34,7 @@ func dockerBuildLine(t *testing.T) string {
 		t.Fatal(err)
 	}
 	if len(found) != 1 {
-		t.Fatalf("Dockerfile has %d `RUN CGO_ENABLED=0 go build` lines, want exactly 1", len(found))
+		t.Fatalf("Dockerfile has %d `RUN CGO_ENABLED=0 GOEXPERIMENT=simd go build` lines, want exactly 1", len(found))
 	}
 	return found[0]
 }
@@ -71,6 +74,10 @@ func TestDockerfileBuild(t *testing.T) {
 	}
 	if ef.Section(".debug_info") != nil || ef.Section(".symtab") != nil {
 		t.Error("binary keeps DWARF or a symbol table: -s -w not applied")
+	}
+	// The image's native engine runs the vector kernels.
+	if bi, err := buildinfo.ReadFile(bin); err != nil || !slices.Contains(bi.Settings, debug.BuildSetting{Key: "GOEXPERIMENT", Value: "simd"}) {
+		t.Errorf("binary not built with GOEXPERIMENT=simd (build info %v, %v)", bi, err)
 	}
 
 	v, err := exec.Command(bin, "version").Output()
