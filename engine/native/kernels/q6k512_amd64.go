@@ -1,0 +1,97 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"simd/archsimd"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// Q6_K × Q8_K products of the AVX-512 level in assembly (q6k512_amd64.s),
+// replacing q6kRow512 (decode) and q6kStep4x512 (prefill). Go's register
+// allocator uses 16 vector registers and decodes the scales and fp16 in
+// scalar code; with all 32 zmm registers, the kernels keep the constants,
+// the unpacked weights and several outputs' integer sums in registers.
+//
+// Per super-block the scheme is q6kRow512's: the 6-bit values unpacked to
+// unsigned bytes two 32-value chunks per 512-bit vector, VPMADDUBSW with
+// the int8 activations (pairs to int16, exact: at most 2·63·127), then
+// VPDPWSSD (AVX512_VNNI: VPMADDWD and VPADDD in one instruction) against
+// the sixteen int8 scales spread to int16 lanes with one VPERMW per
+// vector. The int32 lanes hold exactly the integers q6kRow512's lanes hold
+// (the same 4-value groups per lane, the ranges of q8k_amd64.go keep every
+// sum exact, so the order of the additions cannot show), folded to eight
+// lanes (k + 8+k), minus Σ 32·sc_k·bsum_k (q6kOffset, as VPMADDWD), then
+// converted and FMA'd as a += s·(d·dx) with d from VCVTPH2PS (exact, as
+// bcastF16). Every output is therefore bitwise q6kRow512's, whichever
+// kernel (one token, four tokens) computes it; TestQ6KAsmBitwise checks it.
+//
+// Tiles: decode takes four weight rows per call (the activations loaded
+// once for all four); prefill two weight rows × four tokens, where each
+// row's unpacked weights and scales serve four tokens.
+
+// q6kAsmOK: the CPU has what the assembly uses (AVX512F, BW and VL, and
+// AVX512_VNNI for VPDPWSSD). Fixed at start-up like level; only the
+// tests turn it off, to reach the archsimd kernels for comparison.
+var q6kAsmOK = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
+
+// useQ6KAsm reports whether Q6_K products take the assembly kernels.
+func useQ6KAsm() bool { return level == levelAVX512 && q6kAsmOK }
+
+// q6kRows4AVX512 computes four outputs of one activation row: the weight
+// rows at w0..w3 (n Q6_K super-blocks each) against the Q8_K values at py
+// (scales pd, bsums pbs), storing each row's 8-lane accumulator in acc[r]
+// (bitwise what q6kRow512 stores).
+//
+//go:noescape
+func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py, pd, pbs unsafe.Pointer)
+
+// q6kRows2x4AVX512 computes the weight rows at w0, w1 against four
+// activation rows (token t's values at py + t·ys, scales at pd + t·ds,
+// bsums at pbs + t·bss; strides in bytes), storing acc[row][token] as
+// q6kRows4AVX512 would for that token.
+//
+//go:noescape
+func q6kRows2x4AVX512(acc *[2][4][8]float32, w0, w1 unsafe.Pointer, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int)
+
+// matQ6KAsm is matKQuantAVX2 for Q6_K with the assembly kernels: the same
+// tiles of four weight rows, four tokens per pass where there are four,
+// else one. The caller has checked the bounds (pw: the weights, rb bytes
+// per row; py, pd, pbs: the Q8_K rows).
+func matQ6KAsm(out []float32, pw, py, pd, pbs unsafe.Pointer, rb, rows, cols, lo, hi, T int) {
+	n := cols / QKK
+	ds, bss := n*4, cols/bsumsPer*2
+	// Declared while the vector state is clean (see doc.go).
+	var acc [4][8]float32
+	var tile [4]float32
+	var acc4 [4][4][8]float32 // [weight row][token]
+	lo01 := (*[2][4][8]float32)(unsafe.Pointer(&acc4[0]))
+	hi23 := (*[2][4][8]float32)(unsafe.Pointer(&acc4[2]))
+	for t0 := 0; t0 < T; t0 += tokenBlock {
+		t1 := min(T, t0+tokenBlock)
+		for r := lo; r < hi; r += 4 {
+			w0, w1 := unsafe.Add(pw, r*rb), unsafe.Add(pw, min(r+1, hi-1)*rb)
+			w2, w3 := unsafe.Add(pw, min(r+2, hi-1)*rb), unsafe.Add(pw, min(r+3, hi-1)*rb)
+			for t := t0; t < t1; {
+				yt, dt, bt := unsafe.Add(py, t*cols), unsafe.Add(pd, t*ds), unsafe.Add(pbs, t*bss)
+				if t+4 <= t1 {
+					q6kRows2x4AVX512(lo01, w0, w1, n, yt, cols, dt, ds, bt, bss)
+					if hi-r > 2 {
+						q6kRows2x4AVX512(hi23, w2, w3, n, yt, cols, dt, ds, bt, bss)
+					}
+					for k := range 4 {
+						storeCol(&acc4, k, out, (t+k)*rows+r, hi-r, &tile)
+					}
+					t += 4
+					continue
+				}
+				q6kRows4AVX512(&acc, w0, w1, w2, w3, n, yt, dt, bt)
+				storeRows(&acc, out, t*rows+r, hi-r, &tile)
+				t++
+			}
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}

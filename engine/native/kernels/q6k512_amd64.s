@@ -1,0 +1,284 @@
+//go:build goexperiment.simd && amd64
+
+#include "textflag.h"
+
+// Q6_K × Q8_K in AVX-512 assembly (q6k512_amd64.go says why and what
+// stays bitwise). Register roles shared by both kernels:
+//
+//	Z24  bytes 0x0F          Z25  bytes 0x30
+//	Z26  word shift counts 4 | 2 (VPSLLVW: qh bits 0-1 | 2-3 to bits 4-5)
+//	Z27  word shift counts 0 | 2 (VPSRLVW: qh bits 4-5 | 6-7 to bits 4-5)
+//	Z28-Z31  VPERMW indices: vector j (values 64j..64j+63) takes scale
+//	         4j + i/8 in word lane i (16 values, one 128-bit lane, per scale)
+
+// q6kPermIdx: word lanes of vector j = 0..3 hold 4j + i/8; as quads, quad
+// 2v and 2v+1 hold four words of v = 0..15.
+DATA q6kPermIdx<>+0x00(SB)/8, $0x0000000000000000
+DATA q6kPermIdx<>+0x08(SB)/8, $0x0000000000000000
+DATA q6kPermIdx<>+0x10(SB)/8, $0x0001000100010001
+DATA q6kPermIdx<>+0x18(SB)/8, $0x0001000100010001
+DATA q6kPermIdx<>+0x20(SB)/8, $0x0002000200020002
+DATA q6kPermIdx<>+0x28(SB)/8, $0x0002000200020002
+DATA q6kPermIdx<>+0x30(SB)/8, $0x0003000300030003
+DATA q6kPermIdx<>+0x38(SB)/8, $0x0003000300030003
+DATA q6kPermIdx<>+0x40(SB)/8, $0x0004000400040004
+DATA q6kPermIdx<>+0x48(SB)/8, $0x0004000400040004
+DATA q6kPermIdx<>+0x50(SB)/8, $0x0005000500050005
+DATA q6kPermIdx<>+0x58(SB)/8, $0x0005000500050005
+DATA q6kPermIdx<>+0x60(SB)/8, $0x0006000600060006
+DATA q6kPermIdx<>+0x68(SB)/8, $0x0006000600060006
+DATA q6kPermIdx<>+0x70(SB)/8, $0x0007000700070007
+DATA q6kPermIdx<>+0x78(SB)/8, $0x0007000700070007
+DATA q6kPermIdx<>+0x80(SB)/8, $0x0008000800080008
+DATA q6kPermIdx<>+0x88(SB)/8, $0x0008000800080008
+DATA q6kPermIdx<>+0x90(SB)/8, $0x0009000900090009
+DATA q6kPermIdx<>+0x98(SB)/8, $0x0009000900090009
+DATA q6kPermIdx<>+0xa0(SB)/8, $0x000a000a000a000a
+DATA q6kPermIdx<>+0xa8(SB)/8, $0x000a000a000a000a
+DATA q6kPermIdx<>+0xb0(SB)/8, $0x000b000b000b000b
+DATA q6kPermIdx<>+0xb8(SB)/8, $0x000b000b000b000b
+DATA q6kPermIdx<>+0xc0(SB)/8, $0x000c000c000c000c
+DATA q6kPermIdx<>+0xc8(SB)/8, $0x000c000c000c000c
+DATA q6kPermIdx<>+0xd0(SB)/8, $0x000d000d000d000d
+DATA q6kPermIdx<>+0xd8(SB)/8, $0x000d000d000d000d
+DATA q6kPermIdx<>+0xe0(SB)/8, $0x000e000e000e000e
+DATA q6kPermIdx<>+0xe8(SB)/8, $0x000e000e000e000e
+DATA q6kPermIdx<>+0xf0(SB)/8, $0x000f000f000f000f
+DATA q6kPermIdx<>+0xf8(SB)/8, $0x000f000f000f000f
+GLOBL q6kPermIdx<>(SB), RODATA|NOPTR, $256
+
+// Z24-Z31 as above; clobbers AX, Y0.
+#define Q6K_CONSTS \
+	MOVL $0x0F0F0F0F, AX \
+	VPBROADCASTD AX, Z24 \
+	MOVL $0x30303030, AX \
+	VPBROADCASTD AX, Z25 \
+	MOVL $0x00040004, AX \
+	VPBROADCASTD AX, Z26 \
+	MOVL $0x00020002, AX \
+	VPBROADCASTD AX, Y0 \
+	VINSERTI64X4 $1, Y0, Z26, Z26 \
+	VPXORD Z27, Z27, Z27 \
+	VINSERTI64X4 $1, Y0, Z27, Z27 \
+	VMOVDQU64 q6kPermIdx<>+0x00(SB), Z28 \
+	VMOVDQU64 q6kPermIdx<>+0x40(SB), Z29 \
+	VMOVDQU64 q6kPermIdx<>+0x80(SB), Z30 \
+	VMOVDQU64 q6kPermIdx<>+0xc0(SB), Z31
+
+// Q6K_UNPACK: half h of the super-block at x (ql at qlo(x), qh at qho(x))
+// to unsigned values 0..63: v01 = values 128h..128h+63 (the low nibbles of
+// ql[64h:64h+64] with qh's bits 0-1 | 2-3 as bits 4-5), v23 = values
+// 128h+64..128h+127 (the high nibbles, with qh's bits 4-5 | 6-7); as
+// q6kStep4x512. Word shifts never move a wrong bit into the byte bits the
+// masks keep. t0, t1 are scratch.
+#define Q6K_UNPACK(x, qlo, qho, v01, v23, t0, t1) \
+	VMOVDQU64 qlo(x), t0 \
+	VBROADCASTI64X4 qho(x), t1 \
+	VPSLLVW Z26, t1, v01 \
+	VPANDD Z25, v01, v01 \
+	VPTERNLOGD $0xF8, Z24, t0, v01 \
+	VPSRLVW Z27, t1, v23 \
+	VPANDD Z25, v23, v23 \
+	VPSRLW $4, t0, t0 \
+	VPTERNLOGD $0xF8, Z24, t0, v23
+
+// Q6K_FOLD: s (int32, 16 lanes) to the 256-bit step's eight lanes (lane k
+// + lane 8+k), minus the −32 offset off, converted to float in ys.
+#define Q6K_FOLD(zs, ys, off, tmp) \
+	VEXTRACTI64X4 $1, zs, tmp \
+	VPADDD tmp, ys, ys \
+	VPSUBD off, ys, ys \
+	VCVTDQ2PS ys, ys
+
+// func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py, pd, pbs unsafe.Pointer)
+TEXT ·q6kRows4AVX512(SB), NOSPLIT, $0-72
+	Q6K_CONSTS
+	MOVQ w0+8(FP), R8
+	MOVQ w1+16(FP), R9
+	MOVQ w2+24(FP), R10
+	MOVQ w3+32(FP), R11
+	MOVQ n+40(FP), CX
+	MOVQ py+48(FP), SI
+	MOVQ pd+56(FP), DX
+	MOVQ pbs+64(FP), BX
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	TESTQ CX, CX
+	JLE   rows4done
+
+rows4loop:
+	// The super-block's activations: values, bsums, scale.
+	VMOVDQU64    0(SI), Z0
+	VMOVDQU64    64(SI), Z1
+	VMOVDQU64    128(SI), Z2
+	VMOVDQU64    192(SI), Z3
+	VMOVDQU      (BX), Y4
+	VBROADCASTSS (DX), Y5
+
+#define Q6K_ROW1(x, acc) \
+	VPMOVSXBW 192(x), Y6 \
+	VPERMW    Z6, Z28, Z7 \
+	VPERMW    Z6, Z29, Z8 \
+	VPERMW    Z6, Z30, Z9 \
+	VPERMW    Z6, Z31, Z10 \
+	VPSLLW    $5, Y6, Y6 \
+	VPMADDWD  Y4, Y6, Y11 \
+	Q6K_UNPACK(x, 0, 128, Z14, Z16, Z12, Z13) \
+	VPMADDUBSW Z0, Z14, Z17 \
+	VPMADDWD   Z7, Z17, Z18 \
+	VPMADDUBSW Z1, Z16, Z17 \
+	VPDPWSSD   Z8, Z17, Z18 \
+	Q6K_UNPACK(x, 64, 160, Z14, Z16, Z12, Z13) \
+	VPMADDUBSW Z2, Z14, Z17 \
+	VPDPWSSD   Z9, Z17, Z18 \
+	VPMADDUBSW Z3, Z16, Z17 \
+	VPDPWSSD   Z10, Z17, Z18 \
+	Q6K_FOLD(Z18, Y18, Y11, Y19) \
+	VPBROADCASTW 208(x), X19 \
+	VCVTPH2PS    X19, Y19 \
+	VMULPS       Y5, Y19, Y19 \
+	VFMADD231PS  Y19, Y18, acc
+
+	Q6K_ROW1(R8, Y20)
+	Q6K_ROW1(R9, Y21)
+	Q6K_ROW1(R10, Y22)
+	Q6K_ROW1(R11, Y23)
+
+	ADDQ $210, R8
+	ADDQ $210, R9
+	ADDQ $210, R10
+	ADDQ $210, R11
+	ADDQ $256, SI
+	ADDQ $4, DX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  rows4loop
+
+rows4done:
+	MOVQ    acc+0(FP), DI
+	VMOVUPS Y20, 0(DI)
+	VMOVUPS Y21, 32(DI)
+	VMOVUPS Y22, 64(DI)
+	VMOVUPS Y23, 96(DI)
+	VZEROUPPER
+	RET
+
+// func q6kRows2x4AVX512(acc *[2][4][8]float32, w0, w1 unsafe.Pointer, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int)
+TEXT ·q6kRows2x4AVX512(SB), NOSPLIT, $0-80
+	Q6K_CONSTS
+	MOVQ acc+0(FP), DI
+	MOVQ w0+8(FP), R8
+	MOVQ w1+16(FP), R9
+	MOVQ n+24(FP), AX
+	MOVQ py+32(FP), SI
+	MOVQ ys+40(FP), DX
+	MOVQ pd+48(FP), R10
+	MOVQ ds+56(FP), R11
+	MOVQ pbs+64(FP), R12
+	MOVQ bss+72(FP), R13
+	LEAQ (DX)(DX*2), BX
+	VPXORD  Z0, Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z0, 64(DI)
+	VMOVUPS Z0, 128(DI)
+	VMOVUPS Z0, 192(DI)
+	TESTQ   AX, AX
+	JLE     x4done
+
+x4loop:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPMOVSXBW 192(R8), Y8
+	VPMOVSXBW 192(R9), Y9
+
+// Q6K_DOT: chunk pair vectors v (row 0) and u (row 1) with their scales
+// sv, su, against the four tokens' activations at off.
+#define Q6K_DOT(off, v, sv, u, su) \
+	VPMADDUBSW off(SI), v, Z18 \
+	VPDPWSSD   sv, Z18, Z0 \
+	VPMADDUBSW off(SI), u, Z19 \
+	VPDPWSSD   su, Z19, Z4 \
+	VPMADDUBSW off(SI)(DX*1), v, Z18 \
+	VPDPWSSD   sv, Z18, Z1 \
+	VPMADDUBSW off(SI)(DX*1), u, Z19 \
+	VPDPWSSD   su, Z19, Z5 \
+	VPMADDUBSW off(SI)(DX*2), v, Z18 \
+	VPDPWSSD   sv, Z18, Z2 \
+	VPMADDUBSW off(SI)(DX*2), u, Z19 \
+	VPDPWSSD   su, Z19, Z6 \
+	VPMADDUBSW off(SI)(BX*1), v, Z18 \
+	VPDPWSSD   sv, Z18, Z3 \
+	VPMADDUBSW off(SI)(BX*1), u, Z19 \
+	VPDPWSSD   su, Z19, Z7
+
+	// Half 0: values 0..127.
+	Q6K_UNPACK(R8, 0, 128, Z14, Z15, Z20, Z21)
+	Q6K_UNPACK(R9, 0, 128, Z16, Z17, Z20, Z21)
+	VPERMW Z8, Z28, Z10
+	VPERMW Z8, Z29, Z11
+	VPERMW Z9, Z28, Z12
+	VPERMW Z9, Z29, Z13
+	Q6K_DOT(0, Z14, Z10, Z16, Z12)
+	Q6K_DOT(64, Z15, Z11, Z17, Z13)
+
+	// Half 1: values 128..255.
+	Q6K_UNPACK(R8, 64, 160, Z14, Z15, Z20, Z21)
+	Q6K_UNPACK(R9, 64, 160, Z16, Z17, Z20, Z21)
+	VPERMW Z8, Z30, Z10
+	VPERMW Z8, Z31, Z11
+	VPERMW Z9, Z30, Z12
+	VPERMW Z9, Z31, Z13
+	Q6K_DOT(128, Z14, Z10, Z16, Z12)
+	Q6K_DOT(192, Z15, Z11, Z17, Z13)
+
+	// Per token and row: fold, subtract 32·Σ sc·bsum, convert, and
+	// a += s·(d·dx), a in acc[row][token].
+	VPSLLW       $5, Y8, Y8
+	VPSLLW       $5, Y9, Y9
+	VPBROADCASTW 208(R8), X20
+	VCVTPH2PS    X20, Y20
+	VPBROADCASTW 208(R9), X21
+	VCVTPH2PS    X21, Y21
+
+#define Q6K_FIN(bs, dx, s0, y0, s1, y1, o0, o1) \
+	VMOVDQU      bs, Y10 \
+	VBROADCASTSS dx, Y11 \
+	VPMADDWD     Y10, Y8, Y12 \
+	VPMADDWD     Y10, Y9, Y13 \
+	Q6K_FOLD(s0, y0, Y12, Y14) \
+	Q6K_FOLD(s1, y1, Y13, Y15) \
+	VMULPS       Y11, Y20, Y12 \
+	VMULPS       Y11, Y21, Y13 \
+	VMOVUPS      o0(DI), Y14 \
+	VMOVUPS      o1(DI), Y15 \
+	VFMADD231PS  Y12, y0, Y14 \
+	VFMADD231PS  Y13, y1, Y15 \
+	VMOVUPS      Y14, o0(DI) \
+	VMOVUPS      Y15, o1(DI)
+
+	Q6K_FIN((R12), (R10), Z0, Y0, Z4, Y4, 0, 128)
+	Q6K_FIN((R12)(R13*1), (R10)(R11*1), Z1, Y1, Z5, Y5, 32, 160)
+	Q6K_FIN((R12)(R13*2), (R10)(R11*2), Z2, Y2, Z6, Y6, 64, 192)
+	LEAQ (R12)(R13*2), CX
+	LEAQ (R10)(R11*2), R14
+	Q6K_FIN((CX)(R13*1), (R14)(R11*1), Z3, Y3, Z7, Y7, 96, 224)
+
+	ADDQ $210, R8
+	ADDQ $210, R9
+	ADDQ $256, SI
+	ADDQ $4, R10
+	ADDQ $32, R12
+	DECQ AX
+	JNZ  x4loop
+
+x4done:
+	VZEROUPPER
+	RET
