@@ -28,9 +28,10 @@ import (
 // bcastF16). Every output is therefore bitwise q6kRow512's, whichever
 // kernel (one token, four tokens) computes it; TestQ6KAsmBitwise checks it.
 //
-// Tiles: decode takes four weight rows per call (the activations loaded
-// once for all four); prefill two weight rows × four tokens, where each
-// row's unpacked weights and scales serve four tokens.
+// Tiles: decode takes four weight rows at a time (the activations loaded
+// once for all four), all the rows of the range in one call; prefill two
+// weight rows × four tokens, where each row's unpacked weights and scales
+// serve four tokens.
 
 // q6kAsmOK: the CPU has what the assembly uses (AVX512F, BW and VL, and
 // AVX512_VNNI for VPDPWSSD). Fixed at start-up like level; only the
@@ -48,6 +49,15 @@ func useQ6KAsm() bool { return level == levelAVX512 && q6kAsmOK }
 //go:noescape
 func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py, pd, pbs unsafe.Pointer)
 
+// q6kMatVecAVX512 computes out[0:rows] for one activation row: weight row
+// r at pw + r·rb (n Q6_K super-blocks) against the Q8_K values at py
+// (scales pd, bsums pbs). Four rows at a time as q6kRows4AVX512, each sum
+// folded in hsum4's order (storeRows), a last partial tile stored through
+// a mask.
+//
+//go:noescape
+func q6kMatVecAVX512(out unsafe.Pointer, pw unsafe.Pointer, rb, rows, n int, py, pd, pbs unsafe.Pointer)
+
 // q6kRows2x4AVX512 computes the weight rows at w0, w1 against four
 // activation rows (token t's values at py + t·ys, scales at pd + t·ds,
 // bsums at pbs + t·bss; strides in bytes), storing acc[row][token] as
@@ -56,42 +66,40 @@ func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py
 //go:noescape
 func q6kRows2x4AVX512(acc *[2][4][8]float32, w0, w1 unsafe.Pointer, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int)
 
-// matQ6KAsm is matKQuantAVX2 for Q6_K with the assembly kernels: the same
-// tiles of four weight rows, four tokens per pass where there are four,
-// else one. The caller has checked the bounds (pw: the weights, rb bytes
-// per row; py, pd, pbs: the Q8_K rows).
+// matQ6KAsm is matKQuantAVX2 for Q6_K with the assembly kernels: tokens
+// four at a time over tiles of four weight rows (prefill), the remaining
+// ones (decode: all) one at a time over all the rows. The caller has
+// checked the bounds (pw: the weights, rb bytes per row; py, pd, pbs: the
+// Q8_K rows).
 func matQ6KAsm(out []float32, pw, py, pd, pbs unsafe.Pointer, rb, rows, cols, lo, hi, T int) {
 	n := cols / QKK
 	ds, bss := n*4, cols/bsumsPer*2
+	T4 := T &^ 3
 	// Declared while the vector state is clean (see doc.go).
-	var acc [4][8]float32
 	var tile [4]float32
 	var acc4 [4][4][8]float32 // [weight row][token]
 	lo01 := (*[2][4][8]float32)(unsafe.Pointer(&acc4[0]))
 	hi23 := (*[2][4][8]float32)(unsafe.Pointer(&acc4[2]))
-	for t0 := 0; t0 < T; t0 += tokenBlock {
-		t1 := min(T, t0+tokenBlock)
+	for t0 := 0; t0 < T4; t0 += tokenBlock {
+		t1 := min(T4, t0+tokenBlock)
 		for r := lo; r < hi; r += 4 {
 			w0, w1 := unsafe.Add(pw, r*rb), unsafe.Add(pw, min(r+1, hi-1)*rb)
 			w2, w3 := unsafe.Add(pw, min(r+2, hi-1)*rb), unsafe.Add(pw, min(r+3, hi-1)*rb)
-			for t := t0; t < t1; {
+			for t := t0; t < t1; t += 4 {
 				yt, dt, bt := unsafe.Add(py, t*cols), unsafe.Add(pd, t*ds), unsafe.Add(pbs, t*bss)
-				if t+4 <= t1 {
-					q6kRows2x4AVX512(lo01, w0, w1, n, yt, cols, dt, ds, bt, bss)
-					if hi-r > 2 {
-						q6kRows2x4AVX512(hi23, w2, w3, n, yt, cols, dt, ds, bt, bss)
-					}
-					for k := range 4 {
-						storeCol(&acc4, k, out, (t+k)*rows+r, hi-r, &tile)
-					}
-					t += 4
-					continue
+				q6kRows2x4AVX512(lo01, w0, w1, n, yt, cols, dt, ds, bt, bss)
+				if hi-r > 2 {
+					q6kRows2x4AVX512(hi23, w2, w3, n, yt, cols, dt, ds, bt, bss)
 				}
-				q6kRows4AVX512(&acc, w0, w1, w2, w3, n, yt, dt, bt)
-				storeRows(&acc, out, t*rows+r, hi-r, &tile)
-				t++
+				for k := range 4 {
+					storeCol(&acc4, k, out, (t+k)*rows+r, hi-r, &tile)
+				}
 			}
 		}
+	}
+	for t := T4; t < T; t++ {
+		q6kMatVecAVX512(unsafe.Pointer(&out[t*rows+lo]), unsafe.Add(pw, lo*rb), rb, hi-lo, n,
+			unsafe.Add(py, t*cols), unsafe.Add(pd, t*ds), unsafe.Add(pbs, t*bss))
 	}
 	archsimd.ClearAVXUpperBits()
 }

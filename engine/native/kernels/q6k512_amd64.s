@@ -165,6 +165,96 @@ rows4done:
 	VZEROUPPER
 	RET
 
+// func q6kMatVecAVX512(out unsafe.Pointer, pw unsafe.Pointer, rb, rows, n int, py, pd, pbs unsafe.Pointer)
+TEXT ·q6kMatVecAVX512(SB), NOSPLIT, $0-64
+	Q6K_CONSTS
+	MOVQ out+0(FP), DI
+	MOVQ pw+8(FP), R12
+	MOVQ rb+16(FP), R14
+	MOVQ rows+24(FP), R13
+	TESTQ R13, R13
+	JLE   mvdone
+
+mvgroup:
+	// Rows r..r+3, the missing ones of a last partial group repeating the
+	// last row (as matKQuantAVX2's tiles do).
+	MOVQ    R12, R8
+	LEAQ    (R8)(R14*1), R9
+	CMPQ    R13, $2
+	CMOVQLT R8, R9
+	LEAQ    (R9)(R14*1), R10
+	CMPQ    R13, $3
+	CMOVQLT R9, R10
+	LEAQ    (R10)(R14*1), R11
+	CMPQ    R13, $4
+	CMOVQLT R10, R11
+	MOVQ    n+32(FP), CX
+	MOVQ    py+40(FP), SI
+	MOVQ    pd+48(FP), DX
+	MOVQ    pbs+56(FP), BX
+	VPXORD  Z20, Z20, Z20
+	VPXORD  Z21, Z21, Z21
+	VPXORD  Z22, Z22, Z22
+	VPXORD  Z23, Z23, Z23
+	TESTQ   CX, CX
+	JLE     mvsums
+
+mvloop:
+	VMOVDQU64    0(SI), Z0
+	VMOVDQU64    64(SI), Z1
+	VMOVDQU64    128(SI), Z2
+	VMOVDQU64    192(SI), Z3
+	VMOVDQU      (BX), Y4
+	VBROADCASTSS (DX), Y5
+	Q6K_ROW1(R8, Y20)
+	Q6K_ROW1(R9, Y21)
+	Q6K_ROW1(R10, Y22)
+	Q6K_ROW1(R11, Y23)
+	ADDQ $210, R8
+	ADDQ $210, R9
+	ADDQ $210, R10
+	ADDQ $210, R11
+	ADDQ $256, SI
+	ADDQ $4, DX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  mvloop
+
+mvsums:
+	// hsum4's order: per row lo + hi, then pairwise (VHADDPS) twice.
+	VEXTRACTF32X4 $1, Y20, X0
+	VADDPS       X0, X20, X0
+	VEXTRACTF32X4 $1, Y21, X1
+	VADDPS       X1, X21, X1
+	VEXTRACTF32X4 $1, Y22, X2
+	VADDPS       X2, X22, X2
+	VEXTRACTF32X4 $1, Y23, X3
+	VADDPS       X3, X23, X3
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	CMPQ         R13, $4
+	JLT          mvpart
+	VMOVUPS      X0, (DI)
+	ADDQ         $16, DI
+	LEAQ         (R12)(R14*4), R12
+	SUBQ         $4, R13
+	JNZ          mvgroup
+	JMP          mvdone
+
+mvpart:
+	// 1-3 rows left: a masked store writes only those.
+	MOVQ    R13, CX
+	MOVL    $1, AX
+	SHLL    CX, AX
+	DECL    AX
+	KMOVW   AX, K1
+	VMOVUPS X0, K1, (DI)
+
+mvdone:
+	VZEROUPPER
+	RET
+
 // func q6kRows2x4AVX512(acc *[2][4][8]float32, w0, w1 unsafe.Pointer, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int)
 TEXT ·q6kRows2x4AVX512(SB), NOSPLIT, $0-80
 	Q6K_CONSTS
