@@ -58,13 +58,16 @@ func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py
 //go:noescape
 func q6kMatVecAVX512(out unsafe.Pointer, pw unsafe.Pointer, rb, rows, n int, py, pd, pbs unsafe.Pointer)
 
-// q6kRows2x4AVX512 computes the weight rows at w0, w1 against four
-// activation rows (token t's values at py + t·ys, scales at pd + t·ds,
-// bsums at pbs + t·bss; strides in bytes), storing acc[row][token] as
-// q6kRows4AVX512 would for that token.
+// q6kTileAVX512 computes four weight rows (row r at pw + r·rb; with left
+// < 4 the missing ones repeat the last, their outputs not stored) against
+// steps·4 activation rows, four per pass: token t's values at py + t·ys,
+// scales at pd + t·ds, bsums at pbs + t·bss (strides in bytes), its
+// outputs at out + t·os. Per four tokens, rows two at a time: acc[r][k]
+// holds the 8-lane accumulators (as q6kRows4AVX512 would give) before the
+// sums are folded in hsum4's order (storeCol).
 //
 //go:noescape
-func q6kRows2x4AVX512(acc *[2][4][8]float32, w0, w1 unsafe.Pointer, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int)
+func q6kTileAVX512(acc *[4][4][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, steps int)
 
 // matQ6KAsm is matKQuantAVX2 for Q6_K with the assembly kernels: tokens
 // four at a time over tiles of four weight rows (prefill), the remaining
@@ -75,26 +78,12 @@ func matQ6KAsm(out []float32, pw, py, pd, pbs unsafe.Pointer, rb, rows, cols, lo
 	n := cols / QKK
 	ds, bss := n*4, cols/bsumsPer*2
 	T4 := T &^ 3
-	// Declared while the vector state is clean (see doc.go).
-	var tile [4]float32
-	var acc4 [4][4][8]float32 // [weight row][token]
-	lo01 := (*[2][4][8]float32)(unsafe.Pointer(&acc4[0]))
-	hi23 := (*[2][4][8]float32)(unsafe.Pointer(&acc4[2]))
+	var acc4 [4][4][8]float32 // the tile kernel's working memory
 	for t0 := 0; t0 < T4; t0 += tokenBlock {
 		t1 := min(T4, t0+tokenBlock)
 		for r := lo; r < hi; r += 4 {
-			w0, w1 := unsafe.Add(pw, r*rb), unsafe.Add(pw, min(r+1, hi-1)*rb)
-			w2, w3 := unsafe.Add(pw, min(r+2, hi-1)*rb), unsafe.Add(pw, min(r+3, hi-1)*rb)
-			for t := t0; t < t1; t += 4 {
-				yt, dt, bt := unsafe.Add(py, t*cols), unsafe.Add(pd, t*ds), unsafe.Add(pbs, t*bss)
-				q6kRows2x4AVX512(lo01, w0, w1, n, yt, cols, dt, ds, bt, bss)
-				if hi-r > 2 {
-					q6kRows2x4AVX512(hi23, w2, w3, n, yt, cols, dt, ds, bt, bss)
-				}
-				for k := range 4 {
-					storeCol(&acc4, k, out, (t+k)*rows+r, hi-r, &tile)
-				}
-			}
+			q6kTileAVX512(&acc4, unsafe.Pointer(&out[t0*rows+r]), rows*4, unsafe.Add(pw, r*rb), rb, hi-r, n,
+				unsafe.Add(py, t0*cols), cols, unsafe.Add(pd, t0*ds), ds, unsafe.Add(pbs, t0*bss), bss, (t1-t0)/4)
 		}
 	}
 	for t := T4; t < T; t++ {

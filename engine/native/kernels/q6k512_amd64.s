@@ -255,42 +255,9 @@ mvdone:
 	VZEROUPPER
 	RET
 
-// func q6kRows2x4AVX512(acc *[2][4][8]float32, w0, w1 unsafe.Pointer, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int)
-TEXT ·q6kRows2x4AVX512(SB), NOSPLIT, $0-80
-	Q6K_CONSTS
-	MOVQ acc+0(FP), DI
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ n+24(FP), AX
-	MOVQ py+32(FP), SI
-	MOVQ ys+40(FP), DX
-	MOVQ pd+48(FP), R10
-	MOVQ ds+56(FP), R11
-	MOVQ pbs+64(FP), R12
-	MOVQ bss+72(FP), R13
-	LEAQ (DX)(DX*2), BX
-	VPXORD  Z0, Z0, Z0
-	VMOVUPS Z0, 0(DI)
-	VMOVUPS Z0, 64(DI)
-	VMOVUPS Z0, 128(DI)
-	VMOVUPS Z0, 192(DI)
-	TESTQ   AX, AX
-	JLE     x4done
-
-x4loop:
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPMOVSXBW 192(R8), Y8
-	VPMOVSXBW 192(R9), Y9
-
 // Q6K_DOT: chunk pair vectors v (row 0) and u (row 1) with their scales
-// sv, su, against the four tokens' activations at off.
+// sv, su, against the four tokens' activations at off (token t at
+// SI + t·DX; BX = 3·DX), into Z0-Z3 (row 0) and Z4-Z7 (row 1).
 #define Q6K_DOT(off, v, sv, u, su) \
 	VPMADDUBSW off(SI), v, Z18 \
 	VPDPWSSD   sv, Z18, Z0 \
@@ -309,35 +276,9 @@ x4loop:
 	VPMADDUBSW off(SI)(BX*1), u, Z19 \
 	VPDPWSSD   su, Z19, Z7
 
-	// Half 0: values 0..127.
-	Q6K_UNPACK(R8, 0, 128, Z14, Z15, Z20, Z21)
-	Q6K_UNPACK(R9, 0, 128, Z16, Z17, Z20, Z21)
-	VPERMW Z8, Z28, Z10
-	VPERMW Z8, Z29, Z11
-	VPERMW Z9, Z28, Z12
-	VPERMW Z9, Z29, Z13
-	Q6K_DOT(0, Z14, Z10, Z16, Z12)
-	Q6K_DOT(64, Z15, Z11, Z17, Z13)
-
-	// Half 1: values 128..255.
-	Q6K_UNPACK(R8, 64, 160, Z14, Z15, Z20, Z21)
-	Q6K_UNPACK(R9, 64, 160, Z16, Z17, Z20, Z21)
-	VPERMW Z8, Z30, Z10
-	VPERMW Z8, Z31, Z11
-	VPERMW Z9, Z30, Z12
-	VPERMW Z9, Z31, Z13
-	Q6K_DOT(128, Z14, Z10, Z16, Z12)
-	Q6K_DOT(192, Z15, Z11, Z17, Z13)
-
-	// Per token and row: fold, subtract 32·Σ sc·bsum, convert, and
-	// a += s·(d·dx), a in acc[row][token].
-	VPSLLW       $5, Y8, Y8
-	VPSLLW       $5, Y9, Y9
-	VPBROADCASTW 208(R8), X20
-	VCVTPH2PS    X20, Y20
-	VPBROADCASTW 208(R9), X21
-	VCVTPH2PS    X21, Y21
-
+// Q6K_FIN: token t's two outputs (s0: row 0, s1: row 1): fold, subtract
+// 32·Σ sc·bsum (Y8, Y9 hold 32·sc), convert, and a += s·(d·dx) (d in Y20,
+// Y21) with a in memory at o0(DI), o1(DI).
 #define Q6K_FIN(bs, dx, s0, y0, s1, y1, o0, o1) \
 	VMOVDQU      bs, Y10 \
 	VBROADCASTSS dx, Y11 \
@@ -354,21 +295,168 @@ x4loop:
 	VMOVUPS      Y14, o0(DI) \
 	VMOVUPS      Y15, o1(DI)
 
-	Q6K_FIN((R12), (R10), Z0, Y0, Z4, Y4, 0, 128)
-	Q6K_FIN((R12)(R13*1), (R10)(R11*1), Z1, Y1, Z5, Y5, 32, 160)
-	Q6K_FIN((R12)(R13*2), (R10)(R11*2), Z2, Y2, Z6, Y6, 64, 192)
-	LEAQ (R12)(R13*2), CX
-	LEAQ (R10)(R11*2), R14
+// Q6K_SB2x4: one super-block of the weight rows at R8, R9 against four
+// tokens (values at SI + t·DX, scales at R10 + t·R11, bsums at R12 + t·R13),
+// added to the accumulators acc[row][token] at DI; clobbers CX, R14.
+#define Q6K_SB2x4 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPMOVSXBW 192(R8), Y8 \
+	VPMOVSXBW 192(R9), Y9 \
+	Q6K_UNPACK(R8, 0, 128, Z14, Z15, Z20, Z21) \
+	Q6K_UNPACK(R9, 0, 128, Z16, Z17, Z20, Z21) \
+	VPERMW Z8, Z28, Z10 \
+	VPERMW Z8, Z29, Z11 \
+	VPERMW Z9, Z28, Z12 \
+	VPERMW Z9, Z29, Z13 \
+	Q6K_DOT(0, Z14, Z10, Z16, Z12) \
+	Q6K_DOT(64, Z15, Z11, Z17, Z13) \
+	Q6K_UNPACK(R8, 64, 160, Z14, Z15, Z20, Z21) \
+	Q6K_UNPACK(R9, 64, 160, Z16, Z17, Z20, Z21) \
+	VPERMW Z8, Z30, Z10 \
+	VPERMW Z8, Z31, Z11 \
+	VPERMW Z9, Z30, Z12 \
+	VPERMW Z9, Z31, Z13 \
+	Q6K_DOT(128, Z14, Z10, Z16, Z12) \
+	Q6K_DOT(192, Z15, Z11, Z17, Z13) \
+	VPSLLW       $5, Y8, Y8 \
+	VPSLLW       $5, Y9, Y9 \
+	VPBROADCASTW 208(R8), X20 \
+	VCVTPH2PS    X20, Y20 \
+	VPBROADCASTW 208(R9), X21 \
+	VCVTPH2PS    X21, Y21 \
+	Q6K_FIN((R12), (R10), Z0, Y0, Z4, Y4, 0, 128) \
+	Q6K_FIN((R12)(R13*1), (R10)(R11*1), Z1, Y1, Z5, Y5, 32, 160) \
+	Q6K_FIN((R12)(R13*2), (R10)(R11*2), Z2, Y2, Z6, Y6, 64, 192) \
+	LEAQ (R12)(R13*2), CX \
+	LEAQ (R10)(R11*2), R14 \
 	Q6K_FIN((CX)(R13*1), (R14)(R11*1), Z3, Y3, Z7, Y7, 96, 224)
 
+// Q6K_SUM4: token k's four row accumulators (acc[r][k] at DI + 128r + o)
+// folded in hsum4's order and stored at dst through K1.
+#define Q6K_SUM4(o, dst) \
+	VMOVUPS      o(DI), Y0 \
+	VMOVUPS      128+o(DI), Y1 \
+	VMOVUPS      256+o(DI), Y2 \
+	VMOVUPS      384+o(DI), Y3 \
+	VEXTRACTF128 $1, Y0, X4 \
+	VADDPS       X4, X0, X0 \
+	VEXTRACTF128 $1, Y1, X4 \
+	VADDPS       X4, X1, X1 \
+	VEXTRACTF128 $1, Y2, X4 \
+	VADDPS       X4, X2, X2 \
+	VEXTRACTF128 $1, Y3, X4 \
+	VADDPS       X4, X3, X3 \
+	VHADDPS      X1, X0, X0 \
+	VHADDPS      X3, X2, X2 \
+	VHADDPS      X2, X0, X0 \
+	VMOVUPS      X0, K1, dst
+
+// func q6kTileAVX512(acc *[4][4][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, steps int)
+TEXT ·q6kTileAVX512(SB), NOSPLIT, $0-112
+	Q6K_CONSTS
+
+	// K1: the rows stored, min(4, left).
+	MOVQ left+40(FP), CX
+	MOVL $15, AX
+	CMPQ CX, $4
+	JGE  tmask
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+
+tmask:
+	KMOVW AX, K1
+	CMPQ  steps+104(FP), $0
+	JLE   tdone
+
+tstep:
+	// Rows 0 and 1 (a missing row 1 repeats row 0).
+	MOVQ    acc+0(FP), DI
+	MOVQ    pw+24(FP), R8
+	MOVQ    rb+32(FP), R14
+	MOVQ    left+40(FP), CX
+	LEAQ    (R8)(R14*1), R9
+	CMPQ    CX, $2
+	CMOVQLT R8, R9
+
+tpass:
+	MOVQ    n+48(FP), AX
+	MOVQ    py+56(FP), SI
+	MOVQ    ys+64(FP), DX
+	LEAQ    (DX)(DX*2), BX
+	MOVQ    pd+72(FP), R10
+	MOVQ    ds+80(FP), R11
+	MOVQ    pbs+88(FP), R12
+	MOVQ    bss+96(FP), R13
+	VPXORD  Z0, Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z0, 64(DI)
+	VMOVUPS Z0, 128(DI)
+	VMOVUPS Z0, 192(DI)
+	TESTQ   AX, AX
+	JLE     tpassdone
+
+tloop:
+	Q6K_SB2x4
 	ADDQ $210, R8
 	ADDQ $210, R9
 	ADDQ $256, SI
 	ADDQ $4, R10
 	ADDQ $32, R12
 	DECQ AX
-	JNZ  x4loop
+	JNZ  tloop
 
-x4done:
+tpassdone:
+	// After rows 0 and 1, rows 2 and 3 where there are more than two
+	// (a missing row 3 repeats row 2); with two or fewer, acc[2], acc[3]
+	// are stale, their sums never stored.
+	MOVQ    acc+0(FP), CX
+	CMPQ    DI, CX
+	JNE     tsums
+	MOVQ    left+40(FP), CX
+	CMPQ    CX, $2
+	JLE     tsums
+	MOVQ    pw+24(FP), R8
+	MOVQ    rb+32(FP), R14
+	LEAQ    (R8)(R14*2), R8
+	LEAQ    (R8)(R14*1), R9
+	CMPQ    CX, $4
+	CMOVQLT R8, R9
+	ADDQ    $256, DI
+	JMP     tpass
+
+tsums:
+	MOVQ acc+0(FP), DI
+	MOVQ out+8(FP), SI
+	MOVQ os+16(FP), DX
+	LEAQ (DX)(DX*2), BX
+	Q6K_SUM4(0, (SI))
+	Q6K_SUM4(32, (SI)(DX*1))
+	Q6K_SUM4(64, (SI)(DX*2))
+	Q6K_SUM4(96, (SI)(BX*1))
+
+	// The next four tokens.
+	LEAQ (SI)(DX*4), SI
+	MOVQ SI, out+8(FP)
+	MOVQ ys+64(FP), CX
+	SHLQ $2, CX
+	ADDQ CX, py+56(FP)
+	MOVQ ds+80(FP), CX
+	SHLQ $2, CX
+	ADDQ CX, pd+72(FP)
+	MOVQ bss+96(FP), CX
+	SHLQ $2, CX
+	ADDQ CX, pbs+88(FP)
+	DECQ steps+104(FP)
+	JNZ  tstep
+
+tdone:
 	VZEROUPPER
 	RET

@@ -155,22 +155,23 @@ func q6kAccs(w []byte, n int, a q8kRows) (want [8]float32, got [4][8]float32) {
 	return
 }
 
-// TestQ6KAsmLanes: the accumulator lanes themselves, and the two-row ×
-// four-token kernel's lanes per token.
+// TestQ6KAsmLanes: the accumulator lanes themselves, of the one-token
+// kernel and of the four-token tile kernel per row and token.
 func TestQ6KAsmLanes(t *testing.T) {
 	needQ6KAsm(t)
 	r := rand.New(rand.NewPCG(7, 7))
 	for it := range 300 {
 		n := 1 + it%12
-		w := q6kBlocks(r, 2*n, -1)
+		w := q6kBlocks(r, 4*n, -1)
 		a := q8kActs(r, 4, n, it%4)
 		cols := n * QKK
-		var x4 [2][4][8]float32
-		q6kRows2x4AVX512(&x4, unsafe.Pointer(&w[0]), unsafe.Pointer(&w[210*n]), n, unsafe.Pointer(&a.q[0]), cols,
-			unsafe.Pointer(&a.d[0]), 4*n, unsafe.Pointer(&a.bs[0]), cols/bsumsPer*2)
+		var x4 [4][4][8]float32
+		var out [4][4]float32
+		q6kTileAVX512(&x4, unsafe.Pointer(&out[0][0]), 16, unsafe.Pointer(&w[0]), 210*n, 4, n, unsafe.Pointer(&a.q[0]), cols,
+			unsafe.Pointer(&a.d[0]), 4*n, unsafe.Pointer(&a.bs[0]), cols/bsumsPer*2, 1)
 		for tk := range 4 {
 			at := q8kRows{q: a.q[tk*cols : (tk+1)*cols], d: a.d[tk*n : (tk+1)*n], bs: a.bs[tk*cols/bsumsPer : (tk+1)*cols/bsumsPer]}
-			for row := range 2 {
+			for row := range 4 {
 				want, got := q6kAccs(w[210*n*row:210*n*(row+1)], n, at)
 				for k := range 4 {
 					if sameBits(want[:], got[k][:]) >= 0 {
@@ -178,7 +179,7 @@ func TestQ6KAsmLanes(t *testing.T) {
 					}
 				}
 				if sameBits(want[:], x4[row][tk][:]) >= 0 {
-					t.Fatalf("it %d row %d token %d: 2×4 lanes %v, archsimd %v", it, row, tk, x4[row][tk], want)
+					t.Fatalf("it %d row %d token %d: tile lanes %v, archsimd %v", it, row, tk, x4[row][tk], want)
 				}
 			}
 		}
