@@ -28,10 +28,26 @@ import (
 // bcastF16). Every output is therefore bitwise q6kRow512's, whichever
 // kernel (one token, four tokens) computes it; TestQ6KAsmBitwise checks it.
 //
-// Tiles: decode takes four weight rows at a time (the activations loaded
-// once for all four), all the rows of the range in one call; prefill two
-// weight rows × four tokens, where each row's unpacked weights and scales
-// serve four tokens.
+// Tiles and what was measured (BenchmarkQ6KAsm, 2048×768, one thread,
+// Zen 4 at about 4 GHz):
+//
+//   - Decode runs the whole row range in one call, four weight rows at a
+//     time (the activations loaded once for the four), the sums folded
+//     and stored in the assembly: 1.05× a call per four rows with Go's
+//     storeRows. About 15 cycles per row and super-block, bound by the
+//     vector pipes the multiplies, shifts and VPERMWs share.
+//   - Prefill runs four weight rows × a token block in one call, four
+//     tokens per pass and two rows at a time (eight zmm integer sums;
+//     each row's unpacked weights and scales serve four tokens): 1.05× a
+//     call per two rows × four tokens with Go's storeCol. About 8 cycles
+//     per output and super-block: the 4 VPMADDUBSW + 4 VPDPWSSD, which
+//     issue one zmm per cycle, so a wider tile cannot gain.
+//   - VPDPWSSD against VPMADDWD + VPADDD: 1.05× (prefill), 1.02–1.04×
+//     (decode). VPDPBUSD would sum four products unscaled, and the scale
+//     (one per 16 values) would then cost a VPMULLD per vector.
+//   - GFNI (VGF2P8AFFINEQB) to place the qh bits and the high nibbles
+//     without shifts and masks: 1.01–1.02× decode, 0.99× prefill; not
+//     worth the extra CPU feature.
 
 // q6kAsmOK: the CPU has what the assembly uses (AVX512F, BW and VL, and
 // AVX512_VNNI for VPDPWSSD). Fixed at start-up like level; only the
@@ -44,7 +60,8 @@ func useQ6KAsm() bool { return level == levelAVX512 && q6kAsmOK }
 // q6kRows4AVX512 computes four outputs of one activation row: the weight
 // rows at w0..w3 (n Q6_K super-blocks each) against the Q8_K values at py
 // (scales pd, bsums pbs), storing each row's 8-lane accumulator in acc[r]
-// (bitwise what q6kRow512 stores).
+// (bitwise what q6kRow512 stores). The products use q6kMatVecAVX512 (the
+// same code per four rows); the tests compare these lanes.
 //
 //go:noescape
 func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py, pd, pbs unsafe.Pointer)

@@ -2,8 +2,8 @@
 
 #include "textflag.h"
 
-// Q6_K × Q8_K in AVX-512 assembly (q6k512_amd64.go says why and what
-// stays bitwise). Register roles shared by both kernels:
+// Q6_K × Q8_K in AVX-512 assembly (q6k512_amd64.go says why, what stays
+// bitwise and what was measured). Register roles shared by the kernels:
 //
 //	Z24  bytes 0x0F          Z25  bytes 0x30
 //	Z26  word shift counts 4 | 2 (VPSLLVW: qh bits 0-1 | 2-3 to bits 4-5)
@@ -90,6 +90,34 @@ GLOBL q6kPermIdx<>(SB), RODATA|NOPTR, $256
 	VPSUBD off, ys, ys \
 	VCVTDQ2PS ys, ys
 
+// Q6K_ROW1: one super-block of the weight row at x against the activations
+// in Z0-Z3 (values), Y4 (bsums) and Y5 (dx in every lane): acc += s·(d·dx),
+// s the eight int32 lanes of q6kRow512 (32·sc in Y6 fits int16: at most
+// 4096 in magnitude). Clobbers Z6-Z19.
+#define Q6K_ROW1(x, acc) \
+	VPMOVSXBW 192(x), Y6 \
+	VPERMW    Z6, Z28, Z7 \
+	VPERMW    Z6, Z29, Z8 \
+	VPERMW    Z6, Z30, Z9 \
+	VPERMW    Z6, Z31, Z10 \
+	VPSLLW    $5, Y6, Y6 \
+	VPMADDWD  Y4, Y6, Y11 \
+	Q6K_UNPACK(x, 0, 128, Z14, Z16, Z12, Z13) \
+	VPMADDUBSW Z0, Z14, Z17 \
+	VPMADDWD   Z7, Z17, Z18 \
+	VPMADDUBSW Z1, Z16, Z17 \
+	VPDPWSSD   Z8, Z17, Z18 \
+	Q6K_UNPACK(x, 64, 160, Z14, Z16, Z12, Z13) \
+	VPMADDUBSW Z2, Z14, Z17 \
+	VPDPWSSD   Z9, Z17, Z18 \
+	VPMADDUBSW Z3, Z16, Z17 \
+	VPDPWSSD   Z10, Z17, Z18 \
+	Q6K_FOLD(Z18, Y18, Y11, Y19) \
+	VPBROADCASTW 208(x), X19 \
+	VCVTPH2PS    X19, Y19 \
+	VMULPS       Y5, Y19, Y19 \
+	VFMADD231PS  Y19, Y18, acc
+
 // func q6kRows4AVX512(acc *[4][8]float32, w0, w1, w2, w3 unsafe.Pointer, n int, py, pd, pbs unsafe.Pointer)
 TEXT ·q6kRows4AVX512(SB), NOSPLIT, $0-72
 	Q6K_CONSTS
@@ -116,30 +144,6 @@ rows4loop:
 	VMOVDQU64    192(SI), Z3
 	VMOVDQU      (BX), Y4
 	VBROADCASTSS (DX), Y5
-
-#define Q6K_ROW1(x, acc) \
-	VPMOVSXBW 192(x), Y6 \
-	VPERMW    Z6, Z28, Z7 \
-	VPERMW    Z6, Z29, Z8 \
-	VPERMW    Z6, Z30, Z9 \
-	VPERMW    Z6, Z31, Z10 \
-	VPSLLW    $5, Y6, Y6 \
-	VPMADDWD  Y4, Y6, Y11 \
-	Q6K_UNPACK(x, 0, 128, Z14, Z16, Z12, Z13) \
-	VPMADDUBSW Z0, Z14, Z17 \
-	VPMADDWD   Z7, Z17, Z18 \
-	VPMADDUBSW Z1, Z16, Z17 \
-	VPDPWSSD   Z8, Z17, Z18 \
-	Q6K_UNPACK(x, 64, 160, Z14, Z16, Z12, Z13) \
-	VPMADDUBSW Z2, Z14, Z17 \
-	VPDPWSSD   Z9, Z17, Z18 \
-	VPMADDUBSW Z3, Z16, Z17 \
-	VPDPWSSD   Z10, Z17, Z18 \
-	Q6K_FOLD(Z18, Y18, Y11, Y19) \
-	VPBROADCASTW 208(x), X19 \
-	VCVTPH2PS    X19, Y19 \
-	VMULPS       Y5, Y19, Y19 \
-	VFMADD231PS  Y19, Y18, acc
 
 	Q6K_ROW1(R8, Y20)
 	Q6K_ROW1(R9, Y21)
@@ -442,7 +446,9 @@ tsums:
 	Q6K_SUM4(64, (SI)(DX*2))
 	Q6K_SUM4(96, (SI)(BX*1))
 
-	// The next four tokens.
+	// The next four tokens (no pointer is formed past the last ones).
+	DECQ steps+104(FP)
+	JZ   tdone
 	LEAQ (SI)(DX*4), SI
 	MOVQ SI, out+8(FP)
 	MOVQ ys+64(FP), CX
@@ -454,8 +460,7 @@ tsums:
 	MOVQ bss+96(FP), CX
 	SHLQ $2, CX
 	ADDQ CX, pbs+88(FP)
-	DECQ steps+104(FP)
-	JNZ  tstep
+	JMP  tstep
 
 tdone:
 	VZEROUPPER
