@@ -36,12 +36,14 @@ import (
 //     and stored in the assembly: 1.05× a call per four rows with Go's
 //     storeRows. About 15 cycles per row and super-block, bound by the
 //     vector pipes the multiplies, shifts and VPERMWs share.
-//   - Prefill runs four weight rows × a token block in one call, four
-//     tokens per pass and two rows at a time (eight zmm integer sums;
-//     each row's unpacked weights and scales serve four tokens): 1.05× a
-//     call per two rows × four tokens with Go's storeCol. About 8 cycles
-//     per output and super-block: the 4 VPMADDUBSW + 4 VPDPWSSD, which
-//     issue one zmm per cycle, so a wider tile cannot gain.
+//   - Prefill runs four weight rows × a token block in one call, eight
+//     tokens per pass and one row at a time (eight zmm integer sums; the
+//     row's unpacked weights and scales serve eight tokens), the sums
+//     folded and stored in the assembly. About 8 cycles per output and
+//     super-block: the 4 VPMADDUBSW + 4 VPDPWSSD, which issue one zmm per
+//     cycle, bound it. Two rows × four tokens per pass (q6kTileAVX512,
+//     kept for a last four tokens) measured 1.03–1.07× slower; with its
+//     sums folded in Go (storeCol) a further 1.05×.
 //   - VPDPWSSD against VPMADDWD + VPADDD: 1.05× (prefill), 1.02–1.04×
 //     (decode). VPDPBUSD would sum four products unscaled, and the scale
 //     (one per 16 values) would then cost a VPMULLD per vector.
@@ -86,21 +88,36 @@ func q6kMatVecAVX512(out unsafe.Pointer, pw unsafe.Pointer, rb, rows, n int, py,
 //go:noescape
 func q6kTileAVX512(acc *[4][4][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, steps int)
 
-// matQ6KAsm is matKQuantAVX2 for Q6_K with the assembly kernels: tokens
-// four at a time over tiles of four weight rows (prefill), the remaining
-// ones (decode: all) one at a time over all the rows. The caller has
-// checked the bounds (pw: the weights, rb bytes per row; py, pd, pbs: the
-// Q8_K rows).
+// q6kTile8AVX512 is q6kTileAVX512 with eight tokens per pass (steps·8
+// tokens), one weight row at a time (rows missing from a partial tile are
+// not computed): acc[r][k] for row r, token k.
+//
+//go:noescape
+func q6kTile8AVX512(acc *[4][8][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, steps int)
+
+// matQ6KAsm is matKQuantAVX2 for Q6_K with the assembly kernels: tiles of
+// four weight rows against eight tokens per pass (prefill), then four,
+// then the remaining tokens (decode: all) one at a time over all the rows.
+// The caller has checked the bounds (pw: the weights, rb bytes per row;
+// py, pd, pbs: the Q8_K rows).
 func matQ6KAsm(out []float32, pw, py, pd, pbs unsafe.Pointer, rb, rows, cols, lo, hi, T int) {
 	n := cols / QKK
 	ds, bss := n*4, cols/bsumsPer*2
-	T4 := T &^ 3
-	var acc4 [4][4][8]float32 // the tile kernel's working memory
-	for t0 := 0; t0 < T4; t0 += tokenBlock {
-		t1 := min(T4, t0+tokenBlock)
+	T8, T4 := T&^7, T&^3
+	// The tile kernels' working memory.
+	var acc8 [4][8][8]float32
+	var acc4 [4][4][8]float32
+	for t0 := 0; t0 < T8; t0 += tokenBlock {
+		t1 := min(T8, t0+tokenBlock)
+		for r := lo; r < hi; r += 4 {
+			q6kTile8AVX512(&acc8, unsafe.Pointer(&out[t0*rows+r]), rows*4, unsafe.Add(pw, r*rb), rb, hi-r, n,
+				unsafe.Add(py, t0*cols), cols, unsafe.Add(pd, t0*ds), ds, unsafe.Add(pbs, t0*bss), bss, (t1-t0)/8)
+		}
+	}
+	if t0 := T8; T4 > t0 {
 		for r := lo; r < hi; r += 4 {
 			q6kTileAVX512(&acc4, unsafe.Pointer(&out[t0*rows+r]), rows*4, unsafe.Add(pw, r*rb), rb, hi-r, n,
-				unsafe.Add(py, t0*cols), cols, unsafe.Add(pd, t0*ds), ds, unsafe.Add(pbs, t0*bss), bss, (t1-t0)/4)
+				unsafe.Add(py, t0*cols), cols, unsafe.Add(pd, t0*ds), ds, unsafe.Add(pbs, t0*bss), bss, 1)
 		}
 	}
 	for t := T4; t < T; t++ {

@@ -465,3 +465,197 @@ tsums:
 tdone:
 	VZEROUPPER
 	RET
+
+// Q6K_DOT8: chunk pair vector v with its scales sv against eight tokens'
+// activations at off (token t at SI + t·DX for t < 4, CX + (t−4)·DX after;
+// BX = 3·DX), into Z0-Z7.
+#define Q6K_DOT8(off, v, sv) \
+	VPMADDUBSW off(SI), v, Z18 \
+	VPDPWSSD   sv, Z18, Z0 \
+	VPMADDUBSW off(SI)(DX*1), v, Z19 \
+	VPDPWSSD   sv, Z19, Z1 \
+	VPMADDUBSW off(SI)(DX*2), v, Z18 \
+	VPDPWSSD   sv, Z18, Z2 \
+	VPMADDUBSW off(SI)(BX*1), v, Z19 \
+	VPDPWSSD   sv, Z19, Z3 \
+	VPMADDUBSW off(CX), v, Z18 \
+	VPDPWSSD   sv, Z18, Z4 \
+	VPMADDUBSW off(CX)(DX*1), v, Z19 \
+	VPDPWSSD   sv, Z19, Z5 \
+	VPMADDUBSW off(CX)(DX*2), v, Z18 \
+	VPDPWSSD   sv, Z18, Z6 \
+	VPMADDUBSW off(CX)(BX*1), v, Z19 \
+	VPDPWSSD   sv, Z19, Z7
+
+// Q6K_FIN8: one token's output (bsums at CX, dx at R14, then both moved to
+// the next token): fold, subtract 32·Σ sc·bsum (Y8 holds 32·sc), convert,
+// and a += s·(d·dx) (d in Y20) with a in memory at o(DI).
+#define Q6K_FIN8(s, y, o) \
+	VPMADDWD     (CX), Y8, Y12 \
+	Q6K_FOLD(s, y, Y12, Y13) \
+	VBROADCASTSS (R14), Y11 \
+	VMULPS       Y11, Y20, Y11 \
+	VFMADD213PS  o(DI), Y11, y \
+	VMOVUPS      y, o(DI) \
+	ADDQ         R13, CX \
+	ADDQ         R11, R14
+
+// Q6K_SB1x8: one super-block of the weight row at R8 against eight tokens
+// (values at SI + t·DX, scales at R10 + t·R11, bsums at R12 + t·R13), added
+// to the accumulators acc[token] at DI; clobbers CX, R14.
+#define Q6K_SB1x8 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	LEAQ (SI)(DX*4), CX \
+	VPMOVSXBW 192(R8), Y8 \
+	Q6K_UNPACK(R8, 0, 128, Z14, Z15, Z20, Z21) \
+	VPERMW Z8, Z28, Z10 \
+	VPERMW Z8, Z29, Z11 \
+	Q6K_DOT8(0, Z14, Z10) \
+	Q6K_DOT8(64, Z15, Z11) \
+	Q6K_UNPACK(R8, 64, 160, Z14, Z15, Z20, Z21) \
+	VPERMW Z8, Z30, Z10 \
+	VPERMW Z8, Z31, Z11 \
+	Q6K_DOT8(128, Z14, Z10) \
+	Q6K_DOT8(192, Z15, Z11) \
+	VPSLLW       $5, Y8, Y8 \
+	VPBROADCASTW 208(R8), X20 \
+	VCVTPH2PS    X20, Y20 \
+	MOVQ R12, CX \
+	MOVQ R10, R14 \
+	Q6K_FIN8(Z0, Y0, 0) \
+	Q6K_FIN8(Z1, Y1, 32) \
+	Q6K_FIN8(Z2, Y2, 64) \
+	Q6K_FIN8(Z3, Y3, 96) \
+	Q6K_FIN8(Z4, Y4, 128) \
+	Q6K_FIN8(Z5, Y5, 160) \
+	Q6K_FIN8(Z6, Y6, 192) \
+	Q6K_FIN8(Z7, Y7, 224)
+
+// Q6K_SUM8: token k's four row accumulators (acc[r][k] at DI + 256r + o)
+// folded in hsum4's order and stored at dst through K1.
+#define Q6K_SUM8(o, dst) \
+	VMOVUPS      o(DI), Y0 \
+	VMOVUPS      256+o(DI), Y1 \
+	VMOVUPS      512+o(DI), Y2 \
+	VMOVUPS      768+o(DI), Y3 \
+	VEXTRACTF128 $1, Y0, X4 \
+	VADDPS       X4, X0, X0 \
+	VEXTRACTF128 $1, Y1, X4 \
+	VADDPS       X4, X1, X1 \
+	VEXTRACTF128 $1, Y2, X4 \
+	VADDPS       X4, X2, X2 \
+	VEXTRACTF128 $1, Y3, X4 \
+	VADDPS       X4, X3, X3 \
+	VHADDPS      X1, X0, X0 \
+	VHADDPS      X3, X2, X2 \
+	VHADDPS      X2, X0, X0 \
+	VMOVUPS      X0, K1, dst
+
+// func q6kTile8AVX512(acc *[4][8][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, steps int)
+TEXT ·q6kTile8AVX512(SB), NOSPLIT, $0-112
+	Q6K_CONSTS
+
+	// K1: the rows stored, min(4, left); R9: the rows computed.
+	MOVQ left+40(FP), CX
+	MOVL $15, AX
+	MOVQ $4, R9
+	CMPQ CX, $4
+	JGE  t8mask
+	MOVQ CX, R9
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+
+t8mask:
+	KMOVW AX, K1
+	CMPQ  steps+104(FP), $0
+	JLE   t8done
+
+t8step:
+	MOVQ acc+0(FP), DI
+	MOVQ pw+24(FP), R8
+
+t8pass:
+	// One row (R8) against eight tokens into acc[row] (DI).
+	MOVQ    n+48(FP), AX
+	MOVQ    py+56(FP), SI
+	MOVQ    ys+64(FP), DX
+	LEAQ    (DX)(DX*2), BX
+	MOVQ    pd+72(FP), R10
+	MOVQ    ds+80(FP), R11
+	MOVQ    pbs+88(FP), R12
+	MOVQ    bss+96(FP), R13
+	VPXORD  Z0, Z0, Z0
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z0, 64(DI)
+	VMOVUPS Z0, 128(DI)
+	VMOVUPS Z0, 192(DI)
+	TESTQ   AX, AX
+	JLE     t8passdone
+
+t8loop:
+	Q6K_SB1x8
+	ADDQ $210, R8
+	ADDQ $256, SI
+	ADDQ $4, R10
+	ADDQ $32, R12
+	DECQ AX
+	JNZ  t8loop
+
+t8passdone:
+	// The next row, until R9 rows are done.
+	ADDQ $256, DI
+	MOVQ R9, CX
+	SHLQ $8, CX
+	ADDQ acc+0(FP), CX
+	CMPQ DI, CX
+	JEQ  t8sums
+	MOVQ DI, CX
+	SUBQ acc+0(FP), CX
+	SHRQ $8, CX
+	IMULQ rb+32(FP), CX
+	MOVQ pw+24(FP), R8
+	ADDQ CX, R8
+	JMP  t8pass
+
+t8sums:
+	MOVQ acc+0(FP), DI
+	MOVQ out+8(FP), SI
+	MOVQ os+16(FP), DX
+	LEAQ (DX)(DX*2), BX
+	LEAQ (SI)(DX*4), CX
+	Q6K_SUM8(0, (SI))
+	Q6K_SUM8(32, (SI)(DX*1))
+	Q6K_SUM8(64, (SI)(DX*2))
+	Q6K_SUM8(96, (SI)(BX*1))
+	Q6K_SUM8(128, (CX))
+	Q6K_SUM8(160, (CX)(DX*1))
+	Q6K_SUM8(192, (CX)(DX*2))
+	Q6K_SUM8(224, (CX)(BX*1))
+
+	// The next eight tokens (no pointer is formed past the last ones).
+	DECQ steps+104(FP)
+	JZ   t8done
+	LEAQ (SI)(DX*8), SI
+	MOVQ SI, out+8(FP)
+	MOVQ ys+64(FP), CX
+	SHLQ $3, CX
+	ADDQ CX, py+56(FP)
+	MOVQ ds+80(FP), CX
+	SHLQ $3, CX
+	ADDQ CX, pd+72(FP)
+	MOVQ bss+96(FP), CX
+	SHLQ $3, CX
+	ADDQ CX, pbs+88(FP)
+	JMP  t8step
+
+t8done:
+	VZEROUPPER
+	RET

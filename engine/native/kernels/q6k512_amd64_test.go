@@ -114,14 +114,14 @@ func sameBits(a, b []float32) int {
 
 // TestQ6KAsmBitwise: every output of the assembly Q6_K products is bitwise
 // the archsimd AVX-512 kernels' output: n = 1..12 super-blocks, T = 1..9
-// tokens (four-token tiles and one-token tails), row ranges with partial
+// tokens (eight- and four-token tiles, one-token tails), row ranges with partial
 // tiles, extreme weights and activations.
 func TestQ6KAsmBitwise(t *testing.T) {
 	needQ6KAsm(t)
 	r := rand.New(rand.NewPCG(6, 6))
 	for n := 1; n <= 12; n++ {
 		for _, rows := range []int{1, 2, 3, 5, 8, 11} {
-			for T := 1; T <= 9; T++ {
+			for T := 1; T <= 13; T++ {
 				wmode, amode := -1, 0
 				if (n+rows+T)%3 == 0 {
 					wmode, amode = r.IntN(5), r.IntN(4)
@@ -156,7 +156,7 @@ func q6kAccs(w []byte, n int, a q8kRows) (want [8]float32, got [4][8]float32) {
 }
 
 // TestQ6KAsmLanes: the accumulator lanes themselves, of the one-token
-// kernel and of the four-token tile kernel per row and token.
+// kernel and of the four- and eight-token tile kernels per row and token.
 func TestQ6KAsmLanes(t *testing.T) {
 	needQ6KAsm(t)
 	r := rand.New(rand.NewPCG(7, 7))
@@ -169,6 +169,20 @@ func TestQ6KAsmLanes(t *testing.T) {
 		var out [4][4]float32
 		q6kTileAVX512(&x4, unsafe.Pointer(&out[0][0]), 16, unsafe.Pointer(&w[0]), 210*n, 4, n, unsafe.Pointer(&a.q[0]), cols,
 			unsafe.Pointer(&a.d[0]), 4*n, unsafe.Pointer(&a.bs[0]), cols/bsumsPer*2, 1)
+		var x8 [4][8][8]float32
+		var out8 [8][4]float32
+		a8 := q8kActs(r, 8, n, it%4)
+		q6kTile8AVX512(&x8, unsafe.Pointer(&out8[0][0]), 16, unsafe.Pointer(&w[0]), 210*n, 4, n, unsafe.Pointer(&a8.q[0]), cols,
+			unsafe.Pointer(&a8.d[0]), 4*n, unsafe.Pointer(&a8.bs[0]), cols/bsumsPer*2, 1)
+		for tk := range 8 {
+			at := q8kRows{q: a8.q[tk*cols : (tk+1)*cols], d: a8.d[tk*n : (tk+1)*n], bs: a8.bs[tk*cols/bsumsPer : (tk+1)*cols/bsumsPer]}
+			for row := range 4 {
+				want, _ := q6kAccs(w[210*n*row:210*n*(row+1)], n, at)
+				if sameBits(want[:], x8[row][tk][:]) >= 0 {
+					t.Fatalf("it %d row %d token %d: eight-token tile lanes %v, archsimd %v", it, row, tk, x8[row][tk], want)
+				}
+			}
+		}
 		for tk := range 4 {
 			at := q8kRows{q: a.q[tk*cols : (tk+1)*cols], d: a.d[tk*n : (tk+1)*n], bs: a.bs[tk*cols/bsumsPer : (tk+1)*cols/bsumsPer]}
 			for row := range 4 {
