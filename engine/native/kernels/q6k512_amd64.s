@@ -47,6 +47,8 @@ DATA q6kPermIdx<>+0xf0(SB)/8, $0x000f000f000f000f
 DATA q6kPermIdx<>+0xf8(SB)/8, $0x000f000f000f000f
 GLOBL q6kPermIdx<>(SB), RODATA|NOPTR, $256
 
+#define Q6K_PFDIST 8192
+
 // Z24-Z31 as above; clobbers AX, Y0.
 #define Q6K_CONSTS \
 	MOVL $0x0F0F0F0F, AX \
@@ -179,6 +181,16 @@ TEXT ·q6kMatVecAVX512(SB), NOSPLIT, $0-64
 	TESTQ R13, R13
 	JLE   mvdone
 
+	// Prefetch: AX runs Q6K_PFDIST bytes ahead of the rows being read (the
+	// four rows of a group are contiguous, so it advances 4·210 bytes per
+	// super-block); rows+24(FP) becomes the last address a prefetch block
+	// may start at, so none goes past the weights.
+	LEAQ Q6K_PFDIST(R12), AX
+	MOVQ R13, CX
+	IMULQ R14, CX
+	LEAQ -896(R12)(CX*1), CX
+	MOVQ CX, rows+24(FP)
+
 mvgroup:
 	// Rows r..r+3, the missing ones of a last partial group repeating the
 	// last row (as matKQuantAVX2's tiles do).
@@ -214,6 +226,25 @@ mvloop:
 	Q6K_ROW1(R9, Y21)
 	Q6K_ROW1(R10, Y22)
 	Q6K_ROW1(R11, Y23)
+	CMPQ AX, rows+24(FP)
+	JHI  mvnopf
+	PREFETCHT0 0(AX)
+	PREFETCHT0 64(AX)
+	PREFETCHT0 128(AX)
+	PREFETCHT0 192(AX)
+	PREFETCHT0 256(AX)
+	PREFETCHT0 320(AX)
+	PREFETCHT0 384(AX)
+	PREFETCHT0 448(AX)
+	PREFETCHT0 512(AX)
+	PREFETCHT0 576(AX)
+	PREFETCHT0 640(AX)
+	PREFETCHT0 704(AX)
+	PREFETCHT0 768(AX)
+	PREFETCHT0 832(AX)
+
+mvnopf:
+	ADDQ $840, AX
 	ADDQ $210, R8
 	ADDQ $210, R9
 	ADDQ $210, R10

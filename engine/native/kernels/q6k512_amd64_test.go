@@ -231,43 +231,72 @@ func FuzzQ6KAsm(f *testing.F) {
 }
 
 // BenchmarkQ6KAsm times the assembly Q6_K product against the archsimd
-// AVX-512 one it replaces, alternating in the same run, one thread, on a
-// 2048×768 matrix (a 110M Llama's up projection shape). asm-ratio is
-// archsimd/asm wall time, asm-cpu-ratio the same in process CPU time
-// (above 1: the assembly is faster).
+// AVX-512 one it replaces, alternating in the same run, one thread: on a
+// 2048×768 matrix (a 110M Llama's up projection shape, in cache) at T = 1,
+// 4 and 64, and at T = 1 on a 32000×768 one (the output matrix shape,
+// 20 MB) read from memory: 64 MiB are written before each product to push
+// it out of the caches. asm-ratio is archsimd/asm wall time,
+// asm-cpu-ratio the same in process CPU time (above 1: the assembly is
+// faster); the cold case reports CPU time only (the flush is not timed).
 func BenchmarkQ6KAsm(b *testing.B) {
 	needQ6KAsm(b)
 	r := rand.New(rand.NewPCG(1, 1))
-	rows, cols := 2048, 768
-	blk, err := QuantizeBlocks(Q6_K, randVec(r, rows*cols), rows, cols)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := &Mat{Type: Q6_K, Rows: rows, Cols: cols, B: blk}
-	for _, T := range []int{1, 4, 64} {
-		var sc Scratch
-		a := sc.prepareK(randVec(r, T*cols), T, cols)
-		out := make([]float32, T*rows)
-		b.Run(fmt.Sprintf("Q6_K/T%d", T), func(b *testing.B) {
-			var tsimd, tasm, csimd, casm time.Duration
-			for b.Loop() {
-				c0, s := cpuTime(), time.Now()
-				withQ6KAsm(false, func() { matKQuantAVX2(out, w, a, 0, rows, T) })
-				c1, m := cpuTime(), time.Now()
-				matKQuantAVX2(out, w, a, 0, rows, T)
-				c2, e := cpuTime(), time.Now()
-				tsimd += m.Sub(s)
-				tasm += e.Sub(m)
-				csimd += c1 - c0
-				casm += c2 - c1
+	for _, sh := range []struct {
+		rows, cols int
+		Ts         []int
+		cold       bool
+	}{{2048, 768, []int{1, 4, 64}, false}, {32000, 768, []int{1}, true}} {
+		rows, cols := sh.rows, sh.cols
+		blk, err := QuantizeBlocks(Q6_K, randVec(r, rows*cols), rows, cols)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := &Mat{Type: Q6_K, Rows: rows, Cols: cols, B: blk}
+		var junk []byte
+		if sh.cold {
+			junk = make([]byte, 64<<20)
+		}
+		flush := func() {
+			for i := 0; i < len(junk); i += 64 {
+				junk[i]++
 			}
-			n := float64(b.N)
-			b.ReportMetric(float64(tsimd.Nanoseconds())/n, "archsimd-ns/op")
-			b.ReportMetric(float64(tasm.Nanoseconds())/n, "asm-ns/op")
-			b.ReportMetric(float64(tsimd)/float64(tasm), "asm-ratio")
-			if casm > 0 {
-				b.ReportMetric(float64(csimd)/float64(casm), "asm-cpu-ratio")
+		}
+		for _, T := range sh.Ts {
+			var sc Scratch
+			a := sc.prepareK(randVec(r, T*cols), T, cols)
+			out := make([]float32, T*rows)
+			name := fmt.Sprintf("Q6_K/%dx%d/T%d", rows, cols, T)
+			if sh.cold {
+				name += "-cold"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				var tsimd, tasm, csimd, casm time.Duration
+				for b.Loop() {
+					flush()
+					c0, s := cpuTime(), time.Now()
+					withQ6KAsm(false, func() { matKQuantAVX2(out, w, a, 0, rows, T) })
+					c1, m := cpuTime(), time.Now()
+					flush()
+					c2, m2 := cpuTime(), time.Now()
+					matKQuantAVX2(out, w, a, 0, rows, T)
+					c3, e := cpuTime(), time.Now()
+					tsimd += m.Sub(s)
+					tasm += e.Sub(m2)
+					csimd += c1 - c0
+					casm += c3 - c2
+				}
+				n := float64(b.N)
+				if !sh.cold {
+					b.ReportMetric(float64(tsimd.Nanoseconds())/n, "archsimd-ns/op")
+					b.ReportMetric(float64(tasm.Nanoseconds())/n, "asm-ns/op")
+					b.ReportMetric(float64(tsimd)/float64(tasm), "asm-ratio")
+				}
+				b.ReportMetric(float64(csimd.Nanoseconds())/n, "archsimd-cpu-ns/op")
+				b.ReportMetric(float64(casm.Nanoseconds())/n, "asm-cpu-ns/op")
+				if casm > 0 {
+					b.ReportMetric(float64(csimd)/float64(casm), "asm-cpu-ratio")
+				}
+			})
+		}
 	}
 }
