@@ -233,7 +233,7 @@ func FuzzQ6KAsm(f *testing.F) {
 // BenchmarkQ6KAsm times the assembly Q6_K product against the archsimd
 // AVX-512 one it replaces, alternating in the same run, one thread: on a
 // 2048×768 matrix (a 110M Llama's up projection shape, in cache) at T = 1,
-// 4 and 64, and at T = 1 on a 32000×768 one (the output matrix shape,
+// 2 (one-token passes), 4 and 64, and at T = 1 on a 32000×768 one (the output matrix shape,
 // 20 MB) read from memory: 64 MiB are written before each product to push
 // it out of the caches. asm-ratio is archsimd/asm wall time,
 // asm-cpu-ratio the same in process CPU time (above 1: the assembly is
@@ -245,7 +245,7 @@ func BenchmarkQ6KAsm(b *testing.B) {
 		rows, cols int
 		Ts         []int
 		cold       bool
-	}{{2048, 768, []int{1, 4, 64}, false}, {32000, 768, []int{1}, true}} {
+	}{{2048, 768, []int{1, 2, 4, 64}, false}, {32000, 768, []int{1}, true}} {
 		rows, cols := sh.rows, sh.cols
 		blk, err := QuantizeBlocks(Q6_K, randVec(r, rows*cols), rows, cols)
 		if err != nil {
