@@ -290,49 +290,49 @@ mvdone:
 	VZEROUPPER
 	RET
 
-// Q6K_DOT: chunk pair vectors v (row 0) and u (row 1) with their scales
-// sv, su, against the four tokens' activations at off (token t at
-// SI + t·DX; BX = 3·DX), into Z0-Z3 (row 0) and Z4-Z7 (row 1).
-#define Q6K_DOT(off, v, sv, u, su) \
+// Q6K_DOT4: chunk pair vectors v (row 0) and u (row 1) with their scales
+// sv, su, against four tokens' activations at off (token t's values at
+// SI, DX, BX, R10), into Z0-Z3 (row 0) and Z4-Z7 (row 1).
+#define Q6K_DOT4(off, v, sv, u, su) \
 	VPMADDUBSW off(SI), v, Z18 \
 	VPDPWSSD   sv, Z18, Z0 \
 	VPMADDUBSW off(SI), u, Z19 \
 	VPDPWSSD   su, Z19, Z4 \
-	VPMADDUBSW off(SI)(DX*1), v, Z18 \
+	VPMADDUBSW off(DX), v, Z18 \
 	VPDPWSSD   sv, Z18, Z1 \
-	VPMADDUBSW off(SI)(DX*1), u, Z19 \
+	VPMADDUBSW off(DX), u, Z19 \
 	VPDPWSSD   su, Z19, Z5 \
-	VPMADDUBSW off(SI)(DX*2), v, Z18 \
+	VPMADDUBSW off(BX), v, Z18 \
 	VPDPWSSD   sv, Z18, Z2 \
-	VPMADDUBSW off(SI)(DX*2), u, Z19 \
+	VPMADDUBSW off(BX), u, Z19 \
 	VPDPWSSD   su, Z19, Z6 \
-	VPMADDUBSW off(SI)(BX*1), v, Z18 \
+	VPMADDUBSW off(R10), v, Z18 \
 	VPDPWSSD   sv, Z18, Z3 \
-	VPMADDUBSW off(SI)(BX*1), u, Z19 \
+	VPMADDUBSW off(R10), u, Z19 \
 	VPDPWSSD   su, Z19, Z7
 
-// Q6K_FIN: token t's two outputs (s0: row 0, s1: row 1): fold, subtract
-// 32·Σ sc·bsum (Y8, Y9 hold 32·sc), convert, and a += s·(d·dx) (d in Y20,
-// Y21) with a in memory at o0(DI), o1(DI).
-#define Q6K_FIN(bs, dx, s0, y0, s1, y1, o0, o1) \
-	VMOVDQU      bs, Y10 \
-	VBROADCASTSS dx, Y11 \
+// Q6K_FIN4: one token's two outputs (s0: row 0, s1: row 1; the token's
+// bsums at bsp + R12, its scale at dp + R11, bsp and dp in locals): fold,
+// subtract 32·Σ sc·bsum (Y8, Y9 hold 32·sc), convert, and a += s·(d·dx)
+// (d in Y20, Y21) with a in memory at o0(DI), o1(DI).
+#define Q6K_FIN4(bsp, dp, s0, y0, s1, y1, o0, o1) \
+	MOVQ         bsp, CX \
+	VMOVDQU      (CX)(R12*1), Y10 \
+	MOVQ         dp, CX \
+	VBROADCASTSS (CX)(R11*1), Y11 \
 	VPMADDWD     Y10, Y8, Y12 \
 	VPMADDWD     Y10, Y9, Y13 \
 	Q6K_FOLD(s0, y0, Y12, Y14) \
 	Q6K_FOLD(s1, y1, Y13, Y15) \
 	VMULPS       Y11, Y20, Y12 \
 	VMULPS       Y11, Y21, Y13 \
-	VMOVUPS      o0(DI), Y14 \
-	VMOVUPS      o1(DI), Y15 \
-	VFMADD231PS  Y12, y0, Y14 \
-	VFMADD231PS  Y13, y1, Y15 \
-	VMOVUPS      Y14, o0(DI) \
-	VMOVUPS      Y15, o1(DI)
+	VFMADD213PS  o0(DI), Y12, y0 \
+	VFMADD213PS  o1(DI), Y13, y1 \
+	VMOVUPS      y0, o0(DI) \
+	VMOVUPS      y1, o1(DI)
 
 // Q6K_SB2x4: one super-block of the weight rows at R8, R9 against four
-// tokens (values at SI + t·DX, scales at R10 + t·R11, bsums at R12 + t·R13),
-// added to the accumulators acc[row][token] at DI; clobbers CX, R14.
+// tokens, added to the accumulators acc[row][token] at DI; clobbers CX.
 #define Q6K_SB2x4 \
 	VPXORD Z0, Z0, Z0 \
 	VPXORD Z1, Z1, Z1 \
@@ -350,28 +350,26 @@ mvdone:
 	VPERMW Z8, Z29, Z11 \
 	VPERMW Z9, Z28, Z12 \
 	VPERMW Z9, Z29, Z13 \
-	Q6K_DOT(0, Z14, Z10, Z16, Z12) \
-	Q6K_DOT(64, Z15, Z11, Z17, Z13) \
+	Q6K_DOT4(0, Z14, Z10, Z16, Z12) \
+	Q6K_DOT4(64, Z15, Z11, Z17, Z13) \
 	Q6K_UNPACK(R8, 64, 160, Z14, Z15, Z20, Z21) \
 	Q6K_UNPACK(R9, 64, 160, Z16, Z17, Z20, Z21) \
 	VPERMW Z8, Z30, Z10 \
 	VPERMW Z8, Z31, Z11 \
 	VPERMW Z9, Z30, Z12 \
 	VPERMW Z9, Z31, Z13 \
-	Q6K_DOT(128, Z14, Z10, Z16, Z12) \
-	Q6K_DOT(192, Z15, Z11, Z17, Z13) \
+	Q6K_DOT4(128, Z14, Z10, Z16, Z12) \
+	Q6K_DOT4(192, Z15, Z11, Z17, Z13) \
 	VPSLLW       $5, Y8, Y8 \
 	VPSLLW       $5, Y9, Y9 \
 	VPBROADCASTW 208(R8), X20 \
 	VCVTPH2PS    X20, Y20 \
 	VPBROADCASTW 208(R9), X21 \
 	VCVTPH2PS    X21, Y21 \
-	Q6K_FIN((R12), (R10), Z0, Y0, Z4, Y4, 0, 128) \
-	Q6K_FIN((R12)(R13*1), (R10)(R11*1), Z1, Y1, Z5, Y5, 32, 160) \
-	Q6K_FIN((R12)(R13*2), (R10)(R11*2), Z2, Y2, Z6, Y6, 64, 192) \
-	LEAQ (R12)(R13*2), CX \
-	LEAQ (R10)(R11*2), R14 \
-	Q6K_FIN((CX)(R13*1), (R14)(R11*1), Z3, Y3, Z7, Y7, 96, 224)
+	Q6K_FIN4(bs0-32(SP), d0-64(SP), Z0, Y0, Z4, Y4, 0, 128) \
+	Q6K_FIN4(bs1-24(SP), d1-56(SP), Z1, Y1, Z5, Y5, 32, 160) \
+	Q6K_FIN4(bs2-16(SP), d2-48(SP), Z2, Y2, Z6, Y6, 64, 192) \
+	Q6K_FIN4(bs3-8(SP), d3-40(SP), Z3, Y3, Z7, Y7, 96, 224)
 
 // Q6K_SUM4: token k's four row accumulators (acc[r][k] at DI + 128r + o)
 // folded in hsum4's order and stored at dst through K1.
@@ -393,107 +391,163 @@ mvdone:
 	VHADDPS      X2, X0, X0 \
 	VMOVUPS      X0, K1, dst
 
-// func q6kTileAVX512(acc *[4][4][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, steps int)
-TEXT ·q6kTileAVX512(SB), NOSPLIT, $0-112
+// func q6kTile4AVX512(acc *[4][4][8]float32, out unsafe.Pointer, os int, pw unsafe.Pointer, rb, left, n int, py unsafe.Pointer, ys int, pd unsafe.Pointer, ds int, pbs unsafe.Pointer, bss int, ntok int)
+TEXT ·q6kTile4AVX512(SB), NOSPLIT, $96-112
 	Q6K_CONSTS
 
 	// K1: the rows stored, min(4, left).
 	MOVQ left+40(FP), CX
 	MOVL $15, AX
 	CMPQ CX, $4
-	JGE  tmask
+	JGE  t4mask
 	MOVL $1, AX
 	SHLL CX, AX
 	DECL AX
 
-tmask:
+t4mask:
 	KMOVW AX, K1
-	CMPQ  steps+104(FP), $0
-	JLE   tdone
 
-tstep:
+	// Token t's values, scale and bsum pointers in locals; tokens past
+	// ntok repeat the last one (computed, never stored).
+	MOVQ ntok+104(FP), CX
+	MOVQ py+56(FP), SI
+	MOVQ ys+64(FP), DX
+	MOVQ pd+72(FP), R10
+	MOVQ ds+80(FP), R11
+	MOVQ pbs+88(FP), R12
+	MOVQ bss+96(FP), R13
+	MOVQ SI, y0-96(SP)
+	MOVQ R10, d0-64(SP)
+	MOVQ R12, bs0-32(SP)
+	CMPQ CX, $2
+	JLT  t4tok1
+	ADDQ DX, SI
+	ADDQ R11, R10
+	ADDQ R13, R12
+
+t4tok1:
+	MOVQ SI, y1-88(SP)
+	MOVQ R10, d1-56(SP)
+	MOVQ R12, bs1-24(SP)
+	CMPQ CX, $3
+	JLT  t4tok2
+	ADDQ DX, SI
+	ADDQ R11, R10
+	ADDQ R13, R12
+
+t4tok2:
+	MOVQ SI, y2-80(SP)
+	MOVQ R10, d2-48(SP)
+	MOVQ R12, bs2-16(SP)
+	CMPQ CX, $4
+	JLT  t4tok3
+	ADDQ DX, SI
+	ADDQ R11, R10
+	ADDQ R13, R12
+
+t4tok3:
+	MOVQ SI, y3-72(SP)
+	MOVQ R10, d3-40(SP)
+	MOVQ R12, bs3-8(SP)
+
+	// Prefetch (as q6kMatVecAVX512's): R13 runs Q6K_PFDIST bytes ahead,
+	// 2·210 bytes per super-block of a pass (the four rows are 4·rb bytes,
+	// read in two passes); R14 is the last address a prefetch block may
+	// start at, so none goes past the weights (left rows from pw).
+	MOVQ  pw+24(FP), R8
+	LEAQ  Q6K_PFDIST(R8), R13
+	MOVQ  left+40(FP), R14
+	IMULQ rb+32(FP), R14
+	LEAQ  -448(R8)(R14*1), R14
+
 	// Rows 0 and 1 (a missing row 1 repeats row 0).
 	MOVQ    acc+0(FP), DI
-	MOVQ    pw+24(FP), R8
-	MOVQ    rb+32(FP), R14
-	MOVQ    left+40(FP), CX
-	LEAQ    (R8)(R14*1), R9
-	CMPQ    CX, $2
+	MOVQ    rb+32(FP), CX
+	LEAQ    (R8)(CX*1), R9
+	CMPQ    left+40(FP), $2
 	CMOVQLT R8, R9
 
-tpass:
+t4pass:
 	MOVQ    n+48(FP), AX
-	MOVQ    py+56(FP), SI
-	MOVQ    ys+64(FP), DX
-	LEAQ    (DX)(DX*2), BX
-	MOVQ    pd+72(FP), R10
-	MOVQ    ds+80(FP), R11
-	MOVQ    pbs+88(FP), R12
-	MOVQ    bss+96(FP), R13
+	MOVQ    y0-96(SP), SI
+	MOVQ    y1-88(SP), DX
+	MOVQ    y2-80(SP), BX
+	MOVQ    y3-72(SP), R10
+	XORQ    R11, R11 // 4·i: super-block i's scale
+	XORQ    R12, R12 // 32·i: its bsums
 	VPXORD  Z0, Z0, Z0
 	VMOVUPS Z0, 0(DI)
 	VMOVUPS Z0, 64(DI)
 	VMOVUPS Z0, 128(DI)
 	VMOVUPS Z0, 192(DI)
 	TESTQ   AX, AX
-	JLE     tpassdone
+	JLE     t4passdone
 
-tloop:
+t4loop:
 	Q6K_SB2x4
+	CMPQ R13, R14
+	JHI  t4nopf
+	PREFETCHT0 0(R13)
+	PREFETCHT0 64(R13)
+	PREFETCHT0 128(R13)
+	PREFETCHT0 192(R13)
+	PREFETCHT0 256(R13)
+	PREFETCHT0 320(R13)
+	PREFETCHT0 384(R13)
+
+t4nopf:
+	ADDQ $420, R13
 	ADDQ $210, R8
 	ADDQ $210, R9
 	ADDQ $256, SI
-	ADDQ $4, R10
+	ADDQ $256, DX
+	ADDQ $256, BX
+	ADDQ $256, R10
+	ADDQ $4, R11
 	ADDQ $32, R12
 	DECQ AX
-	JNZ  tloop
+	JNZ  t4loop
 
-tpassdone:
+t4passdone:
 	// After rows 0 and 1, rows 2 and 3 where there are more than two
 	// (a missing row 3 repeats row 2); with two or fewer, acc[2], acc[3]
 	// are stale, their sums never stored.
 	MOVQ    acc+0(FP), CX
 	CMPQ    DI, CX
-	JNE     tsums
+	JNE     t4sums
 	MOVQ    left+40(FP), CX
 	CMPQ    CX, $2
-	JLE     tsums
+	JLE     t4sums
 	MOVQ    pw+24(FP), R8
-	MOVQ    rb+32(FP), R14
-	LEAQ    (R8)(R14*2), R8
-	LEAQ    (R8)(R14*1), R9
+	MOVQ    rb+32(FP), R9
+	LEAQ    (R8)(R9*2), R8
+	LEAQ    (R8)(R9*1), R9
 	CMPQ    CX, $4
 	CMOVQLT R8, R9
 	ADDQ    $256, DI
-	JMP     tpass
+	JMP     t4pass
 
-tsums:
+t4sums:
+	// Tokens 0..ntok−1 only.
 	MOVQ acc+0(FP), DI
 	MOVQ out+8(FP), SI
 	MOVQ os+16(FP), DX
-	LEAQ (DX)(DX*2), BX
+	MOVQ ntok+104(FP), CX
 	Q6K_SUM4(0, (SI))
-	Q6K_SUM4(32, (SI)(DX*1))
-	Q6K_SUM4(64, (SI)(DX*2))
-	Q6K_SUM4(96, (SI)(BX*1))
+	CMPQ CX, $2
+	JLT  t4done
+	ADDQ DX, SI
+	Q6K_SUM4(32, (SI))
+	CMPQ CX, $3
+	JLT  t4done
+	ADDQ DX, SI
+	Q6K_SUM4(64, (SI))
+	CMPQ CX, $4
+	JLT  t4done
+	ADDQ DX, SI
+	Q6K_SUM4(96, (SI))
 
-	// The next four tokens (no pointer is formed past the last ones).
-	DECQ steps+104(FP)
-	JZ   tdone
-	LEAQ (SI)(DX*4), SI
-	MOVQ SI, out+8(FP)
-	MOVQ ys+64(FP), CX
-	SHLQ $2, CX
-	ADDQ CX, py+56(FP)
-	MOVQ ds+80(FP), CX
-	SHLQ $2, CX
-	ADDQ CX, pd+72(FP)
-	MOVQ bss+96(FP), CX
-	SHLQ $2, CX
-	ADDQ CX, pbs+88(FP)
-	JMP  tstep
-
-tdone:
+t4done:
 	VZEROUPPER
 	RET
 
