@@ -52,7 +52,7 @@ import (
 //   - Two tokens in one four-token pass rather than two one-token passes:
 //     0.93× in cache (the pass computes four), 1.3× from memory (the
 //     weights read once), once that pass prefetches as decode does
-//     (without: 0.4× the two passes).
+//     (without: 0.5× the two passes).
 //   - VPDPWSSD against VPMADDWD + VPADDD: 1.05× (prefill), 1.02–1.04×
 //     (decode). VPDPBUSD would sum four products unscaled, and the scale
 //     (one per 16 values) would then cost a VPMULLD per vector.
