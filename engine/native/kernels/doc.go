@@ -36,6 +36,12 @@
 //     allocation, which go test -race (checkptr) verifies. archsimd's
 //     SlicePart helpers are not used: they convert short tails to full
 //     array pointers, which checkptr rejects.
+//   - Where a benchmark shows it pays, a kernel is Go assembly
+//     (q6k512_amd64.s: Q6_K at the AVX-512 level, given AVX512_VNNI), with
+//     all 32 vector registers. It gives bitwise what the archsimd kernel of
+//     its level gives, which stays reachable to the tests for that
+//     comparison; its Go caller checks every bound, and it reads nothing
+//     past a slice's end.
 //
 // Large weight arrays are allocated with NewF32/NewI8, which advise Linux
 // to back them with transparent huge pages: decode streams every weight

@@ -499,6 +499,10 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 	}
 	typ := w.Type
 	pw, py, pd, pbs := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
+	if typ == Q6_K && useQ6KAsm() {
+		matQ6KAsm(out, pw, py, pd, pbs, rb, rows, cols, lo, hi, T) // q6k512_amd64.go
+		return
+	}
 	ds, bss := n*4, cols/bsumsPer*2 // bytes per activation row of d and bs
 	// Declared while the vector state is clean (see doc.go).
 	var acc, acc2 [4][8]float32
