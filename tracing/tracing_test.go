@@ -119,3 +119,47 @@ func TestSetAttributes(t *testing.T) {
 		t.Errorf("setting two attributes on a lean span allocates %.0f times, want 0", a)
 	}
 }
+
+// TestSwitchResolvesTracers: a switching tracer finds its tracer of the
+// installed provider by itself, whether or not it started a span since
+// that provider was installed (the worker's StartCall asks leanOf first,
+// and must take its fast path right after every UseSampled), including a
+// tracer made after the provider was installed.
+func TestSwitchResolvesTracers(t *testing.T) {
+	lean := NewLeanProvider(func(context.Context, []byte) error { return nil }, Config{SampleRatio: 1}, nil)
+	defer func() { Use(nil); _ = lean.Shutdown(context.Background()) }()
+	before := global.Tracer("resolve-before")
+	UseSampled(lean, 1)
+	after := global.Tracer("resolve-after")
+	for _, tc := range []struct {
+		name string
+		tr   trace.Tracer
+	}{{"made before install", before}, {"made after install", after}, {"the request plane's", grpcTracer}} {
+		if lt := leanOf(tc.tr); lt == nil || lt.p != lean {
+			t.Errorf("%s: leanOf = %v, want a tracer of the installed lean provider", tc.name, lt)
+		}
+	}
+	var tid trace.TraceID
+	tid[0] = 1
+	var sid trace.SpanID
+	sid[0] = 2
+	parent, _ := RemoteSpanContext(tid, sid, uint32(trace.FlagsSampled), "")
+	const method = "/tandem.requestplane.v1.Worker/Generate"
+	// A new box before each call, as BenchmarkTracingCost installs one per
+	// request: the box, the tracer's cache entry and the server span (the
+	// option-parsing path of Start, which this used to take, makes 8).
+	allocs := testing.AllocsPerRun(100, func() {
+		UseSampled(lean, 1)
+		_, sp := StartCall(context.Background(), method, parent)
+		EndCall(sp, nil)
+	})
+	if allocs > 3 {
+		t.Errorf("UseSampled + StartCall + EndCall: %v allocations, want at most 3 (the box, the cache entry, the span)", allocs)
+	}
+	Use(nil)
+	UseSampled(lean, 0)
+	_, sp := StartCall(context.Background(), method, trace.SpanContext{})
+	if sp.IsRecording() {
+		t.Error("at sampling 0 a call without a parent recorded a span")
+	}
+}
