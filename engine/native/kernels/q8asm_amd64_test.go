@@ -1,0 +1,162 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// q8AsmCase is one product for the bitwise comparison: weights, scales
+// (ws without ScalePad capacity, as a Mat built by hand may have) and
+// quantized activations.
+type q8AsmCase struct {
+	rows, cols, T int
+	wq            []int8
+	ws            []float32
+	xq            []int8
+	xs            []float32
+}
+
+// newQ8AsmCase fills weights over the whole int8 range (−128 included),
+// activations over ±127, and scales with a mix of ordinary values, zeros
+// and the largest fp16 (65504, the largest scale a GGUF can hold).
+func newQ8AsmCase(r *rand.Rand, rows, cols, T int, extreme bool) q8AsmCase {
+	G := cols / QK
+	c := q8AsmCase{rows: rows, cols: cols, T: T,
+		wq: make([]int8, rows*cols), ws: make([]float32, rows*G),
+		xq: make([]int8, T*cols), xs: make([]float32, T*G)}
+	for i := range c.wq {
+		c.wq[i] = int8(r.IntN(256) - 128)
+	}
+	for i := range c.xq {
+		c.xq[i] = int8(r.IntN(255) - 127)
+	}
+	if extreme {
+		for i := range c.wq {
+			c.wq[i] = [...]int8{-128, 127, -127, 0}[r.IntN(4)]
+		}
+		for i := range c.xq {
+			c.xq[i] = [...]int8{-127, 127}[r.IntN(2)]
+		}
+	}
+	sc := func(s []float32) {
+		for i := range s {
+			switch r.IntN(8) {
+			case 0:
+				s[i] = 0
+			case 1:
+				s[i] = 65504
+			default:
+				s[i] = float32(r.NormFloat64()) * 0.01
+			}
+		}
+	}
+	sc(c.ws)
+	sc(c.xs)
+	return c
+}
+
+// sameBits reports whether a and b hold the same bit patterns.
+func sameBits(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestQ8AsmBitwise: the assembly tiles give bitwise what matQ8AVX512 gives,
+// for every T (the 4×4 tiles and the one-token tail), column counts that
+// are and are not multiples of 16 groups, row ranges ending inside a tile,
+// scales without padding, and extreme quants and scales.
+func TestQ8AsmBitwise(t *testing.T) {
+	if supported() < levelAVX512 {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(21, 8))
+	for _, cols := range []int{32, 64, 96, 480, 512, 544, 768, 1056, 2048, 4096} {
+		for _, rows := range []int{1, 3, 4, 5, 8, 13} {
+			for T := 1; T <= 9; T++ {
+				if cols >= 2048 && T > 3 && rows > 5 {
+					continue
+				}
+				c := newQ8AsmCase(r, rows, cols, T, (rows+T)%3 == 0)
+				name := fmt.Sprintf("%dx%dxT%d", rows, cols, T)
+				for _, lr := range [][2]int{{0, rows}, {1, rows}, {rows / 2, rows}, {0, (rows + 1) / 2}} {
+					lo, hi := lr[0], lr[1]
+					if lo >= hi {
+						continue
+					}
+					want := make([]float32, T*rows)
+					got := make([]float32, T*rows)
+					for i := range got {
+						got[i], want[i] = -1, -1 // outside [lo,hi) must stay untouched
+					}
+					matQ8AVX512(want, c.wq, c.ws, c.xq, c.xs, lo, hi, rows, cols, T)
+					matQ8AVX512Asm(got, c.wq, c.ws, c.xq, c.xs, lo, hi, rows, cols, T)
+					if i := sameBits(got, want); i >= 0 {
+						t.Fatalf("%s rows [%d,%d): out[%d] = %g (%#x), archsimd %g (%#x)", name, lo, hi, i,
+							got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQ8AsmPortable: the dispatch at the AVX-512 level with the assembly
+// agrees with the portable loops within the Q8_0 tolerance, and each token
+// alone is bitwise the batch.
+func TestQ8AsmPortable(t *testing.T) {
+	if level < levelAVX512 || !q8Asm {
+		t.Skip("assembly not in use")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	rows, cols, T := 37, 800, 11
+	w, _ := QuantizeMat(&Mat{Type: F32, Rows: rows, Cols: cols, F: randVec(r, rows*cols)})
+	x := randVec(r, T*cols)
+	xq, xs := make([]int8, len(x)), NewScales(len(x)/QK)
+	QuantizeRows(x, xq, xs)
+	got := make([]float32, T*rows)
+	matQ8(got, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
+	want := make([]float32, T*rows)
+	matQ8Portable(want, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
+	for i := range got {
+		if d := math.Abs(float64(got[i] - want[i])); d > relTolQ8*float64(cols)+1e-6 {
+			t.Fatalf("out %d = %g, portable %g", i, got[i], want[i])
+		}
+	}
+	G := cols / QK
+	for tk := range T {
+		one := make([]float32, rows)
+		matQ8(one, w.Q, w.S, xq[tk*cols:(tk+1)*cols], xs[tk*G:(tk+1)*G], 0, rows, rows, cols, 1)
+		if !slices.Equal(one, got[tk*rows:(tk+1)*rows]) {
+			t.Fatalf("token %d alone differs from the batch", tk)
+		}
+	}
+}
+
+// FuzzQ8AsmBitwise compares one small product built from the fuzz bytes.
+func FuzzQ8AsmBitwise(f *testing.F) {
+	if supported() < levelAVX512 {
+		f.Skip("no AVX-512")
+	}
+	f.Add(uint8(5), uint8(3), uint8(2), uint64(1))
+	f.Add(uint8(4), uint8(17), uint8(9), uint64(2))
+	f.Fuzz(func(t *testing.T, rows, groups, T uint8, seed uint64) {
+		nr, ng, nt := int(rows%9)+1, int(groups%40)+1, int(T%9)+1
+		c := newQ8AsmCase(rand.New(rand.NewPCG(seed, 3)), nr, ng*QK, nt, seed%2 == 0)
+		want := make([]float32, nt*nr)
+		got := make([]float32, nt*nr)
+		matQ8AVX512(want, c.wq, c.ws, c.xq, c.xs, 0, nr, nr, ng*QK, nt)
+		matQ8AVX512Asm(got, c.wq, c.ws, c.xq, c.xs, 0, nr, nr, ng*QK, nt)
+		if i := sameBits(got, want); i >= 0 {
+			t.Fatalf("out[%d] = %g, archsimd %g", i, got[i], want[i])
+		}
+	})
+}
