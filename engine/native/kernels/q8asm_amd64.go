@@ -29,6 +29,11 @@ func q8Dot4x1(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float3
 //go:noescape
 func q8Dot4x4(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
 
+// q8Dot4x2 is q8Dot4x4 for two activation rows.
+//
+//go:noescape
+func q8Dot4x2(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+
 // q8Asm selects the assembly tiles at the AVX-512 level. Only tests and
 // benchmarks clear it, to compare against the archsimd kernel.
 var q8Asm = true
@@ -64,8 +69,8 @@ func matQ8AVX512Asm(out []float32, wq []int8, ws []float32, xq []int8, xs []floa
 }
 
 // q8AsmRows runs tokens [t0,t1) against rows r0..r3, storing token t's
-// four outputs at o[(t-t0)*ostride/4:], four tokens per tile and the rest
-// one by one. The caller has checked every bound the rows and tokens touch.
+// four outputs at o[(t-t0)*ostride/4:], four tokens per tile, then two,
+// then one. The caller has checked every bound the rows and tokens touch.
 func q8AsmRows(o []float32, ostride int, wq []int8, ws []float32, xq []int8, xs []float32, r0, r1, r2, r3, cols, G, t0, t1 int) {
 	w0, w1, w2, w3 := &wq[r0*cols], &wq[r1*cols], &wq[r2*cols], &wq[r3*cols]
 	s0, s1, s2, s3 := &ws[r0*G], &ws[r1*G], &ws[r2*G], &ws[r3*G]
@@ -74,7 +79,11 @@ func q8AsmRows(o []float32, ostride int, wq []int8, ws []float32, xq []int8, xs 
 	for ; t+4 <= t1; t += 4 {
 		q8Dot4x4(w0, w1, w2, w3, s0, s1, s2, s3, &xq[t*cols], &xs[t*G], G, cols, &o[(t-t0)*ostride/4], ostride)
 	}
-	for ; t < t1; t++ {
+	if t+2 <= t1 {
+		q8Dot4x2(w0, w1, w2, w3, s0, s1, s2, s3, &xq[t*cols], &xs[t*G], G, cols, &o[(t-t0)*ostride/4], ostride)
+		t += 2
+	}
+	if t < t1 {
 		q8Dot4x1(w0, w1, w2, w3, s0, s1, s2, s3, &xq[t*cols], &xs[t*G], G, &o[(t-t0)*ostride/4])
 	}
 }

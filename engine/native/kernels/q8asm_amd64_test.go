@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // q8AsmCase is one product for the bitwise comparison: weights, scales
@@ -159,4 +160,58 @@ func FuzzQ8AsmBitwise(f *testing.F) {
 			t.Fatalf("out[%d] = %g, archsimd %g", i, got[i], want[i])
 		}
 	})
+}
+
+// BenchmarkQ8AsmDecode times one-token products streaming their weights
+// from DRAM, as decode does: eight 16384×768 Q8_0 matrices (100 MB, more
+// than the L3), one product per matrix in turn, the archsimd kernel and the
+// assembly alternating on different matrices. GB/s are weight bytes per
+// CPU second; asm-cpu-ratio is the archsimd CPU time over the assembly's.
+// This is where the assembly's next-tile prefetch (PREFETCHNEXT in
+// q8asm_amd64.s) shows: BenchmarkQ8Kernels' 2048×768 matrix stays in L3.
+func BenchmarkQ8AsmDecode(b *testing.B) {
+	if supported() < levelAVX512 {
+		b.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	rows, cols := 16384, 768
+	var ms []*Mat
+	for range 8 {
+		q := &Mat{Type: Q8_0, Rows: rows, Cols: cols, Q: NewI8(rows * cols), S: NewScales(rows * cols / QK)}
+		for i := range q.Q {
+			q.Q[i] = int8(r.Uint32())
+		}
+		for i := range q.S {
+			q.S[i] = r.Float32() * 0.01
+		}
+		ms = append(ms, q)
+	}
+	x := randVec(r, cols)
+	xq, xs := make([]int8, len(x)), NewScales(len(x)/QK)
+	QuantizeRows(x, xq, xs)
+	out := make([]float32, rows)
+	var c512, casm, t512, tasm time.Duration
+	i := 0
+	for b.Loop() {
+		w := ms[i%len(ms)]
+		c0, s := cpuTime(), time.Now()
+		matQ8AVX512(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, 1)
+		w = ms[(i+1)%len(ms)]
+		c1, m := cpuTime(), time.Now()
+		matQ8AVX512Asm(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, 1)
+		c2, e := cpuTime(), time.Now()
+		// Odd and even matrices swap kernels each round.
+		i += 3
+		c512 += c1 - c0
+		casm += c2 - c1
+		t512 += m.Sub(s)
+		tasm += e.Sub(m)
+	}
+	bytes := float64(ms[0].Bytes()) * float64(b.N)
+	b.ReportMetric(float64(t512)/float64(tasm), "asm-ratio")
+	if casm > 0 && c512 > 0 {
+		b.ReportMetric(bytes/float64(c512.Nanoseconds()), "avx512-GB/s")
+		b.ReportMetric(bytes/float64(casm.Nanoseconds()), "asm-GB/s")
+		b.ReportMetric(float64(c512)/float64(casm), "asm-cpu-ratio")
+	}
 }
