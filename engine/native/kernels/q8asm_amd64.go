@@ -34,6 +34,12 @@ func q8Dot4x4(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float3
 //go:noescape
 func q8Dot4x2(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
 
+// q8SignGroupVNNI stores the sign-trick sums of one group computed with
+// VPDPBUSD (a check for tests; needs AVX512_VNNI and VL).
+//
+//go:noescape
+func q8SignGroupVNNI(w, x *[32]int8, out *[8]int32)
+
 // q8Asm selects the assembly tiles at the AVX-512 level. Only tests and
 // benchmarks clear it, to compare against the archsimd kernel.
 var q8Asm = true

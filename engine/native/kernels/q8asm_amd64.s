@@ -363,3 +363,25 @@ group2:
 	VMOVUPS X4, (BX)
 	VZEROUPPER
 	RET
+
+// func q8SignGroupVNNI(w, x *[32]int8, out *[8]int32)
+//
+// The sign-trick group sums (q8SignGroup, q8_amd64.go) with one VPDPBUSD
+// (AVX512_VNNI) in place of VPMADDUBSW + VPMADDWD(ones): lane k = Σ w·x over
+// values 4k..4k+3. Not used by the products (the AVX-512 level's order is
+// built on 16 pair-sum lanes per group); TestQ8SignGroupVNNI checks that
+// the two give the same exact lanes, for whoever builds on the four-sum
+// layout with VNNI.
+TEXT ·q8SignGroupVNNI(SB), NOSPLIT, $0-24
+	MOVQ w+0(FP), AX
+	MOVQ x+8(FP), BX
+	MOVQ out+16(FP), CX
+	VMOVDQU (AX), Y1
+	VMOVDQU (BX), Y2
+	VPABSB  Y1, Y3
+	VPSIGNB Y1, Y2, Y2
+	VPXORD  Y0, Y0, Y0
+	VPDPBUSD Y2, Y3, Y0
+	VMOVDQU Y0, (CX)
+	VZEROUPPER
+	RET

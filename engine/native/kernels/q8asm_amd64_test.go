@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"simd/archsimd"
 	"slices"
 	"testing"
 	"time"
@@ -160,6 +161,56 @@ func FuzzQ8AsmBitwise(f *testing.F) {
 			t.Fatalf("out[%d] = %g, archsimd %g", i, got[i], want[i])
 		}
 	})
+}
+
+// TestQ8SignGroupVNNI: VPDPBUSD(|w| as u8, x·sgn(w) as s8) gives exactly
+// the lanes of VPMADDUBSW + VPMADDWD(ones) (q8SignGroup): the products are
+// the same and neither saturates, since a pair is at most 2·128·127 =
+// 32512 < 2^15 for VPMADDUBSW and VPDPBUSD sums four into int32 without
+// saturating at all.
+func TestQ8SignGroupVNNI(t *testing.T) {
+	if supported() < levelAVX512 || !archsimd.X86.AVX512VNNI() {
+		t.Skip("no AVX512_VNNI")
+	}
+	check := func(w, x *[32]int8) {
+		t.Helper()
+		var got [8]int32
+		q8SignGroupVNNI(w, x, &got)
+		if want := q8SignLanes(w, x); got != want {
+			t.Fatalf("VPDPBUSD %v, VPMADDUBSW+VPMADDWD %v (w %v, x %v)", got, want, w, x)
+		}
+		for k := range 8 {
+			var s int32
+			for i := 4 * k; i < 4*k+4; i++ {
+				s += int32(w[i]) * int32(x[i])
+			}
+			if got[k] != s {
+				t.Fatalf("lane %d = %d, scalar %d", k, got[k], s)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	vals := []int8{-128, -127, -1, 0, 1, 127}
+	for range 20000 {
+		var w, x [32]int8
+		for i := range w {
+			if r.IntN(2) == 0 {
+				w[i], x[i] = vals[r.IntN(len(vals))], vals[1+r.IntN(len(vals)-1)]
+			} else {
+				w[i], x[i] = int8(r.IntN(256)-128), int8(r.IntN(255)-127)
+			}
+		}
+		check(&w, &x)
+	}
+	var w, x [32]int8
+	for i := range w {
+		w[i], x[i] = -128, -127
+	}
+	check(&w, &x)
+	for i := range w {
+		w[i], x[i] = -128, 127
+	}
+	check(&w, &x)
 }
 
 // BenchmarkQ8AsmDecode times one-token products streaming their weights
