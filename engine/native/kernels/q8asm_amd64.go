@@ -13,6 +13,24 @@ package kernels
 // broadcast from memory by the FMA itself instead of through the compiled
 // scale tables.
 //
+// Tiles: 4 rows × 4 tokens (prefill), then 4 × 2 and 4 × 1 for the last
+// tokens; decode is the 4 × 1 tile. The 4 × 4 group step is 4 activation
+// and 4 weight sign-extensions and 16 × (VPMADDWD, VCVTDQ2PS, FMA); it
+// measured 0.33-0.35 ns per row·token·group with the data in cache on this
+// Zen 5 (about one cycle; our reading, not traced: VPMADDWD and the FMA
+// both need a multiply pipe). Wider tiles would only save extensions
+// (6 × 4: 3.42 instead of 3.5 vector instructions per row·token·group) and
+// were not tried. The 4 × 1 tile is bound by memory in decode (each weight read
+// once per token from DRAM); its next-tile prefetch (PREFETCHNEXT in the
+// .s file) is what makes it faster there than the archsimd kernel
+// (BenchmarkQ8AsmDecode).
+//
+// A cheaper scheme exists but would change the level's order: VPDPBUSD
+// (AVX512_VNNI) with the sign trick makes four-value sums, two groups per
+// zmm, one multiply-pipe instruction per two groups where VPMADDWD needs
+// one per group (TestQ8SignGroupVNNI checks its lanes). Using it means new
+// lanes (8 per group) for every Q8_0 path of the AVX-512 level.
+//
 // It uses AVX-512 F and BW (VPMOVSXBW, VPMADDWD on zmm) and VL (EVEX
 // encodings of the ymm/xmm folds), all implied by the AVX-512 level
 // (archsimd.X86.AVX512 needs F, CD, BW, DQ and VL).
