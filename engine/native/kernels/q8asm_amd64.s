@@ -58,7 +58,7 @@
 // PREFETCHNEXT prefetches 128 bytes of the next tile's weights per group:
 // the 4·cols bytes after row w0 (R12 = w0 + 4·cols; DX = 32·group), which
 // are the next four rows when the rows are consecutive, as they are in
-// every full tile. It is how the one-token tile reaches more of the memory
+// every full tile. (q8Dot8x1 does the same for eight rows inline.) It is how the one-token tile reaches more of the memory
 // bandwidth: decode streams each weight once per token from DRAM, and the
 // hardware prefetchers, seeing four interleaved streams each a few KiB
 // long, run behind. Measured on Zen 5 (one thread, 16384×768 matrices,
@@ -383,5 +383,107 @@ TEXT ·q8SignGroupVNNI(SB), NOSPLIT, $0-24
 	VPXORD  Y0, Y0, Y0
 	VPDPBUSD Y2, Y3, Y0
 	VMOVDQU Y0, (CX)
+	VZEROUPPER
+	RET
+
+// ROWDOTP is ROWDOT for a row at (W) (pointer advanced per group).
+#define ROWDOTP(WADDR, XV, T, SC, ACC) \
+	VPMOVSXBW WADDR, T; \
+	VPMADDWD XV, T, T; \
+	VCVTDQ2PS T, T; \
+	VFMADD231PS.BCST SC(SP)(AX*4), T, ACC
+
+// SCALE1 stores the masked scale products of the row scales at ADDR with
+// the activation scales in Z16 at frame offset O.
+#define SCALE1(ADDR, O) \
+	VMULPS.Z ADDR, Z16, K1, Z17; \
+	VMOVUPS Z17, O(SP)
+
+// func q8Dot8x1(w *int8, s *float32, x *int8, xs *float32, G, cols int, out *float32)
+//
+// q8Dot4x1 for eight consecutive rows (w + r*cols, scales s + r*G),
+// storing out[0..7].
+TEXT ·q8Dot8x1(SB), 0, $512-56
+	MOVQ w+0(FP), R8
+	MOVQ cols+40(FP), R13
+	LEAQ (R8)(R13*1), R9
+	LEAQ (R9)(R13*1), R10
+	LEAQ (R10)(R13*1), R11
+	SHLQ $2, R13            // rows 4..7 at (R8..R11)(R13*1)
+	LEAQ (R8)(R13*2), R12   // the next tile (PREFETCHNEXT, 8 rows)
+	MOVQ x+16(FP), SI
+	MOVQ G+32(FP), R14
+	SHLQ $2, R14            // scale row stride
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ DI, DI
+
+chunk8:
+	SCALEMASK(G+32(FP))
+	MOVQ xs+24(FP), BX
+	VMOVUPS.Z (BX)(DI*4), K1, Z16
+	MOVQ s+8(FP), BX
+	LEAQ (BX)(DI*4), BX
+	SCALE1((BX), 0)
+	SCALE1((BX)(R14*1), 64)
+	SCALE1((BX)(R14*2), 128)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 192)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 256)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 320)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 384)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 448)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group8:
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	VPMOVSXBW (SI), Z16
+	ROWDOTP((R8), Z16, Z17, 0, Z0)
+	ROWDOTP((R9), Z16, Z18, 64, Z1)
+	ROWDOTP((R10), Z16, Z19, 128, Z2)
+	ROWDOTP((R11), Z16, Z20, 192, Z3)
+	ROWDOTP((R8)(R13*1), Z16, Z21, 256, Z4)
+	ROWDOTP((R9)(R13*1), Z16, Z22, 320, Z5)
+	ROWDOTP((R10)(R13*1), Z16, Z23, 384, Z6)
+	ROWDOTP((R11)(R13*1), Z16, Z24, 448, Z7)
+	ADDQ $32, SI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	ADDQ $256, R12
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group8
+	CMPQ DI, G+32(FP)
+	JLT  chunk8
+
+	MOVQ out+48(FP), BX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, 16(BX)
 	VZEROUPPER
 	RET
