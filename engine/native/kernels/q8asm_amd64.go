@@ -26,10 +26,10 @@ package kernels
 // Zen 5 (about one cycle; our reading, not traced: VPMADDWD and the FMA
 // both need a multiply pipe). Wider tiles would only save extensions
 // (6 × 4: 3.42 instead of 3.5 vector instructions per row·token·group) and
-// were not tried. The 4 × 1 tile is bound by memory in decode (each weight read
-// once per token from DRAM); its next-tile prefetch (PREFETCHNEXT in the
-// .s file) is what makes it faster there than the archsimd kernel
-// (BenchmarkQ8AsmDecode).
+// were not tried. The one-token tiles are bound by memory in decode (each
+// weight read once per token from DRAM); their next-tile prefetch
+// (PREFETCHNEXT in the .s file) is what makes them faster there than the
+// archsimd kernel (BenchmarkQ8AsmDecode).
 //
 // A cheaper scheme exists but would change the level's order: VPDPBUSD
 // (AVX512_VNNI) with the sign trick makes four-value sums, two groups per
