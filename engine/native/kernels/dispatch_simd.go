@@ -60,7 +60,11 @@ func matF32(out, w, x []float32, lo, hi, rows, cols, T int) {
 func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
 	switch level {
 	case levelAVX512:
-		matQ8AVX512(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
+		if q8Asm {
+			matQ8AVX512Asm(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
+		} else {
+			matQ8AVX512(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
+		}
 	case levelAVX2:
 		matQ8SignAVX2(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 	default:

@@ -24,6 +24,11 @@
 //
 //   - Go's register allocator uses 16 vector registers, so the widest tiles
 //     are 4 weight rows × 2 tokens (fp32) and 4 × 1 (Q8_0); wider ones spill.
+//     Where that limit costs most, the AVX-512 level runs Go assembly with
+//     all 32 registers (q8asm_amd64.s: Q8_0 in 4 × 4 tiles), keeping the
+//     archsimd kernel's integer lanes and float order so that the outputs
+//     are bitwise the same, which a test checks against the archsimd
+//     kernel, kept for that comparison and the benchmarks.
 //   - Scalar float code compiles to legacy SSE, and Go zeroes composite
 //     locals with legacy-SSE MOVUPS. On Intel both are very slow while the
 //     upper halves of the vector registers are dirty (a 3× slowdown of a

@@ -168,7 +168,8 @@ func TestQ8SignMatchesPortable(t *testing.T) {
 // sign-extending one it replaced, alternating in the same run, one
 // thread, on a 110M Llama's up projection (2048×768): ratio is old/new
 // time (above 1: the new kernel is faster). On an AVX-512 CPU the
-// AVX-512 level's kernel is timed too.
+// AVX-512 level's kernels are timed too: asm-ratio is the archsimd
+// kernel's time over the assembly's (above 1: the assembly is faster).
 func BenchmarkQ8Kernels(b *testing.B) {
 	if level < levelAVX2 {
 		b.Skip("no AVX2")
@@ -182,26 +183,40 @@ func BenchmarkQ8Kernels(b *testing.B) {
 		QuantizeRows(x, xq, xs)
 		out := make([]float32, T*rows)
 		b.Run(fmt.Sprintf("T%d", T), func(b *testing.B) {
-			var told, tnew, t512 time.Duration
+			var told, tnew, t512, tasm, c512, casm time.Duration
 			has512 := supported() == levelAVX512
 			for b.Loop() {
+				if has512 {
+					// The archsimd AVX-512 kernel and the assembly
+					// tiles that replace it (q8asm_amd64.go), back to
+					// back; wall and CPU time.
+					c0, s := cpuTime(), time.Now()
+					matQ8AVX512(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
+					c1, m := cpuTime(), time.Now()
+					matQ8AVX512Asm(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
+					c2, e := cpuTime(), time.Now()
+					t512 += m.Sub(s)
+					tasm += e.Sub(m)
+					c512 += c1 - c0
+					casm += c2 - c1
+				}
 				s := time.Now()
 				matQ8ExtendAVX2(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
 				m := time.Now()
 				matQ8SignAVX2(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
 				told += m.Sub(s)
 				tnew += time.Since(m)
-				if has512 {
-					s = time.Now()
-					matQ8AVX512(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
-					t512 += time.Since(s)
-				}
 			}
 			n := float64(b.N)
 			if has512 {
 				// The AVX-512 level's own Q8_0 kernel (sign-extending,
 				// 16 lanes), for choosing which one that level runs.
 				b.ReportMetric(float64(t512.Nanoseconds())/n, "avx512-ns/op")
+				b.ReportMetric(float64(tasm.Nanoseconds())/n, "asm-ns/op")
+				b.ReportMetric(float64(t512)/float64(tasm), "asm-ratio")
+				if casm > 0 {
+					b.ReportMetric(float64(c512)/float64(casm), "asm-cpu-ratio")
+				}
 			}
 			b.ReportMetric(float64(told.Nanoseconds())/n, "old-ns/op")
 			b.ReportMetric(float64(tnew.Nanoseconds())/n, "new-ns/op")

@@ -19,6 +19,9 @@ import (
 //     FMA'd with (weight scale × activation scale) into one 16-lane
 //     accumulator; then the fp32 horizontal order.
 //
+// (At this level the Q8_0 product runs the assembly of q8asm_amd64.s, in
+// this same order; matQ8AVX512 stays as its bitwise reference.)
+//
 // The tiles (4 rows × 2 tokens and 4 × 1 for fp32, 4 × 1 for Q8_0; fewer
 // than 4 rows left are computed as a 4-row tile with the last row repeated)
 // only change which outputs are computed together, never an output's own

@@ -1,0 +1,489 @@
+//go:build goexperiment.simd && amd64
+
+#include "textflag.h"
+
+
+// Q8_0 × Q8_0 tiles of the AVX-512 level in assembly (q8asm_amd64.go says
+// why and what order they keep). Every output is reduced exactly as
+// q8Tile4x1 (simd512_amd64.go) does it:
+//
+//   for each group g in order:
+//     p   = VPMADDWD(sext16(w[g]), sext16(x[g]))   16 exact int32 pair sums
+//     acc = fma(float(p), ws[g]*xs[g], acc)         one 16-lane accumulator
+//   then lanes j+8 onto j, j+4 onto j, pairs, pair sums (fold16 + hsum4).
+//
+// The scale products ws[g]*xs[g] (one fp32 multiply, as fillScales does)
+// are made 16 groups at a time into the frame and broadcast from there by
+// the FMA (embedded broadcast), so the group loop has no scalar float
+// code. Scale loads are masked to the groups that exist: nothing past the
+// end of a scale slice is read (masked-off lanes do not fault), whatever
+// its capacity.
+
+// SCALEMASK sets CX = min(16, G - DI) and K1 to its low CX bits. Clobbers AX.
+#define SCALEMASK(G) \
+	MOVQ G, CX; \
+	SUBQ DI, CX; \
+	CMPQ CX, $16; \
+	JLE  2(PC); \
+	MOVQ $16, CX; \
+	MOVL $1, AX; \
+	SHLL CX, AX; \
+	DECL AX; \
+	KMOVW AX, K1
+
+// ROWDOT accumulates one weight row (at W+DX) against the sign-extended
+// activations in XV, with the scale product at SC+AX*4 broadcast: ACC +=
+// float(pairs) * scale. T is a temporary.
+#define ROWDOT(W, XV, T, SC, ACC) \
+	VPMOVSXBW (W)(DX*1), T; \
+	VPMADDWD XV, T, T; \
+	VCVTDQ2PS T, T; \
+	VFMADD231PS.BCST SC(SP)(AX*4), T, ACC
+
+// FOLD16 folds the 16 lanes of Z into the low 4 lanes of X (lanes j+8 onto
+// j, then j+4 onto j): fold16 and the first step of hsum4.
+#define FOLD16(Z, Y, X) \
+	VEXTRACTF64X4 $1, Z, Y16; \
+	VADDPS Y16, Y, Y; \
+	VEXTRACTF32X4 $1, Y, X16; \
+	VADDPS X16, X, X
+
+// HSUM4 leaves in XA the four horizontal sums of the folded XA, XB, XC,
+// XD (hsum4's two rounds of pairwise adds).
+#define HSUM4(XA, XB, XC, XD) \
+	VHADDPS XB, XA, XA; \
+	VHADDPS XD, XC, XC; \
+	VHADDPS XC, XA, XA
+
+// PREFETCHNEXT prefetches 128 bytes of the next tile's weights per group:
+// the 4·cols bytes after row w0 (R12 = w0 + 4·cols; DX = 32·group), which
+// are the next four rows when the rows are consecutive, as they are in
+// every full tile. (q8Dot8x1 does the same for eight rows inline.) It is how the one-token tile reaches more of the memory
+// bandwidth: decode streams each weight once per token from DRAM, and the
+// hardware prefetchers, seeing four interleaved streams each a few KiB
+// long, run behind. Measured on Zen 5 (one thread, 16384×768 matrices,
+// 100 MB in all, so from DRAM): 16 GB/s without (no faster than the
+// archsimd kernel), 20-21 GB/s with a one-tile distance; two or four tiles
+// ahead, or prefetching each row 256-2048 bytes ahead instead, did no
+// better. A prefetch never faults, so the last tile's prefetch past the
+// matrix (or a tail tile's, whose rows repeat) is harmless.
+#define PREFETCHNEXT \
+	LEAQ (R12)(DX*4), BX; \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX)
+
+// func q8Dot4x1(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float32, G int, out *float32)
+TEXT ·q8Dot4x1(SB), 0, $256-96
+	MOVQ w0+0(FP), R8
+	MOVQ w1+8(FP), R9
+	MOVQ w2+16(FP), R10
+	MOVQ w3+24(FP), R11
+	MOVQ x+64(FP), SI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	// R12: the next tile's weights (PREFETCHNEXT).
+	MOVQ G+80(FP), BX
+	SHLQ $7, BX
+	LEAQ (R8)(BX*1), R12
+	XORQ DX, DX
+	XORQ DI, DI
+
+chunk1:
+	SCALEMASK(G+80(FP))
+	MOVQ xs+72(FP), BX
+	VMOVUPS.Z (BX)(DI*4), K1, Z16
+	MOVQ s0+32(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 0(SP)
+	MOVQ s1+40(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 64(SP)
+	MOVQ s2+48(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 128(SP)
+	MOVQ s3+56(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 192(SP)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group1:
+	PREFETCHNEXT
+	VPMOVSXBW (SI)(DX*1), Z16
+	ROWDOT(R8, Z16, Z17, 0, Z0)
+	ROWDOT(R9, Z16, Z18, 64, Z1)
+	ROWDOT(R10, Z16, Z19, 128, Z2)
+	ROWDOT(R11, Z16, Z20, 192, Z3)
+	ADDQ $32, DX
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group1
+	CMPQ DI, G+80(FP)
+	JLT  chunk1
+
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	MOVQ out+88(FP), BX
+	VMOVUPS X0, (BX)
+	VZEROUPPER
+	RET
+
+// SCALES4 stores the 4 scale products of weight row scales at (BX)(DI*4)
+// (masked by K1) with the four tokens' activation scales in Z16..Z19, at
+// frame offsets O, O+64*4, O+128*4, O+192*4 (token-major: token t, row r
+// at (4t+r)*64).
+#define SCALES4(O) \
+	VMOVUPS.Z (BX)(DI*4), K1, Z20; \
+	VMULPS Z16, Z20, Z21; \
+	VMOVUPS Z21, O(SP); \
+	VMULPS Z17, Z20, Z21; \
+	VMOVUPS Z21, O+256(SP); \
+	VMULPS Z18, Z20, Z21; \
+	VMOVUPS Z21, O+512(SP); \
+	VMULPS Z19, Z20, Z21; \
+	VMOVUPS Z21, O+768(SP)
+
+// ROW4 accumulates weight row W (scale products at frame offset O per
+// token) against the four tokens' activations Z16..Z19 into A0..A3.
+#define ROW4(W, O, A0, A1, A2, A3) \
+	VPMOVSXBW (W)(DX*1), Z20; \
+	VPMADDWD Z16, Z20, Z21; \
+	VPMADDWD Z17, Z20, Z22; \
+	VPMADDWD Z18, Z20, Z23; \
+	VPMADDWD Z19, Z20, Z24; \
+	VCVTDQ2PS Z21, Z21; \
+	VCVTDQ2PS Z22, Z22; \
+	VCVTDQ2PS Z23, Z23; \
+	VCVTDQ2PS Z24, Z24; \
+	VFMADD231PS.BCST O(SP)(AX*4), Z21, A0; \
+	VFMADD231PS.BCST O+256(SP)(AX*4), Z22, A1; \
+	VFMADD231PS.BCST O+512(SP)(AX*4), Z23, A2; \
+	VFMADD231PS.BCST O+768(SP)(AX*4), Z24, A3
+
+// func q8Dot4x4(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+//
+// Tokens t < 4 at x + t*cols (scales xs + t*G); the four outputs of token
+// t are stored at out + t*ostride bytes. Accumulator Z(4t+r) is row r,
+// token t.
+TEXT ·q8Dot4x4(SB), 0, $1024-112
+	MOVQ w0+0(FP), R8
+	MOVQ w1+8(FP), R9
+	MOVQ w2+16(FP), R10
+	MOVQ w3+24(FP), R11
+	MOVQ x+64(FP), SI
+	MOVQ cols+88(FP), BX
+	LEAQ (SI)(BX*1), R12
+	LEAQ (R12)(BX*1), R13
+	LEAQ (R13)(BX*1), R14
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ DX, DX
+	XORQ DI, DI
+
+chunk4:
+	SCALEMASK(G+80(FP))
+	MOVQ G+80(FP), AX
+	SHLQ $2, AX
+	MOVQ xs+72(FP), BX
+	LEAQ (BX)(DI*4), BX
+	VMOVUPS.Z (BX), K1, Z16
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z17
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z18
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z19
+	MOVQ s0+32(FP), BX
+	SCALES4(0)
+	MOVQ s1+40(FP), BX
+	SCALES4(64)
+	MOVQ s2+48(FP), BX
+	SCALES4(128)
+	MOVQ s3+56(FP), BX
+	SCALES4(192)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group4:
+	VPMOVSXBW (SI)(DX*1), Z16
+	VPMOVSXBW (R12)(DX*1), Z17
+	VPMOVSXBW (R13)(DX*1), Z18
+	VPMOVSXBW (R14)(DX*1), Z19
+	ROW4(R8, 0, Z0, Z4, Z8, Z12)
+	ROW4(R9, 64, Z1, Z5, Z9, Z13)
+	ROW4(R10, 128, Z2, Z6, Z10, Z14)
+	ROW4(R11, 192, Z3, Z7, Z11, Z15)
+	ADDQ $32, DX
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group4
+	CMPQ DI, G+80(FP)
+	JLT  chunk4
+
+	MOVQ out+96(FP), BX
+	MOVQ ostride+104(FP), CX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	ADDQ CX, BX
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, (BX)
+	ADDQ CX, BX
+	FOLD16(Z8, Y8, X8)
+	FOLD16(Z9, Y9, X9)
+	FOLD16(Z10, Y10, X10)
+	FOLD16(Z11, Y11, X11)
+	HSUM4(X8, X9, X10, X11)
+	VMOVUPS X8, (BX)
+	ADDQ CX, BX
+	FOLD16(Z12, Y12, X12)
+	FOLD16(Z13, Y13, X13)
+	FOLD16(Z14, Y14, X14)
+	FOLD16(Z15, Y15, X15)
+	HSUM4(X12, X13, X14, X15)
+	VMOVUPS X12, (BX)
+	VZEROUPPER
+	RET
+
+// SCALES2 is SCALES4 for two tokens (Z16, Z17; token t, row r at
+// (4t+r)*64).
+#define SCALES2(O) \
+	VMOVUPS.Z (BX)(DI*4), K1, Z20; \
+	VMULPS Z16, Z20, Z21; \
+	VMOVUPS Z21, O(SP); \
+	VMULPS Z17, Z20, Z21; \
+	VMOVUPS Z21, O+256(SP)
+
+// ROW2 is ROW4 for two tokens.
+#define ROW2(W, O, A0, A1) \
+	VPMOVSXBW (W)(DX*1), Z20; \
+	VPMADDWD Z16, Z20, Z21; \
+	VPMADDWD Z17, Z20, Z22; \
+	VCVTDQ2PS Z21, Z21; \
+	VCVTDQ2PS Z22, Z22; \
+	VFMADD231PS.BCST O(SP)(AX*4), Z21, A0; \
+	VFMADD231PS.BCST O+256(SP)(AX*4), Z22, A1
+
+// func q8Dot4x2(w0, w1, w2, w3 *int8, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+//
+// q8Dot4x4 for two tokens (a batch's last two or three).
+TEXT ·q8Dot4x2(SB), 0, $512-112
+	MOVQ w0+0(FP), R8
+	MOVQ w1+8(FP), R9
+	MOVQ w2+16(FP), R10
+	MOVQ w3+24(FP), R11
+	MOVQ x+64(FP), SI
+	MOVQ cols+88(FP), BX
+	LEAQ (SI)(BX*1), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ DX, DX
+	XORQ DI, DI
+
+chunk2:
+	SCALEMASK(G+80(FP))
+	MOVQ G+80(FP), AX
+	SHLQ $2, AX
+	MOVQ xs+72(FP), BX
+	LEAQ (BX)(DI*4), BX
+	VMOVUPS.Z (BX), K1, Z16
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z17
+	MOVQ s0+32(FP), BX
+	SCALES2(0)
+	MOVQ s1+40(FP), BX
+	SCALES2(64)
+	MOVQ s2+48(FP), BX
+	SCALES2(128)
+	MOVQ s3+56(FP), BX
+	SCALES2(192)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group2:
+	VPMOVSXBW (SI)(DX*1), Z16
+	VPMOVSXBW (R12)(DX*1), Z17
+	ROW2(R8, 0, Z0, Z4)
+	ROW2(R9, 64, Z1, Z5)
+	ROW2(R10, 128, Z2, Z6)
+	ROW2(R11, 192, Z3, Z7)
+	ADDQ $32, DX
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group2
+	CMPQ DI, G+80(FP)
+	JLT  chunk2
+
+	MOVQ out+96(FP), BX
+	MOVQ ostride+104(FP), CX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	ADDQ CX, BX
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, (BX)
+	VZEROUPPER
+	RET
+
+// func q8SignGroupVNNI(w, x *[32]int8, out *[8]int32)
+//
+// The sign-trick group sums (q8SignGroup, q8_amd64.go) with one VPDPBUSD
+// (AVX512_VNNI) in place of VPMADDUBSW + VPMADDWD(ones): lane k = Σ w·x over
+// values 4k..4k+3. Not used by the products (the AVX-512 level's order is
+// built on 16 pair-sum lanes per group); TestQ8SignGroupVNNI checks that
+// the two give the same exact lanes, for whoever builds on the four-sum
+// layout with VNNI.
+TEXT ·q8SignGroupVNNI(SB), NOSPLIT, $0-24
+	MOVQ w+0(FP), AX
+	MOVQ x+8(FP), BX
+	MOVQ out+16(FP), CX
+	VMOVDQU (AX), Y1
+	VMOVDQU (BX), Y2
+	VPABSB  Y1, Y3
+	VPSIGNB Y1, Y2, Y2
+	VPXORD  Y0, Y0, Y0
+	VPDPBUSD Y2, Y3, Y0
+	VMOVDQU Y0, (CX)
+	VZEROUPPER
+	RET
+
+// ROWDOTP is ROWDOT for a row at (W) (pointer advanced per group).
+#define ROWDOTP(WADDR, XV, T, SC, ACC) \
+	VPMOVSXBW WADDR, T; \
+	VPMADDWD XV, T, T; \
+	VCVTDQ2PS T, T; \
+	VFMADD231PS.BCST SC(SP)(AX*4), T, ACC
+
+// SCALE1 stores the masked scale products of the row scales at ADDR with
+// the activation scales in Z16 at frame offset O.
+#define SCALE1(ADDR, O) \
+	VMULPS.Z ADDR, Z16, K1, Z17; \
+	VMOVUPS Z17, O(SP)
+
+// func q8Dot8x1(w *int8, s *float32, x *int8, xs *float32, G, cols int, out *float32)
+//
+// q8Dot4x1 for eight consecutive rows (w + r*cols, scales s + r*G),
+// storing out[0..7].
+TEXT ·q8Dot8x1(SB), 0, $512-56
+	MOVQ w+0(FP), R8
+	MOVQ cols+40(FP), R13
+	LEAQ (R8)(R13*1), R9
+	LEAQ (R9)(R13*1), R10
+	LEAQ (R10)(R13*1), R11
+	SHLQ $2, R13            // rows 4..7 at (R8..R11)(R13*1)
+	LEAQ (R8)(R13*2), R12   // the next tile (PREFETCHNEXT, 8 rows)
+	MOVQ x+16(FP), SI
+	MOVQ G+32(FP), R14
+	SHLQ $2, R14            // scale row stride
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ DI, DI
+
+chunk8:
+	SCALEMASK(G+32(FP))
+	MOVQ xs+24(FP), BX
+	VMOVUPS.Z (BX)(DI*4), K1, Z16
+	MOVQ s+8(FP), BX
+	LEAQ (BX)(DI*4), BX
+	SCALE1((BX), 0)
+	SCALE1((BX)(R14*1), 64)
+	SCALE1((BX)(R14*2), 128)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 192)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 256)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 320)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 384)
+	ADDQ R14, BX
+	SCALE1((BX)(R14*2), 448)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group8:
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	VPMOVSXBW (SI), Z16
+	ROWDOTP((R8), Z16, Z17, 0, Z0)
+	ROWDOTP((R9), Z16, Z18, 64, Z1)
+	ROWDOTP((R10), Z16, Z19, 128, Z2)
+	ROWDOTP((R11), Z16, Z20, 192, Z3)
+	ROWDOTP((R8)(R13*1), Z16, Z21, 256, Z4)
+	ROWDOTP((R9)(R13*1), Z16, Z22, 320, Z5)
+	ROWDOTP((R10)(R13*1), Z16, Z23, 384, Z6)
+	ROWDOTP((R11)(R13*1), Z16, Z24, 448, Z7)
+	ADDQ $32, SI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	ADDQ $256, R12
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group8
+	CMPQ DI, G+32(FP)
+	JLT  chunk8
+
+	MOVQ out+48(FP), BX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, 16(BX)
+	VZEROUPPER
+	RET
