@@ -103,6 +103,8 @@ func q8kActs(r *rand.Rand, T, n, mode int) q8kRows {
 	return a
 }
 
+// sameBits is the index of the first value whose bits differ between a
+// and b, or −1.
 func sameBits(a, b []float32) int {
 	for i := range a {
 		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {

@@ -62,16 +62,6 @@ func newQ8AsmCase(r *rand.Rand, rows, cols, T int, extreme bool) q8AsmCase {
 	return c
 }
 
-// sameBits reports whether a and b hold the same bit patterns.
-func sameBits(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
-}
-
 // TestQ8AsmBitwise: the assembly tiles give bitwise what matQ8AVX512 gives,
 // for every T (the 4×4 tiles and the one-token tail), column counts that
 // are and are not multiples of 16 groups, row ranges ending inside a tile,
