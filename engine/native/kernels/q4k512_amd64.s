@@ -11,8 +11,8 @@
 // sc_2j+1 in the upper) into int32 lanes by VPDPWSSD (VPMADDWD for j = 0),
 // the halves folded, converted and FMA'd once with d·dx.
 
-// Per-16-bit-lane shift counts: the lower half's bytes keep their low
-// nibbles, the upper half's are shifted down to the high ones.
+// Per-16-bit-lane shift counts (prefill's unpacking): the lower half's
+// bytes keep their low nibbles, the upper half's get the high ones.
 DATA q4kShift<>+0(SB)/8, $0
 DATA q4kShift<>+8(SB)/8, $0
 DATA q4kShift<>+16(SB)/8, $0
@@ -23,138 +23,278 @@ DATA q4kShift<>+48(SB)/8, $0x0004000400040004
 DATA q4kShift<>+56(SB)/8, $0x0004000400040004
 GLOBL q4kShift<>(SB), RODATA|NOPTR, $64
 
-// VPERMW indices: the eight mins (int16 lanes 8-15 of the unpacked scale
-// bytes), each twice, as kMins lays them out for VPMADDWD with the bsums.
-DATA q4kMinIdx<>+0(SB)/8, $0x0009000900080008
-DATA q4kMinIdx<>+8(SB)/8, $0x000b000b000a000a
-DATA q4kMinIdx<>+16(SB)/8, $0x000d000d000c000c
-DATA q4kMinIdx<>+24(SB)/8, $0x000f000f000e000e
+// VPSHUFB indices into the sixteen scale and min bytes (kScaleBytes'
+// two words) repeated in every 128-bit lane, zero-extending bytes to
+// int16 lanes. q4kScIdxP (decode): 64 bytes per vector, the lower 256
+// bits' words and the upper's scales (0, 2), (1, 3), (4, 6), (5, 7): the
+// sub-blocks of a 64-byte weight load's low nibbles and high nibbles.
+// q4kScIdxJ (prefill): (2j, 2j+1) for j = 0..3. q4kMinIdx: each min twice,
+// mins 0-3 in the lower 128 bits, 4-7 in the upper (kMins' layout).
+// q4kHalfIdx: the fp16 d eight times in the lower 128 bits, dmin in the
+// upper, from d, dmin broadcast as one dword.
+DATA q4kScIdxP<>+0(SB)/8, $0x8000800080008000
+DATA q4kScIdxP<>+8(SB)/8, $0x8000800080008000
+DATA q4kScIdxP<>+16(SB)/8, $0x8000800080008000
+DATA q4kScIdxP<>+24(SB)/8, $0x8000800080008000
+DATA q4kScIdxP<>+32(SB)/8, $0x8002800280028002
+DATA q4kScIdxP<>+40(SB)/8, $0x8002800280028002
+DATA q4kScIdxP<>+48(SB)/8, $0x8002800280028002
+DATA q4kScIdxP<>+56(SB)/8, $0x8002800280028002
+DATA q4kScIdxP<>+64(SB)/8, $0x8001800180018001
+DATA q4kScIdxP<>+72(SB)/8, $0x8001800180018001
+DATA q4kScIdxP<>+80(SB)/8, $0x8001800180018001
+DATA q4kScIdxP<>+88(SB)/8, $0x8001800180018001
+DATA q4kScIdxP<>+96(SB)/8, $0x8003800380038003
+DATA q4kScIdxP<>+104(SB)/8, $0x8003800380038003
+DATA q4kScIdxP<>+112(SB)/8, $0x8003800380038003
+DATA q4kScIdxP<>+120(SB)/8, $0x8003800380038003
+DATA q4kScIdxP<>+128(SB)/8, $0x8004800480048004
+DATA q4kScIdxP<>+136(SB)/8, $0x8004800480048004
+DATA q4kScIdxP<>+144(SB)/8, $0x8004800480048004
+DATA q4kScIdxP<>+152(SB)/8, $0x8004800480048004
+DATA q4kScIdxP<>+160(SB)/8, $0x8006800680068006
+DATA q4kScIdxP<>+168(SB)/8, $0x8006800680068006
+DATA q4kScIdxP<>+176(SB)/8, $0x8006800680068006
+DATA q4kScIdxP<>+184(SB)/8, $0x8006800680068006
+DATA q4kScIdxP<>+192(SB)/8, $0x8005800580058005
+DATA q4kScIdxP<>+200(SB)/8, $0x8005800580058005
+DATA q4kScIdxP<>+208(SB)/8, $0x8005800580058005
+DATA q4kScIdxP<>+216(SB)/8, $0x8005800580058005
+DATA q4kScIdxP<>+224(SB)/8, $0x8007800780078007
+DATA q4kScIdxP<>+232(SB)/8, $0x8007800780078007
+DATA q4kScIdxP<>+240(SB)/8, $0x8007800780078007
+DATA q4kScIdxP<>+248(SB)/8, $0x8007800780078007
+GLOBL q4kScIdxP<>(SB), RODATA|NOPTR, $256
+DATA q4kMinIdx<>+0(SB)/8, $0x8009800980088008
+DATA q4kMinIdx<>+8(SB)/8, $0x800b800b800a800a
+DATA q4kMinIdx<>+16(SB)/8, $0x800d800d800c800c
+DATA q4kMinIdx<>+24(SB)/8, $0x800f800f800e800e
 GLOBL q4kMinIdx<>(SB), RODATA|NOPTR, $32
+DATA q4kHalfIdx<>+0(SB)/8, $0x0100010001000100
+DATA q4kHalfIdx<>+8(SB)/8, $0x0100010001000100
+DATA q4kHalfIdx<>+16(SB)/8, $0x0302030203020302
+DATA q4kHalfIdx<>+24(SB)/8, $0x0302030203020302
+GLOBL q4kHalfIdx<>(SB), RODATA|NOPTR, $32
 
-// VPSHUFB indices, 64 bytes per j: the int16 scale sc_2j in every word of
-// the lower 256 bits, sc_2j+1 in the upper (each 128-bit lane holds the
-// eight scales as words).
-DATA q4kScIdx<>+0(SB)/8, $0x0100010001000100
-DATA q4kScIdx<>+8(SB)/8, $0x0100010001000100
-DATA q4kScIdx<>+16(SB)/8, $0x0100010001000100
-DATA q4kScIdx<>+24(SB)/8, $0x0100010001000100
-DATA q4kScIdx<>+32(SB)/8, $0x0302030203020302
-DATA q4kScIdx<>+40(SB)/8, $0x0302030203020302
-DATA q4kScIdx<>+48(SB)/8, $0x0302030203020302
-DATA q4kScIdx<>+56(SB)/8, $0x0302030203020302
-DATA q4kScIdx<>+64(SB)/8, $0x0504050405040504
-DATA q4kScIdx<>+72(SB)/8, $0x0504050405040504
-DATA q4kScIdx<>+80(SB)/8, $0x0504050405040504
-DATA q4kScIdx<>+88(SB)/8, $0x0504050405040504
-DATA q4kScIdx<>+96(SB)/8, $0x0706070607060706
-DATA q4kScIdx<>+104(SB)/8, $0x0706070607060706
-DATA q4kScIdx<>+112(SB)/8, $0x0706070607060706
-DATA q4kScIdx<>+120(SB)/8, $0x0706070607060706
-DATA q4kScIdx<>+128(SB)/8, $0x0908090809080908
-DATA q4kScIdx<>+136(SB)/8, $0x0908090809080908
-DATA q4kScIdx<>+144(SB)/8, $0x0908090809080908
-DATA q4kScIdx<>+152(SB)/8, $0x0908090809080908
-DATA q4kScIdx<>+160(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kScIdx<>+168(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kScIdx<>+176(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kScIdx<>+184(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kScIdx<>+192(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kScIdx<>+200(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kScIdx<>+208(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kScIdx<>+216(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kScIdx<>+224(SB)/8, $0x0f0e0f0e0f0e0f0e
-DATA q4kScIdx<>+232(SB)/8, $0x0f0e0f0e0f0e0f0e
-DATA q4kScIdx<>+240(SB)/8, $0x0f0e0f0e0f0e0f0e
-DATA q4kScIdx<>+248(SB)/8, $0x0f0e0f0e0f0e0f0e
-GLOBL q4kScIdx<>(SB), RODATA|NOPTR, $256
+DATA q4kScIdxJ<>+0(SB)/8, $0x8000800080008000
+DATA q4kScIdxJ<>+8(SB)/8, $0x8000800080008000
+DATA q4kScIdxJ<>+16(SB)/8, $0x8000800080008000
+DATA q4kScIdxJ<>+24(SB)/8, $0x8000800080008000
+DATA q4kScIdxJ<>+32(SB)/8, $0x8001800180018001
+DATA q4kScIdxJ<>+40(SB)/8, $0x8001800180018001
+DATA q4kScIdxJ<>+48(SB)/8, $0x8001800180018001
+DATA q4kScIdxJ<>+56(SB)/8, $0x8001800180018001
+DATA q4kScIdxJ<>+64(SB)/8, $0x8002800280028002
+DATA q4kScIdxJ<>+72(SB)/8, $0x8002800280028002
+DATA q4kScIdxJ<>+80(SB)/8, $0x8002800280028002
+DATA q4kScIdxJ<>+88(SB)/8, $0x8002800280028002
+DATA q4kScIdxJ<>+96(SB)/8, $0x8003800380038003
+DATA q4kScIdxJ<>+104(SB)/8, $0x8003800380038003
+DATA q4kScIdxJ<>+112(SB)/8, $0x8003800380038003
+DATA q4kScIdxJ<>+120(SB)/8, $0x8003800380038003
+DATA q4kScIdxJ<>+128(SB)/8, $0x8004800480048004
+DATA q4kScIdxJ<>+136(SB)/8, $0x8004800480048004
+DATA q4kScIdxJ<>+144(SB)/8, $0x8004800480048004
+DATA q4kScIdxJ<>+152(SB)/8, $0x8004800480048004
+DATA q4kScIdxJ<>+160(SB)/8, $0x8005800580058005
+DATA q4kScIdxJ<>+168(SB)/8, $0x8005800580058005
+DATA q4kScIdxJ<>+176(SB)/8, $0x8005800580058005
+DATA q4kScIdxJ<>+184(SB)/8, $0x8005800580058005
+DATA q4kScIdxJ<>+192(SB)/8, $0x8006800680068006
+DATA q4kScIdxJ<>+200(SB)/8, $0x8006800680068006
+DATA q4kScIdxJ<>+208(SB)/8, $0x8006800680068006
+DATA q4kScIdxJ<>+216(SB)/8, $0x8006800680068006
+DATA q4kScIdxJ<>+224(SB)/8, $0x8007800780078007
+DATA q4kScIdxJ<>+232(SB)/8, $0x8007800780078007
+DATA q4kScIdxJ<>+240(SB)/8, $0x8007800780078007
+DATA q4kScIdxJ<>+248(SB)/8, $0x8007800780078007
+GLOBL q4kScIdxJ<>(SB), RODATA|NOPTR, $256
 
-// Q4K_CONSTS loads the loop-invariant vectors.
-#define Q4K_CONSTS \
-	MOVL         $0x0f0f0f0f, AX     \
-	VPBROADCASTD AX, Z31             \
-	VMOVDQU64    q4kShift<>(SB), Z30 \
-	VMOVDQU64    q4kScIdx<>+0(SB), Z26   \
-	VMOVDQU64    q4kScIdx<>+64(SB), Z27  \
-	VMOVDQU64    q4kScIdx<>+128(SB), Z28 \
-	VMOVDQU64    q4kScIdx<>+192(SB), Z29 \
-	VMOVDQU64    q4kMinIdx<>(SB), Y25
+// The scale-byte decoding's constants, per 128-bit lane (dwords): the
+// shift counts of [u0, u2, u1, u2] and the masks (kScaleBytes' kmask1,
+// kmask2, kmask3 << 4).
+DATA q4kScSh<>+0(SB)/8, $0x0000000000000000
+DATA q4kScSh<>+8(SB)/8, $0x0000000400000000
+DATA q4kScSh<>+16(SB)/8, $0x0000000000000000
+DATA q4kScSh<>+24(SB)/8, $0x0000000400000000
+DATA q4kScSh<>+32(SB)/8, $0x0000000000000000
+DATA q4kScSh<>+40(SB)/8, $0x0000000400000000
+DATA q4kScSh<>+48(SB)/8, $0x0000000000000000
+DATA q4kScSh<>+56(SB)/8, $0x0000000400000000
+GLOBL q4kScSh<>(SB), RODATA|NOPTR, $64
+DATA q4kScM1<>+0(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+8(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+16(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+24(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+32(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+40(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+48(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kScM1<>+56(SB)/8, $0x0f0f0f0f3f3f3f3f
+GLOBL q4kScM1<>(SB), RODATA|NOPTR, $64
+DATA q4kScM2<>+0(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+8(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+16(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+24(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+32(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+40(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+48(SB)/8, $0x3030303000000000
+DATA q4kScM2<>+56(SB)/8, $0x3030303000000000
+GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
+
+// Q4K_CONSTS loads the loop-invariant vectors: Z31 = 0x0F bytes, K1 =
+// the lower eight dword lanes, Z26-Z29 = the scale indices of TAB,
+// Y25 = q4kMinIdx, Z30 = q4kShift.
+#define Q4K_CONSTS(TAB) \
+	MOVL         $0x0f0f0f0f, AX      \
+	VPBROADCASTD AX, Z31              \
+	MOVL         $0xff, AX            \
+	KMOVW        AX, K1               \
+	VMOVDQU64    TAB+0(SB), Z26       \
+	VMOVDQU64    TAB+64(SB), Z27      \
+	VMOVDQU64    TAB+128(SB), Z28     \
+	VMOVDQU64    TAB+192(SB), Z29     \
+	VMOVDQU64    q4kMinIdx<>(SB), Y25 \
+	VMOVDQU64    q4kShift<>(SB), Z30
 
 // Q4K_SCALES decodes the twelve scale bytes of the super-block at X as
-// kScaleBytes does (get_scale_min_k4's utmp shuffle), in general
-// registers: AX = the eight 6-bit scales, DX = the eight mins. Then
-// Z10-Z13 = the scale vectors of j = 0..3 and Y14 = each min twice as
-// int16 (kMins' layout). Clobbers AX, DX, R12, R13, Z8, Z9.
+// kScaleBytes does (get_scale_min_k4's utmp shuffle of
+// ggml_vec_dot_q4_K_q8_K), in every 128-bit lane at once: from the dwords
+// u0, u1, u2 at X+4, [u0 & kmask1, u2 & kmask2 | (u0 >> 2) & 0x30303030,
+// u1 & kmask1, (u2 >> 4) & kmask2 | (u1 >> 2) & 0x30303030], which is
+// kScaleBytes' scale word then min word ((u >> 6 & kmask3) << 4 is
+// (u >> 2) & 0x30303030). Then Z11-Z14 = the four scale vectors (int16,
+// Z26-Z29's order) and Y15 = the mins as kMins lays them out. A vector
+// decode (six instructions, four deep) in place of the general-register
+// one: shorter dependency chains measured faster (a super-block's chain
+// is long, and the out-of-order window holds few of them). Clobbers Z8,
+// Z9.
 #define Q4K_SCALES(X) \
-	MOVL      4(X), AX                 \
-	MOVL      8(X), DX                 \
-	MOVL      AX, R12                  \
-	SHRL      $6, R12                  \
-	ANDL      $0x03030303, R12         \
-	SHLL      $4, R12                  \
-	ANDL      $0x3f3f3f3f, AX          \
-	MOVL      12(X), R13               \
-	ANDL      $0x0f0f0f0f, R13         \
-	ORL       R13, R12                 \
-	SHLQ      $32, R12                 \
-	ORQ       R12, AX                  \
-	MOVL      DX, R12                  \
-	SHRL      $6, R12                  \
-	ANDL      $0x03030303, R12         \
-	SHLL      $4, R12                  \
-	ANDL      $0x3f3f3f3f, DX          \
-	MOVL      12(X), R13               \
-	SHRL      $4, R13                  \
-	ANDL      $0x0f0f0f0f, R13         \
-	ORL       R13, R12                 \
-	SHLQ      $32, R12                 \
-	ORQ       R12, DX                  \
-	VMOVQ     AX, X8                   \
-	VPINSRQ   $1, DX, X8, X8           \
-	VPMOVZXBW X8, Y8                   \
-	VSHUFI32X4 $0, Z8, Z8, Z9          \
-	VPERMW    Y8, Y25, Y14             \
-	VPSHUFB   Z26, Z9, Z10             \
-	VPSHUFB   Z27, Z9, Z11             \
-	VPSHUFB   Z28, Z9, Z12             \
-	VPSHUFB   Z29, Z9, Z13
+	VBROADCASTI32X4 4(X), Z8              \
+	VPSHUFD    $0x98, Z8, Z9              \
+	VPSHUFD    $0x50, Z8, Z8              \
+	VPSRLVD    q4kScSh<>(SB), Z9, Z9      \
+	VPSRLD     $2, Z8, Z8                 \
+	VPANDD     q4kScM2<>(SB), Z8, Z8      \
+	VPTERNLOGD $0xf8, q4kScM1<>(SB), Z9, Z8 \
+	VPSHUFB    Z26, Z8, Z11               \
+	VPSHUFB    Z27, Z8, Z12               \
+	VPSHUFB    Z28, Z8, Z13               \
+	VPSHUFB    Z29, Z8, Z14               \
+	VPSHUFB    Y25, Y8, Y15
 
-// Q4K_UNPACK puts the 32 weight bytes at off(X) in both halves of V and
-// keeps the low nibbles in the lower half, the high ones in the upper.
-#define Q4K_UNPACK(X, off, V) \
-	VBROADCASTI64X4 off(X), V \
-	VPSRLVW         Z30, V, V \
-	VPANDD          Z31, V, V
+// Q4K_DSCALE sets Z10 = d (fp32) in the lower eight lanes, dmin in the
+// upper, for the super-block at X.
+#define Q4K_DSCALE(X) \
+	VPBROADCASTD 0(X), Y10                \
+	VPSHUFB      q4kHalfIdx<>(SB), Y10, Y10 \
+	VCVTPH2PS    Y10, Z10
 
-// Q4K_ROW folds the super-block at X against the activations at SI
-// (bsums at BX, dx broadcast in Y24) into the accumulators A (d·dx·sumi)
-// and M (dmin·dx·mins).
-#define Q4K_ROW(X, A, M) \
-	Q4K_SCALES(X)                   \
-	VPMADDWD    (BX), Y14, Y14      \
-	VCVTDQ2PS   Y14, Y14            \
-	Q4K_UNPACK(X, 16, Z15)          \
-	VPMADDUBSW  0(SI), Z15, Z16     \
-	VPMADDWD    Z10, Z16, Z17       \
-	Q4K_UNPACK(X, 48, Z15)          \
-	VPMADDUBSW  64(SI), Z15, Z16    \
-	VPDPWSSD    Z11, Z16, Z17       \
-	Q4K_UNPACK(X, 80, Z15)          \
-	VPMADDUBSW  128(SI), Z15, Z16   \
-	VPDPWSSD    Z12, Z16, Z17       \
-	Q4K_UNPACK(X, 112, Z15)         \
-	VPMADDUBSW  192(SI), Z15, Z16   \
-	VPDPWSSD    Z13, Z16, Z17       \
-	VEXTRACTI64X4 $1, Z17, Y16      \
-	VPADDD      Y16, Y17, Y17       \
-	VCVTDQ2PS   Y17, Y17            \
-	VPBROADCASTW 0(X), X18          \
-	VCVTPH2PS   X18, Y18            \
-	VMULPS      Y24, Y18, Y18       \
-	VFMADD231PS Y18, Y17, A         \
-	VPBROADCASTW 2(X), X19          \
-	VCVTPH2PS   X19, Y19            \
-	VMULPS      Y24, Y19, Y19       \
-	VFMADD231PS Y19, Y14, M
+// Q4K_FINISH folds the super-block's int32 lanes S (16) and the min sums
+// MN (8, in a ymm) into T = [S.lo + S.hi | MN] (the archsimd kernels'
+// fold(s) and kMins, as one vector), converts them and adds T·DS to ACC:
+// the lower half is a += (d·dx)·sumi, the upper m += (dmin·dx)·mins, lane
+// for lane the archsimd FMAs.
+#define Q4K_FINISH(S, MN, T, DS, ACC) \
+	VSHUFI64X2  $0x4e, MN, S, T   \
+	VPADDD      S, T, K1, T       \
+	VCVTDQ2PS   T, T              \
+	VFMADD231PS DS, T, ACC
+
+// Q4K_PAIR is one 64-byte weight load at off(X) (j = 2p, 2p+1): its low
+// nibbles (sub-blocks 4p | 4p+2) against LO, its high nibbles (4p+1 |
+// 4p+3) against HI, the activations rearranged to match (Q4K_DACT), times
+// the scale vectors CL, CH, added into S.
+#define Q4K_PAIR(X, off, LO, HI, CL, CH, S) \
+	VMOVDQU64  off(X), Z4     \
+	VPSRLW     $4, Z4, Z5     \
+	VPANDD     Z31, Z4, Z4    \
+	VPANDD     Z31, Z5, Z5    \
+	VPMADDUBSW LO, Z4, Z6     \
+	VPDPWSSD   CL, Z6, S      \
+	VPMADDUBSW HI, Z5, Z6     \
+	VPDPWSSD   CH, Z6, S
+
+#define Q4K_PAIR2(X, off, LO, HI, CL, CH, S) \
+	VMOVDQU64  off(X), Z20    \
+	VPSRLW     $4, Z20, Z21   \
+	VPANDD     Z31, Z20, Z20  \
+	VPANDD     Z31, Z21, Z21  \
+	VPMADDUBSW LO, Z20, Z22   \
+	VPDPWSSD   CL, Z22, S     \
+	VPMADDUBSW HI, Z21, Z22   \
+	VPDPWSSD   CH, Z22, S
+
+// Q4K_DROW folds the super-block at X into ACC ([a | m]) against the
+// activations rearranged in Z16-Z19 (bsums at BX, dx in Z24).
+#define Q4K_DROW(X, ACC) \
+	Q4K_SCALES(X)                          \
+	VPMADDWD   (BX), Y15, Y15              \
+	VPXORD     Z7, Z7, Z7                  \
+	VPXORD     Z9, Z9, Z9                  \
+	Q4K_PAIR(X, 16, Z16, Z17, Z11, Z12, Z7) \
+	Q4K_PAIR2(X, 80, Z18, Z19, Z13, Z14, Z9) \
+	VPADDD     Z9, Z7, Z7                  \
+	Q4K_DSCALE(X)                          \
+	VMULPS     Z24, Z10, Z10               \
+	Q4K_FINISH(Z7, Z15, Z6, Z10, ACC)
+
+// Q4K_DACT loads the super-block's 256 activations at SI as Z16 = values
+// 0-31 | 64-95, Z17 = 32-63 | 96-127, Z18 = 128-159 | 192-223, Z19 =
+// 160-191 | 224-255 (what Q4K_PAIR's nibbles meet), and dx into Z24. Shared
+// by the rows of a call: one token (decode).
+#define Q4K_DACT \
+	VBROADCASTSS (DI), Z24            \
+	VMOVDQU64    0(SI), Z20           \
+	VMOVDQU64    64(SI), Z21          \
+	VSHUFI64X2   $0x44, Z21, Z20, Z16 \
+	VSHUFI64X2   $0xee, Z21, Z20, Z17 \
+	VMOVDQU64    128(SI), Z22         \
+	VMOVDQU64    192(SI), Z23         \
+	VSHUFI64X2   $0x44, Z23, Z22, Z18 \
+	VSHUFI64X2   $0xee, Z23, Z22, Z19
+
+// STORE_AM stores ACC's a − m (lower half minus upper) at off(AX).
+#define STORE_AM(ACC, Y, off) \
+	VEXTRACTF64X4 $1, ACC, Y8 \
+	VSUBPS        Y8, Y, Y    \
+	VMOVUPS       Y, off(AX)
+
+// Q4K_TUNPACK unpacks the super-block at X for the token loop: Z16-Z19 =
+// the weights of j = 0..3 (low nibbles | high nibbles, q4kStep4x512's
+// layout), Z10 = d | dmin.
+#define Q4K_TUNPACK(X) \
+	VBROADCASTI64X4 16(X), Z16  \
+	VPSRLVW         Z30, Z16, Z16 \
+	VPANDD          Z31, Z16, Z16 \
+	VBROADCASTI64X4 48(X), Z17  \
+	VPSRLVW         Z30, Z17, Z17 \
+	VPANDD          Z31, Z17, Z17 \
+	VBROADCASTI64X4 80(X), Z18  \
+	VPSRLVW         Z30, Z18, Z18 \
+	VPANDD          Z31, Z18, Z18 \
+	VBROADCASTI64X4 112(X), Z19 \
+	VPSRLVW         Z30, Z19, Z19 \
+	VPANDD          Z31, Z19, Z19 \
+	Q4K_DSCALE(X)
+
+// Q4K_TOK folds the unpacked super-block against the token at R9 (bsums
+// R10, scale R11) into ACC, then steps R9-R11 to the next token.
+#define Q4K_TOK(ACC) \
+	VPMADDUBSW  0(R9), Z16, Z20    \
+	VPMADDWD    Z11, Z20, Z21      \
+	VPMADDUBSW  64(R9), Z17, Z20   \
+	VPDPWSSD    Z12, Z20, Z21      \
+	VPMADDUBSW  128(R9), Z18, Z20  \
+	VPDPWSSD    Z13, Z20, Z21      \
+	VPMADDUBSW  192(R9), Z19, Z20  \
+	VPDPWSSD    Z14, Z20, Z21      \
+	VPMADDWD    0(R10), Y15, Y22   \
+	VBROADCASTSS 0(R11), Z24       \
+	VMULPS      Z24, Z10, Z24      \
+	Q4K_FINISH(Z21, Z22, Z23, Z24, ACC) \
+	ADDQ        ys+48(FP), R9      \
+	ADDQ        bss+64(FP), R10    \
+	ADDQ        ds+56(FP), R11
 
 // func q4kRow1AVX512(acc *[8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer)
 TEXT ·q4kRow1AVX512(SB), NOSPLIT, $0-48
@@ -163,15 +303,14 @@ TEXT ·q4kRow1AVX512(SB), NOSPLIT, $0-48
 	MOVQ y+24(FP), SI
 	MOVQ d+32(FP), DI
 	MOVQ bs+40(FP), BX
-	Q4K_CONSTS
-	VXORPS Y0, Y0, Y0
-	VXORPS Y4, Y4, Y4
+	Q4K_CONSTS(q4kScIdxP<>)
+	VPXORD Z0, Z0, Z0
 	TESTQ  CX, CX
 	JLE    row1done
 
 row1loop:
-	VBROADCASTSS (DI), Y24
-	Q4K_ROW(R8, Y0, Y4)
+	Q4K_DACT
+	Q4K_DROW(R8, Z0)
 	ADDQ $144, R8
 	ADDQ $256, SI
 	ADDQ $32, BX
@@ -180,9 +319,8 @@ row1loop:
 	JNZ  row1loop
 
 row1done:
-	MOVQ    acc+0(FP), AX
-	VSUBPS  Y4, Y0, Y0
-	VMOVUPS Y0, (AX)
+	MOVQ acc+0(FP), AX
+	STORE_AM(Z0, Y0, 0)
 	VZEROUPPER
 	RET
 
@@ -196,24 +334,20 @@ TEXT ·q4kRow4AVX512(SB), NOSPLIT, $0-72
 	MOVQ y+48(FP), SI
 	MOVQ d+56(FP), DI
 	MOVQ bs+64(FP), BX
-	Q4K_CONSTS
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	Q4K_CONSTS(q4kScIdxP<>)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
 	TESTQ  CX, CX
 	JLE    row4done
 
 row4loop:
-	VBROADCASTSS (DI), Y24
-	Q4K_ROW(R8, Y0, Y4)
-	Q4K_ROW(R9, Y1, Y5)
-	Q4K_ROW(R10, Y2, Y6)
-	Q4K_ROW(R11, Y3, Y7)
+	Q4K_DACT
+	Q4K_DROW(R8, Z0)
+	Q4K_DROW(R9, Z1)
+	Q4K_DROW(R10, Z2)
+	Q4K_DROW(R11, Z3)
 	ADDQ $144, R8
 	ADDQ $144, R9
 	ADDQ $144, R10
@@ -225,40 +359,13 @@ row4loop:
 	JNZ  row4loop
 
 row4done:
-	MOVQ    acc+0(FP), AX
-	VSUBPS  Y4, Y0, Y0
-	VSUBPS  Y5, Y1, Y1
-	VSUBPS  Y6, Y2, Y2
-	VSUBPS  Y7, Y3, Y3
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y1, 32(AX)
-	VMOVUPS Y2, 64(AX)
-	VMOVUPS Y3, 96(AX)
+	MOVQ acc+0(FP), AX
+	STORE_AM(Z0, Y0, 0)
+	STORE_AM(Z1, Y1, 32)
+	STORE_AM(Z2, Y2, 64)
+	STORE_AM(Z3, Y3, 96)
 	VZEROUPPER
 	RET
-
-// Q4K_TOK folds the unpacked super-block (weights Z15, Z20-Z22, scale
-// vectors Z10-Z13, mins Y14, d and dmin in Y18, Y19) against the token
-// at R9 (bsums R10, scale R11) into A and M.
-#define Q4K_TOK(A, M) \
-	VPMADDUBSW  0(R9), Z15, Z16    \
-	VPMADDWD    Z10, Z16, Z17      \
-	VPMADDUBSW  64(R9), Z20, Z16   \
-	VPDPWSSD    Z11, Z16, Z17      \
-	VPMADDUBSW  128(R9), Z21, Z16  \
-	VPDPWSSD    Z12, Z16, Z17      \
-	VPMADDUBSW  192(R9), Z22, Z16  \
-	VPDPWSSD    Z13, Z16, Z17      \
-	VEXTRACTI64X4 $1, Z17, Y16     \
-	VPADDD      Y16, Y17, Y17      \
-	VCVTDQ2PS   Y17, Y17           \
-	VBROADCASTSS 0(R11), Y23       \
-	VMULPS      Y23, Y18, Y16      \
-	VFMADD231PS Y16, Y17, A        \
-	VPMADDWD    0(R10), Y14, Y17   \
-	VCVTDQ2PS   Y17, Y17           \
-	VMULPS      Y23, Y19, Y16      \
-	VFMADD231PS Y16, Y17, M
 
 // func q4kTok4AVX512(acc *[4][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer, ys, ds, bss int)
 TEXT ·q4kTok4AVX512(SB), NOSPLIT, $0-72
@@ -267,44 +374,24 @@ TEXT ·q4kTok4AVX512(SB), NOSPLIT, $0-72
 	MOVQ y+24(FP), SI
 	MOVQ d+32(FP), DI
 	MOVQ bs+40(FP), BX
-	Q4K_CONSTS
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	Q4K_CONSTS(q4kScIdxJ<>)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
 	TESTQ  CX, CX
 	JLE    tok4done
 
 tok4loop:
 	Q4K_SCALES(R8)
-	Q4K_UNPACK(R8, 16, Z15)
-	Q4K_UNPACK(R8, 48, Z20)
-	Q4K_UNPACK(R8, 80, Z21)
-	Q4K_UNPACK(R8, 112, Z22)
-	VPBROADCASTW 0(R8), X18
-	VCVTPH2PS    X18, Y18
-	VPBROADCASTW 2(R8), X19
-	VCVTPH2PS    X19, Y19
+	Q4K_TUNPACK(R8)
 	MOVQ SI, R9
 	MOVQ BX, R10
 	MOVQ DI, R11
-	Q4K_TOK(Y0, Y4)
-	ADDQ ys+48(FP), R9
-	ADDQ bss+64(FP), R10
-	ADDQ ds+56(FP), R11
-	Q4K_TOK(Y1, Y5)
-	ADDQ ys+48(FP), R9
-	ADDQ bss+64(FP), R10
-	ADDQ ds+56(FP), R11
-	Q4K_TOK(Y2, Y6)
-	ADDQ ys+48(FP), R9
-	ADDQ bss+64(FP), R10
-	ADDQ ds+56(FP), R11
-	Q4K_TOK(Y3, Y7)
+	Q4K_TOK(Z0)
+	Q4K_TOK(Z1)
+	Q4K_TOK(Z2)
+	Q4K_TOK(Z3)
 	ADDQ $144, R8
 	ADDQ $256, SI
 	ADDQ $32, BX
@@ -313,14 +400,63 @@ tok4loop:
 	JNZ  tok4loop
 
 tok4done:
-	MOVQ    acc+0(FP), AX
-	VSUBPS  Y4, Y0, Y0
-	VSUBPS  Y5, Y1, Y1
-	VSUBPS  Y6, Y2, Y2
-	VSUBPS  Y7, Y3, Y3
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y1, 32(AX)
-	VMOVUPS Y2, 64(AX)
-	VMOVUPS Y3, 96(AX)
+	MOVQ acc+0(FP), AX
+	STORE_AM(Z0, Y0, 0)
+	STORE_AM(Z1, Y1, 32)
+	STORE_AM(Z2, Y2, 64)
+	STORE_AM(Z3, Y3, 96)
+	VZEROUPPER
+	RET
+
+// func q4kTok8AVX512(acc *[8][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer, ys, ds, bss int)
+TEXT ·q4kTok8AVX512(SB), NOSPLIT, $0-72
+	MOVQ x+8(FP), R8
+	MOVQ n+16(FP), CX
+	MOVQ y+24(FP), SI
+	MOVQ d+32(FP), DI
+	MOVQ bs+40(FP), BX
+	Q4K_CONSTS(q4kScIdxJ<>)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	TESTQ  CX, CX
+	JLE    tok8done
+
+tok8loop:
+	Q4K_SCALES(R8)
+	Q4K_TUNPACK(R8)
+	MOVQ SI, R9
+	MOVQ BX, R10
+	MOVQ DI, R11
+	Q4K_TOK(Z0)
+	Q4K_TOK(Z1)
+	Q4K_TOK(Z2)
+	Q4K_TOK(Z3)
+	Q4K_TOK(Z4)
+	Q4K_TOK(Z5)
+	Q4K_TOK(Z6)
+	Q4K_TOK(Z7)
+	ADDQ $144, R8
+	ADDQ $256, SI
+	ADDQ $32, BX
+	ADDQ $4, DI
+	DECQ CX
+	JNZ  tok8loop
+
+tok8done:
+	MOVQ acc+0(FP), AX
+	STORE_AM(Z0, Y0, 0)
+	STORE_AM(Z1, Y1, 32)
+	STORE_AM(Z2, Y2, 64)
+	STORE_AM(Z3, Y3, 96)
+	STORE_AM(Z4, Y4, 128)
+	STORE_AM(Z5, Y5, 160)
+	STORE_AM(Z6, Y6, 192)
+	STORE_AM(Z7, Y7, 224)
 	VZEROUPPER
 	RET

@@ -47,6 +47,11 @@ func q4kRow4AVX512(acc *[4][8]float32, x0, x1, x2, x3 unsafe.Pointer, n int, y, 
 //go:noescape
 func q4kTok4AVX512(acc *[4][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer, ys, ds, bss int)
 
+// q4kTok8AVX512 is q4kTok4AVX512 for eight Q8_K rows.
+//
+//go:noescape
+func q4kTok8AVX512(acc *[8][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer, ys, ds, bss int)
+
 // q4kRowAVX512 is kRow's Q4_K path at the AVX-512 level.
 func q4kRowAVX512(acc *[8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer) {
 	if q4kAsm {

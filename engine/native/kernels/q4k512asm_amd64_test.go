@@ -3,6 +3,8 @@
 package kernels
 
 import (
+	"os"
+	"strconv"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -231,6 +233,12 @@ func BenchmarkQ4KAsm(b *testing.B) {
 	}
 	r := rand.New(rand.NewPCG(1, 1))
 	rows, cols := 2048, 768
+	if v := os.Getenv("Q4K_ROWS"); v != "" {
+		rows, _ = strconv.Atoi(v)
+	}
+	if v := os.Getenv("Q4K_COLS"); v != "" {
+		cols, _ = strconv.Atoi(v)
+	}
 	blk, err := QuantizeBlocks(Q4_K, randVec(r, rows*cols), rows, cols)
 	if err != nil {
 		b.Fatal(err)

@@ -540,10 +540,14 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 					t += 2
 					continue
 				}
-				kRow(typ, &acc[0], w0, n, size, yt, dt, bt)
-				kRow(typ, &acc[1], w1, n, size, yt, dt, bt)
-				kRow(typ, &acc[2], w2, n, size, yt, dt, bt)
-				kRow(typ, &acc[3], w3, n, size, yt, dt, bt)
+				if typ == Q4_K && level == levelAVX512 && q4kAsm {
+					q4kRow4AVX512(&acc, w0, w1, w2, w3, n, yt, dt, bt)
+				} else {
+					kRow(typ, &acc[0], w0, n, size, yt, dt, bt)
+					kRow(typ, &acc[1], w1, n, size, yt, dt, bt)
+					kRow(typ, &acc[2], w2, n, size, yt, dt, bt)
+					kRow(typ, &acc[3], w3, n, size, yt, dt, bt)
+				}
 				storeRows(&acc, out, t*rows+r, hi-r, &tile)
 				t++
 			}
