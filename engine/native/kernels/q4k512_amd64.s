@@ -460,3 +460,81 @@ tok8done:
 	STORE_AM(Z7, Y7, 224)
 	VZEROUPPER
 	RET
+
+// HSUM4 stores at (R13) the four sums of the [a | m] accumulators Z0-Z3
+// in hsum4's order: per row a − m, its 128-bit halves added, then the
+// pairs added (VHADDPS) as hsum4's AddPairs add them.
+#define HSUM4 \
+	VEXTRACTF64X4 $1, Z0, Y8  \
+	VSUBPS        Y8, Y0, Y0  \
+	VEXTRACTF128  $1, Y0, X8  \
+	VADDPS        X8, X0, X0  \
+	VEXTRACTF64X4 $1, Z1, Y8  \
+	VSUBPS        Y8, Y1, Y1  \
+	VEXTRACTF128  $1, Y1, X8  \
+	VADDPS        X8, X1, X1  \
+	VEXTRACTF64X4 $1, Z2, Y8  \
+	VSUBPS        Y8, Y2, Y2  \
+	VEXTRACTF128  $1, Y2, X8  \
+	VADDPS        X8, X2, X2  \
+	VEXTRACTF64X4 $1, Z3, Y8  \
+	VSUBPS        Y8, Y3, Y3  \
+	VEXTRACTF128  $1, Y3, X8  \
+	VADDPS        X8, X3, X3  \
+	VHADDPS       X1, X0, X0  \
+	VHADDPS       X3, X2, X2  \
+	VHADDPS       X2, X0, X0  \
+	VMOVUPS       X0, (R13)
+
+// func q4kDecodeAVX512(out *float32, x unsafe.Pointer, rb, groups, n int, y, d, bs unsafe.Pointer)
+TEXT ·q4kDecodeAVX512(SB), NOSPLIT, $0-64
+	MOVQ out+0(FP), R13
+	MOVQ x+8(FP), R8
+	MOVQ groups+24(FP), R12
+	Q4K_CONSTS(q4kScIdxP<>)
+	TESTQ R12, R12
+	JLE   decdone
+
+decgroup:
+	MOVQ   rb+16(FP), AX
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	LEAQ   (R10)(AX*1), R11
+	MOVQ   n+32(FP), CX
+	MOVQ   y+40(FP), SI
+	MOVQ   d+48(FP), DI
+	MOVQ   bs+56(FP), BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	TESTQ  CX, CX
+	JLE    decstore
+
+decloop:
+	Q4K_DACT
+	Q4K_DROW(R8, Z0)
+	Q4K_DROW(R9, Z1)
+	Q4K_DROW(R10, Z2)
+	Q4K_DROW(R11, Z3)
+	ADDQ $144, R8
+	ADDQ $144, R9
+	ADDQ $144, R10
+	ADDQ $144, R11
+	ADDQ $256, SI
+	ADDQ $32, BX
+	ADDQ $4, DI
+	DECQ CX
+	JNZ  decloop
+
+decstore:
+	HSUM4
+	ADDQ $16, R13
+	// R11 has walked row 3 to its end: the next group's first row.
+	MOVQ R11, R8
+	DECQ R12
+	JNZ  decgroup
+
+decdone:
+	VZEROUPPER
+	RET

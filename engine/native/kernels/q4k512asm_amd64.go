@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"simd/archsimd"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -51,6 +52,43 @@ func q4kTok4AVX512(acc *[4][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.
 //
 //go:noescape
 func q4kTok8AVX512(acc *[8][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer, ys, ds, bss int)
+
+// q4kDecodeAVX512 computes groups·4 consecutive outputs of a one-token
+// product: the weight rows at x, x+rb, ... (n super-blocks each, rb =
+// 144·n bytes apart) against the Q8_K row at y (scales d, bsums bs),
+// storing each group's four sums at out in hsum4's order (what
+// storeRows stores). One call for a whole row range: a call per four rows
+// (Go's loop, storeRows) cost 5 of a 2048×768 product's 25 µs.
+//
+//go:noescape
+func q4kDecodeAVX512(out *float32, x unsafe.Pointer, rb, groups, n int, y, d, bs unsafe.Pointer)
+
+// q4kDecode is matKQuantAVX2 for one Q4_K token at the AVX-512 level
+// with the assembly: rows [lo,hi) of out from the weights at pw (rows
+// rb bytes apart, n super-blocks) against the Q8_K row at py, pd, pbs.
+// The caller has checked the bounds (matKQuantAVX2's panic); they are
+// checked again here, for the assembly.
+func q4kDecode(out []float32, w []byte, a q8kRows, lo, hi, n int) {
+	rb := n * 144
+	if lo < 0 || lo >= hi || len(out) < hi || len(w) < hi*rb || len(a.q) < n*QKK || len(a.d) < n || len(a.bs) < n*QKK/bsumsPer {
+		panic("kernels: Q4_K decode bounds")
+	}
+	pw, py, pd, pbs := unsafe.Pointer(&w[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
+	g := (hi - lo) / 4
+	if g > 0 {
+		q4kDecodeAVX512(&out[lo], unsafe.Add(pw, lo*rb), rb, g, n, py, pd, pbs)
+	}
+	if r := lo + 4*g; r < hi {
+		// The last one to three rows: the last row repeated, as
+		// matKQuantAVX2 does, and storeRows' partial store.
+		var acc [4][8]float32
+		var tile [4]float32
+		row := func(k int) unsafe.Pointer { return unsafe.Add(pw, min(r+k, hi-1)*rb) }
+		q4kRow4AVX512(&acc, row(0), row(1), row(2), row(3), n, py, pd, pbs)
+		storeRows(&acc, out, r, hi-r, &tile)
+		archsimd.ClearAVXUpperBits()
+	}
+}
 
 // q4kRowAVX512 is kRow's Q4_K path at the AVX-512 level.
 func q4kRowAVX512(acc *[8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer) {

@@ -3,12 +3,12 @@
 package kernels
 
 import (
-	"os"
-	"strconv"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"simd/archsimd"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"

@@ -502,6 +502,10 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 		panic("kernels: k-quant product bounds")
 	}
 	typ := w.Type
+	if T == 1 && typ == Q4_K && level == levelAVX512 && q4kAsm {
+		q4kDecode(out, w.B, a, lo, hi, n)
+		return
+	}
 	pw, py, pd, pbs := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
 	ds, bss := n*4, cols/bsumsPer*2 // bytes per activation row of d and bs
 	// Declared while the vector state is clean (see doc.go).
@@ -540,14 +544,10 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 					t += 2
 					continue
 				}
-				if typ == Q4_K && level == levelAVX512 && q4kAsm {
-					q4kRow4AVX512(&acc, w0, w1, w2, w3, n, yt, dt, bt)
-				} else {
-					kRow(typ, &acc[0], w0, n, size, yt, dt, bt)
-					kRow(typ, &acc[1], w1, n, size, yt, dt, bt)
-					kRow(typ, &acc[2], w2, n, size, yt, dt, bt)
-					kRow(typ, &acc[3], w3, n, size, yt, dt, bt)
-				}
+				kRow(typ, &acc[0], w0, n, size, yt, dt, bt)
+				kRow(typ, &acc[1], w1, n, size, yt, dt, bt)
+				kRow(typ, &acc[2], w2, n, size, yt, dt, bt)
+				kRow(typ, &acc[3], w3, n, size, yt, dt, bt)
 				storeRows(&acc, out, t*rows+r, hi-r, &tile)
 				t++
 			}
