@@ -25,46 +25,32 @@ GLOBL q4kShift<>(SB), RODATA|NOPTR, $64
 
 // VPSHUFB indices into the sixteen scale and min bytes (kScaleBytes'
 // two words) repeated in every 128-bit lane, zero-extending bytes to
-// int16 lanes. q4kScIdxP (decode): 64 bytes per vector, the lower 256
-// bits' words and the upper's scales (0, 2), (1, 3), (4, 6), (5, 7): the
-// sub-blocks of a 64-byte weight load's low nibbles and high nibbles.
-// q4kScIdxJ (prefill): (2j, 2j+1) for j = 0..3. q4kMinIdx: each min twice,
-// mins 0-3 in the lower 128 bits, 4-7 in the upper (kMins' layout).
-// q4kHalfIdx: the fp16 d eight times in the lower 128 bits, dmin in the
-// upper, from d, dmin broadcast as one dword.
-DATA q4kScIdxP<>+0(SB)/8, $0x8000800080008000
-DATA q4kScIdxP<>+8(SB)/8, $0x8000800080008000
-DATA q4kScIdxP<>+16(SB)/8, $0x8000800080008000
-DATA q4kScIdxP<>+24(SB)/8, $0x8000800080008000
-DATA q4kScIdxP<>+32(SB)/8, $0x8002800280028002
-DATA q4kScIdxP<>+40(SB)/8, $0x8002800280028002
-DATA q4kScIdxP<>+48(SB)/8, $0x8002800280028002
-DATA q4kScIdxP<>+56(SB)/8, $0x8002800280028002
-DATA q4kScIdxP<>+64(SB)/8, $0x8001800180018001
-DATA q4kScIdxP<>+72(SB)/8, $0x8001800180018001
-DATA q4kScIdxP<>+80(SB)/8, $0x8001800180018001
-DATA q4kScIdxP<>+88(SB)/8, $0x8001800180018001
-DATA q4kScIdxP<>+96(SB)/8, $0x8003800380038003
-DATA q4kScIdxP<>+104(SB)/8, $0x8003800380038003
-DATA q4kScIdxP<>+112(SB)/8, $0x8003800380038003
-DATA q4kScIdxP<>+120(SB)/8, $0x8003800380038003
-DATA q4kScIdxP<>+128(SB)/8, $0x8004800480048004
-DATA q4kScIdxP<>+136(SB)/8, $0x8004800480048004
-DATA q4kScIdxP<>+144(SB)/8, $0x8004800480048004
-DATA q4kScIdxP<>+152(SB)/8, $0x8004800480048004
-DATA q4kScIdxP<>+160(SB)/8, $0x8006800680068006
-DATA q4kScIdxP<>+168(SB)/8, $0x8006800680068006
-DATA q4kScIdxP<>+176(SB)/8, $0x8006800680068006
-DATA q4kScIdxP<>+184(SB)/8, $0x8006800680068006
-DATA q4kScIdxP<>+192(SB)/8, $0x8005800580058005
-DATA q4kScIdxP<>+200(SB)/8, $0x8005800580058005
-DATA q4kScIdxP<>+208(SB)/8, $0x8005800580058005
-DATA q4kScIdxP<>+216(SB)/8, $0x8005800580058005
-DATA q4kScIdxP<>+224(SB)/8, $0x8007800780078007
-DATA q4kScIdxP<>+232(SB)/8, $0x8007800780078007
-DATA q4kScIdxP<>+240(SB)/8, $0x8007800780078007
-DATA q4kScIdxP<>+248(SB)/8, $0x8007800780078007
-GLOBL q4kScIdxP<>(SB), RODATA|NOPTR, $256
+// int16 lanes: two scale vectors per super-block, 64 bytes each, whose
+// dwords hold the scales of the two sub-blocks whose raw sums Q4K_PACK
+// puts in a dword's low and high words; the lower 256 bits and the upper
+// differ. q4kScIdxP (decode, Q4K_DPAIR's sums): (0, 1) | (2, 3), then
+// (4, 5) | (6, 7). q4kScIdxJ (prefill, Q4K_TOK's): (0, 2) | (1, 3), then
+// (4, 6) | (5, 7). q4kMinIdx: each min twice, mins 0-3 in the lower 128
+// bits, 4-7 in the upper (kMins' layout). q4kHalfIdx: the fp16 d eight
+// times in the lower 128 bits, dmin in the upper, from d, dmin broadcast
+// as one dword.
+DATA q4kScIdxP<>+0(SB)/8, $0x8001800080018000
+DATA q4kScIdxP<>+8(SB)/8, $0x8001800080018000
+DATA q4kScIdxP<>+16(SB)/8, $0x8001800080018000
+DATA q4kScIdxP<>+24(SB)/8, $0x8001800080018000
+DATA q4kScIdxP<>+32(SB)/8, $0x8003800280038002
+DATA q4kScIdxP<>+40(SB)/8, $0x8003800280038002
+DATA q4kScIdxP<>+48(SB)/8, $0x8003800280038002
+DATA q4kScIdxP<>+56(SB)/8, $0x8003800280038002
+DATA q4kScIdxP<>+64(SB)/8, $0x8005800480058004
+DATA q4kScIdxP<>+72(SB)/8, $0x8005800480058004
+DATA q4kScIdxP<>+80(SB)/8, $0x8005800480058004
+DATA q4kScIdxP<>+88(SB)/8, $0x8005800480058004
+DATA q4kScIdxP<>+96(SB)/8, $0x8007800680078006
+DATA q4kScIdxP<>+104(SB)/8, $0x8007800680078006
+DATA q4kScIdxP<>+112(SB)/8, $0x8007800680078006
+DATA q4kScIdxP<>+120(SB)/8, $0x8007800680078006
+GLOBL q4kScIdxP<>(SB), RODATA|NOPTR, $128
 DATA q4kMinIdx<>+0(SB)/8, $0x8009800980088008
 DATA q4kMinIdx<>+8(SB)/8, $0x800b800b800a800a
 DATA q4kMinIdx<>+16(SB)/8, $0x800d800d800c800c
@@ -76,39 +62,23 @@ DATA q4kHalfIdx<>+16(SB)/8, $0x0302030203020302
 DATA q4kHalfIdx<>+24(SB)/8, $0x0302030203020302
 GLOBL q4kHalfIdx<>(SB), RODATA|NOPTR, $32
 
-DATA q4kScIdxJ<>+0(SB)/8, $0x8000800080008000
-DATA q4kScIdxJ<>+8(SB)/8, $0x8000800080008000
-DATA q4kScIdxJ<>+16(SB)/8, $0x8000800080008000
-DATA q4kScIdxJ<>+24(SB)/8, $0x8000800080008000
-DATA q4kScIdxJ<>+32(SB)/8, $0x8001800180018001
-DATA q4kScIdxJ<>+40(SB)/8, $0x8001800180018001
-DATA q4kScIdxJ<>+48(SB)/8, $0x8001800180018001
-DATA q4kScIdxJ<>+56(SB)/8, $0x8001800180018001
-DATA q4kScIdxJ<>+64(SB)/8, $0x8002800280028002
-DATA q4kScIdxJ<>+72(SB)/8, $0x8002800280028002
-DATA q4kScIdxJ<>+80(SB)/8, $0x8002800280028002
-DATA q4kScIdxJ<>+88(SB)/8, $0x8002800280028002
-DATA q4kScIdxJ<>+96(SB)/8, $0x8003800380038003
-DATA q4kScIdxJ<>+104(SB)/8, $0x8003800380038003
-DATA q4kScIdxJ<>+112(SB)/8, $0x8003800380038003
-DATA q4kScIdxJ<>+120(SB)/8, $0x8003800380038003
-DATA q4kScIdxJ<>+128(SB)/8, $0x8004800480048004
-DATA q4kScIdxJ<>+136(SB)/8, $0x8004800480048004
-DATA q4kScIdxJ<>+144(SB)/8, $0x8004800480048004
-DATA q4kScIdxJ<>+152(SB)/8, $0x8004800480048004
-DATA q4kScIdxJ<>+160(SB)/8, $0x8005800580058005
-DATA q4kScIdxJ<>+168(SB)/8, $0x8005800580058005
-DATA q4kScIdxJ<>+176(SB)/8, $0x8005800580058005
-DATA q4kScIdxJ<>+184(SB)/8, $0x8005800580058005
-DATA q4kScIdxJ<>+192(SB)/8, $0x8006800680068006
-DATA q4kScIdxJ<>+200(SB)/8, $0x8006800680068006
-DATA q4kScIdxJ<>+208(SB)/8, $0x8006800680068006
-DATA q4kScIdxJ<>+216(SB)/8, $0x8006800680068006
-DATA q4kScIdxJ<>+224(SB)/8, $0x8007800780078007
-DATA q4kScIdxJ<>+232(SB)/8, $0x8007800780078007
-DATA q4kScIdxJ<>+240(SB)/8, $0x8007800780078007
-DATA q4kScIdxJ<>+248(SB)/8, $0x8007800780078007
-GLOBL q4kScIdxJ<>(SB), RODATA|NOPTR, $256
+DATA q4kScIdxJ<>+0(SB)/8, $0x8002800080028000
+DATA q4kScIdxJ<>+8(SB)/8, $0x8002800080028000
+DATA q4kScIdxJ<>+16(SB)/8, $0x8002800080028000
+DATA q4kScIdxJ<>+24(SB)/8, $0x8002800080028000
+DATA q4kScIdxJ<>+32(SB)/8, $0x8003800180038001
+DATA q4kScIdxJ<>+40(SB)/8, $0x8003800180038001
+DATA q4kScIdxJ<>+48(SB)/8, $0x8003800180038001
+DATA q4kScIdxJ<>+56(SB)/8, $0x8003800180038001
+DATA q4kScIdxJ<>+64(SB)/8, $0x8006800480068004
+DATA q4kScIdxJ<>+72(SB)/8, $0x8006800480068004
+DATA q4kScIdxJ<>+80(SB)/8, $0x8006800480068004
+DATA q4kScIdxJ<>+88(SB)/8, $0x8006800480068004
+DATA q4kScIdxJ<>+96(SB)/8, $0x8007800580078005
+DATA q4kScIdxJ<>+104(SB)/8, $0x8007800580078005
+DATA q4kScIdxJ<>+112(SB)/8, $0x8007800580078005
+DATA q4kScIdxJ<>+120(SB)/8, $0x8007800580078005
+GLOBL q4kScIdxJ<>(SB), RODATA|NOPTR, $128
 
 // The scale-byte decoding's constants, per 128-bit lane (dwords): the
 // shift counts of [u0, u2, u1, u2] and the masks (kScaleBytes' kmask1,
@@ -142,17 +112,18 @@ DATA q4kScM2<>+56(SB)/8, $0x3030303000000000
 GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 
 // Q4K_CONSTS loads the loop-invariant vectors: Z31 = 0x0F bytes, K1 =
-// the lower eight dword lanes, Z26-Z29 = the scale indices of TAB,
+// the lower eight dword lanes, Z28 = 0xFFFF per dword, Z26, Z27 = the
+// scale indices of TAB,
 // Y25 = q4kMinIdx, Z30 = q4kShift.
 #define Q4K_CONSTS(TAB) \
 	MOVL         $0x0f0f0f0f, AX      \
 	VPBROADCASTD AX, Z31              \
 	MOVL         $0xff, AX            \
 	KMOVW        AX, K1               \
+	MOVL         $0xffff, AX          \
+	VPBROADCASTD AX, Z28              \
 	VMOVDQU64    TAB+0(SB), Z26       \
 	VMOVDQU64    TAB+64(SB), Z27      \
-	VMOVDQU64    TAB+128(SB), Z28     \
-	VMOVDQU64    TAB+192(SB), Z29     \
 	VMOVDQU64    q4kMinIdx<>(SB), Y25 \
 	VMOVDQU64    q4kShift<>(SB), Z30
 
@@ -162,8 +133,8 @@ GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 // u0, u1, u2 at X+4, [u0 & kmask1, u2 & kmask2 | (u0 >> 2) & 0x30303030,
 // u1 & kmask1, (u2 >> 4) & kmask2 | (u1 >> 2) & 0x30303030], which is
 // kScaleBytes' scale word then min word ((u >> 6 & kmask3) << 4 is
-// (u >> 2) & 0x30303030). Then Z11-Z14 = the four scale vectors (int16,
-// Z26-Z29's order) and Y15 = the mins as kMins lays them out. A vector
+// (u >> 2) & 0x30303030). Then Z11, Z12 = the two scale vectors (int16,
+// Z26, Z27's order) and Y15 = the mins as kMins lays them out. A vector
 // decode (six instructions, four deep) in place of the general-register
 // one: shorter dependency chains measured faster (a super-block's chain
 // is long, and the out-of-order window holds few of them). Clobbers Z8,
@@ -178,8 +149,6 @@ GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 	VPTERNLOGD $0xf8, q4kScM1<>(SB), Z9, Z8 \
 	VPSHUFB    Z26, Z8, Z11               \
 	VPSHUFB    Z27, Z8, Z12               \
-	VPSHUFB    Z28, Z8, Z13               \
-	VPSHUFB    Z29, Z8, Z14               \
 	VPSHUFB    Y25, Y8, Y15
 
 // Q4K_DSCALE sets Z10 = d (fp32) in the lower eight lanes, dmin in the
@@ -200,43 +169,41 @@ GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 	VCVTDQ2PS   T, T              \
 	VFMADD231PS DS, T, ACC
 
-// Q4K_PAIR is one 64-byte weight load at off(X) (j = 2p, 2p+1): its low
-// nibbles (sub-blocks 4p | 4p+2) against LO, its high nibbles (4p+1 |
-// 4p+3) against HI, the activations rearranged to match (Q4K_DACT), times
-// the scale vectors CL, CH, added into S.
-#define Q4K_PAIR(X, off, LO, HI, CL, CH, S) \
-	VMOVDQU64  off(X), Z4     \
-	VPSRLW     $4, Z4, Z5     \
-	VPANDD     Z31, Z4, Z4    \
-	VPANDD     Z31, Z5, Z5    \
-	VPMADDUBSW LO, Z4, Z6     \
-	VPDPWSSD   CL, Z6, S      \
-	VPMADDUBSW HI, Z5, Z6     \
-	VPDPWSSD   CH, Z6, S
+// Q4K_PACK puts the raw sums PA (|·| ≤ 4·15·127 = 7620, an int16) in
+// the low word of each dword of PB and PB's own in the high word.
+#define Q4K_PACK(PA, PB) \
+	VPSLLD     $16, PB, PB       \
+	VPTERNLOGD $0xf8, Z28, PA, PB
 
-#define Q4K_PAIR2(X, off, LO, HI, CL, CH, S) \
-	VMOVDQU64  off(X), Z20    \
-	VPSRLW     $4, Z20, Z21   \
-	VPANDD     Z31, Z20, Z20  \
-	VPANDD     Z31, Z21, Z21  \
-	VPMADDUBSW LO, Z20, Z22   \
-	VPDPWSSD   CL, Z22, S     \
-	VPMADDUBSW HI, Z21, Z22   \
-	VPDPWSSD   CH, Z22, S
+// Q4K_DPAIR is one 64-byte weight load at off(X) (j = 2p, 2p+1): its low
+// nibbles (sub-blocks 4p | 4p+2) against LO, its high nibbles (4p+1 |
+// 4p+3) against HI, the activations rearranged to match (Q4K_DACT). Each
+// gives raw 4-value sums per int32 lane (VPDPBUSD into zero); packed as
+// int16 pairs (sub-blocks 4p, 4p+1 | 4p+2, 4p+3), one VPDPWSSD with the
+// scale vector C adds sc·sum for both to S.
+#define Q4K_DPAIR(X, off, LO, HI, C, S) \
+	VMOVDQU64 off(X), Z4   \
+	VPSRLW    $4, Z4, Z5   \
+	VPANDD    Z31, Z4, Z4  \
+	VPANDD    Z31, Z5, Z5  \
+	VPXORD    Z6, Z6, Z6   \
+	VPDPBUSD  LO, Z4, Z6   \
+	VPXORD    Z7, Z7, Z7   \
+	VPDPBUSD  HI, Z5, Z7   \
+	Q4K_PACK(Z6, Z7)       \
+	VPDPWSSD  C, Z7, S
 
 // Q4K_DROW folds the super-block at X into ACC ([a | m]) against the
 // activations rearranged in Z16-Z19 (bsums at BX, dx in Z24).
 #define Q4K_DROW(X, ACC) \
-	Q4K_SCALES(X)                          \
-	VPMADDWD   (BX), Y15, Y15              \
-	VPXORD     Z7, Z7, Z7                  \
-	VPXORD     Z9, Z9, Z9                  \
-	Q4K_PAIR(X, 16, Z16, Z17, Z11, Z12, Z7) \
-	Q4K_PAIR2(X, 80, Z18, Z19, Z13, Z14, Z9) \
-	VPADDD     Z9, Z7, Z7                  \
-	Q4K_DSCALE(X)                          \
-	VMULPS     Z24, Z10, Z10               \
-	Q4K_FINISH(Z7, Z15, Z6, Z10, ACC)
+	Q4K_SCALES(X)                     \
+	VPMADDWD   (BX), Y15, Y15         \
+	VPXORD     Z9, Z9, Z9             \
+	Q4K_DPAIR(X, 16, Z16, Z17, Z11, Z9) \
+	Q4K_DPAIR(X, 80, Z18, Z19, Z12, Z9) \
+	Q4K_DSCALE(X)                     \
+	VMULPS     Z24, Z10, Z10          \
+	Q4K_FINISH(Z9, Z15, Z6, Z10, ACC)
 
 // Q4K_DACT loads the super-block's 256 activations at SI as Z16 = values
 // 0-31 | 64-95, Z17 = 32-63 | 96-127, Z18 = 128-159 | 192-223, Z19 =
@@ -278,23 +245,68 @@ GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 	Q4K_DSCALE(X)
 
 // Q4K_TOK folds the unpacked super-block against the token at R9 (bsums
-// R10, scale R11) into ACC, then steps R9-R11 to the next token.
-#define Q4K_TOK(ACC) \
-	VPMADDUBSW  0(R9), Z16, Z20    \
-	VPMADDWD    Z11, Z20, Z21      \
-	VPMADDUBSW  64(R9), Z17, Z20   \
-	VPDPWSSD    Z12, Z20, Z21      \
-	VPMADDUBSW  128(R9), Z18, Z20  \
-	VPDPWSSD    Z13, Z20, Z21      \
-	VPMADDUBSW  192(R9), Z19, Z20  \
-	VPDPWSSD    Z14, Z20, Z21      \
+// R10, scale R11) into ACC, then steps R9-R11 to the next token (byte
+// strides YS, BSS, DS).
+#define Q4K_TOK(ACC, YS, BSS, DS) \
+	VPXORD      Z20, Z20, Z20      \
+	VPXORD      Z21, Z21, Z21      \
+	VPXORD      Z22, Z22, Z22      \
+	VPXORD      Z23, Z23, Z23      \
+	VPDPBUSD    0(R9), Z16, Z20    \
+	VPDPBUSD    64(R9), Z17, Z21   \
+	VPDPBUSD    128(R9), Z18, Z22  \
+	VPDPBUSD    192(R9), Z19, Z23  \
+	Q4K_PACK(Z20, Z21)             \
+	Q4K_PACK(Z22, Z23)             \
+	VPMADDWD    Z11, Z21, Z20      \
+	VPDPWSSD    Z12, Z23, Z20      \
 	VPMADDWD    0(R10), Y15, Y22   \
 	VBROADCASTSS 0(R11), Z24       \
 	VMULPS      Z24, Z10, Z24      \
-	Q4K_FINISH(Z21, Z22, Z23, Z24, ACC) \
-	ADDQ        ys+48(FP), R9      \
-	ADDQ        bss+64(FP), R10    \
-	ADDQ        ds+56(FP), R11
+	Q4K_FINISH(Z20, Z22, Z23, Z24, ACC) \
+	ADDQ        YS, R9             \
+	ADDQ        BSS, R10           \
+	ADDQ        DS, R11
+
+// HSUM4R reduces Y0-Y3 (four rows' a − m) to their four sums in X0, in
+// hsum4's order: each row's 128-bit halves added, then the pairs added
+// (VHADDPS) as hsum4's AddPairs add them.
+#define HSUM4R \
+	VEXTRACTF128 $1, Y0, X8 \
+	VADDPS       X8, X0, X0 \
+	VEXTRACTF128 $1, Y1, X8 \
+	VADDPS       X8, X1, X1 \
+	VEXTRACTF128 $1, Y2, X8 \
+	VADDPS       X8, X2, X2 \
+	VEXTRACTF128 $1, Y3, X8 \
+	VADDPS       X8, X3, X3 \
+	VHADDPS      X1, X0, X0 \
+	VHADDPS      X3, X2, X2 \
+	VHADDPS      X2, X0, X0
+
+// HSUM4 stores at (R13) the four sums of the [a | m] accumulators Z0-Z3.
+#define HSUM4 \
+	VEXTRACTF64X4 $1, Z0, Y8 \
+	VSUBPS        Y8, Y0, Y0 \
+	VEXTRACTF64X4 $1, Z1, Y8 \
+	VSUBPS        Y8, Y1, Y1 \
+	VEXTRACTF64X4 $1, Z2, Y8 \
+	VSUBPS        Y8, Y2, Y2 \
+	VEXTRACTF64X4 $1, Z3, Y8 \
+	VSUBPS        Y8, Y3, Y3 \
+	HSUM4R                   \
+	VMOVUPS       X0, (R13)
+
+// PF_OUT stores token k's four sums from the prefill scratch at R10
+// ([row][token][8]) to (R9).
+#define PF_OUT(k) \
+	VMOVUPS k*32(R10), Y0     \
+	VMOVUPS 256+k*32(R10), Y1 \
+	VMOVUPS 512+k*32(R10), Y2 \
+	VMOVUPS 768+k*32(R10), Y3 \
+	HSUM4R                    \
+	VMOVUPS X0, (R9)          \
+	ADDQ    ostride+8(FP), R9
 
 // func q4kRow1AVX512(acc *[8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.Pointer)
 TEXT ·q4kRow1AVX512(SB), NOSPLIT, $0-48
@@ -388,10 +400,10 @@ tok4loop:
 	MOVQ SI, R9
 	MOVQ BX, R10
 	MOVQ DI, R11
-	Q4K_TOK(Z0)
-	Q4K_TOK(Z1)
-	Q4K_TOK(Z2)
-	Q4K_TOK(Z3)
+	Q4K_TOK(Z0, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z1, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z2, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z3, ys+48(FP), bss+64(FP), ds+56(FP))
 	ADDQ $144, R8
 	ADDQ $256, SI
 	ADDQ $32, BX
@@ -433,14 +445,14 @@ tok8loop:
 	MOVQ SI, R9
 	MOVQ BX, R10
 	MOVQ DI, R11
-	Q4K_TOK(Z0)
-	Q4K_TOK(Z1)
-	Q4K_TOK(Z2)
-	Q4K_TOK(Z3)
-	Q4K_TOK(Z4)
-	Q4K_TOK(Z5)
-	Q4K_TOK(Z6)
-	Q4K_TOK(Z7)
+	Q4K_TOK(Z0, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z1, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z2, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z3, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z4, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z5, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z6, ys+48(FP), bss+64(FP), ds+56(FP))
+	Q4K_TOK(Z7, ys+48(FP), bss+64(FP), ds+56(FP))
 	ADDQ $144, R8
 	ADDQ $256, SI
 	ADDQ $32, BX
@@ -460,31 +472,6 @@ tok8done:
 	STORE_AM(Z7, Y7, 224)
 	VZEROUPPER
 	RET
-
-// HSUM4 stores at (R13) the four sums of the [a | m] accumulators Z0-Z3
-// in hsum4's order: per row a − m, its 128-bit halves added, then the
-// pairs added (VHADDPS) as hsum4's AddPairs add them.
-#define HSUM4 \
-	VEXTRACTF64X4 $1, Z0, Y8  \
-	VSUBPS        Y8, Y0, Y0  \
-	VEXTRACTF128  $1, Y0, X8  \
-	VADDPS        X8, X0, X0  \
-	VEXTRACTF64X4 $1, Z1, Y8  \
-	VSUBPS        Y8, Y1, Y1  \
-	VEXTRACTF128  $1, Y1, X8  \
-	VADDPS        X8, X1, X1  \
-	VEXTRACTF64X4 $1, Z2, Y8  \
-	VSUBPS        Y8, Y2, Y2  \
-	VEXTRACTF128  $1, Y2, X8  \
-	VADDPS        X8, X2, X2  \
-	VEXTRACTF64X4 $1, Z3, Y8  \
-	VSUBPS        Y8, Y3, Y3  \
-	VEXTRACTF128  $1, Y3, X8  \
-	VADDPS        X8, X3, X3  \
-	VHADDPS       X1, X0, X0  \
-	VHADDPS       X3, X2, X2  \
-	VHADDPS       X2, X0, X0  \
-	VMOVUPS       X0, (R13)
 
 // func q4kDecodeAVX512(out *float32, x unsafe.Pointer, rb, groups, n int, y, d, bs unsafe.Pointer)
 TEXT ·q4kDecodeAVX512(SB), NOSPLIT, $0-64
@@ -536,5 +523,119 @@ decstore:
 	JNZ  decgroup
 
 decdone:
+	VZEROUPPER
+	RET
+
+// func q4kPrefill4AVX512(out *float32, ostride int, x unsafe.Pointer, rb, n int, y unsafe.Pointer, ys int, d unsafe.Pointer, ds int, bs unsafe.Pointer, bss, tblocks int, scratch *[4][8][8]float32)
+//
+// The token strides stay in registers (R12, R13, DX: stepping R9-R11
+// through the eight tokens by ADDQ from the argument slots put a load in
+// each step's dependency chain, 5 % of the time), so the loop counters
+// and the output and scratch pointers live in the frame.
+TEXT ·q4kPrefill4AVX512(SB), NOSPLIT, $32-104
+	Q4K_CONSTS(q4kScIdxJ<>)
+	MOVQ  tblocks+88(FP), AX
+	TESTQ AX, AX
+	JLE   pfdone
+	MOVQ  AX, blk-32(SP)
+	MOVQ  out+0(FP), AX
+	MOVQ  AX, outp-16(SP)
+	MOVQ  y+40(FP), SI
+	MOVQ  d+56(FP), DI
+	MOVQ  bs+72(FP), BX
+	MOVQ  ys+48(FP), R12
+	MOVQ  bss+80(FP), R13
+	MOVQ  ds+64(FP), DX
+
+pfblock:
+	MOVQ x+16(FP), R8
+	MOVQ scratch+96(FP), AX
+	MOVQ AX, scr-8(SP)
+	MOVQ $4, rowc-24(SP)
+
+pfrow:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   n+32(FP), CX
+	TESTQ  CX, CX
+	JLE    pfrowdone
+
+pfloop:
+	Q4K_SCALES(R8)
+	Q4K_TUNPACK(R8)
+	MOVQ SI, R9
+	MOVQ BX, R10
+	MOVQ DI, R11
+	Q4K_TOK(Z0, R12, R13, DX)
+	Q4K_TOK(Z1, R12, R13, DX)
+	Q4K_TOK(Z2, R12, R13, DX)
+	Q4K_TOK(Z3, R12, R13, DX)
+	Q4K_TOK(Z4, R12, R13, DX)
+	Q4K_TOK(Z5, R12, R13, DX)
+	Q4K_TOK(Z6, R12, R13, DX)
+	Q4K_TOK(Z7, R12, R13, DX)
+	ADDQ $144, R8
+	ADDQ $256, SI
+	ADDQ $32, BX
+	ADDQ $4, DI
+	DECQ CX
+	JNZ  pfloop
+
+	// Back to the token block's first super-block.
+	MOVQ n+32(FP), CX
+	MOVQ CX, R9
+	SHLQ $8, R9
+	SUBQ R9, SI
+	SHLQ $5, CX
+	SUBQ CX, BX
+	SHRQ $3, CX
+	SUBQ CX, DI
+
+pfrowdone:
+	MOVQ scr-8(SP), AX
+	STORE_AM(Z0, Y0, 0)
+	STORE_AM(Z1, Y1, 32)
+	STORE_AM(Z2, Y2, 64)
+	STORE_AM(Z3, Y3, 96)
+	STORE_AM(Z4, Y4, 128)
+	STORE_AM(Z5, Y5, 160)
+	STORE_AM(Z6, Y6, 192)
+	STORE_AM(Z7, Y7, 224)
+	ADDQ $256, AX
+	MOVQ AX, scr-8(SP)
+	// R8 has walked the row to its end: the next row.
+	DECQ rowc-24(SP)
+	JNZ  pfrow
+
+	MOVQ scratch+96(FP), R10
+	MOVQ outp-16(SP), R9
+	PF_OUT(0)
+	PF_OUT(1)
+	PF_OUT(2)
+	PF_OUT(3)
+	PF_OUT(4)
+	PF_OUT(5)
+	PF_OUT(6)
+	PF_OUT(7)
+	MOVQ R9, outp-16(SP)
+	MOVQ R12, R9
+	SHLQ $3, R9
+	ADDQ R9, SI
+	MOVQ R13, R9
+	SHLQ $3, R9
+	ADDQ R9, BX
+	MOVQ DX, R9
+	SHLQ $3, R9
+	ADDQ R9, DI
+	DECQ blk-32(SP)
+	JNZ  pfblock
+
+pfdone:
 	VZEROUPPER
 	RET

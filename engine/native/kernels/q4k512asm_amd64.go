@@ -63,6 +63,16 @@ func q4kTok8AVX512(acc *[8][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.
 //go:noescape
 func q4kDecodeAVX512(out *float32, x unsafe.Pointer, rb, groups, n int, y, d, bs unsafe.Pointer)
 
+// q4kMat is matKQuantAVX2 for Q4_K at the AVX-512 level with the
+// assembly, for one token or eight and more.
+func q4kMat(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
+	if T == 1 {
+		q4kDecode(out, w.B, a, lo, hi, w.Cols/QKK)
+		return
+	}
+	q4kPrefill(out, w, a, lo, hi, T)
+}
+
 // q4kDecode is matKQuantAVX2 for one Q4_K token at the AVX-512 level
 // with the assembly: rows [lo,hi) of out from the weights at pw (rows
 // rb bytes apart, n super-blocks) against the Q8_K row at py, pd, pbs.
@@ -87,6 +97,66 @@ func q4kDecode(out []float32, w []byte, a q8kRows, lo, hi, n int) {
 		q4kRow4AVX512(&acc, row(0), row(1), row(2), row(3), n, py, pd, pbs)
 		storeRows(&acc, out, r, hi-r, &tile)
 		archsimd.ClearAVXUpperBits()
+	}
+}
+
+// q4kPrefill4AVX512 computes four consecutive weight rows (at x, rb =
+// 144·n bytes apart) against tblocks blocks of eight Q8_K rows (token k's
+// values at y + k·ys, scales d + k·ds, bsums bs + k·bss, bytes; blocks
+// follow one another), storing token k's four sums (hsum4's order) at
+// out + k·ostride bytes. scratch holds a block's [a − m] per row and token
+// until the four rows are done. Eight tokens per pass over a weight row:
+// the row's unpacked weights, scales and mins (Z10-Z19) are shared by
+// more tokens than four, and eight [a | m] accumulators still fit.
+//
+//go:noescape
+func q4kPrefill4AVX512(out *float32, ostride int, x unsafe.Pointer, rb, n int, y unsafe.Pointer, ys int, d unsafe.Pointer, ds int, bs unsafe.Pointer, bss, tblocks int, scratch *[4][8][8]float32)
+
+// q4kPrefill is matKQuantAVX2 for Q4_K at the AVX-512 level with the
+// assembly, for T ≥ 8 tokens: per block of up to tokenBlock tokens, each
+// group of four rows against the block's tokens eight at a time in one
+// call; the last one to three rows through q4kTok8AVX512 and storeSums,
+// and the last T mod 8 tokens through matKQuantAVX2 (kRow4, kRow2,
+// kRow). Every output is what the one-token path gives, bitwise.
+func q4kPrefill(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
+	rows, cols := w.Rows, w.Cols
+	n := cols / QKK
+	rb := n * 144
+	if lo < 0 || lo >= hi || hi > rows || len(out) < (T-1)*rows+hi || len(w.B) < hi*rb ||
+		len(a.q) < T*cols || len(a.d) < T*n || len(a.bs) < T*cols/bsumsPer {
+		panic("kernels: Q4_K prefill bounds")
+	}
+	pw, py, pd, pbs := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
+	ds, bss := n*4, cols/bsumsPer*2
+	T8 := T &^ 7
+	var scratch [4][8][8]float32
+	var tile [4]float32
+	for t0 := 0; t0 < T8; t0 += tokenBlock {
+		tb := min(T8-t0, tokenBlock) / 8
+		yt, dt, bt := unsafe.Add(py, t0*cols), unsafe.Add(pd, t0*ds), unsafe.Add(pbs, t0*bss)
+		r := lo
+		for ; r+4 <= hi; r += 4 {
+			q4kPrefill4AVX512(&out[t0*rows+r], rows*4, unsafe.Add(pw, r*rb), rb, n, yt, cols, dt, ds, bt, bss, tb, &scratch)
+		}
+		if r == hi {
+			continue
+		}
+		for b := range tb {
+			t := t0 + 8*b
+			yb, db, bb := unsafe.Add(py, t*cols), unsafe.Add(pd, t*ds), unsafe.Add(pbs, t*bss)
+			for k := range 4 {
+				q4kTok8AVX512(&scratch[k], unsafe.Add(pw, min(r+k, hi-1)*rb), n, yb, db, bb, cols, ds, bss)
+			}
+			for k := range 8 {
+				storeSums(hsum4(archsimd.LoadFloat32x8(&scratch[0][k]), archsimd.LoadFloat32x8(&scratch[1][k]),
+					archsimd.LoadFloat32x8(&scratch[2][k]), archsimd.LoadFloat32x8(&scratch[3][k])), out, (t+k)*rows+r, hi-r, &tile)
+			}
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	if T8 < T {
+		rest := q8kRows{q: a.q[T8*cols:], d: a.d[T8*n:], bs: a.bs[T8*cols/bsumsPer:]}
+		matKQuantAVX2(out[T8*rows:], w, rest, lo, hi, T-T8)
 	}
 }
 

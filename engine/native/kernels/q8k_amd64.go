@@ -502,8 +502,8 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 		panic("kernels: k-quant product bounds")
 	}
 	typ := w.Type
-	if T == 1 && typ == Q4_K && level == levelAVX512 && q4kAsm {
-		q4kDecode(out, w.B, a, lo, hi, n)
+	if typ == Q4_K && level == levelAVX512 && q4kAsm && (T == 1 || T >= 8) {
+		q4kMat(out, w, a, lo, hi, T)
 		return
 	}
 	pw, py, pd, pbs := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
