@@ -63,14 +63,33 @@ func q4kTok8AVX512(acc *[8][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.
 //go:noescape
 func q4kDecodeAVX512(out *float32, x unsafe.Pointer, rb, groups, n int, y, d, bs unsafe.Pointer)
 
+// q4kTakes reports the token counts q4kMat handles: all but 4-7, which
+// matKQuantAVX2's four-token rows (kRow4: q4kTok4AVX512) do in one pass
+// over the weights.
+func q4kTakes(T int) bool { return T < 4 || T >= 8 }
+
 // q4kMat is matKQuantAVX2 for Q4_K at the AVX-512 level with the
-// assembly, for one token or eight and more.
+// assembly: blocks of eight tokens through q4kPrefill, then the last
+// T mod 8 tokens one at a time through q4kDecode (fewer than four) or
+// through matKQuantAVX2 (four to seven). matKQuantAVX2 has checked the
+// bounds.
 func q4kMat(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
-	if T == 1 {
-		q4kDecode(out, w.B, a, lo, hi, w.Cols/QKK)
+	rows, cols := w.Rows, w.Cols
+	n := cols / QKK
+	T8 := T &^ 7
+	if T8 > 0 {
+		q4kPrefill(out, w, a, lo, hi, T8)
+	}
+	tok := func(t int) q8kRows {
+		return q8kRows{q: a.q[t*cols:], d: a.d[t*n:], bs: a.bs[t*cols/bsumsPer:]}
+	}
+	if T-T8 >= 4 {
+		matKQuantAVX2(out[T8*rows:], w, tok(T8), lo, hi, T-T8)
 		return
 	}
-	q4kPrefill(out, w, a, lo, hi, T)
+	for t := T8; t < T; t++ {
+		q4kDecode(out[t*rows:], w.B, tok(t), lo, hi, n)
+	}
 }
 
 // q4kDecode is matKQuantAVX2 for one Q4_K token at the AVX-512 level
@@ -112,12 +131,11 @@ func q4kDecode(out []float32, w []byte, a q8kRows, lo, hi, n int) {
 //go:noescape
 func q4kPrefill4AVX512(out *float32, ostride int, x unsafe.Pointer, rb, n int, y unsafe.Pointer, ys int, d unsafe.Pointer, ds int, bs unsafe.Pointer, bss, tblocks int, scratch *[4][8][8]float32)
 
-// q4kPrefill is matKQuantAVX2 for Q4_K at the AVX-512 level with the
-// assembly, for T ≥ 8 tokens: per block of up to tokenBlock tokens, each
-// group of four rows against the block's tokens eight at a time in one
-// call; the last one to three rows through q4kTok8AVX512 and storeSums,
-// and the last T mod 8 tokens through matKQuantAVX2 (kRow4, kRow2,
-// kRow). Every output is what the one-token path gives, bitwise.
+// q4kPrefill is q4kMat's T tokens, T a multiple of 8: per block of up to
+// tokenBlock tokens, each group of four rows against the block's tokens
+// eight at a time in one call; the last one to three rows through
+// q4kTok8AVX512 and storeSums. Every output is what the one-token path
+// gives, bitwise.
 func q4kPrefill(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 	rows, cols := w.Rows, w.Cols
 	n := cols / QKK
@@ -128,7 +146,7 @@ func q4kPrefill(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 	}
 	pw, py, pd, pbs := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
 	ds, bss := n*4, cols/bsumsPer*2
-	T8 := T &^ 7
+	T8 := T &^ 7 // T
 	var scratch [4][8][8]float32
 	var tile [4]float32
 	for t0 := 0; t0 < T8; t0 += tokenBlock {
@@ -154,10 +172,6 @@ func q4kPrefill(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 		}
 	}
 	archsimd.ClearAVXUpperBits()
-	if T8 < T {
-		rest := q8kRows{q: a.q[T8*cols:], d: a.d[T8*n:], bs: a.bs[T8*cols/bsumsPer:]}
-		matKQuantAVX2(out[T8*rows:], w, rest, lo, hi, T-T8)
-	}
 }
 
 // q4kRowAVX512 is kRow's Q4_K path at the AVX-512 level.

@@ -502,7 +502,7 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 		panic("kernels: k-quant product bounds")
 	}
 	typ := w.Type
-	if typ == Q4_K && level == levelAVX512 && q4kAsm && (T == 1 || T >= 8) {
+	if typ == Q4_K && level == levelAVX512 && q4kAsm && q4kTakes(T) {
 		q4kMat(out, w, a, lo, hi, T)
 		return
 	}
