@@ -16,7 +16,9 @@
 // simd/archsimd at the best level the CPU has, picked once at start-up:
 // AVX-512 (16-lane kernels), else AVX2+FMA (8-lane), else the portable
 // loops; TANDEM_NATIVE_KERNELS=avx2 or =portable picks a lower level, to
-// measure or test it. Every other build uses portable Go. Levels reduce in
+// measure or test it. At the AVX-512 level, on CPUs with AVX512_VNNI, the
+// Q4_K products run Go assembly instead (q4k512_amd64.s), bitwise equal
+// to the archsimd kernels. Every other build uses portable Go. Levels reduce in
 // different orders and agree within the tolerance stated in the tests, not
 // bitwise; within one process every product uses one level.
 //
@@ -24,6 +26,10 @@
 //
 //   - Go's register allocator uses 16 vector registers, so the widest tiles
 //     are 4 weight rows × 2 tokens (fp32) and 4 × 1 (Q8_0); wider ones spill.
+//     Assembly has 32 (Q4_K: 1 weight row × 8 tokens, with the row's
+//     unpacked weights and scales in registers); it is written where a
+//     benchmark shows it pays and must give the archsimd kernel's results
+//     bitwise.
 //   - Scalar float code compiles to legacy SSE, and Go zeroes composite
 //     locals with legacy-SSE MOVUPS. On Intel both are very slow while the
 //     upper halves of the vector registers are dirty (a 3× slowdown of a

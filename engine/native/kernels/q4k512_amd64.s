@@ -3,13 +3,18 @@
 #include "textflag.h"
 
 // Q4_K × Q8_K at the AVX-512 level in assembly (q4k512asm_amd64.go
-// declares the functions and says why). Each super-block's integer work
-// is q4kRow512's, lane for lane: per 64 activations one 512-bit
-// VPMADDUBSW (lower 256 bits: the 32 low nibbles against activations
-// 64j..64j+31, upper: the high nibbles against 64j+32..64j+63), then the
-// int16 pair sums times the sub-block scales (sc_2j in the lower half,
-// sc_2j+1 in the upper) into int32 lanes by VPDPWSSD (VPMADDWD for j = 0),
-// the halves folded, converted and FMA'd once with d·dx.
+// declares the functions, says why, and why the results are bitwise the
+// archsimd kernels'). Per super-block and output: the eight 6-bit scales
+// and mins decoded in vector registers, 4-value raw sums of nibbles ×
+// activations by VPDPBUSD, two raw sums packed per dword as int16 and
+// multiplied by their scales and added by one VPDPWSSD, the 512-bit
+// halves folded to the archsimd kernels' eight int32 lanes, then one
+// conversion and one FMA for [d·dx·sumi | dmin·dx·mins] together.
+//
+// Registers shared by the macros: Z31 = 0x0F bytes, Z30 = q4kShift, Z28 =
+// 0xFFFF per dword, Z26, Z27 = the scale indices, Y25 = q4kMinIdx, K1 =
+// the lower eight dwords; Z8-Z15 the super-block's scales, mins and
+// d | dmin; Z16-Z19 activations (decode) or unpacked weights (prefill).
 
 // Per-16-bit-lane shift counts (prefill's unpacking): the lower half's
 // bytes keep their low nibbles, the upper half's get the high ones.

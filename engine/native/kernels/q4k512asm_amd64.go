@@ -9,23 +9,42 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// Q4_K × Q8_K at the AVX-512 level, in assembly (q4k512_amd64.s): the
-// one-token row (decode) and the four-token row (prefill) that replace
-// q4kRow512 and q4kStep4x512 where the CPU has what they use. The
-// archsimd kernels hit the compiler's limits (16 vector registers, scalar
-// scale decoding, accumulators passed through memory); the assembly keeps
-// every accumulator and constant in registers and decodes the scales in
-// general registers.
+// Q4_K × Q8_K at the AVX-512 level, in assembly (q4k512_amd64.s), in
+// place of the archsimd kernels (q4kRow512, q4kStep4x512 and the Go loops
+// around them) where the CPU has what it uses. The archsimd kernels hit
+// the compiler's limits (16 vector registers, scalar scale decoding,
+// accumulators passed through memory, a call per four rows); the
+// assembly keeps accumulators and constants in 32 registers, decodes the
+// scales with vector instructions, and loops over whole row ranges:
 //
-// Bitwise the archsimd kernels' results (TestQ4KAsmMatchesArchsimd): the
-// same int32 lanes per super-block (VPMADDUBSW, then the scales by
-// VPDPWSSD, which is VPMADDWD and VPADDD in one instruction; the sums are
-// exact, the ranges in q8k_amd64.go), the same conversions and the same
-// FMAs with the same scale products d·dx and dmin·dx, the same a − m.
+//   - decode (one token, q4kDecodeAVX512): four weight rows per pass, the
+//     token's 256 activations of a super-block rearranged once per pass
+//     so that one 64-byte weight load serves two j (its low nibbles are
+//     sub-blocks 2j | 2j+2 against values 64j..64j+31 | 64j+64..64j+95,
+//     its high nibbles 2j+1 | 2j+3); hsum4 and the store in assembly.
+//   - prefill (q4kPrefill4AVX512): one weight row against eight tokens
+//     per pass (the row's unpacked weights, scales and mins shared by
+//     eight; eight [a | m] accumulators), four rows and up to tokenBlock
+//     tokens per call.
+//
+// Bitwise the archsimd kernels' results (TestQ4KAsmMatchesArchsimd,
+// FuzzQ4KAsm): per super-block each of the eight int32 lanes k holds
+// Σ over the eight sub-blocks of sc·Σ_{bytes 4k..4k+3} q·y, as the
+// archsimd kernels' folded lanes do. The integer sums are exact (a 4-value
+// raw sum is at most 4·15·127 = 7620, an int16; the rest as in
+// q8k_amd64.go), so the order in which the assembly adds them does not
+// matter; from there the float work is the same: one conversion, an FMA
+// with the same products d·dx and dmin·dx (float32 multiplies), a − m,
+// hsum4's order. VPDPBUSD + pack + VPDPWSSD does the integer work in
+// six multiply-port instructions per 256 values and output where
+// VPMADDUBSW + VPDPWSSD took eight; on this machine (Zen 5, shared) the
+// two measured the same (BenchmarkQ4KAsm).
 
-// q4kAsm selects the assembly for Q4_K at the AVX-512 level. The
-// assembly uses AVX512F, BW and VL and VPDPWSSD (AVX512_VNNI); tests and
-// benchmarks turn it off to compare with the archsimd kernels.
+// q4kAsm selects the assembly for Q4_K at the AVX-512 level, fixed at
+// start-up like level. The assembly uses AVX512F, BW and VL and VPDPBUSD,
+// VPDPWSSD (AVX512_VNNI); tests and benchmarks turn it off to compare with
+// the archsimd kernels (TANDEM_NATIVE_KERNELS=avx2 picks a level below
+// it).
 var q4kAsm = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 
 // q4kRow1AVX512 is q4kRow512: one weight row at x (n super-blocks of 144

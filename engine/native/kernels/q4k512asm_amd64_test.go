@@ -177,7 +177,7 @@ func q4kUseAsm(on bool) (restore func()) {
 }
 
 // FuzzQ4KAsm: any weight bytes and activations, one to three
-// super-blocks, one to five tokens: the assembly's products are bitwise
+// super-blocks, one to twelve tokens: the assembly's products are bitwise
 // the archsimd kernels'.
 func FuzzQ4KAsm(f *testing.F) {
 	if level != levelAVX512 || !q4kAsm {
@@ -190,7 +190,7 @@ func FuzzQ4KAsm(f *testing.F) {
 	}
 	f.Add(uint8(3), uint8(2), seed)
 	f.Fuzz(func(t *testing.T, nb, tb uint8, b []byte) {
-		n, T, rows := 1+int(nb)%3, 1+int(tb)%5, 5
+		n, T, rows := 1+int(nb)%3, 1+int(tb)%12, 5
 		w, a := q4kCase(rand.New(rand.NewPCG(uint64(nb), uint64(tb))), fillRandom, rows, n, T)
 		for i := range w.B {
 			if i < len(b) {
@@ -227,6 +227,7 @@ func FuzzQ4KAsm(f *testing.F) {
 // T = 1 (decode) and T = 64 (prefill). asm-ratio is archsimd/assembly
 // wall time, asm-cpu-ratio the same in process CPU time (above 1: the
 // assembly is faster; on a shared machine the CPU times move less).
+// Q4K_ROWS and Q4K_COLS change the shape.
 func BenchmarkQ4KAsm(b *testing.B) {
 	if level != levelAVX512 || !q4kAsm {
 		b.Skip("no AVX-512 assembly level")
