@@ -118,8 +118,7 @@ GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 
 // Q4K_CONSTS loads the loop-invariant vectors: Z31 = 0x0F bytes, K1 =
 // the lower eight dword lanes, Z28 = 0xFFFF per dword, Z26, Z27 = the
-// scale indices of TAB,
-// Y25 = q4kMinIdx, Z30 = q4kShift.
+// scale indices of TAB, Y25 = q4kMinIdx, Z30 = q4kShift.
 #define Q4K_CONSTS(TAB) \
 	MOVL         $0x0f0f0f0f, AX      \
 	VPBROADCASTD AX, Z31              \
@@ -212,7 +211,7 @@ GLOBL q4kScM2<>(SB), RODATA|NOPTR, $64
 
 // Q4K_DACT loads the super-block's 256 activations at SI as Z16 = values
 // 0-31 | 64-95, Z17 = 32-63 | 96-127, Z18 = 128-159 | 192-223, Z19 =
-// 160-191 | 224-255 (what Q4K_PAIR's nibbles meet), and dx into Z24. Shared
+// 160-191 | 224-255 (what Q4K_DPAIR's nibbles meet), and dx into Z24. Shared
 // by the rows of a call: one token (decode).
 #define Q4K_DACT \
 	VBROADCASTSS (DI), Z24            \
