@@ -16,19 +16,21 @@
 // simd/archsimd at the best level the CPU has, picked once at start-up:
 // AVX-512 (16-lane kernels), else AVX2+FMA (8-lane), else the portable
 // loops; TANDEM_NATIVE_KERNELS=avx2 or =portable picks a lower level, to
-// measure or test it. Every other build uses portable Go. Levels reduce in
-// different orders and agree within the tolerance stated in the tests, not
-// bitwise; within one process every product uses one level.
+// measure or test it. At the AVX-512 level the quantized products run Go
+// assembly instead (q8asm_amd64.s: Q8_0; and on CPUs with AVX512_VNNI
+// q4k512_amd64.s: Q4_K, q6k512_amd64.s: Q6_K), bitwise equal to the
+// archsimd kernels of that level. Every other build uses portable Go.
+// Levels reduce in different orders and agree within the tolerance stated
+// in the tests, not bitwise; within one process every product uses one
+// level.
 //
 // Rules the SIMD kernels follow, learned the hard way:
 //
 //   - Go's register allocator uses 16 vector registers, so the widest tiles
 //     are 4 weight rows × 2 tokens (fp32) and 4 × 1 (Q8_0); wider ones spill.
-//     Where that limit costs most, the AVX-512 level runs Go assembly with
-//     all 32 registers (q8asm_amd64.s: Q8_0 in 4 × 4 tiles), keeping the
-//     archsimd kernel's integer lanes and float order so that the outputs
-//     are bitwise the same, which a test checks against the archsimd
-//     kernel, kept for that comparison and the benchmarks.
+//     Assembly has all 32, which is what it buys where that limit costs
+//     most: Q8_0 in 4 weight rows × 4 tokens, Q4_K and Q6_K in 1 row × 8
+//     tokens with the row's unpacked weights and scales in registers.
 //   - Scalar float code compiles to legacy SSE, and Go zeroes composite
 //     locals with legacy-SSE MOVUPS. On Intel both are very slow while the
 //     upper halves of the vector registers are dirty (a 3× slowdown of a
@@ -41,12 +43,14 @@
 //     allocation, which go test -race (checkptr) verifies. archsimd's
 //     SlicePart helpers are not used: they convert short tails to full
 //     array pointers, which checkptr rejects.
-//   - Where a benchmark shows it pays, a kernel is Go assembly
-//     (q6k512_amd64.s: Q6_K at the AVX-512 level, given AVX512_VNNI), with
-//     all 32 vector registers. It gives bitwise what the archsimd kernel of
-//     its level gives, which stays reachable to the tests for that
-//     comparison; its Go caller checks every bound, and it reads nothing
-//     past a slice's end.
+//   - A kernel is Go assembly only where a benchmark in the package shows
+//     it pays (BenchmarkQ8Kernels, BenchmarkQ4KAsm, BenchmarkQ6KAsm report
+//     the ratio against the archsimd kernel in the same run). It keeps that
+//     kernel's integer lanes and float order, so it gives its results
+//     bitwise, and the archsimd kernel stays reachable (an unexported
+//     switch) for the tests that check this and for the benchmarks. Its Go
+//     caller checks every bound; it forms no pointer and reads nothing past
+//     a slice's end; it ends with VZEROUPPER.
 //
 // Large weight arrays are allocated with NewF32/NewI8, which advise Linux
 // to back them with transparent huge pages: decode streams every weight

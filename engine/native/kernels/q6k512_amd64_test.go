@@ -103,6 +103,9 @@ func q8kActs(r *rand.Rand, T, n, mode int) q8kRows {
 	return a
 }
 
+// equalBits reports whether a and b hold the same float bit patterns.
+func equalBits(a, b []float32) bool { return len(a) == len(b) && sameBits(a, b) < 0 }
+
 // sameBits is the index of the first value whose bits differ between a
 // and b, or −1.
 func sameBits(a, b []float32) int {

@@ -390,6 +390,10 @@ func q6kStep4(x unsafe.Pointer, tk *kTok4, dx *[4]archsimd.Float32x8, acc *[8]ar
 // kRow4 is kRow for four activation rows t..t+3 (Q4_K and Q6_K), each
 // output bitwise what kRow gives; out receives a − m per row.
 func kRow4(typ DType, out *[4][8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer, cols int, st *kState4) {
+	if typ == Q4_K && level == levelAVX512 && q4kAsm {
+		q4kTok4AVX512(out, pb, n, py, pd, pbs, cols, n*4, cols/bsumsPer*2)
+		return
+	}
 	var z archsimd.Float32x8
 	for k := range st.acc {
 		st.acc[k] = z
@@ -437,7 +441,7 @@ type kState4 struct {
 func kRow(typ DType, acc *[8]float32, pb unsafe.Pointer, n, size int, py, pd, pbs unsafe.Pointer) {
 	switch {
 	case typ == Q4_K && level == levelAVX512:
-		q4kRow512(acc, pb, n, size, py, pd, pbs)
+		q4kRowAVX512(acc, pb, n, size, py, pd, pbs)
 		return
 	case typ == Q6_K && level == levelAVX512:
 		q6kRow512(acc, pb, n, size, py, pd, pbs)
@@ -498,6 +502,10 @@ func matKQuantAVX2(out []float32, w *Mat, a q8kRows, lo, hi, T int) {
 		panic("kernels: k-quant product bounds")
 	}
 	typ := w.Type
+	if typ == Q4_K && level == levelAVX512 && q4kAsm && q4kTakes(T) {
+		q4kMat(out, w, a, lo, hi, T)
+		return
+	}
 	pw, py, pd, pbs := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&a.q[0]), unsafe.Pointer(&a.d[0]), unsafe.Pointer(&a.bs[0])
 	if typ == Q6_K && useQ6KAsm() {
 		matQ6KAsm(out, pw, py, pd, pbs, rb, rows, cols, lo, hi, T) // q6k512_amd64.go
