@@ -36,6 +36,8 @@ func quantizeK(x []float32, q []int8, d []float32, bs []int16) { quantizeRowsKPo
 
 func f32ToF16Row(dst []uint16, src []float32) { f32ToF16RowPortable(dst, src) }
 
+func f16Fast() bool { return false }
+
 func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
 	f16RowsPortable(dst, dstride, src, sstride, rows, width)
 }

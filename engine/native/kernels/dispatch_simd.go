@@ -139,6 +139,8 @@ func setKernelLevel(name string) (restore func()) {
 	return func() { level = old }
 }
 
+func f16Fast() bool { return level == levelAVX512 }
+
 func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
 	if level == levelAVX512 {
 		f16RowsAVX512(dst, dstride, src, sstride, rows, width)

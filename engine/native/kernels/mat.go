@@ -18,6 +18,9 @@ const (
 	Q4_K
 	Q5_K
 	Q6_K
+	// F16 keeps IEEE halves (Mat.H), widened a few rows at a time inside
+	// the product (f16mat.go): decode reads half the bytes of F32.
+	F16
 )
 
 func (d DType) String() string {
@@ -34,6 +37,8 @@ func (d DType) String() string {
 		return "Q5_K"
 	case Q6_K:
 		return "Q6_K"
+	case F16:
+		return "F16"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -50,6 +55,7 @@ type Mat struct {
 	Q    []int8    // Q8_0: Rows*Cols quants
 	S    []float32 // Q8_0: Rows*Cols/QK scales
 	B    []byte    // block types: Rows rows of BlockRowBytes(Type, Cols) bytes
+	H    []uint16  // F16: Rows*Cols halves
 }
 
 // Validate reports a Mat whose slices do not match its shape, so a corrupt
@@ -63,6 +69,10 @@ func (m *Mat) Validate() error {
 	case F32:
 		if len(m.F) != n {
 			return fmt.Errorf("F32 %dx%d has %d values", m.Rows, m.Cols, len(m.F))
+		}
+	case F16:
+		if len(m.H) != n {
+			return fmt.Errorf("F16 %dx%d has %d values", m.Rows, m.Cols, len(m.H))
 		}
 	case Q8_0:
 		if m.Cols%QK != 0 {
@@ -102,6 +112,9 @@ func (m *Mat) Bytes() int64 {
 	if m.Type.IsBlock() {
 		return int64(len(m.B))
 	}
+	if m.Type == F16 {
+		return 2 * int64(len(m.H))
+	}
 	return 4 * int64(len(m.F))
 }
 
@@ -110,6 +123,8 @@ func (m *Mat) Row(dst []float32, r int) {
 	switch m.Type {
 	case F32:
 		copy(dst, m.F[r*m.Cols:(r+1)*m.Cols])
+	case F16:
+		F16ToF32Rows(dst, m.Cols, m.H[r*m.Cols:(r+1)*m.Cols], m.Cols, 1, m.Cols)
 	case Q8_0:
 		q := m.Q[r*m.Cols : (r+1)*m.Cols]
 		s := m.S[r*m.Cols/QK : (r+1)*m.Cols/QK]
@@ -127,6 +142,9 @@ func (m *Mat) Row(dst []float32, r int) {
 // fp16 as they would be in a GGUF file, so quantizing in memory and loading
 // a written Q8_0 file give the same weights.
 func QuantizeMat(m *Mat) (*Mat, error) {
+	if m.Type == F16 {
+		m = m.Widened()
+	}
 	if m.Type != F32 {
 		return nil, fmt.Errorf("quantize: matrix is %v, not F32", m.Type)
 	}

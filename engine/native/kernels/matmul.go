@@ -35,18 +35,19 @@ type matJob struct {
 	x      []float32
 	xq     []int8
 	xs     []float32
-	xsum   []int32 // per-group sums of xq, for Q4_0
-	k      q8kRows // Q8_K activations, for the k-quants
+	xsum   []int32     // per-group sums of xq, for Q4_0
+	k      q8kRows     // Q8_K activations, for the k-quants
+	f16    [][]float32 // per thread: F16 rows widened (f16Tile·cols)
 	T      int
 	swiglu bool // prods[0] is the gate, prods[1] the up projection
 }
 
 // Run computes the outputs of rows [lo,hi) of the concatenated products.
-func (j *matJob) Run(_, lo, hi int) {
+func (j *matJob) Run(w, lo, hi int) {
 	if j.swiglu {
 		g, u := j.prods[0], j.prods[1]
-		j.one(g, lo, hi)
-		j.one(u, lo, hi)
+		j.one(w, g, lo, hi)
+		j.one(w, u, lo, hi)
 		rows := g.W.Rows
 		for t := range j.T {
 			SwiGLU(g.Out[t*rows+lo:t*rows+hi], u.Out[t*rows+lo:t*rows+hi])
@@ -57,17 +58,19 @@ func (j *matJob) Run(_, lo, hi int) {
 	for _, pr := range j.prods[:j.n] {
 		rows := pr.W.Rows
 		if a, b := max(lo, base), min(hi, base+rows); a < b {
-			j.one(pr, a-base, b-base)
+			j.one(w, pr, a-base, b-base)
 		}
 		base += rows
 	}
 }
 
-func (j *matJob) one(pr Prod, lo, hi int) {
+func (j *matJob) one(thread int, pr Prod, lo, hi int) {
 	w := pr.W
 	switch w.Type {
 	case F32:
 		matF32(pr.Out, w.F, j.x, lo, hi, w.Rows, w.Cols, j.T)
+	case F16:
+		matF16(pr.Out, w, j.x, lo, hi, j.T, j.f16[thread])
 	case Q8_0:
 		matQ8(pr.Out, w.Q, w.S, j.xq, j.xs, lo, hi, w.Rows, w.Cols, j.T)
 	case Q4_K, Q5_K, Q6_K:
@@ -79,8 +82,9 @@ func (j *matJob) one(pr Prod, lo, hi int) {
 
 // prepare checks shapes and quantizes x once per activation layout the
 // products need: a fused call over a mixed file (Q4_K_M mixes Q4_K and
-// Q6_K, sometimes Q8_0) may need both.
-func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
+// Q6_K, sometimes Q8_0) may need both. F16 products get their threads'
+// widening buffers from the pool.
+func (j *matJob) prepare(p *Pool, x []float32, T int, sc *Scratch) {
 	cols := j.prods[0].W.Cols
 	j.x, j.T = x[:T*cols], T
 	j.xq, j.xs, j.xsum, j.k = nil, nil, nil, q8kRows{}
@@ -90,11 +94,13 @@ func (j *matJob) prepare(x []float32, T int, sc *Scratch) {
 		}
 		_ = pr.Out[:T*pr.W.Rows]
 		switch t := pr.W.Type; {
+		case t == F16:
+			j.f16 = p.f16Buffers(cols)
 		case isKQuant(t):
 			if j.k.q == nil {
 				j.k = sc.prepareK(j.x, T, cols)
 			}
-		case t != F32 && j.xq == nil:
+		case t != F32 && t != F16 && j.xq == nil:
 			n := T * cols
 			if cap(sc.q) < n {
 				sc.q = make([]int8, n)
@@ -125,7 +131,7 @@ func (p *Pool) MatMul(out []float32, w *Mat, x []float32, T int, sc *Scratch) {
 	j := &p.mat
 	*j = matJob{n: 1}
 	j.prods[0] = Prod{out, w}
-	j.prepare(x, T, sc)
+	j.prepare(p, x, T, sc)
 	p.RunJob(w.Rows, rowGrain, j)
 }
 
@@ -141,7 +147,7 @@ func (p *Pool) MatMulMulti(prods []Prod, x []float32, T int, sc *Scratch) {
 	j := &p.mat
 	*j = matJob{n: len(prods)}
 	copy(j.prods[:], prods)
-	j.prepare(x, T, sc)
+	j.prepare(p, x, T, sc)
 	rows := 0
 	for _, pr := range prods {
 		rows += pr.W.Rows
@@ -161,8 +167,22 @@ func (p *Pool) MatMulSwiGLU(g, u []float32, w1, w3 *Mat, x []float32, T int, sc 
 	j := &p.mat
 	*j = matJob{n: 2, swiglu: true}
 	j.prods[0], j.prods[1] = Prod{g, w1}, Prod{u, w3}
-	j.prepare(x, T, sc)
+	j.prepare(p, x, T, sc)
 	p.RunJob(w1.Rows, rowGrain, j)
+}
+
+// f16Buffers returns one widening buffer per thread for F16 products of
+// cols columns, grown as needed and kept across calls (held under matMu).
+func (p *Pool) f16Buffers(cols int) [][]float32 {
+	for len(p.f16) < p.n {
+		p.f16 = append(p.f16, nil)
+	}
+	for i, b := range p.f16 {
+		if len(b) < f16Tile*cols {
+			p.f16[i] = make([]float32, f16Tile*cols)
+		}
+	}
+	return p.f16
 }
 
 // Dot is the fp32 dot product used outside the matrix products (attention

@@ -36,6 +36,7 @@ type Pool struct {
 	// product allocates nothing; matMu guards it for the whole product.
 	matMu sync.Mutex
 	mat   matJob
+	f16   [][]float32 // per thread: F16 widening buffers (matMu)
 }
 
 // Job is work split over index ranges for RunJob; w is the index in

@@ -58,10 +58,10 @@ func hsum16To(a f32x16, one *[4]float32) {
 	l.AddPairs(l).Store(one)
 }
 
-// checkMat panics unless every index a product over rows [lo,hi) and T
-// tokens touches is inside its slice.
+// checkMat panics unless every index a product over rows [lo,hi) and T ≥ 1
+// tokens touches is inside its slice (the last output is (T−1)·rows+hi−1).
 func checkMat(nout, nw, nx, lo, hi, rows, cols, T int) {
-	if lo < 0 || hi > rows || T < 0 || nw < hi*cols || nx < T*cols || nout < T*rows {
+	if lo < 0 || hi > rows || T < 1 || nw < hi*cols || nx < T*cols || nout < (T-1)*rows+hi {
 		panic("kernels: product bounds")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 
 	"github.com/tandemllm/tandem/engine/native/gguf"
 	"github.com/tandemllm/tandem/engine/native/kernels"
@@ -207,6 +208,12 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 			w.F[i] = math.Float32frombits(le.Uint32(data[4*i:]))
 		}
 	case gguf.F16:
+		if kernels.NativeF16() {
+			// Kept as the file's halves, aliasing the read-only mapping
+			// like the block types (widened inside the products).
+			w.Type, w.H = kernels.F16, halves(data[:2*n])
+			break
+		}
 		w.Type, w.F = kernels.F32, kernels.NewF32(n)
 		for i := range w.F {
 			w.F[i] = kernels.F16ToF32(le.Uint16(data[2*i:]))
@@ -240,6 +247,23 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 		return nil, fmt.Errorf("tensor %s has unsupported type %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, t.Type)
 	}
 	return w, nil
+}
+
+// halves views little-endian fp16 data as []uint16 without copying when
+// it is 2-byte aligned (GGUF aligns tensor data to 32 bytes; NativeF16 is
+// true only on little-endian amd64), else copies it.
+func halves(b []byte) []uint16 {
+	if len(b) == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%2 == 0 {
+		return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+	}
+	h := make([]uint16, len(b)/2)
+	for i := range h {
+		h[i] = binary.LittleEndian.Uint16(b[2*i:])
+	}
+	return h
 }
 
 var blockDType = map[gguf.Type]kernels.DType{gguf.Q4_0: kernels.Q4_0, gguf.Q4_K: kernels.Q4_K, gguf.Q5_K: kernels.Q5_K, gguf.Q6_K: kernels.Q6_K}
@@ -412,6 +436,11 @@ func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
 		y.F = make([]float32, len(x.F))
 		for r := range x.Rows {
 			copy(y.F[r*x.Cols:(r+1)*x.Cols], x.F[src(r)*x.Cols:])
+		}
+	case kernels.F16:
+		y.H = make([]uint16, len(x.H))
+		for r := range x.Rows {
+			copy(y.H[r*x.Cols:(r+1)*x.Cols], x.H[src(r)*x.Cols:])
 		}
 	case kernels.Q8_0:
 		g := x.Cols / kernels.QK
