@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine/native/gguf"
+	"github.com/tandemllm/tandem/engine/native/kernels"
 )
 
 // rssBytes is the process's resident set (Linux /proc/self/statm).
@@ -30,16 +31,32 @@ func rssBytes(t *testing.T) int64 {
 // tensor bytes are zero blocks: valid, and cheap to write) and loads it:
 // the resident set grows by the norms and RoPE tables only, not by the
 // ~400 MB of weights, which stay in the page cache until a product reads
-// them. The load time is logged, not asserted (a loaded machine varies).
+// them. The same for an F16 file (1.2 GB) where the kernels keep F16
+// matrices as halves (kernels.NativeF16). The load time is logged, not
+// asserted (a loaded machine varies).
 func TestLoadMapsWithoutTouching(t *testing.T) {
 	if !gguf.Mapped() {
 		t.Skip("this platform reads files instead of mapping them")
 	}
+	for _, quant := range []string{"q4_k_m", "f16"} {
+		t.Run(quant, func(t *testing.T) {
+			if quant == "f16" && !kernels.NativeF16() {
+				t.Skip("F16 matrices are widened at load at this kernel level")
+			}
+			testLoadMapsWithoutTouching(t, quant)
+		})
+	}
+}
+
+func testLoadMapsWithoutTouching(t *testing.T, quant string) {
 	c, err := Shape("0.6b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, _ := ParseQuant("q4_k_m")
+	q, err := ParseQuant(quant)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var w gguf.Writer
 	a := c.Arch
 	w.Set("general.architecture", a)
@@ -84,7 +101,7 @@ func TestLoadMapsWithoutTouching(t *testing.T) {
 		add(p+"attn_q_norm.weight", 0, c.HeadDim)
 		add(p+"attn_k_norm.weight", 0, c.HeadDim)
 	}
-	path := filepath.Join(t.TempDir(), "qwen3-0.6b-q4_k_m.gguf")
+	path := filepath.Join(t.TempDir(), "qwen3-0.6b-"+quant+".gguf")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
