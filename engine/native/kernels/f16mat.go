@@ -46,6 +46,9 @@ func (m *Mat) Widened() *Mat {
 func matF16(out []float32, w *Mat, x []float32, lo, hi, T int, buf []float32) {
 	cols, tile := w.Cols, f16Tile
 	if T == 1 {
+		if f16Decode(out, w, x, lo, hi) {
+			return
+		}
 		tile = f16DecodeTile
 	}
 	for r := lo; r < hi; r += tile {
