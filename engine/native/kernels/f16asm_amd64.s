@@ -92,3 +92,85 @@ step:
 done:
 	VZEROUPPER
 	RET
+
+// func f16Dot8(out *float32, w *uint16, x *float32, n16, tiles, stride int)
+//
+// f16Dot4 for eight consecutive rows per tile (w + k·stride bytes, k < 8),
+// tiles times, out += 8 floats and w += 8·stride bytes per tile.
+TEXT ·f16Dot8(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ n16+24(FP), R12
+	MOVQ tiles+32(FP), R13
+	MOVQ stride+40(FP), R14
+	TESTQ R13, R13
+	JLE   done8
+	LEAQ  (R8)(R14*8), AX
+
+tile8:
+	MOVQ   x+16(FP), SI
+	LEAQ   (R8)(R14*2), R9
+	ADDQ   R14, R9          // row 3
+	LEAQ   (R9)(R14*2), R10
+	ADDQ   R14, R10         // row 6
+	MOVQ   R8, R15          // row 0 of the next tile - 8·stride
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ   R12, CX
+
+step8:
+	VMOVUPS     (SI), Z24
+	VCVTPH2PS   (R8), Z16
+	VCVTPH2PS   (R8)(R14*1), Z17
+	VCVTPH2PS   (R8)(R14*2), Z18
+	VCVTPH2PS   (R9), Z19
+	VCVTPH2PS   (R9)(R14*1), Z20
+	VCVTPH2PS   (R9)(R14*2), Z21
+	VCVTPH2PS   (R10), Z22
+	VCVTPH2PS   (R9)(R14*4), Z23
+	PREFETCHT0  (AX)
+	PREFETCHT0  64(AX)
+	PREFETCHT0  128(AX)
+	PREFETCHT0  192(AX)
+	VFMADD231PS Z24, Z16, Z8
+	VFMADD231PS Z24, Z17, Z9
+	VFMADD231PS Z24, Z18, Z10
+	VFMADD231PS Z24, Z19, Z11
+	VFMADD231PS Z24, Z20, Z12
+	VFMADD231PS Z24, Z21, Z13
+	VFMADD231PS Z24, Z22, Z14
+	VFMADD231PS Z24, Z23, Z15
+	ADDQ        $256, AX
+	ADDQ        $64, SI
+	ADDQ        $32, R8
+	ADDQ        $32, R9
+	ADDQ        $32, R10
+	DECQ        CX
+	JNZ         step8
+
+	FOLD16(Z8, Y8, X8)
+	FOLD16(Z9, Y9, X9)
+	FOLD16(Z10, Y10, X10)
+	FOLD16(Z11, Y11, X11)
+	FOLD16(Z12, Y12, X12)
+	FOLD16(Z13, Y13, X13)
+	FOLD16(Z14, Y14, X14)
+	FOLD16(Z15, Y15, X15)
+	HSUM4(X8, X9, X10, X11)
+	HSUM4(X12, X13, X14, X15)
+	VMOVUPS X8, (DI)
+	VMOVUPS X12, 16(DI)
+	ADDQ    $32, DI
+	LEAQ    (R15)(R14*8), R8
+	DECQ    R13
+	JNZ     tile8
+
+done8:
+	VZEROUPPER
+	RET

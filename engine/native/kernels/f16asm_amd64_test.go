@@ -70,7 +70,7 @@ func f16AsmCheck(t *testing.T, w *Mat, x []float32, lo, hi int) {
 
 // TestF16AsmBitwise: the one-token F16 assembly gives bitwise the buffer
 // path's outputs (the fp32 product of the widened rows) for every row
-// count 1..37 (tails of the 4-row tile), row ranges not starting at 0,
+// count 1..37 (tails of the 8- and 4-row tiles), row ranges not starting at 0,
 // widths 16..4096, with extreme halves and activations.
 func TestF16AsmBitwise(t *testing.T) {
 	if supported() < levelAVX512 || !f16AsmOK {
@@ -134,7 +134,7 @@ func BenchmarkF16AsmDecode(b *testing.B) {
 		b.Skip("no AVX-512")
 	}
 	defer setKernelLevel("avx512")()
-	for _, sh := range []struct{ rows, cols, n int }{{32000, 768, 4}, {151936, 1024, 2}, {3072, 1024, 64}, {1024, 3072, 64}} {
+	for _, sh := range []struct{ rows, cols, n int }{{32000, 768, 4}, {151936, 1024, 2}, {2048, 768, 128}, {3072, 1024, 64}, {1024, 3072, 64}} {
 		b.Run(fmt.Sprintf("%dx%d", sh.rows, sh.cols), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
 			var ms []*Mat
