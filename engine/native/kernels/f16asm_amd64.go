@@ -21,8 +21,10 @@ import "golang.org/x/sys/cpu"
 // 768-column matrices (the 110M shape), even on 1024 and 3072 columns.
 // BenchmarkF16AsmDecode: 1.2-1.5× the buffer path's speed (2-3.7× on
 // 1024×3072). End to end, one thread, decode (tok/s, before → after,
-// alternating binaries): 110M F16 57-65 → 82-100 (llama.cpp 87.5);
-// Qwen3-0.6B shape F16 7.9-8.6 → 11.7-14.3 (llama.cpp 15.0).
+// alternating binaries, machine busy with other builds): 110M F16 38-65
+// → 44-100, median pair ratio 1.46 over 11 pairs (llama.cpp 87.5 on a
+// quiet machine); Qwen3-0.6B shape F16 7.9-8.6 → 11.7-14.3 (llama.cpp
+// 15.0).
 //
 // Each output is bitwise what the buffer path gives (TestF16AsmBitwise):
 // the same widened values (both widenings are exact for finite halves), the
