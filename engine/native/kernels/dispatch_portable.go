@@ -38,6 +38,8 @@ func f32ToF16Row(dst []uint16, src []float32) { f32ToF16RowPortable(dst, src) }
 
 func f16Fast() bool { return false }
 
+func f16Decode(_ []float32, _ *Mat, _ []float32, _, _ int) bool { return false }
+
 func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
 	f16RowsPortable(dst, dstride, src, sstride, rows, width)
 }

@@ -141,6 +141,12 @@ func setKernelLevel(name string) (restore func()) {
 
 func f16Fast() bool { return level == levelAVX512 }
 
+// f16Decode runs the one-token F16 assembly (f16asm_amd64.go) at the
+// AVX-512 level; false leaves the product to matF16's buffer path.
+func f16Decode(out []float32, w *Mat, x []float32, lo, hi int) bool {
+	return level == levelAVX512 && matF16DecodeAsm(out, w, x, lo, hi)
+}
+
 func f16Rows(dst []float32, dstride int, src []uint16, sstride, rows, width int) {
 	if level == levelAVX512 {
 		f16RowsAVX512(dst, dstride, src, sstride, rows, width)

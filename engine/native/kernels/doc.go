@@ -18,8 +18,9 @@
 // loops; TANDEM_NATIVE_KERNELS=avx2 or =portable picks a lower level, to
 // measure or test it. At the AVX-512 level the quantized products run Go
 // assembly instead (q8asm_amd64.s: Q8_0; and on CPUs with AVX512_VNNI
-// q4k512_amd64.s: Q4_K, q6k512_amd64.s: Q6_K), bitwise equal to the
-// archsimd kernels of that level. Every other build uses portable Go.
+// q4k512_amd64.s: Q4_K, q6k512_amd64.s: Q6_K), and so does the one-token
+// F16 product (f16asm_amd64.s, rows a multiple of 16 long), bitwise equal
+// to the archsimd kernels of that level. Every other build uses portable Go.
 // Levels reduce in different orders and agree within the tolerance stated
 // in the tests, not bitwise; within one process every product uses one
 // level.
@@ -44,8 +45,8 @@
 //     SlicePart helpers are not used: they convert short tails to full
 //     array pointers, which checkptr rejects.
 //   - A kernel is Go assembly only where a benchmark in the package shows
-//     it pays (BenchmarkQ8Kernels, BenchmarkQ4KAsm, BenchmarkQ6KAsm report
-//     the ratio against the archsimd kernel in the same run). It keeps that
+//     it pays (BenchmarkQ8Kernels, BenchmarkQ4KAsm, BenchmarkQ6KAsm,
+//     BenchmarkF16AsmDecode report the ratio against the archsimd kernel in the same run). It keeps that
 //     kernel's integer lanes and float order, so it gives its results
 //     bitwise, and the archsimd kernel stays reachable (an unexported
 //     switch) for the tests that check this and for the benchmarks. Its Go

@@ -16,7 +16,9 @@ package kernels
 // the fp32 kernels.
 const f16Tile = 4
 
-// f16DecodeTile is f16Tile for one token, where the product streams the
+// f16DecodeTile is f16Tile for one token where the assembly of the
+// AVX-512 level (f16asm_amd64.go, which streams 22-24 GB/s against this
+// path's 14-17) does not apply, where the product streams the
 // weights from memory once: 2 rows per fp32 call measured fastest (110M
 // F16 decode, one thread, tok/s: 1 row 48-51, 2 rows 59-65, 4 rows 55-65,
 // 8 rows 33-41, 16 rows 34-35; 2026-12-05; why larger tiles lose was not
@@ -46,6 +48,9 @@ func (m *Mat) Widened() *Mat {
 func matF16(out []float32, w *Mat, x []float32, lo, hi, T int, buf []float32) {
 	cols, tile := w.Cols, f16Tile
 	if T == 1 {
+		if f16Decode(out, w, x, lo, hi) {
+			return
+		}
 		tile = f16DecodeTile
 	}
 	for r := lo; r < hi; r += tile {
