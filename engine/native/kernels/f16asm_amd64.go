@@ -14,7 +14,7 @@ import "golang.org/x/sys/cpu"
 // tile ahead (PREFETCHT0, as the Q8_0 and Q6_K assembly do: the hardware
 // prefetchers fall behind several interleaved row streams).
 //
-// Measured on this Zen 4 (one thread, matrices from DRAM, 2026-12-05,
+// Measured on a Zen 5 EPYC (one thread, matrices from DRAM, 2026-12-05,
 // machine not quiet): the next-tile prefetch takes the four-row tile from
 // 17-21 to 24-28 GB/s; prefetching 2-16 KiB further ahead did no better;
 // PREFETCHT1 no better. Eight rows over four: 7-21% less time on

@@ -29,7 +29,7 @@ import (
 // kernel (one token, four tokens) computes it; TestQ6KAsmBitwise checks it.
 //
 // Tiles and what was measured (BenchmarkQ6KAsm, 2048×768, one thread,
-// Zen 4 at about 4 GHz):
+// a Zen 5 EPYC, CPU family 26, at about 4 GHz):
 //
 //   - Decode runs the whole row range in one call, four weight rows at a
 //     time (the activations loaded once for the four), the sums folded
