@@ -109,10 +109,7 @@ func (kv *KVStore) Layers() int { return max(len(kv.K), len(kv.K16)) }
 func (kv *KVStore) ReadBlock(dst []float32, l, b int, v bool) {
 	n := kv.BlockFloats()
 	if kv.Type == KVF16 {
-		src := kv.K16[l]
-		if v {
-			src = kv.V16[l]
-		}
+		src := kv.halves(l, v)
 		bs, hd := kv.BlockSize, kv.HeadDim
 		for h := range kv.KVDim / hd {
 			// Head h's rows into the slot-major layout, KVDim apart.
@@ -121,11 +118,7 @@ func (kv *KVStore) ReadBlock(dst []float32, l, b int, v bool) {
 		}
 		return
 	}
-	src := kv.K[l]
-	if v {
-		src = kv.V[l]
-	}
-	copy(dst[:n], src[b*n:(b+1)*n])
+	copy(dst[:n], kv.floats(l, v)[b*n:(b+1)*n])
 }
 
 // WriteBlock stores src (BlockFloats values) as block b of layer l's keys
@@ -138,11 +131,7 @@ func (kv *KVStore) WriteBlock(src []float32, l, b int, v bool) {
 		}
 		return
 	}
-	dst := kv.K[l]
-	if v {
-		dst = kv.V[l]
-	}
-	copy(dst[b*n:(b+1)*n], src[:n])
+	copy(kv.floats(l, v)[b*n:(b+1)*n], src[:n])
 }
 
 // put stores slot's keys and values (KVDim each) in layer l.
@@ -160,11 +149,7 @@ func (kv *KVStore) put(l, slot int, k, v []float32) {
 // put16 rounds one slot's keys (or values, v) into the head-major fp16
 // layout.
 func (kv *KVStore) put16(l int, v bool, slot int, x []float32) {
-	dst := kv.K16[l]
-	if v {
-		dst = kv.V16[l]
-	}
-	hd := kv.HeadDim
+	dst, hd := kv.halves(l, v), kv.HeadDim
 	for h := range kv.KVDim / hd {
 		off := kv.headBase(h) + slot*hd
 		kernels.F32ToF16Row(dst[off:off+hd], x[h*hd:(h+1)*hd])
@@ -181,19 +166,27 @@ func (kv *KVStore) headBase(h int) int { return h * kv.NumBlocks * kv.BlockSize 
 func (kv *KVStore) headRows(buf []float32, l int, v bool, blk, kh, n int) ([]float32, int) {
 	bs, hd := kv.BlockSize, kv.HeadDim
 	if kv.Type == KVF16 {
-		src := kv.K16[l]
-		if v {
-			src = kv.V16[l]
-		}
 		off := kv.headBase(kh) + blk*bs*hd
-		kernels.F16ToF32Rows(buf, n*hd, src[off:off+n*hd], n*hd, 1, n*hd)
+		kernels.F16ToF32Rows(buf, n*hd, kv.halves(l, v)[off:off+n*hd], n*hd, 1, n*hd)
 		return buf, hd
 	}
-	off := blk*bs*kv.KVDim + kh*hd
+	return kv.floats(l, v)[blk*bs*kv.KVDim+kh*hd:], kv.KVDim
+}
+
+// floats is layer l's fp32 keys, or values (v).
+func (kv *KVStore) floats(l int, v bool) []float32 {
 	if v {
-		return kv.V[l][off:], kv.KVDim
+		return kv.V[l]
 	}
-	return kv.K[l][off:], kv.KVDim
+	return kv.K[l]
+}
+
+// halves is layer l's fp16 keys, or values (v).
+func (kv *KVStore) halves(l int, v bool) []uint16 {
+	if v {
+		return kv.V16[l]
+	}
+	return kv.K16[l]
 }
 
 // Seq is one sequence's share of a forward batch: Tokens at positions
