@@ -6,7 +6,7 @@ import "golang.org/x/sys/cpu"
 
 // The one-token F16 product of the AVX-512 level in Go assembly
 // (f16asm_amd64.s). Decode streams every weight once per token and is
-// bound by memory: matF16's buffer path (widen two rows into a per-thread
+// bound by memory: matF16's buffer path (widen a few rows into a per-thread
 // fp32 buffer, then the fp32 kernel) streamed about 10-19 GB/s from DRAM.
 // The assembly widens with VCVTPH2PS (which archsimd lacks) straight into
 // the FMAs, eight rows per pass over the whole row range in one call (then

@@ -1,6 +1,7 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "hsum_amd64.h"
 
 // One-token F16 product of the AVX-512 level in assembly (f16asm_amd64.go
 // says why). Every output is reduced exactly as f32Tile4x1 + st4x16
@@ -13,20 +14,6 @@
 // VCVTPH2PS widens exactly (every half is an fp32), as F16ToF32Rows does
 // for finite halves.
 
-// FOLD16 folds the 16 lanes of Z into the low 4 lanes of X (lanes j+8 onto
-// j, then j+4 onto j): fold16 and the first step of hsum4.
-#define FOLD16(Z, Y, X) \
-	VEXTRACTF64X4 $1, Z, Y16; \
-	VADDPS Y16, Y, Y; \
-	VEXTRACTF32X4 $1, Y, X16; \
-	VADDPS X16, X, X
-
-// HSUM4 (VEX: X0-X15 only) leaves in XA the four horizontal sums of the folded XA, XB, XC,
-// XD (hsum4's two rounds of pairwise adds).
-#define HSUM4(XA, XB, XC, XD) \
-	VHADDPS XB, XA, XA; \
-	VHADDPS XD, XC, XC; \
-	VHADDPS XC, XA, XA
 
 // func f16Dot4(out *float32, w0, w1, w2, w3 *uint16, x *float32, n16, tiles, stride int)
 //

@@ -16,17 +16,6 @@ package kernels
 // the fp32 kernels.
 const f16Tile = 4
 
-// f16DecodeTile is f16Tile for one token where the assembly of the
-// AVX-512 level (f16asm_amd64.go, which streams 22-24 GB/s against this
-// path's 14-17) does not apply, where the product streams the
-// weights from memory once: 2 rows per fp32 call measured fastest (110M
-// F16 decode, one thread, tok/s: 1 row 48-51, 2 rows 59-65, 4 rows 55-65,
-// 8 rows 33-41, 16 rows 34-35; 2026-12-05; why larger tiles lose was not
-// traced). Each row's result is the same whatever the tile: the fp32
-// kernels reduce each row on its own. Widening in registers straight into
-// the fp32 tile's FMAs (no buffer) measured slower still: 39-43.
-const f16DecodeTile = 2
-
 // NativeF16 reports whether F16 matrices should stay halves: at the levels
 // with a vector widening (F16ToF32Rows). Elsewhere the loaders widen them
 // to F32 once, as the per-product widening would cost more than the bytes
@@ -44,17 +33,16 @@ func (m *Mat) Widened() *Mat {
 }
 
 // matF16 computes rows [lo,hi) of an F16 product for T activation rows,
-// buf holding f16Tile·Cols floats.
+// buf holding f16Tile·Cols floats. One token goes to the level's direct
+// kernel where there is one (f16asm_amd64.go: decode streams the weights
+// once, and the buffer's store and reload cost it a third of its speed).
 func matF16(out []float32, w *Mat, x []float32, lo, hi, T int, buf []float32) {
-	cols, tile := w.Cols, f16Tile
-	if T == 1 {
-		if f16Decode(out, w, x, lo, hi) {
-			return
-		}
-		tile = f16DecodeTile
+	if T == 1 && f16Decode(out, w, x, lo, hi) {
+		return
 	}
-	for r := lo; r < hi; r += tile {
-		n := min(tile, hi-r)
+	cols := w.Cols
+	for r := lo; r < hi; r += f16Tile {
+		n := min(f16Tile, hi-r)
 		F16ToF32Rows(buf, cols, w.H[r*cols:(r+n)*cols], cols, n, cols)
 		// out[r:] puts row r's outputs where the fp32 kernel's row 0 goes;
 		// token t's stay w.Rows apart.

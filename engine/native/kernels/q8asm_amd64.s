@@ -1,6 +1,7 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "hsum_amd64.h"
 
 
 // Q8_0 × Q8_0 tiles of the AVX-512 level in assembly (q8asm_amd64.go says
@@ -40,20 +41,6 @@
 	VCVTDQ2PS T, T; \
 	VFMADD231PS.BCST SC(SP)(AX*4), T, ACC
 
-// FOLD16 folds the 16 lanes of Z into the low 4 lanes of X (lanes j+8 onto
-// j, then j+4 onto j): fold16 and the first step of hsum4.
-#define FOLD16(Z, Y, X) \
-	VEXTRACTF64X4 $1, Z, Y16; \
-	VADDPS Y16, Y, Y; \
-	VEXTRACTF32X4 $1, Y, X16; \
-	VADDPS X16, X, X
-
-// HSUM4 leaves in XA the four horizontal sums of the folded XA, XB, XC,
-// XD (hsum4's two rounds of pairwise adds).
-#define HSUM4(XA, XB, XC, XD) \
-	VHADDPS XB, XA, XA; \
-	VHADDPS XD, XC, XC; \
-	VHADDPS XC, XA, XA
 
 // PREFETCHNEXT prefetches 128 bytes of the next tile's weights per group:
 // the 4·cols bytes after row w0 (R12 = w0 + 4·cols; DX = 32·group), which
