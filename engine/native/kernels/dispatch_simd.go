@@ -5,6 +5,8 @@ package kernels
 import (
 	"os"
 	"simd/archsimd"
+
+	"golang.org/x/sys/cpu"
 )
 
 // Kernel levels of the simd build, best first.
@@ -21,6 +23,11 @@ var levelNames = [...]string{"portable (simd build, no AVX2/FMA)", "archsimd-avx
 // would stop agreeing. TANDEM_NATIVE_KERNELS=avx2 (or portable) selects a
 // lower level, to measure or test it on a machine that has a higher one.
 var level = pickLevel(os.Getenv("TANDEM_NATIVE_KERNELS"))
+
+// avx512VNNI is whether the CPU has what the Q4_K and Q6_K assembly uses
+// (q4k512_amd64.s, q6k512_amd64.s): AVX512F, BW and VL, and AVX512_VNNI
+// for VPDPBUSD and VPDPWSSD.
+var avx512VNNI = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 
 func supported() int {
 	switch {

@@ -5,8 +5,6 @@ package kernels
 import (
 	"simd/archsimd"
 	"unsafe"
-
-	"golang.org/x/sys/cpu"
 )
 
 // Q4_K × Q8_K at the AVX-512 level, in assembly (q4k512_amd64.s), in
@@ -45,7 +43,7 @@ import (
 // VPDPWSSD (AVX512_VNNI); tests and benchmarks turn it off to compare with
 // the archsimd kernels (TANDEM_NATIVE_KERNELS=avx2 picks a level below
 // it).
-var q4kAsm = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
+var q4kAsm = avx512VNNI
 
 // q4kRow1AVX512 is q4kRow512: one weight row at x (n super-blocks of 144
 // bytes) against the Q8_K row at y (scales d, bsums bs); acc receives

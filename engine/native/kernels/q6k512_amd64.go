@@ -5,8 +5,6 @@ package kernels
 import (
 	"simd/archsimd"
 	"unsafe"
-
-	"golang.org/x/sys/cpu"
 )
 
 // Q6_K × Q8_K products of the AVX-512 level in assembly (q6k512_amd64.s),
@@ -63,7 +61,7 @@ import (
 // q6kAsmOK: the CPU has what the assembly uses (AVX512F, BW and VL, and
 // AVX512_VNNI for VPDPWSSD). Fixed at start-up like level; only the
 // tests turn it off, to reach the archsimd kernels for comparison.
-var q6kAsmOK = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
+var q6kAsmOK = avx512VNNI
 
 // useQ6KAsm reports whether Q6_K products take the assembly kernels.
 func useQ6KAsm() bool { return level == levelAVX512 && q6kAsmOK }
