@@ -47,6 +47,9 @@ type Config struct {
 	// DisablePrefixCaching turns off sharing: Acquire matches nothing, full
 	// blocks are never indexed and no events are emitted.
 	DisablePrefixCaching bool
+	// Tiers adds host-memory and disk tiers below the pool (tiers.go);
+	// the zero value has none.
+	Tiers TierConfig
 }
 
 // Stats is a snapshot of block usage.
@@ -79,6 +82,7 @@ type BlockInfo struct {
 
 type blockMeta struct {
 	hash       BlockHash
+	parent     BlockHash // the previous block's hash (zero for block 0), for tier events
 	ref        int32
 	prev, next BlockID // LRU links while cached
 	hashed     bool    // present in the index
@@ -92,6 +96,7 @@ type Cache struct {
 	hasher    Hasher
 	sink      EventSink
 	noPrefix  bool
+	tiers     *tiers // nil: no lower tiers
 
 	// Per-block state for blocks [0, len(meta)); blocks at or beyond
 	// len(meta) were never touched and are implicitly free. Growing lazily
@@ -166,7 +171,12 @@ func New(cfg Config) (*Cache, error) {
 	if h == nil {
 		h = &XXH3Hasher{}
 	}
+	t, err := newTiers(cfg.Tiers)
+	if err != nil {
+		return nil, err
+	}
 	return &Cache{
+		tiers:     t,
 		numBlocks: cfg.NumBlocks,
 		bs:        cfg.BlockSize,
 		hasher:    h,
@@ -353,6 +363,9 @@ func (c *Cache) take() BlockID {
 		c.lruRemove(b)
 		c.cached--
 		m := &c.meta[b]
+		if c.tiers != nil {
+			c.offload(b)
+		}
 		delete(c.index, m.hash.Uint64())
 		c.removed = append(c.removed, m.hash)
 		m.hashed = false
@@ -420,6 +433,10 @@ func (c *Cache) Commit(s *Seq, tokens []tokenid.ID) {
 		}
 		c.index[h.Uint64()] = b
 		m.hash = h
+		m.parent = BlockHash{}
+		if i > 0 {
+			m.parent = s.hashes[i-1]
+		}
 		m.hashed = true
 		published = true
 		if runStart < 0 {

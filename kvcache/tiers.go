@@ -1,0 +1,393 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/tandemllm/tandem/tokenid"
+)
+
+// Tier is where a cached block lives: G1 is the engine's block pool, G2
+// host memory, G3 local disk. Lower tiers hold blocks the pool evicted, so
+// a later prompt can bring them back (onboard) instead of recomputing them,
+// as Dynamo's KV Block Manager, LMCache and SGLang's HiCache do.
+type Tier uint8
+
+const (
+	TierG1 Tier = iota // the engine's pool (device memory)
+	TierG2             // host memory
+	TierG3             // local disk
+	NumTiers
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierG1:
+		return "g1"
+	case TierG2:
+		return "g2"
+	case TierG3:
+		return "g3"
+	}
+	return "unknown"
+}
+
+// Medium is the tier's name in KV events' medium field as vLLM writes it:
+// "GPU" for the block pool and "CPU" for host memory
+// (vllm/v1/kv_offload/mediums.py: GPULoadStoreSpec, CPULoadStoreSpec), and
+// "STORAGE" for file tiers (vLLM's OffloadingConnector storage tier, which
+// superseded its "FS" and "OBJ" names).
+func (t Tier) Medium() string {
+	switch t {
+	case TierG2:
+		return "CPU"
+	case TierG3:
+		return "STORAGE"
+	}
+	return "GPU"
+}
+
+// SGLangMedium is the tier's medium as SGLang's HiCache writes it
+// (python/sglang/srt/mem_cache: "GPU", "CPU_PINNED", "DISK").
+func (t Tier) SGLangMedium() string {
+	switch t {
+	case TierG2:
+		return "CPU_PINNED"
+	case TierG3:
+		return "DISK"
+	}
+	return "GPU"
+}
+
+// TierOfMedium maps a KV event's medium to a tier: None and "GPU" are the
+// device pool; host-memory names ("CPU", SGLang's "CPU_PINNED") are G2;
+// storage names ("DISK", "FS", "OBJ", "STORAGE", "EXTERNAL") are G3.
+// Unknown names report false.
+func TierOfMedium(m string) (Tier, bool) {
+	switch m {
+	case "", "GPU", "gpu":
+		return TierG1, true
+	case "CPU", "CPU_PINNED", "cpu":
+		return TierG2, true
+	case "DISK", "FS", "OBJ", "STORAGE", "EXTERNAL", "disk":
+		return TierG3, true
+	}
+	return TierG1, false
+}
+
+// TierSink is an EventSink that also hears about the lower tiers. A Cache
+// with tiers reports through it when its Sink implements it.
+type TierSink interface {
+	// TierStored reports blocks that entered tier t (a contiguous run or a
+	// single block; parent is the hash of the block before blocks[0]).
+	TierStored(t Tier, parent BlockHash, blocks []BlockHash, tokens []tokenid.ID)
+	// TierRemoved reports blocks that left tier t.
+	TierRemoved(t Tier, blocks []BlockHash)
+}
+
+// TierConfig sizes a cache's lower tiers. A zero capacity turns that tier
+// off; both zero is a cache without tiers.
+type TierConfig struct {
+	// BlockBytes is what one block occupies in a lower tier: its K/V
+	// bytes. Capacities are whole blocks of this size.
+	BlockBytes int64
+	// HostBytes bounds G2 (--kv-offload-host-bytes).
+	HostBytes int64
+	// DiskBytes bounds G3 (--kv-offload-disk-bytes).
+	DiskBytes int64
+	// Store, if set, holds the blocks' payloads (a real engine's K/V
+	// copies). nil keeps bookkeeping only: a simulated engine, whose
+	// blocks have no bytes, models the copies' cost instead.
+	Store PayloadStore
+}
+
+// PayloadStore moves real K/V bytes between the pool and the lower tiers.
+// The cache calls it from its owner goroutine; an implementation that does
+// slow work (a disk write) queues it rather than doing it in the call.
+type PayloadStore interface {
+	// Offload copies pool block b's K/V out of the pool before the block
+	// is reused, for hash h entering tier t. An error means the copy could
+	// not be taken: the block is then not offloaded (it will be
+	// recomputed).
+	Offload(t Tier, h BlockHash, b BlockID) error
+	// Demote moves h's payload from G2 to G3 (false: not kept).
+	Demote(h BlockHash) bool
+	// Drop forgets h's payload in tier t.
+	Drop(t Tier, h BlockHash)
+}
+
+// TierStats counts lower-tier activity.
+type TierStats struct {
+	Blocks     [NumTiers]int    // blocks held now (G1: cached + in use hashed)
+	Bytes      [NumTiers]int64  // bytes held now in G2 and G3
+	Capacity   [NumTiers]int    // blocks each lower tier may hold
+	Offloaded  [NumTiers]uint64 // blocks written into the tier
+	Onboarded  [NumTiers]uint64 // blocks brought back to G1 from the tier
+	Dropped    [NumTiers]uint64 // blocks evicted out of the tier for good
+	OffloadErr uint64           // offloads refused by the payload store
+}
+
+type tierEntry struct {
+	hash, parent BlockHash
+	tokens       []tokenid.ID
+	tier         Tier
+	prev, next   *tierEntry
+}
+
+type tierLRU struct {
+	head, tail *tierEntry // head is evicted first
+	n, cap     int
+}
+
+func (l *tierLRU) push(e *tierEntry) {
+	e.prev, e.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = e
+	} else {
+		l.head = e
+	}
+	l.tail = e
+	l.n++
+}
+
+func (l *tierLRU) remove(e *tierEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	l.n--
+}
+
+// tiers is the lower tiers' bookkeeping: which hashes G2 and G3 hold, each
+// an LRU bounded in blocks. A block is in at most one lower tier; it may
+// also be in the pool (onboarding copies, it does not move), so evicting
+// it from the pool again costs no second copy.
+type tiers struct {
+	cfg   TierConfig
+	m     map[uint64]*tierEntry
+	lru   [NumTiers]tierLRU // G2 and G3 used
+	stats TierStats
+	spare []*tierEntry
+	one   [1]BlockHash
+}
+
+func newTiers(cfg TierConfig) (*tiers, error) {
+	if cfg.HostBytes < 0 || cfg.DiskBytes < 0 || cfg.BlockBytes < 0 {
+		return nil, fmt.Errorf("kvcache: negative tier size (host %d, disk %d, block %d bytes)", cfg.HostBytes, cfg.DiskBytes, cfg.BlockBytes)
+	}
+	if cfg.HostBytes == 0 && cfg.DiskBytes == 0 {
+		return nil, nil
+	}
+	if cfg.BlockBytes <= 0 {
+		return nil, fmt.Errorf("kvcache: tiers need the block's size in bytes")
+	}
+	t := &tiers{cfg: cfg, m: make(map[uint64]*tierEntry)}
+	t.lru[TierG2].cap = int(min(cfg.HostBytes/cfg.BlockBytes, 1<<31-1))
+	t.lru[TierG3].cap = int(min(cfg.DiskBytes/cfg.BlockBytes, 1<<31-1))
+	if t.lru[TierG2].cap == 0 && t.lru[TierG3].cap == 0 {
+		return nil, fmt.Errorf("kvcache: tiers of %d and %d bytes hold no block of %d bytes", cfg.HostBytes, cfg.DiskBytes, cfg.BlockBytes)
+	}
+	t.stats.Capacity[TierG2], t.stats.Capacity[TierG3] = t.lru[TierG2].cap, t.lru[TierG3].cap
+	return t, nil
+}
+
+func (t *tiers) lookup(h BlockHash) *tierEntry {
+	e := t.m[h.Uint64()]
+	if e == nil || e.hash != h {
+		return nil
+	}
+	return e
+}
+
+// sink returns the cache's TierSink, if any.
+func (c *Cache) tierSink() TierSink {
+	if ts, ok := c.sink.(TierSink); ok {
+		return ts
+	}
+	return nil
+}
+
+// offload takes pool block b, being evicted, into the highest lower tier
+// with room. A block already held below is only refreshed.
+func (c *Cache) offload(b BlockID) {
+	t := c.tiers
+	m := &c.meta[b]
+	if e := t.lookup(m.hash); e != nil {
+		t.lru[e.tier].remove(e)
+		t.lru[e.tier].push(e)
+		return
+	}
+	dst := TierG2
+	if t.lru[TierG2].cap == 0 {
+		dst = TierG3
+	}
+	if t.cfg.Store != nil {
+		if err := t.cfg.Store.Offload(dst, m.hash, b); err != nil {
+			t.stats.OffloadErr++
+			return
+		}
+	}
+	t.makeRoom(c, dst)
+	var e *tierEntry
+	if n := len(t.spare); n > 0 {
+		e, t.spare = t.spare[n-1], t.spare[:n-1]
+	} else {
+		e = &tierEntry{tokens: make([]tokenid.ID, c.bs)}
+	}
+	e.hash, e.parent, e.tier = m.hash, m.parent, dst
+	copy(e.tokens, c.tokens[int(b)*c.bs:(int(b)+1)*c.bs])
+	t.m[m.hash.Uint64()] = e
+	t.lru[dst].push(e)
+	t.stats.Offloaded[dst]++
+	if s := c.tierSink(); s != nil {
+		t.one[0] = e.hash
+		s.TierStored(dst, e.parent, t.one[:], e.tokens)
+	}
+}
+
+// makeRoom evicts tier dst's least recently used block if it is full: out
+// of G2 into G3 when G3 exists, otherwise (and out of G3) for good.
+func (t *tiers) makeRoom(c *Cache, dst Tier) {
+	l := &t.lru[dst]
+	if l.n < l.cap {
+		return
+	}
+	e := l.head
+	l.remove(e)
+	sink := c.tierSink()
+	if sink != nil {
+		t.one[0] = e.hash
+		sink.TierRemoved(dst, t.one[:])
+	}
+	if dst == TierG2 && t.lru[TierG3].cap > 0 && (t.cfg.Store == nil || t.cfg.Store.Demote(e.hash)) {
+		t.makeRoom(c, TierG3)
+		e.tier = TierG3
+		t.lru[TierG3].push(e)
+		t.stats.Offloaded[TierG3]++
+		if sink != nil {
+			t.one[0] = e.hash
+			sink.TierStored(TierG3, e.parent, t.one[:], e.tokens)
+		}
+		return
+	}
+	if t.cfg.Store != nil && dst == TierG3 {
+		t.cfg.Store.Drop(TierG3, e.hash)
+	}
+	t.stats.Dropped[dst]++
+	delete(t.m, e.hash.Uint64())
+	t.spare = append(t.spare, e)
+}
+
+// Onboard is one block brought back into the pool from a lower tier: the
+// caller fills pool block Block with hash Hash's K/V from tier From before
+// computing past it.
+type Onboard struct {
+	Index int // index into the Seq's Blocks()
+	Block BlockID
+	Hash  BlockHash
+	From  Tier
+}
+
+// AcquireTiers is Acquire followed by onboarding: blocks after the pool's
+// prefix that a lower tier holds are allocated in the pool, committed, and
+// returned so the engine copies their K/V in (a simulated engine charges the
+// copy's time instead). It returns the prefix length in tokens (pool hit
+// plus onboarded) and the onboarded blocks; dst is reused. Without tiers, or
+// when the pool has no room, it is Acquire.
+func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard) (int, []Onboard) {
+	dst = dst[:0]
+	hit := c.Acquire(s, tokens)
+	if c.tiers == nil || c.noPrefix || len(s.blocks)*c.bs != hit {
+		return hit, dst
+	}
+	full := len(tokens) / c.bs
+	start := len(s.blocks)
+	n := 0
+	for i := start; i < full; i++ {
+		c.hashUpTo(s, tokens, i+1)
+		e := c.tiers.lookup(s.hashes[i])
+		if e == nil {
+			break
+		}
+		// Most recently used now, so the offloads the allocation below
+		// causes evict other blocks first.
+		c.tiers.lru[e.tier].remove(e)
+		c.tiers.lru[e.tier].push(e)
+		n++
+	}
+	if n == 0 {
+		return hit, dst
+	}
+	if err := c.Allocate(s, (start+n)*c.bs); err != nil {
+		return hit, dst
+	}
+	for i := start; i < start+n; i++ {
+		e := c.tiers.lookup(s.hashes[i])
+		if e == nil {
+			// Pushed out of its tier by this very allocation's offloads
+			// (a tier smaller than the prefix): the rest is recomputed.
+			break
+		}
+		c.tiers.stats.Onboarded[e.tier]++
+		dst = append(dst, Onboard{Index: i, Block: s.blocks[i], Hash: e.hash, From: e.tier})
+	}
+	end := start + len(dst)
+	c.Commit(s, tokens[:end*c.bs])
+	for k := range dst {
+		dst[k].Block = s.blocks[dst[k].Index]
+	}
+	return end * c.bs, dst
+}
+
+// MatchTiers is Match for every tier: how many leading tokens the pool
+// holds, then how many of the tokens right after them G2 and G3 hold (a run
+// of blocks, each in either). It hashes tokens on every call.
+func (c *Cache) MatchTiers(tokens []tokenid.ID) (g1 int, lower [NumTiers]int) {
+	if c.noPrefix {
+		return 0, lower
+	}
+	var parent BlockHash
+	i := 0
+	for ; (i+1)*c.bs <= len(tokens); i++ {
+		h := c.hasher.Hash(parent, tokens[i*c.bs:(i+1)*c.bs])
+		if _, ok := c.lookup(h); !ok {
+			if c.tiers == nil {
+				break
+			}
+			e := c.tiers.lookup(h)
+			if e == nil {
+				break
+			}
+			lower[e.tier] += c.bs
+		} else if lower[TierG2]+lower[TierG3] == 0 {
+			g1 += c.bs
+		} else {
+			lower[TierG2] += c.bs // in the pool past a gap: no copy, count it with the nearest tier
+		}
+		parent = h
+	}
+	return g1, lower
+}
+
+// TierStats returns the tiers' counters; the zero value without tiers.
+func (c *Cache) TierStats() TierStats {
+	if c.tiers == nil {
+		return TierStats{}
+	}
+	st := c.tiers.stats
+	st.Blocks[TierG1] = len(c.index)
+	for t := TierG2; t < NumTiers; t++ {
+		st.Blocks[t] = c.tiers.lru[t].n
+		st.Bytes[t] = int64(c.tiers.lru[t].n) * c.tiers.cfg.BlockBytes
+	}
+	return st
+}
+
+// HasTiers reports whether the cache has lower tiers.
+func (c *Cache) HasTiers() bool { return c.tiers != nil }

@@ -1,0 +1,155 @@
+package kvcache
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/tandemllm/tandem/tokenid"
+)
+
+// tierSink records every event as a line "op medium hash".
+type tierSink struct{ log []string }
+
+func (r *tierSink) BlocksStored(_ BlockHash, blocks []BlockHash, _ []tokenid.ID) {
+	for _, h := range blocks {
+		r.log = append(r.log, fmt.Sprintf("stored GPU %x", h.Uint64()))
+	}
+}
+
+func (r *tierSink) BlocksRemoved(blocks []BlockHash) {
+	for _, h := range blocks {
+		r.log = append(r.log, fmt.Sprintf("removed GPU %x", h.Uint64()))
+	}
+}
+
+func (r *tierSink) AllBlocksCleared() {}
+
+func (r *tierSink) TierStored(t Tier, _ BlockHash, blocks []BlockHash, tokens []tokenid.ID) {
+	for _, h := range blocks {
+		r.log = append(r.log, fmt.Sprintf("stored %s %x", t.Medium(), h.Uint64()))
+	}
+}
+
+func (r *tierSink) TierRemoved(t Tier, blocks []BlockHash) {
+	for _, h := range blocks {
+		r.log = append(r.log, fmt.Sprintf("removed %s %x", t.Medium(), h.Uint64()))
+	}
+}
+
+func (r *tierSink) count(prefix string) int {
+	n := 0
+	for _, l := range r.log {
+		if len(l) >= len(prefix) && l[:len(prefix)] == prefix {
+			n++
+		}
+	}
+	return n
+}
+
+// fill admits tokens into a fresh Seq through AcquireTiers, computes the
+// rest, commits and frees it; it returns the prefix hit and the onboards.
+func fill(t *testing.T, c *Cache, tokens []tokenid.ID) (int, []Onboard) {
+	t.Helper()
+	s := &Seq{}
+	hit, ob := c.AcquireTiers(s, tokens[:len(tokens)-1], nil)
+	ob = slices.Clone(ob)
+	if err := c.Allocate(s, len(tokens)); err != nil {
+		t.Fatal(err)
+	}
+	c.Commit(s, tokens)
+	if err := c.Validate(s); err != nil {
+		t.Fatal(err)
+	}
+	c.Free(s)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return hit, ob
+}
+
+func TestTiersOffloadOnboard(t *testing.T) {
+	const bs = 4
+	tests := []struct {
+		name       string
+		host, disk int64 // in blocks
+		wantHit    int   // tokens of prompt A found after B and C evicted it
+		wantFrom   Tier
+	}{
+		{"no tiers", 0, 0, 0, 0},
+		{"host holds it", 8, 0, 8, TierG2},
+		{"host too small, disk holds it", 2, 8, 8, TierG3},
+		{"disk only", 0, 8, 8, TierG3},
+		{"both too small", 1, 1, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := &tierSink{}
+			c, err := New(Config{NumBlocks: 3, BlockSize: bs, Sink: sink,
+				Tiers: TierConfig{BlockBytes: 100, HostBytes: tc.host * 100, DiskBytes: tc.disk * 100}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := seqTokens(1000, 2*bs+1)
+			fill(t, c, a)
+			fill(t, c, seqTokens(2000, 2*bs+1)) // evicts A's two blocks
+			fill(t, c, seqTokens(3000, 2*bs+1)) // evicts B's
+			hit, ob := fill(t, c, a)
+			if hit != tc.wantHit {
+				t.Fatalf("hit %d tokens, want %d (events %q)", hit, tc.wantHit, sink.log)
+			}
+			if tc.wantHit > 0 {
+				if len(ob) != tc.wantHit/bs || ob[0].From != tc.wantFrom || ob[0].Index != 0 {
+					t.Fatalf("onboards %+v, want %d from %v", ob, tc.wantHit/bs, tc.wantFrom)
+				}
+				st := c.TierStats()
+				if st.Onboarded[tc.wantFrom] != uint64(len(ob)) {
+					t.Fatalf("stats %+v", st)
+				}
+			}
+			st := c.TierStats()
+			for tier := TierG2; tier < NumTiers; tier++ {
+				if st.Blocks[tier] > st.Capacity[tier] {
+					t.Fatalf("tier %v holds %d blocks over its %d", tier, st.Blocks[tier], st.Capacity[tier])
+				}
+				// Every block in a tier was announced there and not since removed.
+				m := tier.Medium()
+				if got := sink.count("stored "+m) - sink.count("removed "+m); got != st.Blocks[tier] {
+					t.Fatalf("%s: events net %d blocks, tier holds %d", m, got, st.Blocks[tier])
+				}
+			}
+		})
+	}
+}
+
+func TestTiersMatchAndMedium(t *testing.T) {
+	const bs = 4
+	c, err := New(Config{NumBlocks: 3, BlockSize: bs, Tiers: TierConfig{BlockBytes: 1, HostBytes: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := seqTokens(1, 2*bs+1)
+	fill(t, c, a)
+	if g1, lower := c.MatchTiers(a); g1 != 2*bs || lower[TierG2] != 0 {
+		t.Fatalf("before eviction: g1 %d lower %v", g1, lower)
+	}
+	fill(t, c, seqTokens(500, 2*bs+1))
+	if g1, lower := c.MatchTiers(a); g1 != 0 || lower[TierG2] != 2*bs {
+		t.Fatalf("after eviction: g1 %d lower %v", g1, lower)
+	}
+	for _, m := range []string{"", "GPU", "CPU", "CPU_PINNED", "DISK", "STORAGE", "FS", "OBJ", "EXTERNAL"} {
+		tier, ok := TierOfMedium(m)
+		if !ok {
+			t.Fatalf("medium %q unknown", m)
+		}
+		if m != "" && tier.Medium() != m && tier.SGLangMedium() != m && tier != TierG3 {
+			t.Fatalf("medium %q maps to %v", m, tier)
+		}
+	}
+	if _, ok := TierOfMedium("TAPE"); ok {
+		t.Fatal("unknown medium accepted")
+	}
+	if _, err := New(Config{NumBlocks: 2, BlockSize: bs, Tiers: TierConfig{BlockBytes: 100, HostBytes: 50}}); err == nil {
+		t.Fatal("a tier smaller than a block was accepted")
+	}
+}
