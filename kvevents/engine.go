@@ -187,6 +187,22 @@ func (b *stepRecorder) vllmShape(e *Event, blocks int) {
 
 // BlocksStored implements kvcache.EventSink.
 func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.BlockHash, tokens []tokenid.ID) {
+	b.TierStored(kvcache.TierG1, parent, blocks, tokens)
+}
+
+// medium names tier t as the engine being imitated does.
+func (b *stepRecorder) medium(t kvcache.Tier) string {
+	if b.sglang {
+		return t.SGLangMedium()
+	}
+	return t.Medium()
+}
+
+// TierStored implements kvcache.TierSink: a BlockStored whose medium names
+// the tier. Lower-tier events carry their token ids and block size (vLLM's
+// "self-describing" offload events), so a router can place them without
+// having seen the pool's.
+func (b *stepRecorder) TierStored(t kvcache.Tier, parent kvcache.BlockHash, blocks []kvcache.BlockHash, tokens []tokenid.ID) {
 	hs := len(b.hashes)
 	for _, h := range blocks {
 		b.hashes = append(b.hashes, b.hash(h))
@@ -200,7 +216,7 @@ func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.B
 		BlockHashes: b.hashes[hs:len(b.hashes):len(b.hashes)],
 		TokenIDs:    b.tokens[ts:len(b.tokens):len(b.tokens)],
 		BlockSize:   b.blockSize,
-		Medium:      "GPU",
+		Medium:      b.medium(t),
 	}
 	if !parent.IsZero() {
 		e.ParentBlockHash, e.HasParent = b.hash(parent), true
@@ -214,10 +230,15 @@ func (b *stepRecorder) BlocksStored(parent kvcache.BlockHash, blocks []kvcache.B
 // BlocksRemoved implements kvcache.EventSink, one event per block as vLLM's
 // block pool emits them.
 func (b *stepRecorder) BlocksRemoved(blocks []kvcache.BlockHash) {
+	b.TierRemoved(kvcache.TierG1, blocks)
+}
+
+// TierRemoved implements kvcache.TierSink.
+func (b *stepRecorder) TierRemoved(t kvcache.Tier, blocks []kvcache.BlockHash) {
 	for _, h := range blocks {
 		i := len(b.hashes)
 		b.hashes = append(b.hashes, b.hash(h))
-		e := Event{Type: TypeBlockRemoved, BlockHashes: b.hashes[i : i+1 : i+1], Medium: "GPU"}
+		e := Event{Type: TypeBlockRemoved, BlockHashes: b.hashes[i : i+1 : i+1], Medium: b.medium(t)}
 		b.vllmShape(&e, 1)
 		b.events = append(b.events, e)
 	}
