@@ -71,6 +71,44 @@ func (m TimingModel) DecodeMs(u float64) float64 {
 	return max(m.DecodeA*u*u+m.DecodeB*u+m.DecodeC, m.DecodeMin)
 }
 
+// Simulated link defaults: an H100-class host, the GPU on PCIe 5.0 x16
+// (host↔device copies of pinned memory at about half the link's 64 GB/s
+// peak) and an NVMe SSD on PCIe 4.0 x4 for the disk tier.
+const (
+	DefaultHostBandwidth = 25e9 // bytes/s, host memory ↔ GPU
+	DefaultHostLatency   = 10 * time.Microsecond
+	DefaultDiskBandwidth = 5e9 // bytes/s, disk → host
+	DefaultDiskLatency   = 100 * time.Microsecond
+)
+
+// TierConfig sizes the mocker's lower KV tiers and the links that reach
+// them (--kv-offload-host-bytes, --kv-offload-disk-bytes and the
+// --kv-offload-*-bandwidth/-latency flags). Zero sizes turn a tier off; zero
+// link figures take the defaults above. Blocks below the pool have no bytes
+// in the mocker: only their time is modelled.
+type TierConfig struct {
+	HostBytes, DiskBytes         int64
+	HostBandwidth, DiskBandwidth float64 // bytes per second
+	HostLatency, DiskLatency     time.Duration
+}
+
+// Enabled reports whether any lower tier is configured.
+func (t TierConfig) Enabled() bool { return t.HostBytes > 0 || t.DiskBytes > 0 }
+
+// onboardSeconds is the simulated time to bring n2 blocks from host memory
+// and n3 from disk into the pool, blockBytes each: the disk read, then one
+// host-to-device copy of everything (a disk block passes through host
+// memory), each paying its link's latency.
+func (t TierConfig) onboardSeconds(n2, n3 int, blockBytes int64) (disk, host float64) {
+	if n3 > 0 {
+		disk = t.DiskLatency.Seconds() + float64(int64(n3)*blockBytes)/t.DiskBandwidth
+	}
+	if n2+n3 > 0 {
+		host = t.HostLatency.Seconds() + float64(int64(n2+n3)*blockBytes)/t.HostBandwidth
+	}
+	return disk, host
+}
+
 // KVEventsConfig configures vLLM-compatible KV event publishing.
 type KVEventsConfig = kvevents.EngineConfig
 
@@ -130,6 +168,11 @@ type Config struct {
 	Clock Clock
 
 	KVEvents KVEventsConfig
+
+	// Tiers puts simulated host-memory (G2) and disk (G3) tiers below the
+	// KV pool: evicted blocks go there and a later prompt onboards them at
+	// the links' simulated speed instead of recomputing them.
+	Tiers TierConfig
 
 	// StepObserver, if set, receives each step's shape and its duration on
 	// Clock (wall time divided by Speedup on the wall clock), on the
@@ -204,6 +247,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.EngineLabel == "" {
 		c.EngineLabel = DefaultEngineLabel
 	}
+	if c.Tiers.HostBandwidth == 0 {
+		c.Tiers.HostBandwidth = DefaultHostBandwidth
+	}
+	if c.Tiers.DiskBandwidth == 0 {
+		c.Tiers.DiskBandwidth = DefaultDiskBandwidth
+	}
+	if c.Tiers.HostLatency == 0 {
+		c.Tiers.HostLatency = DefaultHostLatency
+	}
+	if c.Tiers.DiskLatency == 0 {
+		c.Tiers.DiskLatency = DefaultDiskLatency
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -217,6 +272,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("mocker: KV capacity %d tokens is less than one block of %d", c.KVCapacityTokens, c.BlockSize)
 	case c.MaxNumSeqs < 1 || c.MaxNumBatchedTokens < 1:
 		return c, fmt.Errorf("mocker: max-num-seqs %d and max-num-batched-tokens %d must be positive", c.MaxNumSeqs, c.MaxNumBatchedTokens)
+	case c.Tiers.HostBytes < 0 || c.Tiers.DiskBytes < 0 || c.Tiers.HostBandwidth < 0 || c.Tiers.DiskBandwidth < 0 ||
+		c.Tiers.HostLatency < 0 || c.Tiers.DiskLatency < 0:
+		return c, fmt.Errorf("mocker: KV offload sizes, bandwidths and latencies must not be negative")
 	case c.Speedup < 0:
 		return c, fmt.Errorf("mocker: speedup %v must be positive", c.Speedup)
 	case c.DisableChunkedPrefill && c.MaxNumBatchedTokens < c.ContextLength:

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/kvcache"
 )
 
 // Bucket boundaries of vLLM's v1 PrometheusStatLogger (functions, not
@@ -81,13 +83,36 @@ type stats struct {
 	preemptions                    atomic.Uint64
 	success                        [numReasons]atomic.Uint64
 	ttft, itl, e2e                 *histogram
+
+	// Lower KV tiers: a snapshot of the cache's TierStats after every
+	// step, and the onboards' block counts and copy times.
+	tierBlocks, tierBytes    [kvcache.NumTiers]atomic.Int64
+	tierOffload, tierDropped [kvcache.NumTiers]atomic.Uint64
+	onboardBlocks            [kvcache.NumTiers]atomic.Uint64
+	onboard                  *histogram
+}
+
+// onboardBuckets span a one-block host copy to a long prompt read from disk.
+func onboardBuckets() []float64 {
+	return []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+}
+
+// snapshotTiers copies the cache's tier counters for Collect.
+func (s *stats) snapshotTiers(st kvcache.TierStats) {
+	for t := range kvcache.NumTiers {
+		s.tierBlocks[t].Store(int64(st.Blocks[t]))
+		s.tierBytes[t].Store(st.Bytes[t])
+		s.tierOffload[t].Store(st.Offloaded[t])
+		s.tierDropped[t].Store(st.Dropped[t])
+	}
 }
 
 func newStats() *stats {
 	return &stats{
-		ttft: newHistogram(ttftBuckets()),
-		itl:  newHistogram(itlBuckets()),
-		e2e:  newHistogram(e2eBuckets()),
+		onboard: newHistogram(onboardBuckets()),
+		ttft:    newHistogram(ttftBuckets()),
+		itl:     newHistogram(itlBuckets()),
+		e2e:     newHistogram(e2eBuckets()),
 	}
 }
 
@@ -100,6 +125,8 @@ type collector struct {
 		running, waiting, usage                   *prometheus.Desc
 		queries, hits, preempt, prompt, gen, succ *prometheus.Desc
 		ttft, itl, e2e, cacheInfo                 *prometheus.Desc
+		tierBlocks, tierBytes, tierOffload        *prometheus.Desc
+		tierOnboard, tierDropped, onboardSeconds  *prometheus.Desc
 	}
 	cacheLabels []string
 }
@@ -129,6 +156,13 @@ func (c *collector) init() {
 		names := []string{"block_size", "cache_dtype", "enable_prefix_caching", "engine", "num_gpu_blocks", "prefix_caching_hash_algo"}
 		c.cacheLabels = []string{strconv.Itoa(cfg.BlockSize), "auto", prefix, cfg.EngineLabel, strconv.Itoa(cfg.NumBlocks), "sha256_cbor"}
 		d.cacheInfo = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", names, nil)
+		tl := []string{"model_name", "engine", "tier"}
+		d.tierBlocks = prometheus.NewDesc("tandem_kv_tier_blocks", "KV blocks held per tier (g1: the pool's cached and in-use prefix blocks; g2: host memory; g3: disk).", tl, nil)
+		d.tierBytes = prometheus.NewDesc("tandem_kv_tier_bytes", "Bytes held by the lower KV tiers.", tl, nil)
+		d.tierOffload = prometheus.NewDesc("tandem_kv_tier_offload_blocks_total", "KV blocks written into a lower tier.", tl, nil)
+		d.tierOnboard = prometheus.NewDesc("tandem_kv_tier_onboard_blocks_total", "KV blocks brought back into the pool from a lower tier (prefix hits per tier).", tl, nil)
+		d.tierDropped = prometheus.NewDesc("tandem_kv_tier_dropped_blocks_total", "KV blocks evicted out of a lower tier for good.", tl, nil)
+		d.onboardSeconds = prometheus.NewDesc("tandem_kv_tier_onboard_seconds", "Time from admission until a prompt's onboarded blocks are in the pool.", l, nil)
 	})
 }
 
@@ -139,6 +173,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{d.running, d.waiting, d.usage, d.queries, d.hits, d.preempt,
 		d.prompt, d.gen, d.succ, d.ttft, d.itl, d.e2e, d.cacheInfo} {
 		ch <- desc
+	}
+	if c.e.cfg.Tiers.Enabled() {
+		for _, desc := range []*prometheus.Desc{d.tierBlocks, d.tierBytes, d.tierOffload, d.tierOnboard, d.tierDropped, d.onboardSeconds} {
+			ch <- desc
+		}
 	}
 }
 
@@ -171,4 +210,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- s.itl.metric(d.itl, model, eng)
 	ch <- s.e2e.metric(d.e2e, model, eng)
 	ch <- prometheus.MustNewConstMetric(d.cacheInfo, prometheus.GaugeValue, 1, c.cacheLabels...)
+	if !e.cfg.Tiers.Enabled() {
+		return
+	}
+	for t := range kvcache.NumTiers {
+		tl := t.String()
+		ch <- prometheus.MustNewConstMetric(d.tierBlocks, prometheus.GaugeValue, float64(s.tierBlocks[t].Load()), model, eng, tl)
+		if t == kvcache.TierG1 {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(d.tierBytes, prometheus.GaugeValue, float64(s.tierBytes[t].Load()), model, eng, tl)
+		ch <- prometheus.MustNewConstMetric(d.tierOffload, prometheus.CounterValue, float64(s.tierOffload[t].Load()), model, eng, tl)
+		ch <- prometheus.MustNewConstMetric(d.tierOnboard, prometheus.CounterValue, float64(s.onboardBlocks[t].Load()), model, eng, tl)
+		ch <- prometheus.MustNewConstMetric(d.tierDropped, prometheus.CounterValue, float64(s.tierDropped[t].Load()), model, eng, tl)
+	}
+	ch <- s.onboard.metric(d.onboardSeconds, model, eng)
 }

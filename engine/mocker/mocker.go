@@ -48,7 +48,12 @@ type Engine struct {
 	running []*seq
 	items   []stepItem
 	steps   uint64
-	tok1    [1]engine.Token
+	// Simulated links of the lower KV tiers: when each is next free, so
+	// onboards queue behind each other as copies on one link do.
+	hostFree, diskFree time.Time
+	onboards           []kvcache.Onboard
+	onboarding         int // running sequences waiting for an onboard
+	tok1               [1]engine.Token
 	// validate, when set by tests, checks the cache's invariants after
 	// every step and records the first violation.
 	validate    bool
@@ -102,6 +107,13 @@ func newEngine(cfg Config) (*Engine, error) {
 		NumBlocks:            cfg.NumBlocks,
 		BlockSize:            cfg.BlockSize,
 		DisablePrefixCaching: cfg.DisablePrefixCaching,
+	}
+	if cfg.Tiers.Enabled() {
+		ccfg.Tiers = kvcache.TierConfig{
+			BlockBytes: int64(cfg.BlockSize) * int64(cfg.KVBytesPerToken),
+			HostBytes:  cfg.Tiers.HostBytes,
+			DiskBytes:  cfg.Tiers.DiskBytes,
+		}
 	}
 	if ev := cfg.KVEvents; ev.Enabled && !cfg.DisablePrefixCaching {
 		// Hash like vLLM only when someone can see the hashes; otherwise the

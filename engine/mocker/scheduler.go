@@ -38,6 +38,11 @@ type seq struct {
 	cached     int // prefix hit at first admission, reported to the client
 	admitted   bool
 	state      seqState
+	// readyAt, while set, is when the blocks this sequence onboarded from
+	// the lower tiers are in the pool: until then it holds its blocks but
+	// is not scheduled (vLLM's WAITING_FOR_REMOTE_KVS), and the step loop
+	// runs everyone else.
+	readyAt time.Time
 
 	arrival, lastToken time.Time
 }
@@ -181,6 +186,13 @@ func (e *Engine) step() (ok, stopped bool) {
 	if len(e.items) == 0 {
 		e.flushEvents()
 		e.publishLoad()
+		if at, ok := e.nextOnboard(); ok {
+			// Only copies are in flight: wait for the first to land.
+			if !e.sleep(max(at.Sub(e.clock.Now()), 0)) {
+				return true, true
+			}
+			return true, false
+		}
 		return false, false
 	}
 	if d := e.cfg.stepDuration(e.stepMs()); d > 0 {
@@ -283,8 +295,15 @@ func (e *Engine) schedule() {
 
 	budget := e.cfg.MaxNumBatchedTokens
 	preempted := false
+	now := e.clock.Now()
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
+		if !s.readyAt.IsZero() {
+			if s.readyAt.After(now) {
+				continue // its onboard is still copying
+			}
+			e.clearOnboard(s)
+		}
 		n := min(len(s.tokens)-s.computed, budget)
 		scheduled := true
 		for e.cache.Allocate(&s.kv, s.computed+n) != nil {
@@ -318,7 +337,8 @@ func (e *Engine) schedule() {
 		}
 		// vLLM always recomputes at least the last token (it needs its
 		// logits), so at most len-1 tokens can hit.
-		hit := e.cache.Acquire(&s.kv, s.tokens[:len(s.tokens)-1])
+		hit, ob := e.cache.AcquireTiers(&s.kv, s.tokens[:len(s.tokens)-1], e.onboards)
+		e.onboards = ob
 		need := len(s.tokens) - hit
 		n := min(need, budget)
 		if (e.cfg.DisableChunkedPrefill && n < need) || e.cache.Allocate(&s.kv, hit+n) != nil {
@@ -338,12 +358,76 @@ func (e *Engine) schedule() {
 		s.prefillEnd = len(s.tokens)
 		s.state = stateRunning
 		e.running = append(e.running, s)
+		if len(ob) > 0 {
+			if at := e.onboardDone(ob, now); at.After(now) {
+				s.readyAt = at
+				e.onboarding++
+				continue // scheduled once its blocks are in
+			}
+		}
 		e.items = append(e.items, stepItem{s: s, n: n, prefill: true})
 		budget -= n
 	}
 }
 
+// onboardDone charges the simulated links for copying ob into the pool and
+// returns when the copy completes: disk reads queue on the disk, then every
+// block crosses the host link, each link busy with earlier onboards first.
+func (e *Engine) onboardDone(ob []kvcache.Onboard, now time.Time) time.Time {
+	n2, n3 := 0, 0
+	for _, o := range ob {
+		if o.From == kvcache.TierG3 {
+			n3++
+		} else {
+			n2++
+		}
+	}
+	disk, host := e.cfg.Tiers.onboardSeconds(n2, n3, int64(e.cfg.BlockSize)*int64(e.cfg.KVBytesPerToken))
+	e.stats.onboardBlocks[kvcache.TierG2].Add(uint64(n2))
+	e.stats.onboardBlocks[kvcache.TierG3].Add(uint64(n3))
+	at := now
+	if n3 > 0 {
+		at = later(now, e.diskFree).Add(e.cfg.stepDuration(disk * 1000))
+		e.diskFree = at
+	}
+	at = later(at, e.hostFree).Add(e.cfg.stepDuration(host * 1000))
+	e.hostFree = at
+	e.stats.onboard.observe(at.Sub(now).Seconds())
+	return at
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// nextOnboard is the earliest time a running sequence's onboard lands.
+func (e *Engine) nextOnboard() (time.Time, bool) {
+	if e.onboarding == 0 {
+		return time.Time{}, false
+	}
+	var at time.Time
+	for _, s := range e.running {
+		if s.state == stateRunning && !s.readyAt.IsZero() && (at.IsZero() || s.readyAt.Before(at)) {
+			at = s.readyAt
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// clearOnboard marks s's onboard done (landed, or moot: s was preempted or
+// finished).
+func (e *Engine) clearOnboard(s *seq) {
+	if !s.readyAt.IsZero() {
+		s.readyAt = time.Time{}
+		e.onboarding--
+	}
+}
+
 func (e *Engine) preempt(s *seq) {
+	e.clearOnboard(s)
 	e.cache.Free(&s.kv)
 	s.computed = 0
 	s.state = stateWaiting
@@ -430,6 +514,7 @@ func (e *Engine) finish(s *seq, reason int, fr engine.FinishReason) {
 	if s.state == stateWaiting {
 		e.loadWaiting.Add(-1)
 	}
+	e.clearOnboard(s)
 	e.cache.Free(&s.kv)
 	s.state = stateFinished
 	if s.stopAbort != nil {
@@ -459,6 +544,9 @@ func (e *Engine) publishLoad() {
 	}
 	e.loadRunning.Store(int64(n))
 	e.loadUsedBlocks.Store(int64(e.cache.Stats().Used))
+	if e.cache.HasTiers() {
+		e.stats.snapshotTiers(e.cache.TierStats())
+	}
 }
 
 // shutdown fails every live sequence with engine.ErrClosed.
@@ -488,6 +576,7 @@ func (e *Engine) shutdown() {
 		fail(s)
 	}
 	e.running, e.waiting = nil, seqQueue{}
+	e.onboarding = 0
 	e.loadRunning.Store(0)
 	e.loadWaiting.Store(0)
 	e.flushEvents()

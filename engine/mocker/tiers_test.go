@@ -1,0 +1,99 @@
+package mocker
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvcache"
+)
+
+// TestTierOnboardTTFT: a prefix the pool evicted comes back from host
+// memory or disk at the simulated links' speed, so its TTFT sits between a
+// pool hit and a recompute, and a disk onboard costs more than a host one.
+func TestTierOnboardTTFT(t *testing.T) {
+	const capacity = 4096
+	doc := prompt(1000, 3000)
+	ask := func(tail int) *engine.Request {
+		return &engine.Request{Prompt: append(slices.Clone(doc), prompt(tail, 16)...), MaxTokens: 2}
+	}
+	flush := func(t *testing.T, e *Engine) {
+		// Two other long prompts push the document out of the pool.
+		generate(t, e, &engine.Request{Prompt: prompt(50000, 3500), MaxTokens: 1})
+		generate(t, e, &engine.Request{Prompt: prompt(60000, 3500), MaxTokens: 1})
+	}
+	run := func(t *testing.T, tiers TierConfig) (miss, again time.Duration, hit int, e *Engine) {
+		clock := NewVirtualClock(time.Unix(1_700_000_000, 0))
+		e = newTest(t, Config{Clock: clock, Timing: Qwen3_0_6BTiming(), KVCapacityTokens: capacity, Tiers: tiers})
+		e.validate = true
+		miss, _ = ttftOf(t, e, ask(90000))
+		flush(t, e)
+		again, r := ttftOf(t, e, ask(91000))
+		if _, err := schedState(t, e); err != nil {
+			t.Fatal(err)
+		}
+		return miss, again, r.hit, e
+	}
+	const gib = 1 << 30
+	missNone, againNone, hitNone, _ := run(t, TierConfig{})
+	_, againHost, hitHost, eHost := run(t, TierConfig{HostBytes: 8 * gib})
+	_, againDisk, hitDisk, _ := run(t, TierConfig{DiskBytes: 8 * gib})
+	clock := NewVirtualClock(time.Unix(1_700_000_000, 0))
+	eG1 := newTest(t, Config{Clock: clock, Timing: Qwen3_0_6BTiming(), KVCapacityTokens: capacity})
+	ttftOf(t, eG1, ask(90000))
+	g1, _ := ttftOf(t, eG1, ask(91000))
+
+	t.Logf("TTFT: pool hit %v, host onboard %v, disk onboard %v, recompute %v", g1, againHost, againDisk, againNone)
+	if hitNone != 0 || hitHost != 2992 || hitDisk != 2992 {
+		t.Fatalf("cached tokens: none %d, host %d, disk %d; want 0, 2992, 2992", hitNone, hitHost, hitDisk)
+	}
+	if !(g1 < againHost && againHost < againDisk && againDisk < againNone) {
+		t.Fatalf("TTFT: pool hit %v, host onboard %v, disk onboard %v, recompute %v (first miss %v): want increasing",
+			g1, againHost, againDisk, againNone, missNone)
+	}
+	// The host copy is the link model's: 187 blocks of 16×114688 bytes at
+	// 25 GB/s plus latency, on top of the 16-token tail's prefill.
+	blockBytes := int64(16 * DefaultKVBytesPerToken)
+	_, host := TierConfig{HostBandwidth: DefaultHostBandwidth, HostLatency: DefaultHostLatency}.onboardSeconds(187, 0, blockBytes)
+	want := g1 + time.Duration(host*float64(time.Second))
+	if d := againHost - want; d < -time.Millisecond || d > time.Millisecond {
+		t.Fatalf("host onboard TTFT %v, want ≈ pool hit %v + copy %v", againHost, g1, time.Duration(host*float64(time.Second)))
+	}
+	st := eHost.stats
+	if st.onboardBlocks[kvcache.TierG2].Load() != 187 || st.tierOffload[kvcache.TierG2].Load() == 0 {
+		t.Fatalf("onboarded %d, offloaded %d", st.onboardBlocks[kvcache.TierG2].Load(), st.tierOffload[kvcache.TierG2].Load())
+	}
+}
+
+// TestTierOnboardDoesNotBlock: while one sequence waits for its onboard,
+// another keeps decoding; the step loop never sleeps through the copy.
+func TestTierOnboardDoesNotBlock(t *testing.T) {
+	clock := NewVirtualClock(time.Unix(0, 0))
+	// A slow disk makes the onboard long enough to overlap many decode steps.
+	e := newTest(t, Config{Clock: clock, Timing: Qwen3_0_6BTiming(), KVCapacityTokens: 4096,
+		Tiers: TierConfig{DiskBytes: 8 << 30, DiskBandwidth: 1e9}})
+	e.validate = true
+	doc := prompt(1000, 3000)
+	generate(t, e, &engine.Request{Prompt: doc, MaxTokens: 1})
+	generate(t, e, &engine.Request{Prompt: prompt(50000, 3500), MaxTokens: 1})
+	generate(t, e, &engine.Request{Prompt: prompt(60000, 3500), MaxTokens: 1})
+	long, err := e.Generate(t.Context(), &engine.Request{Prompt: prompt(70000, 16), MaxTokens: 200, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Recv(); err != nil { // decoding now
+		t.Fatal(err)
+	}
+	r := generate(t, e, &engine.Request{Prompt: append(slices.Clone(doc), 7), MaxTokens: 1})
+	if r.hit == 0 {
+		t.Fatal("nothing onboarded")
+	}
+	got := collect(t, long)
+	if got.err != nil || got.finish != engine.FinishLength {
+		t.Fatalf("decoding stream: %+v", got)
+	}
+	if _, err := schedState(t, e); err != nil {
+		t.Fatal(err)
+	}
+}
