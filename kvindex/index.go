@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/kvevents"
 )
 
@@ -52,6 +53,13 @@ type Config struct {
 	Now func() time.Time
 	// Registerer receives the index's metrics when not nil.
 	Registerer prometheus.Registerer
+	// LowerTiers indexes blocks the engines keep below their GPU pool too
+	// (BlockStored/BlockRemoved whose medium is host memory or storage,
+	// with token ids): a worker then matches a prefix while it holds each
+	// block in some tier, since onboarding beats recomputing. Each tier's
+	// copy is its own residence, so a block moving between tiers is never
+	// lost from the index. Off, such events are ignored.
+	LowerTiers bool
 }
 
 // Overlap is one worker's answer to a lookup.
@@ -129,8 +137,10 @@ type Index struct {
 	max      int
 	target   int
 	ttlTicks uint32
-	now      func() time.Time
-	epoch    time.Time
+	// lowerTiers: see Config.LowerTiers.
+	lowerTiers bool
+	now        func() time.Time
+	epoch      time.Time
 
 	mu    sync.RWMutex
 	nodes slab
@@ -187,6 +197,8 @@ func New(cfg Config) (*Index, error) {
 		epoch:  cfg.Now(),
 		nodes:  newSlab(),
 		byID:   map[string]uint32{},
+
+		lowerTiers: cfg.LowerTiers,
 	}
 	if cfg.TTL > 0 {
 		ix.ttlTicks = uint32(max(1, cfg.TTL/time.Millisecond))
@@ -326,16 +338,52 @@ func (ix *Index) Apply(workerID string, events []kvevents.Event) (ApplyStats, er
 	return st, nil
 }
 
-// deviceTier reports whether an event concerns the engine's GPU cache, the
-// only tier a prefill can reuse without a transfer. Offload tiers (CPU,
-// disk, …) may even come without tokens.
-func deviceTier(medium string) bool { return medium == "" || medium == "GPU" }
+// tierSalt keys a lower tier's residences apart from the pool's in a
+// worker's engine-hash map: the same engine hash may be in the pool and in
+// host memory at once, and each copy comes and goes on its own. The pool's
+// salt is zero, so an index without tiers keys as it always did.
+var tierSalt = [kvcache.NumTiers]uint64{0, 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f}
+
+// eventTier reports which tier an event concerns and whether the index
+// takes it: the GPU pool always; lower tiers (CPU, disk, …) with
+// LowerTiers, and only with token ids (vLLM's placeholder offload events
+// have none, and their hashes are not the index's).
+func (ix *Index) eventTier(ev *kvevents.Event) (kvcache.Tier, bool) {
+	t, ok := kvcache.TierOfMedium(ev.Medium)
+	if !ok || (t != kvcache.TierG1 && (!ix.lowerTiers || (ev.Type == kvevents.TypeBlockStored && len(ev.TokenIDs) == 0))) {
+		return t, false
+	}
+	return t, true
+}
+
+// parentKey finds the parent block's key in w's engine map: in the child's
+// own tier first, then in any other (a parent may sit in the pool while
+// its child was offloaded, or the other way round).
+func (ix *Index) parentKey(w *worker, t kvcache.Tier, parent uint64) (uint32, bool) {
+	if pi, ok := w.engine.get(parent ^ tierSalt[t]); ok {
+		return pi, true
+	}
+	if !ix.lowerTiers {
+		return 0, false
+	}
+	for u := range kvcache.NumTiers {
+		if u == t {
+			continue
+		}
+		if pi, ok := w.engine.get(parent ^ tierSalt[u]); ok {
+			return pi, true
+		}
+	}
+	return 0, false
+}
 
 func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *ApplyStats) {
-	if !deviceTier(ev.Medium) {
+	tier, ok := ix.eventTier(ev)
+	if !ok {
 		st.Ignored++
 		return
 	}
+	salt := tierSalt[tier]
 	ebs := ev.BlockSize
 	if ebs <= 0 {
 		ebs = w.engineBS
@@ -357,7 +405,7 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 	var parent uint64
 	hasParent := false
 	if ev.HasParent {
-		pi, ok := w.engine.get(ev.ParentBlockHash.V)
+		pi, ok := ix.parentKey(w, tier, ev.ParentBlockHash.V)
 		if !ok && ev.ParentBlockHash.V == 0 {
 			// 0 for "no parent" when no block 0 is known: publishers
 			// written against the array form (vLLM look-alikes, llm-d's
@@ -399,13 +447,13 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 	ix.group = hs
 	var sink uint64
 	for j, h := range ev.BlockHashes {
-		sink += w.engine.peek(h.V) + ix.heads.peek(hs[j*k])
+		sink += w.engine.peek(h.V^salt) + ix.heads.peek(hs[j*k])
 	}
 	ix.sink += sink
 	for j := range nb {
 		g := hs[j*k : (j+1)*k]
 		last := g[k-1]
-		eh := ev.BlockHashes[j].V
+		eh := ev.BlockHashes[j].V ^ salt
 		if prev, dup := w.engine.get(eh); dup {
 			if ix.nodes.at(prev).hash == last {
 				// Re-announced (vLLM publishes a block once per copy): it is
@@ -429,18 +477,22 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 }
 
 func (ix *Index) applyRemoved(w *worker, ev *kvevents.Event, st *ApplyStats) {
-	if !deviceTier(ev.Medium) {
+	tier, ok := ix.eventTier(ev)
+	if !ok {
 		st.Ignored++
 		return
 	}
-	ix.warmRemoval(w, ev.BlockHashes)
+	salt := tierSalt[tier]
+	if salt == 0 {
+		ix.warmRemoval(w, ev.BlockHashes)
+	}
 	for _, h := range ev.BlockHashes {
-		last, ok := w.engine.get(h.V)
+		last, ok := w.engine.get(h.V ^ salt)
 		if !ok {
 			st.BlockMissing++
 			continue
 		}
-		w.engine.del(h.V)
+		w.engine.del(h.V ^ salt)
 		st.Removed += ix.removeGroup(w, last)
 	}
 }

@@ -292,8 +292,10 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 	}
 	if events {
 		k.name = "kv"
+		// Blocks a worker offloaded to host memory or disk still match
+		// there: onboarding them is a copy, not a recompute.
 		k.events, err = kvindex.New(kvindex.Config{Name: "events", BlockSize: cfg.BlockSize, MaxBlocks: cfg.IndexMaxBlocks,
-			Now: cfg.Now, Registerer: cfg.Registerer})
+			Now: cfg.Now, Registerer: cfg.Registerer, LowerTiers: true})
 		if err != nil {
 			return nil, fmt.Errorf("router: event index: %w", err)
 		}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,58 @@ type engineFlags struct {
 	threads     int
 	kvType      string
 	up          upstreamFlags
+	tiers       tierFlags
+}
+
+// tierFlags are the KV offload tiers' flags (kvcache G2 and G3).
+type tierFlags struct {
+	host, disk string // sizes: bytes, or with a KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix
+	diskDir    string
+	hostBW     float64
+	diskBW     float64
+	hostLat    time.Duration
+	diskLat    time.Duration
+}
+
+// parseByteSize reads "123", "64GiB", "1.5TB" (decimal and binary suffixes).
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" || t == "0" {
+		return 0, nil
+	}
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		m      float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || v*mult > 1<<62 || math.IsNaN(v) {
+		return 0, fmt.Errorf("size %q: want a byte count such as 64GiB", s)
+	}
+	return int64(v * mult), nil
+}
+
+// mockerTiers converts the flags for the mocker (sizes only; nothing is
+// written to --kv-offload-disk-dir by a simulated engine).
+func (t *tierFlags) mockerTiers() (mocker.TierConfig, error) {
+	host, err := parseByteSize(t.host)
+	if err != nil {
+		return mocker.TierConfig{}, fmt.Errorf("--kv-offload-host-bytes: %w", err)
+	}
+	disk, err := parseByteSize(t.disk)
+	if err != nil {
+		return mocker.TierConfig{}, fmt.Errorf("--kv-offload-disk-bytes: %w", err)
+	}
+	if t.hostBW < 0 || t.diskBW < 0 || t.hostLat < 0 || t.diskLat < 0 {
+		return mocker.TierConfig{}, errors.New("--kv-offload-*-bandwidth and -latency must not be negative")
+	}
+	return mocker.TierConfig{HostBytes: host, DiskBytes: disk, HostBandwidth: t.hostBW, DiskBandwidth: t.diskBW,
+		HostLatency: t.hostLat, DiskLatency: t.diskLat}, nil
 }
 
 // upstreamFlags configure --engine upstream: workers that are vLLM (or
@@ -79,6 +133,13 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.Uint64Var(&m.Seed, "seed", 0, "mocker: seed of the generated text")
 	f.IntVar(&m.MaxNaturalTokens, "max-natural-tokens", 0, "mocker: end sequences with EOS after a seeded length up to this (0: run to max_tokens)")
 	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
+	f.StringVar(&e.tiers.host, "kv-offload-host-bytes", "0", "KV offload: host-memory tier (G2) size, e.g. 64GiB: blocks evicted from the engine's pool go there and are onboarded on a prefix hit instead of recomputed (0: off)")
+	f.StringVar(&e.tiers.disk, "kv-offload-disk-bytes", "0", "KV offload: disk tier (G3) size, e.g. 500GB: blocks evicted from the host tier (or the pool, without one) go there (0: off)")
+	f.StringVar(&e.tiers.diskDir, "kv-offload-disk-dir", "", "KV offload: directory of the disk tier's files (a real engine's; the mocker only models the disk's time)")
+	f.Float64Var(&e.tiers.hostBW, "kv-offload-host-bandwidth", mocker.DefaultHostBandwidth, "mocker: simulated host↔GPU copy bandwidth, bytes/s (PCIe 5.0 x16 class)")
+	f.Float64Var(&e.tiers.diskBW, "kv-offload-disk-bandwidth", mocker.DefaultDiskBandwidth, "mocker: simulated disk read bandwidth, bytes/s (NVMe class)")
+	f.DurationVar(&e.tiers.hostLat, "kv-offload-host-latency", mocker.DefaultHostLatency, "mocker: simulated latency of one host↔GPU copy")
+	f.DurationVar(&e.tiers.diskLat, "kv-offload-disk-latency", mocker.DefaultDiskLatency, "mocker: simulated latency of one disk read")
 	f.StringVar(&e.kvEvents, "kv-events", "on", "publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
 	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
 	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
@@ -169,6 +230,11 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 	if model.ContextLength > 0 {
 		cfg.ContextLength = model.ContextLength
 	}
+	tiers, err := e.tiers.mockerTiers()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Tiers = tiers
 	switch e.timing {
 	case "dynamo":
 		cfg.Timing = mocker.DynamoTiming()
@@ -177,7 +243,6 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 	default:
 		return cfg, fmt.Errorf("unknown --timing %q (want dynamo or qwen3-0.6b)", e.timing)
 	}
-	var err error
 	cfg.KVEvents, err = e.eventsConfig()
 	return cfg, err
 }
