@@ -124,6 +124,7 @@ type TierStats struct {
 	Onboarded  [NumTiers]uint64 // blocks brought back to G1 from the tier
 	Dropped    [NumTiers]uint64 // blocks evicted out of the tier for good
 	OffloadErr uint64           // offloads refused by the payload store
+	LoadErr    uint64           // onboards whose copy could not be read back (recomputed)
 }
 
 type tierEntry struct {
@@ -276,11 +277,27 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 		}
 		return
 	}
-	if t.cfg.Store != nil && dst == TierG3 {
-		t.cfg.Store.Drop(TierG3, e.hash)
+	if t.cfg.Store != nil {
+		t.cfg.Store.Drop(dst, e.hash)
 	}
 	t.stats.Dropped[dst]++
 	delete(t.m, e.hash.Uint64())
+	t.spare = append(t.spare, e)
+}
+
+// dropEntry forgets a lower-tier block whose copy cannot be read back.
+func (c *Cache) dropEntry(e *tierEntry) {
+	t := c.tiers
+	t.lru[e.tier].remove(e)
+	delete(t.m, e.hash.Uint64())
+	if s := c.tierSink(); s != nil {
+		t.one[0] = e.hash
+		s.TierRemoved(e.tier, t.one[:])
+	}
+	if t.cfg.Store != nil {
+		t.cfg.Store.Drop(e.tier, e.hash)
+	}
+	t.stats.Dropped[e.tier]++
 	t.spare = append(t.spare, e)
 }
 
@@ -295,12 +312,15 @@ type Onboard struct {
 }
 
 // AcquireTiers is Acquire followed by onboarding: blocks after the pool's
-// prefix that a lower tier holds are allocated in the pool, committed, and
-// returned so the engine copies their K/V in (a simulated engine charges the
-// copy's time instead). It returns the prefix length in tokens (pool hit
-// plus onboarded) and the onboarded blocks; dst is reused. Without tiers, or
-// when the pool has no room, it is Acquire.
-func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard) (int, []Onboard) {
+// prefix that a lower tier holds are allocated in the pool, filled, and
+// committed. fill, if not nil, copies one block's K/V into the pool (a real
+// engine; a simulated one passes nil and charges the copy's time instead);
+// a block it fails on (a corrupt or unreadable copy) is dropped from its
+// tier and it and everything after it is left to be recomputed. It returns
+// the prefix length in tokens (pool hit plus onboarded) and the onboarded
+// blocks; dst is reused. Without tiers, or when the pool has no room, it is
+// Acquire.
+func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill func(Onboard) error) (int, []Onboard) {
 	dst = dst[:0]
 	hit := c.Acquire(s, tokens)
 	if c.tiers == nil || c.noPrefix || len(s.blocks)*c.bs != hit {
@@ -334,8 +354,16 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard) (int, [
 			// (a tier smaller than the prefix): the rest is recomputed.
 			break
 		}
+		o := Onboard{Index: i, Block: s.blocks[i], Hash: e.hash, From: e.tier}
+		if fill != nil {
+			if err := fill(o); err != nil {
+				c.tiers.stats.LoadErr++
+				c.dropEntry(e)
+				break
+			}
+		}
 		c.tiers.stats.Onboarded[e.tier]++
-		dst = append(dst, Onboard{Index: i, Block: s.blocks[i], Hash: e.hash, From: e.tier})
+		dst = append(dst, o)
 	}
 	end := start + len(dst)
 	c.Commit(s, tokens[:end*c.bs])

@@ -52,7 +52,7 @@ func (r *tierSink) count(prefix string) int {
 func fill(t *testing.T, c *Cache, tokens []tokenid.ID) (int, []Onboard) {
 	t.Helper()
 	s := &Seq{}
-	hit, ob := c.AcquireTiers(s, tokens[:len(tokens)-1], nil)
+	hit, ob := c.AcquireTiers(s, tokens[:len(tokens)-1], nil, nil)
 	ob = slices.Clone(ob)
 	if err := c.Allocate(s, len(tokens)); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func TestTierEventBytes(t *testing.T) {
 			c.Free(b)
 			// Onboarding announces the block in the pool again.
 			s := &kvcache.Seq{}
-			n, ob := c.AcquireTiers(s, append(toks, 9)[:4], nil)
+			n, ob := c.AcquireTiers(s, append(toks, 9)[:4], nil, nil)
 			if n != 4 || len(ob) != 1 || ob[0].From != kvcache.TierG2 {
 				t.Fatalf("onboarded %d tokens, %+v", n, ob)
 			}

@@ -337,7 +337,7 @@ func (e *Engine) schedule() {
 		}
 		// vLLM always recomputes at least the last token (it needs its
 		// logits), so at most len-1 tokens can hit.
-		hit, ob := e.cache.AcquireTiers(&s.kv, s.tokens[:len(s.tokens)-1], e.onboards)
+		hit, ob := e.cache.AcquireTiers(&s.kv, s.tokens[:len(s.tokens)-1], e.onboards, nil)
 		e.onboards = ob
 		need := len(s.tokens) - hit
 		n := min(need, budget)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +58,13 @@ type Options struct {
 	KVEvents kvevents.EngineConfig
 	// DisablePrefixCaching recomputes every prompt.
 	DisablePrefixCaching bool
+	// KVOffloadHostBytes and KVOffloadDiskBytes size the KV tiers below
+	// the pool (kvcache G2 and G3): evicted blocks are copied there and
+	// copied back on a prefix hit instead of being recomputed. The disk
+	// tier writes its files under a fresh directory inside KVOffloadDiskDir
+	// (default: the system's temporary directory), removed at Close.
+	KVOffloadHostBytes, KVOffloadDiskBytes int64
+	KVOffloadDiskDir                       string
 }
 
 func (o *Options) defaults() {
@@ -93,6 +102,8 @@ type Engine struct {
 	pool     *kernels.Pool
 	kv       *model.KVStore
 	cache    *kvcache.Cache
+	tiers    *tierStore             // nil without KV offload tiers
+	onboards []kvcache.Onboard      // scheduler scratch
 	events   *kvevents.EngineEvents // nil with KV events off
 	fp       [32]byte
 	reqs     chan *seq
@@ -136,11 +147,34 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 		}
 		opts.Sink, opts.Hasher = events, events.Hasher()
 	}
-	cache, err := kvcache.New(kvcache.Config{NumBlocks: blocks, BlockSize: opts.BlockSize, Hasher: opts.Hasher,
-		Sink: opts.Sink, DisablePrefixCaching: opts.DisablePrefixCaching})
+	ccfg := kvcache.Config{NumBlocks: blocks, BlockSize: opts.BlockSize, Hasher: opts.Hasher,
+		Sink: opts.Sink, DisablePrefixCaching: opts.DisablePrefixCaching}
+	var tiers *tierStore
+	if opts.KVOffloadHostBytes > 0 || opts.KVOffloadDiskBytes > 0 {
+		dir := ""
+		if opts.KVOffloadDiskBytes > 0 {
+			dir = opts.KVOffloadDiskDir
+			if dir == "" {
+				dir = os.TempDir()
+			}
+		}
+		if tiers, err = newTierStore(kv, dir, slog.Default()); err != nil {
+			if events != nil {
+				_ = events.Close()
+			}
+			return nil, err
+		}
+		// A disk block costs its header too; host copies are the payload.
+		ccfg.Tiers = kvcache.TierConfig{BlockBytes: int64(kv.RawBlockBytes() + tierHeaderSize),
+			HostBytes: opts.KVOffloadHostBytes, DiskBytes: opts.KVOffloadDiskBytes, Store: tiers}
+	}
+	cache, err := kvcache.New(ccfg)
 	if err != nil {
 		if events != nil {
 			_ = events.Close()
+		}
+		if tiers != nil {
+			tiers.close()
 		}
 		return nil, err
 	}
@@ -149,7 +183,7 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 		eos = defaultEOS(m)
 	}
 	e := &Engine{
-		m: m, opts: opts, pool: kernels.NewPool(opts.Threads), kv: kv, cache: cache, events: events,
+		m: m, opts: opts, pool: kernels.NewPool(opts.Threads), kv: kv, cache: cache, events: events, tiers: tiers,
 		fp:     Fingerprint(m),
 		reqs:   make(chan *seq, opts.MaxQueue),
 		cmds:   make(chan func()),
@@ -192,10 +226,39 @@ func (e *Engine) Close() error {
 	e.closeMu.Unlock()
 	<-e.done
 	e.pool.Close()
+	if e.tiers != nil {
+		e.tiers.close()
+	}
 	if e.events != nil {
 		return e.events.Close()
 	}
 	return nil
+}
+
+// acquire references s's longest cached prefix, onboarding what the lower
+// tiers hold after the pool's part: each block's copy goes back into its
+// pool block before anything computes past it (a copy that cannot be read
+// back is dropped and recomputed).
+func (e *Engine) acquire(s *seq) int {
+	if e.tiers == nil {
+		return e.cache.Acquire(&s.kv, s.tokens[:len(s.tokens)-1])
+	}
+	n, ob := e.cache.AcquireTiers(&s.kv, s.tokens[:len(s.tokens)-1], e.onboards, func(o kvcache.Onboard) error {
+		data, err := e.tiers.load(o.From, o.Hash)
+		if err != nil {
+			return err
+		}
+		return e.kv.CopyBlockIn(data, int(o.Block))
+	})
+	e.onboards = ob
+	return n
+}
+
+// TierStats reports the KV offload tiers' counters (zero without tiers).
+func (e *Engine) TierStats(ctx context.Context) (kvcache.TierStats, error) {
+	var st kvcache.TierStats
+	err := e.do(ctx, func() { st = e.cache.TierStats() })
+	return st, err
 }
 
 // KVEventsTokenIDs reports whether the engine's KV events carry token ids
@@ -387,7 +450,7 @@ func (e *Engine) loop() {
 				s.logits = make([]float32, e.m.Config.Vocab)
 			}
 			// Keep at least the last token to compute: it yields the logits.
-			s.computed = e.cache.Acquire(&s.kv, s.tokens[:len(s.tokens)-1])
+			s.computed = e.acquire(s)
 			if !s.started {
 				s.cached = s.computed
 			}
