@@ -98,6 +98,17 @@ type TierConfig struct {
 	// copies). nil keeps bookkeeping only: a simulated engine, whose
 	// blocks have no bytes, models the copies' cost instead.
 	Store PayloadStore
+	// Shared, if set, is a disk tier other workers of the host write too
+	// (one directory several workers read): a block this cache's own tiers
+	// miss is onboarded from it when it holds the block, so a prefix one
+	// worker computed is copied, not recomputed, by another.
+	Shared SharedTier
+}
+
+// SharedTier answers whether another worker's copy of a block is there to
+// be read (AcquireTiers then onboards it as a G3 block through fill).
+type SharedTier interface {
+	Has(h BlockHash) bool
 }
 
 // PayloadStore moves real K/V bytes between the pool and the lower tiers.
@@ -125,6 +136,9 @@ type TierStats struct {
 	Dropped    [NumTiers]uint64 // blocks evicted out of the tier for good
 	OffloadErr uint64           // offloads refused by the payload store
 	LoadErr    uint64           // onboards whose copy could not be read back (recomputed)
+	// SharedOnboarded counts blocks onboarded from another worker's copy
+	// in the shared tier (also counted in Onboarded[TierG3]).
+	SharedOnboarded uint64
 }
 
 type tierEntry struct {
@@ -309,6 +323,8 @@ type Onboard struct {
 	Block BlockID
 	Hash  BlockHash
 	From  Tier
+	// Shared: read from the shared tier (another worker's copy).
+	Shared bool
 }
 
 // AcquireTiers is Acquire followed by onboarding: blocks after the pool's
@@ -329,11 +345,16 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill fu
 	full := len(tokens) / c.bs
 	start := len(s.blocks)
 	n := 0
+	shared := c.tiers.cfg.Shared
 	for i := start; i < full; i++ {
 		c.hashUpTo(s, tokens, i+1)
 		e := c.tiers.lookup(s.hashes[i])
 		if e == nil {
-			break
+			if shared == nil || !shared.Has(s.hashes[i]) {
+				break
+			}
+			n++
+			continue
 		}
 		// Most recently used now, so the offloads the allocation below
 		// causes evict other blocks first.
@@ -349,20 +370,27 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill fu
 	}
 	for i := start; i < start+n; i++ {
 		e := c.tiers.lookup(s.hashes[i])
-		if e == nil {
+		o := Onboard{Index: i, Block: s.blocks[i], Hash: s.hashes[i], From: TierG3, Shared: true}
+		if e != nil {
+			o.From, o.Shared = e.tier, false
+		} else if shared == nil || !shared.Has(s.hashes[i]) {
 			// Pushed out of its tier by this very allocation's offloads
 			// (a tier smaller than the prefix): the rest is recomputed.
 			break
 		}
-		o := Onboard{Index: i, Block: s.blocks[i], Hash: e.hash, From: e.tier}
 		if fill != nil {
 			if err := fill(o); err != nil {
 				c.tiers.stats.LoadErr++
-				c.dropEntry(e)
+				if e != nil {
+					c.dropEntry(e)
+				}
 				break
 			}
 		}
-		c.tiers.stats.Onboarded[e.tier]++
+		c.tiers.stats.Onboarded[o.From]++
+		if o.Shared {
+			c.tiers.stats.SharedOnboarded++
+		}
 		dst = append(dst, o)
 	}
 	end := start + len(dst)

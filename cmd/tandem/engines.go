@@ -44,6 +44,7 @@ type engineFlags struct {
 type tierFlags struct {
 	host, disk string // sizes: bytes, or with a KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix
 	diskDir    string
+	diskShared bool
 	hostBW     float64
 	diskBW     float64
 	hostLat    time.Duration
@@ -135,7 +136,8 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
 	f.StringVar(&e.tiers.host, "kv-offload-host-bytes", "0", "KV offload: host-memory tier (G2) size, e.g. 64GiB: blocks evicted from the engine's pool go there and are onboarded on a prefix hit instead of recomputed (0: off)")
 	f.StringVar(&e.tiers.disk, "kv-offload-disk-bytes", "0", "KV offload: disk tier (G3) size, e.g. 500GB: blocks evicted from the host tier (or the pool, without one) go there (0: off)")
-	f.StringVar(&e.tiers.diskDir, "kv-offload-disk-dir", "", "KV offload: directory of the disk tier's files (a real engine's; the mocker only models the disk's time)")
+	f.StringVar(&e.tiers.diskDir, "kv-offload-disk-dir", "", "KV offload: directory under which the native engine writes the disk tier's files (one fresh subdirectory per worker, removed at exit; default: the system's temporary directory); the mocker only models the disk's time")
+	f.BoolVar(&e.tiers.diskShared, "kv-offload-disk-shared", false, "KV offload (native): --kv-offload-disk-dir is one directory the workers of the host share: each writes its evicted blocks there and onboards the others', so a prefix computed by one worker is copied, not recomputed, by another")
 	f.Float64Var(&e.tiers.hostBW, "kv-offload-host-bandwidth", mocker.DefaultHostBandwidth, "mocker: simulated host↔GPU copy bandwidth, bytes/s (PCIe 5.0 x16 class)")
 	f.Float64Var(&e.tiers.diskBW, "kv-offload-disk-bandwidth", mocker.DefaultDiskBandwidth, "mocker: simulated disk read bandwidth, bytes/s (NVMe class)")
 	f.DurationVar(&e.tiers.hostLat, "kv-offload-host-latency", mocker.DefaultHostLatency, "mocker: simulated latency of one host↔GPU copy")
@@ -178,12 +180,17 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		if err != nil {
 			return nil, nil, fmt.Errorf("--kv-cache-dtype: %w", err)
 		}
+		tiers, err := e.tiers.mockerTiers() // the sizes; the links are real here
+		if err != nil {
+			return nil, nil, err
+		}
 		return model, func(i int) (engine.Engine, error) {
 			ev, err := e.eventsFor(events, i)
 			if err != nil {
 				return nil, err
 			}
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev})
+			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev,
+				KVOffloadHostBytes: tiers.HostBytes, KVOffloadDiskBytes: tiers.DiskBytes, KVOffloadDiskDir: e.tiers.diskDir, KVOffloadDiskShared: e.tiers.diskShared})
 			return eng, err
 		}, nil
 	case "upstream":

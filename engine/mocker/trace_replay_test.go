@@ -103,9 +103,10 @@ type replayResult struct {
 
 const (
 	// replayWorkers keeps the conversation trace's hour below saturation:
-	// a 14,816-token pool holds one or two of its ~8,000-token prompts
-	// while they decode.
-	replayWorkers   = 16
+	// a 14,816-token pool holds one or two of its ~7,000-token prompts
+	// for the ~10 s they decode, so a worker completes under 0.2 requests
+	// a second and the trace brings 3.4.
+	replayWorkers   = 32
 	replayMaxInput  = 13000 // with replayMaxOutput, fits the 14,816-token context
 	replayMaxOutput = 1024
 	traceBlock      = 512 // tokens per Mooncake hash id

@@ -65,6 +65,11 @@ type Options struct {
 	// (default: the system's temporary directory), removed at Close.
 	KVOffloadHostBytes, KVOffloadDiskBytes int64
 	KVOffloadDiskDir                       string
+	// KVOffloadDiskShared makes KVOffloadDiskDir itself the disk tier,
+	// shared by the workers of a host: each writes its blocks there and
+	// onboards the others' (a prefix computed on one worker is copied by
+	// another, not recomputed); each removes only its own files at Close.
+	KVOffloadDiskShared bool
 }
 
 func (o *Options) defaults() {
@@ -158,7 +163,7 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 				dir = os.TempDir()
 			}
 		}
-		if tiers, err = newTierStore(kv, dir, slog.Default()); err != nil {
+		if tiers, err = newTierStore(kv, dir, opts.KVOffloadDiskShared && dir != "", slog.Default()); err != nil {
 			if events != nil {
 				_ = events.Close()
 			}
@@ -167,6 +172,9 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 		// A disk block costs its header too; host copies are the payload.
 		ccfg.Tiers = kvcache.TierConfig{BlockBytes: int64(kv.RawBlockBytes() + tierHeaderSize),
 			HostBytes: opts.KVOffloadHostBytes, DiskBytes: opts.KVOffloadDiskBytes, Store: tiers}
+		if tiers.shared {
+			ccfg.Tiers.Shared = tiers
+		}
 	}
 	cache, err := kvcache.New(ccfg)
 	if err != nil {

@@ -45,14 +45,16 @@ type tierJob struct {
 
 // tierStore implements kvcache.PayloadStore for the native engine.
 type tierStore struct {
-	kv  *model.KVStore
-	dir string // "" without a disk tier
-	log *slog.Logger
+	kv     *model.KVStore
+	dir    string // "" without a disk tier
+	shared bool   // dir is shared with other workers: only our own files are removed at close
+	log    *slog.Logger
 
 	host map[kvcache.BlockHash][]byte // G2; scheduler goroutine only
 
 	mu      sync.Mutex
-	pending map[kvcache.BlockHash][]byte // G3 payloads queued or being written
+	pending map[kvcache.BlockHash][]byte   // G3 payloads queued or being written
+	mine    map[kvcache.BlockHash]struct{} // files this worker wrote and has not removed
 	jobs    chan tierJob
 	done    chan struct{}
 
@@ -60,16 +62,21 @@ type tierStore struct {
 }
 
 // newTierStore makes the store; dir, when set, is the parent of a fresh
-// per-engine directory that Close removes.
-func newTierStore(kv *model.KVStore, parent string, log *slog.Logger) (*tierStore, error) {
-	ts := &tierStore{kv: kv, log: log, host: map[kvcache.BlockHash][]byte{}, pending: map[kvcache.BlockHash][]byte{}}
+// per-engine directory that Close removes, or with shared the directory
+// itself, which the workers of a host share (each removes its own files).
+func newTierStore(kv *model.KVStore, parent string, shared bool, log *slog.Logger) (*tierStore, error) {
+	ts := &tierStore{kv: kv, log: log, host: map[kvcache.BlockHash][]byte{}, pending: map[kvcache.BlockHash][]byte{},
+		mine: map[kvcache.BlockHash]struct{}{}, shared: shared}
 	if parent != "" {
 		if err := os.MkdirAll(parent, 0o700); err != nil {
 			return nil, fmt.Errorf("native: KV disk tier: %w", err)
 		}
-		dir, err := os.MkdirTemp(parent, "tandem-kv-")
-		if err != nil {
-			return nil, fmt.Errorf("native: KV disk tier: %w", err)
+		dir := parent
+		if !shared {
+			var err error
+			if dir, err = os.MkdirTemp(parent, "tandem-kv-"); err != nil {
+				return nil, fmt.Errorf("native: KV disk tier: %w", err)
+			}
 		}
 		ts.dir = dir
 		ts.jobs = make(chan tierJob, tierQueue)
@@ -141,6 +148,13 @@ func (ts *tierStore) Drop(t kvcache.Tier, h kvcache.BlockHash) {
 	}
 }
 
+// Has implements kvcache.SharedTier: another worker's file for h is in
+// the shared directory.
+func (ts *tierStore) Has(h kvcache.BlockHash) bool {
+	_, err := os.Stat(ts.path(h))
+	return err == nil
+}
+
 // load returns block h's payload from tier t.
 func (ts *tierStore) load(t kvcache.Tier, h kvcache.BlockHash) ([]byte, error) {
 	if t == kvcache.TierG2 {
@@ -205,6 +219,9 @@ func (ts *tierStore) writer() {
 			if err := os.Remove(ts.path(j.h)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				ts.log.Warn("KV disk tier remove failed", "code", "kv_tier_write_failed", "err", err)
 			}
+			ts.mu.Lock()
+			delete(ts.mine, j.h)
+			ts.mu.Unlock()
 			continue
 		}
 		ts.mu.Lock()
@@ -218,7 +235,7 @@ func (ts *tierStore) writer() {
 		copy(hdr[8:40], j.h[:])
 		binary.LittleEndian.PutUint64(hdr[40:], uint64(len(j.data)))
 		binary.LittleEndian.PutUint64(hdr[48:], xxh3.Hash(j.data))
-		tmp := ts.path(j.h) + ".tmp"
+		tmp := fmt.Sprintf("%s.%p.tmp", ts.path(j.h), ts)
 		err := os.WriteFile(tmp, append(hdr, j.data...), 0o600)
 		if err == nil {
 			err = os.Rename(tmp, ts.path(j.h))
@@ -232,6 +249,9 @@ func (ts *tierStore) writer() {
 		if c, ok := ts.pending[j.h]; ok && &c[0] == &j.data[0] {
 			delete(ts.pending, j.h)
 		}
+		if err == nil {
+			ts.mine[j.h] = struct{}{}
+		}
 		ts.mu.Unlock()
 	}
 }
@@ -244,6 +264,14 @@ func (ts *tierStore) close() {
 	close(ts.jobs)
 	<-ts.done
 	ts.jobs = nil
+	if ts.shared {
+		for h := range ts.mine {
+			if err := os.Remove(ts.path(h)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				ts.log.Warn("KV disk tier cleanup failed", "dir", ts.dir, "err", err)
+			}
+		}
+		return
+	}
 	if err := os.RemoveAll(ts.dir); err != nil {
 		ts.log.Warn("KV disk tier cleanup failed", "dir", ts.dir, "err", err)
 	}

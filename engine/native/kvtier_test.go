@@ -128,3 +128,46 @@ func e16BlockBytes(t *testing.T, m *model.Model) int {
 	}
 	return kv.RawBlockBytes()
 }
+
+// TestKVSharedDiskTier: two workers share one disk tier directory; a
+// prefix worker A computed and evicted to it is onboarded by worker B on
+// B's first request for it (cached tokens > 0), with A's exact output.
+// Each removes only its own files at Close.
+func TestKVSharedDiskTier(t *testing.T) {
+	m := tinyModel(t, nil)
+	dir := t.TempDir()
+	opts := Options{Threads: 2, KVType: model.KVF16, ContextLength: 128, KVBytes: 1,
+		KVOffloadDiskBytes: 64 << 20, KVOffloadDiskDir: dir, KVOffloadDiskShared: true}
+	a := newEngine(t, m, opts)
+	b := newEngine(t, m, opts)
+	prompt := randPrompt(100, 7, m.Config.Vocab)
+	req := engine.Request{Prompt: prompt, MaxTokens: 12, IgnoreEOS: true}
+	want := gen(t, a, req)
+	evict(t, a, m)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.tiers.mu.Lock()
+		n := len(a.tiers.pending)
+		a.tiers.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := gen(t, b, req)
+	if got.cached == 0 || !slices.Equal(got.tokens, want.tokens) {
+		t.Fatalf("worker B: cached %d, tokens %v, want > 0 and %v", got.cached, got.tokens, want.tokens)
+	}
+	st, err := b.TierStats(t.Context())
+	if err != nil || st.SharedOnboarded == 0 {
+		t.Fatalf("B's tier stats %+v (%v): nothing onboarded from the shared tier", st, err)
+	}
+	b.Close()
+	if fs, _ := filepath.Glob(filepath.Join(dir, "*.kv")); len(fs) == 0 {
+		t.Fatal("B's Close removed A's files")
+	}
+	a.Close()
+	if fs, _ := filepath.Glob(filepath.Join(dir, "*")); len(fs) != 0 {
+		t.Fatalf("left after both closed: %v", fs)
+	}
+}
