@@ -210,6 +210,10 @@ type KV struct {
 	name   string
 	cost   cost
 	events *kvindex.Index // nil in kv-approx
+	// poolIx is the events' pool (GPU) blocks alone: events holds every
+	// tier, and the difference of their answers is what a worker must
+	// onboard from host memory or disk. nil in kv-approx.
+	poolIx *kvindex.Index
 	approx *kvindex.Index
 	active *activeTracker
 	met    *kvMetrics
@@ -299,6 +303,10 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 		if err != nil {
 			return nil, fmt.Errorf("router: event index: %w", err)
 		}
+		k.poolIx, err = kvindex.New(kvindex.Config{Name: "events_pool", BlockSize: cfg.BlockSize, MaxBlocks: cfg.IndexMaxBlocks, Now: cfg.Now})
+		if err != nil {
+			return nil, fmt.Errorf("router: event index: %w", err)
+		}
 		if k.subMet, err = kvevents.NewSubscriberMetrics(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("router: %w", err)
 		}
@@ -376,6 +384,9 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	}
 	err := k.events.AddWorker(id, blockSize)
 	k.events.SetTag(id, int32(w.slot))
+	if k.poolIx.AddWorker(id, blockSize) == nil {
+		k.poolIx.SetTag(id, int32(w.slot))
+	}
 	if err != nil {
 		w.refuse(fmt.Sprintf("engine block size %d is not a multiple of the router's %d; set --router-block-size to a divisor of it. Routing the worker by approximation", blockSize, k.cfg.BlockSize))
 		return fmt.Errorf("router: worker %s: %w", id, err)
@@ -448,6 +459,7 @@ func (k *KV) RemoveWorker(id string) {
 	}
 	if k.events != nil {
 		k.events.RemoveWorker(id)
+		k.poolIx.RemoveWorker(id)
 	}
 	k.approx.RemoveWorker(id)
 	// Only now may the slot go to another worker: until the indexes have
@@ -531,6 +543,8 @@ func (k *KV) workerFor(id string) *kvWorker {
 			// and lookups are consistent; no stream will come.
 			_ = k.events.AddWorker(id, 0)
 			k.events.SetTag(id, int32(w.slot))
+			_ = k.poolIx.AddWorker(id, 0)
+			k.poolIx.SetTag(id, int32(w.slot))
 		}
 	}
 	return w

@@ -55,6 +55,9 @@ type kvWorker struct {
 	k    *KV
 	id   string
 	slot int
+	// tiered: the worker has published blocks of a tier below its pool
+	// (KV offload), so KV.pool tracks its pool apart.
+	tiered atomic.Bool
 
 	endpoint, replay string
 	blockSize        int
@@ -165,6 +168,15 @@ func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
 		return
 	}
 	st, err := k.events.Apply(w.id, b.Events)
+	if err == nil && (w.tiered.Load() || hasLowerTier(b.Events)) {
+		// The pool-only index is kept from a worker's first offload on:
+		// until then its pool is all it holds (and the index's work is
+		// not doubled for workers without tiers). Blocks stored before
+		// that are missing from it, so they are priced as an onboard
+		// until they are stored again: a cost too high, never too low.
+		w.tiered.Store(true)
+		_, _ = k.poolIx.Apply(w.id, b.Events)
+	}
 	if err != nil {
 		k.log.Debug("KV events for a worker the index does not know", "worker", w.id, "err", err)
 		return
@@ -185,6 +197,17 @@ func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
 	if st.StoredEvents > 0 {
 		w.onStored()
 	}
+}
+
+// hasLowerTier reports whether a batch has events of a tier below the
+// engine's pool.
+func hasLowerTier(evs []kvevents.Event) bool {
+	for i := range evs {
+		if m := evs[i].Medium; m != "" && m != "GPU" && evs[i].Type != kvevents.TypeAllBlocksCleared {
+			return true
+		}
+	}
+	return false
 }
 
 // appliedRemovals counts the batch's device-tier BlockRemoved events.
@@ -236,6 +259,7 @@ func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
 		// let new events rebuild it, routing with the approximate records
 		// meanwhile.
 		k.events.ClearWorker(w.id)
+		k.poolIx.ClearWorker(w.id)
 		w.mu.Lock()
 		until := w.rebuildLocked()
 		w.recomputeLocked()
@@ -248,6 +272,7 @@ func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
 		// A restarted engine has an empty cache: forget what it held and
 		// where we sent requests before.
 		k.events.ClearWorker(w.id)
+		k.poolIx.ClearWorker(w.id)
 		k.approx.ClearWorker(w.id)
 		k.log.Warn("KV event publisher restarted; cleared the worker's index", "worker", w.id)
 		return

@@ -34,7 +34,10 @@ type candScore struct {
 	w   *kvWorker
 	st  workerHealth
 	// overlap is the prefix, in blocks, the worker is predicted to hold.
-	overlap        int
+	overlap int
+	// lower is how many of overlap's blocks the worker holds only below
+	// its pool (host memory, disk): a copy, priced by the ttft cost.
+	lower          int
 	activeUnique   int
 	activeRequests int
 	activePrefill  int
@@ -51,6 +54,7 @@ type pickScratch struct {
 	hashes      []uint64
 	ov          []kvindex.TagOverlap
 	evOv, apOv  []int32
+	poolOv      []int32
 	activeMatch []int32
 	pinnedLead  []int32
 	touched     []int32
@@ -72,14 +76,14 @@ func (k *KV) scratch(slots int) *pickScratch {
 		}
 		return a
 	}
-	sc.evOv, sc.apOv = grow(sc.evOv), grow(sc.apOv)
+	sc.evOv, sc.apOv, sc.poolOv = grow(sc.evOv), grow(sc.apOv), grow(sc.poolOv)
 	sc.activeMatch, sc.pinnedLead = grow(sc.activeMatch), grow(sc.pinnedLead)
 	return sc
 }
 
 func (k *KV) release(sc *pickScratch) {
 	for _, s := range sc.touched {
-		sc.evOv[s], sc.apOv[s], sc.activeMatch[s], sc.pinnedLead[s] = 0, 0, 0, 0
+		sc.evOv[s], sc.apOv[s], sc.activeMatch[s], sc.pinnedLead[s], sc.poolOv[s] = 0, 0, 0, 0, 0
 	}
 	sc.touched = sc.touched[:0]
 	clear(sc.ws)
@@ -165,6 +169,10 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 		if k.events != nil {
 			sc.ov = k.events.LookupTags(hashes, sc.ov[:0])
 			sc.fill(sc.ov, sc.evOv)
+			if k.poolIx.Len() > 0 {
+				sc.ov = k.poolIx.LookupTags(hashes, sc.ov[:0])
+				sc.fill(sc.ov, sc.poolOv)
+			}
 		}
 		sc.ov = k.approx.LookupTags(hashes, sc.ov[:0])
 		sc.fill(sc.ov, sc.apOv)
@@ -201,6 +209,9 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 			c.overlap = ap
 		case c.st == healthHealthy:
 			c.overlap = ev
+			if c.w.tiered.Load() {
+				c.lower = max(ev-int(sc.poolOv[s]), 0)
+			}
 		default:
 			c.overlap = max(ev, ap)
 		}

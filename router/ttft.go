@@ -109,10 +109,19 @@ type timingModel struct {
 	errSum  float64
 }
 
+// OnboardEstimator is an engine with KV tiers below its pool that can say
+// how long bringing n tokens' blocks back from them takes, in seconds (the
+// mocker's modelled links): the ttft cost adds it for the part of a hit the
+// index knows only in a lower tier.
+type OnboardEstimator interface {
+	EstimateOnboard(tokens int) float64
+}
+
 // timingSource is what the worker's engine says about its own speed.
 type timingSource struct {
 	est engine.PrefillEstimator // nil: an engine in another process
 	dec DecodeEstimator
+	onb OnboardEstimator // nil: onboarding a lower tier's blocks priced as free
 	// chunk is the engine's prefill chunk (engine.KVStreamer), else
 	// defaultChunkTokens.
 	chunk int
@@ -143,6 +152,7 @@ func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int)
 	old := m.src.Load()
 	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: old.ttftCoef, learned: old.learned}
 	ts.dec, _ = src.(DecodeEstimator)
+	ts.onb, _ = src.(OnboardEstimator)
 	ts.chunk = defaultChunkTokens
 	if ks, ok := src.(engine.KVStreamer); ok && ks.PrefillChunkTokens() > 0 {
 		ts.chunk = ks.PrefillChunkTokens()
@@ -216,6 +226,14 @@ func (src *timingSource) predict(fleet *ttftCoef, cs *candScore, isl, bs, maxHit
 	hit := min(cs.overlap, maxHit) * bs
 	wait := queueStart(cs.busyUntil, cs.prefilling, now) - now
 	total, pre := src.estimate(fleet, isl-hit, cs.activeRequests-cs.prefilling, cs.activeUnique*bs+isl, wait == 0)
+	if cs.lower > 0 && src.onb != nil {
+		// Part of the hit sits in host memory or on disk: it is copied
+		// in before the prefill continues.
+		if o := src.onb.EstimateOnboard(min(cs.lower, cs.overlap, maxHit) * bs); o > 0 {
+			total += o
+			pre += o
+		}
+	}
 	return float64(wait)*1e-9 + total, pre
 }
 

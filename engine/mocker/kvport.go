@@ -197,3 +197,20 @@ func (e *Engine) importLocked(tokens []engine.Token, from int) error {
 // KVShape implements engine.KVDescriber: a simulated cache has no layers,
 // so only the model, block size and tokenizer (in the record) count.
 func (e *Engine) KVShape() engine.KVShape { return engine.KVShape{DType: "simulated"} }
+
+// EstimateOnboard is the simulated time, in seconds, to bring tokens'
+// worth of blocks back into the pool from host memory (the router's ttft
+// cost adds it for the part of a hit the worker holds only in a lower
+// tier); 0 without tiers.
+func (e *Engine) EstimateOnboard(tokens int) float64 {
+	if !e.cfg.Tiers.Enabled() || tokens <= 0 {
+		return 0
+	}
+	blocks := (tokens + e.cfg.BlockSize - 1) / e.cfg.BlockSize
+	n2, n3 := blocks, 0
+	if e.cfg.Tiers.HostBytes == 0 {
+		n2, n3 = 0, blocks
+	}
+	disk, host := e.cfg.Tiers.onboardSeconds(n2, n3, int64(e.cfg.BlockSize)*int64(e.cfg.KVBytesPerToken))
+	return e.cfg.stepDuration((disk + host) * 1000).Seconds()
+}

@@ -1,0 +1,65 @@
+package router
+
+import (
+	"testing"
+
+	"github.com/tandemllm/tandem/engine"
+)
+
+// onboardTiming is fakeTiming for an engine with KV tiers: onboarding n
+// tokens from below its pool takes perTok·n seconds.
+type onboardTiming struct {
+	fakeTiming
+	perTok float64
+}
+
+func (o onboardTiming) EstimateOnboard(n int) float64 { return o.perTok * float64(n) }
+
+// TestTTFTCostPricesOnboard: w0 holds the prompt's prefix in its pool, w1
+// holds it only in host memory (offloaded: BlockStored with medium CPU).
+// The choice follows the predicted TTFT: w0 when it is idle (a pool hit
+// beats any copy), w1 when w0's queue is longer than w1's copy takes, and
+// w0 again when the copy is slower than that queue.
+func TestTTFTCostPricesOnboard(t *testing.T) {
+	base := fakeTiming{base: 0.0136, perTok: 0.0436e-3, dec: 0.010} // the seeds' Qwen3-0.6B
+	for _, tc := range []struct {
+		name    string
+		onboard float64 // seconds per token
+		w0Busy  bool
+		want    string
+	}{
+		{"idle pool hit beats a fast copy", 1e-6, false, "w0"},
+		{"fast copy beats a queue", 1e-6, true, "w1"},
+		{"slow copy loses to the queue", 1e-3, true, "w0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := newTTFTFixture(t, 2, CostTTFT, base)
+			for _, w := range f.r.Workers() {
+				w.Timing = onboardTiming{base, tc.onboard}
+				f.r.AddWorker(w)
+			}
+			pre := prompt(7, 375) // 1,500 tokens
+			f.ingest(t, "w0", 0, storedEvent(pre, 1))
+			cpu := storedEvent(pre, 1)
+			cpu.Medium = "CPU"
+			f.ingest(t, "w1", 0, cpu)
+			if tc.w0Busy {
+				// A cold 2,000-token prefill routed to w0, not yet answered:
+				// ≈ 0.1 s of virtual queue.
+				f.kv.Routed(&Request{Model: "m", Tokens: prompt(20, 500)}, Decision{WorkerID: "w0"})
+			}
+			req := append(append([]engine.Token(nil), pre...), prompt(8, 6)...)
+			d, err := f.kv.Pick(&Request{Model: "m", Tokens: req}, []Candidate{{ID: "w0"}, {ID: "w1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.WorkerID != tc.want {
+				t.Fatalf("chose %s, want %s (decision %+v)", d.WorkerID, tc.want, d)
+			}
+			// Both workers are credited with the prefix.
+			if d.PredictedCachedTokens < len(pre)-tbs {
+				t.Fatalf("predicted cached %d of a %d-token prefix", d.PredictedCachedTokens, len(pre))
+			}
+		})
+	}
+}
