@@ -172,7 +172,7 @@ func (ts *tierStore) load(t kvcache.Tier, h kvcache.BlockHash) ([]byte, error) {
 	d, err := ts.read(h)
 	if err != nil {
 		ts.readErrs.Add(1)
-		ts.log.Warn("KV disk tier read failed; recomputing the block", "code", "kv_tier_read_failed", "err", err)
+		ts.log.Warn("KV disk tier read failed; recomputing the block", "diagnostic_code", DiagKVTierReadFailed, "err", err)
 	}
 	return d, err
 }
@@ -217,7 +217,7 @@ func (ts *tierStore) writer() {
 	for j := range ts.jobs {
 		if j.data == nil {
 			if err := os.Remove(ts.path(j.h)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				ts.log.Warn("KV disk tier remove failed", "code", "kv_tier_write_failed", "err", err)
+				ts.log.Warn("KV disk tier remove failed", "diagnostic_code", DiagKVTierWriteFailed, "err", err)
 			}
 			ts.mu.Lock()
 			delete(ts.mine, j.h)
@@ -242,7 +242,7 @@ func (ts *tierStore) writer() {
 		}
 		if err != nil {
 			ts.writeErrs.Add(1)
-			ts.log.Warn("KV disk tier write failed; the block will be recomputed", "code", "kv_tier_write_failed", "err", err)
+			ts.log.Warn("KV disk tier write failed; the block will be recomputed", "diagnostic_code", DiagKVTierWriteFailed, "err", err)
 			_ = os.Remove(tmp)
 		}
 		ts.mu.Lock()
