@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -32,7 +33,8 @@ import (
 //
 // It is an experiment, not a unit test: it runs only with
 // TANDEM_TRACE_REPLAY=1 (traces from $TANDEM_SHARED/traces/mooncake) or
-// TANDEM_TRACE_REPLAY=DIR.
+// TANDEM_TRACE_REPLAY=DIR; TANDEM_TRACE_NAMES=conversation_trace picks
+// traces.
 func TestMooncakeTierReplay(t *testing.T) {
 	dir := os.Getenv("TANDEM_TRACE_REPLAY")
 	if dir == "" {
@@ -49,7 +51,11 @@ func TestMooncakeTierReplay(t *testing.T) {
 		{"g1", TierConfig{}},
 		{"g1+g2+g3", TierConfig{HostBytes: 16 * gib, DiskBytes: 128 * gib}},
 	}
-	for _, name := range []string{"conversation_trace", "synthetic_trace"} {
+	names := []string{"conversation_trace", "synthetic_trace"}
+	if n := os.Getenv("TANDEM_TRACE_NAMES"); n != "" {
+		names = strings.Split(n, ",")
+	}
+	for _, name := range names {
 		entries, err := loadTrace(filepath.Join(dir, name+".jsonl"))
 		if err != nil {
 			t.Skip(err)
@@ -159,7 +165,8 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 			time.Sleep(d)
 		}
 		prompt := tracePrompt(en)
-		best, bestCost, bestPrefill := 0, 0.0, 0.0
+		best, bestCost, bestPrefill, bestRoom := 0, 0.0, 0.0, false
+		need := (len(prompt) + ws[0].cfg.BlockSize - 1) / ws[0].cfg.BlockSize
 		for i, e := range ws {
 			var g1 int
 			var lower [kvcache.NumTiers]int
@@ -171,8 +178,18 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 			mu.Lock()
 			cost := queued[i] + prefill
 			mu.Unlock()
-			if i == 0 || cost < bestCost {
-				best, bestCost, bestPrefill = i, cost, prefill
+			// A worker whose pool cannot take the prompt now (its running
+			// requests hold it, or others already wait) admits it only
+			// when some finish, a wait no prefill estimate prices: such
+			// workers are chosen only when every worker is one, as the
+			// router's ttft cost treats a full KV cache as a limit.
+			ld := e.Load()
+			room := ld.Waiting == 0 && ld.UsedBlocks+need <= ld.TotalBlocks
+			if !room {
+				cost += float64(ld.Waiting+1) * 10 // beyond any prefill: only the order among full workers matters
+			}
+			if i == 0 || (room && !bestRoom) || (room == bestRoom && cost < bestCost) {
+				best, bestCost, bestPrefill, bestRoom = i, cost, prefill, room
 			}
 		}
 		mu.Lock()
