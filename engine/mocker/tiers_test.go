@@ -2,8 +2,12 @@ package mocker
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
@@ -63,6 +67,24 @@ func TestTierOnboardTTFT(t *testing.T) {
 	st := eHost.stats
 	if st.onboardBlocks[kvcache.TierG2].Load() != 187 || st.tierOffload[kvcache.TierG2].Load() == 0 {
 		t.Fatalf("onboarded %d, offloaded %d", st.onboardBlocks[kvcache.TierG2].Load(), st.tierOffload[kvcache.TierG2].Load())
+	}
+	// The same through the worker's metrics (a pedantic registry checks
+	// the families are consistent).
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(eHost.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "tandem_kv_tier_blocks", "tandem_kv_tier_bytes", "tandem_kv_tier_offload_blocks_total",
+		"tandem_kv_tier_onboard_blocks_total", "tandem_kv_tier_dropped_blocks_total", "tandem_kv_tier_onboard_seconds"); err != nil || n != 3+2*4+1 {
+		t.Fatalf("tier metrics: %d series, %v", n, err)
+	}
+	wantMetrics := strings.NewReader(`# HELP tandem_kv_tier_onboard_blocks_total KV blocks brought back into the pool from a lower tier (prefix hits per tier).
+# TYPE tandem_kv_tier_onboard_blocks_total counter
+tandem_kv_tier_onboard_blocks_total{engine="0",model_name="mocker",tier="g2"} 187
+tandem_kv_tier_onboard_blocks_total{engine="0",model_name="mocker",tier="g3"} 0
+`)
+	if err := testutil.GatherAndCompare(reg, wantMetrics, "tandem_kv_tier_onboard_blocks_total"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ import (
 // It is an experiment, not a unit test: it runs only with
 // TANDEM_TRACE_REPLAY=1 (traces from $TANDEM_SHARED/traces/mooncake) or
 // TANDEM_TRACE_REPLAY=DIR; TANDEM_TRACE_NAMES=conversation_trace picks
-// traces.
+// traces, TANDEM_TRACE_WORKERS the number of workers.
 func TestMooncakeTierReplay(t *testing.T) {
 	dir := os.Getenv("TANDEM_TRACE_REPLAY")
 	if dir == "" {
@@ -136,8 +137,12 @@ func tracePrompt(e traceEntry) []engine.Token {
 
 func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 	ctx := context.Background()
+	workers := replayWorkers
+	if n, err := strconv.Atoi(os.Getenv("TANDEM_TRACE_WORKERS")); err == nil && n > 0 && n <= 1024 {
+		workers = n
+	}
 	var ws []*Engine
-	for i := range replayWorkers {
+	for i := range workers {
 		e, err := New(Config{Model: "qwen3-0.6b", Timing: Qwen3_0_6BTiming(), KVCapacityTokens: SeedKVCapacityTokens,
 			Tiers: tiers, Logger: quiet(), Vocabulary: vocab, EngineLabel: fmt.Sprint(i)})
 		if err != nil {
