@@ -201,8 +201,8 @@ type Subscriber struct {
 	// live message in order. Past it a lower seq can only be a publisher
 	// that restarted, which matters on a bound socket, where a restarted
 	// publisher dials back into the same session.
-	dupOpen bool
-	live    bool // a live message arrived in order in this session
+	dupOpen  bool
+	live     bool // a live message arrived in order in this session
 	corrupts uint64
 	// started is set once any batch was delivered. Before that the
 	// subscription is new: it starts at whatever seq the publisher is at,

@@ -154,8 +154,8 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	switch n := req.MaxTokens; {
 	case n > 0:
 		b.NPredict = n
-	case e.cfg.ContextLength > 0:
-		b.NPredict = max(e.cfg.ContextLength-len(req.Prompt), 1)
+	case e.contextLength() > 0:
+		b.NPredict = max(e.contextLength()-len(req.Prompt), 1)
 	}
 	payload, err := json.Marshal(&b)
 	if err != nil {

@@ -47,6 +47,15 @@ type LlamaCppOptions struct {
 	// not_supported_error (server.cpp, handle_metrics: "This server does
 	// not support metrics endpoint. Start it with `--metrics`").
 	Metrics bool
+	// KeepAlive is the server's keep-alive timeout (cpp-httplib's
+	// CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND, 5 s; 0: connections never time
+	// out): "Keep-Alive: timeout=N" on every answer, and a request that
+	// arrives on a connection idle that long is closed unanswered
+	// (keepalive.go).
+	KeepAlive time.Duration
+	// Addr is where it listens (default 127.0.0.1:0, any port): a test of
+	// a server that starts after Tandem names the port Tandem was given.
+	Addr string
 }
 
 // LlamaCpp is a running llama-server look-alike: POST /completion with
@@ -55,6 +64,7 @@ type LlamaCppOptions struct {
 // (llamacpp:*). It publishes no KV events, as llama.cpp does not.
 type LlamaCpp struct {
 	opts  LlamaCppOptions
+	ka    *keepAlive
 	srv   *http.Server
 	lis   net.Listener
 	ready time.Time
@@ -86,7 +96,10 @@ func StartLlamaCpp(opts LlamaCppOptions) (*LlamaCpp, error) {
 	if opts.SlotSimilarity == 0 {
 		opts.SlotSimilarity = 0.10
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", opts.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("standin: %w", err)
 	}
@@ -99,12 +112,20 @@ func StartLlamaCpp(opts LlamaCppOptions) (*LlamaCpp, error) {
 	mux.HandleFunc("GET /slots", s.loaded(s.slotsInfo))
 	mux.HandleFunc("GET /metrics", s.loaded(s.metricsText))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if opts.KeepAlive > 0 {
+		s.ka = &keepAlive{timeout: opts.KeepAlive}
+		s.ka.install(s.srv)
+	}
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
 }
 
 // URL is the server's base URL.
 func (s *LlamaCpp) URL() string { return "http://" + s.lis.Addr().String() }
+
+// IdleClosed counts requests closed unanswered because their connection
+// had been idle for KeepAlive.
+func (s *LlamaCpp) IdleClosed() int64 { return s.ka.idleClosed() }
 
 // Close stops the server.
 func (s *LlamaCpp) Close() error { return s.srv.Close() }

@@ -37,11 +37,19 @@ type Options struct {
 	// GPUCacheMetric publishes the KV usage under its older name
 	// vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc.
 	GPUCacheMetric bool
+	// KeepAlive is the server's keep-alive timeout (uvicorn's
+	// timeout_keep_alive, which vLLM sets from VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
+	// default 5 s: vllm/envs.py, vllm/entrypoints/openai/api_server.py; 0:
+	// none): a request that
+	// arrives on a connection idle that long is closed unanswered
+	// (keepalive.go).
+	KeepAlive time.Duration
 }
 
 // Server is a running stand-in.
 type Server struct {
 	opts Options
+	ka   *keepAlive
 	eng  *mocker.Engine
 	srv  *http.Server
 	lis  net.Listener
@@ -70,9 +78,17 @@ func Start(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if opts.KeepAlive > 0 {
+		s.ka = &keepAlive{timeout: opts.KeepAlive}
+		s.ka.install(s.srv)
+	}
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
 }
+
+// IdleClosed counts requests closed unanswered because their connection
+// had been idle for KeepAlive.
+func (s *Server) IdleClosed() int64 { return s.ka.idleClosed() }
 
 // URL is the server's base URL.
 func (s *Server) URL() string { return "http://" + s.lis.Addr().String() }
