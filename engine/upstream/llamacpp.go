@@ -129,9 +129,11 @@ type llamaChunk struct {
 	IDSlot       *int           `json:"id_slot"`
 	TokensCached *int           `json:"tokens_cached"`
 	Timings      *struct {
-		CacheN *int `json:"cache_n"`
+		CacheN  *int `json:"cache_n"`
+		PromptN *int `json:"prompt_n"`
 	} `json:"timings"`
-	Error *struct {
+	TokensPredicted *int `json:"tokens_predicted"`
+	Error           *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Type    string `json:"type"`
@@ -202,9 +204,12 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			return s.fail(llamaError(s.e.cfg.URL, c.Error.Code, c.Error.Type, c.Error.Message))
 		}
 		d := engine.Delta{Tokens: c.Tokens}
-		if d.Tokens == nil && c.Content != "" {
-			// A build without return_tokens: Tandem's tokenization of
-			// the text, as for text-only OpenAI servers.
+		if len(d.Tokens) == 0 && c.Content != "" {
+			// Older builds send the text that a partial stop-string match
+			// held back on a later event with "tokens": [] (its ids were
+			// dropped), and every build without return_tokens sends none.
+			// Tandem's tokenization of the text, as for text-only OpenAI
+			// servers.
 			if s.e.cfg.Codec == nil {
 				return s.fail(ErrNoTokenIDs)
 			}
@@ -225,11 +230,16 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			d.Finish = engine.FinishStop
 		}
 		d.PromptTokens = s.promptLen
+		// What the slot already held: timings.cache_n where the build has
+		// it, else the prompt tokens it did not evaluate (timings.prompt_n
+		// counts those it did). Never tokens_cached: older builds count
+		// the prompt and the generated tokens in it (the slot's n_past),
+		// which equals the prompt on a cold one.
 		switch {
 		case c.Timings != nil && c.Timings.CacheN != nil:
-			d.CachedTokens = *c.Timings.CacheN
-		case c.TokensCached != nil:
-			d.CachedTokens = min(*c.TokensCached, s.promptLen)
+			d.CachedTokens = min(max(*c.Timings.CacheN, 0), s.promptLen)
+		case c.Timings != nil && c.Timings.PromptN != nil:
+			d.CachedTokens = min(max(s.promptLen-*c.Timings.PromptN, 0), s.promptLen)
 		}
 		if c.IDSlot != nil {
 			s.e.slots.remember(s.keys, *c.IDSlot)
@@ -245,7 +255,8 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 func llamaError(url string, code int, typ, msg string) error {
 	switch typ {
 	case "exceed_context_size_error":
-		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
+		// The prompt alone does not fit the slot's context.
+		return &PromptTooLongError{fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)}
 	case "unavailable_error":
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrOverloaded, msg)
 	case "server_error":

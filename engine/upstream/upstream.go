@@ -220,7 +220,8 @@ func (e *Engine) connect(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	e.learnContext(pctx)
+	return e.checkTokenizer(pctx)
 }
 
 // Pending reports whether the server has not answered yet.
@@ -533,6 +534,9 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		e.suspect()
 		return nil, fmt.Errorf("upstream %s: %w: the server has not answered yet: %w", e.cfg.URL, engine.ErrUnavailable, down)
 	}
+	if err := e.checkPrompt(req); err != nil {
+		return nil, err
+	}
 	switch e.cfg.API {
 	case APILlamaCpp:
 		return e.generateLlama(ctx, req)
@@ -658,7 +662,7 @@ func statusError(url string, resp *http.Response) error {
 	code := fmt.Sprint(e.Error.Code)
 	switch {
 	case e.Error.Type == "exceed_context_size_error":
-		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
+		return &PromptTooLongError{fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)}
 	case resp.StatusCode == http.StatusBadRequest && (strings.Contains(code, "context_length") ||
 		strings.Contains(msg, "context length") || strings.Contains(msg, "maximum context")):
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)

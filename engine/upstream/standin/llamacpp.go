@@ -56,6 +56,15 @@ type LlamaCppOptions struct {
 	// Addr is where it listens (default 127.0.0.1:0, any port): a test of
 	// a server that starts after Tandem names the port Tandem was given.
 	Addr string
+	// Codec is the server's tokenizer, for POST /tokenize (nil: the route
+	// answers 404, a stand-in that cannot tokenize).
+	Codec Codec
+	// NoCacheN is a build from before timings.cache_n (early 2025, such
+	// as b4700): the stop event's timings carry prompt_n (the prompt
+	// tokens evaluated) only, and tokens_cached is the slot's n_past,
+	// prompt plus generated tokens, even on a cold prompt
+	// (tools/server/server.cpp, send_final_response of those builds).
+	NoCacheN bool
 }
 
 // LlamaCpp is a running llama-server look-alike: POST /completion with
@@ -110,6 +119,10 @@ func StartLlamaCpp(opts LlamaCppOptions) (*LlamaCpp, error) {
 	mux.HandleFunc("GET /v1/models", s.loaded(s.models))
 	mux.HandleFunc("POST /completion", s.loaded(s.completion))
 	mux.HandleFunc("GET /slots", s.loaded(s.slotsInfo))
+	mux.HandleFunc("GET /props", s.loaded(s.props))
+	if opts.Codec != nil {
+		mux.HandleFunc("POST /tokenize", s.loaded(s.tokenize))
+	}
 	mux.HandleFunc("GET /metrics", s.loaded(s.metricsText))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	if opts.KeepAlive > 0 {
@@ -172,6 +185,29 @@ func (s *LlamaCpp) models(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{map[string]any{
 		"id": s.opts.Model, "object": "model", "owned_by": "llamacpp", "created": 0,
 		"meta": map[string]any{"n_ctx_train": s.opts.NCtx, "n_vocab": 151936}}}})
+}
+
+// props: the server's settings; default_generation_settings is a slot's,
+// whose n_ctx is the context per slot (tools/server/README.md, GET /props).
+func (s *LlamaCpp) props(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"default_generation_settings": map[string]any{"id": 0, "n_ctx": s.opts.NCtx, "is_processing": false},
+		"total_slots":                 s.opts.Slots, "model_path": "/models/" + s.opts.Model})
+}
+
+// tokenize: {"content", "add_special"} → {"tokens"} (README, POST
+// /tokenize). The stand-in's tokenizer adds no special tokens.
+func (s *LlamaCpp) tokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Content string `json:"content"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		llamaErr(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"tokens": s.opts.Codec.Encode(req.Content)})
 }
 
 func (s *LlamaCpp) slotsInfo(w http.ResponseWriter, _ *http.Request) {
@@ -368,9 +404,13 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.metrics.predicted += int64(len(out))
 	s.mu.Unlock()
+	timings := map[string]any{"cache_n": cached, "prompt_n": len(req.Prompt) - cached, "predicted_n": len(out)}
+	if s.opts.NoCacheN {
+		delete(timings, "cache_n")
+	}
 	final := map[string]any{"index": 0, "content": "", "stop": true, "id_slot": slot, "model": s.opts.Model,
 		"stop_type": "limit", "tokens_predicted": len(out), "tokens_evaluated": len(req.Prompt), "tokens_cached": len(all) - 1,
-		"timings": map[string]any{"cache_n": cached, "prompt_n": len(req.Prompt) - cached, "predicted_n": len(out)}}
+		"timings": timings}
 	if !req.Stream {
 		final["content"] = fmt.Sprint(out)
 		if req.ReturnTokens {
