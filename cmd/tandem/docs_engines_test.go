@@ -161,6 +161,9 @@ func TestDocsEnginesCommandLines(t *testing.T) {
 			if err != nil || len(models.Data) == 0 {
 				t.Fatalf("/v1/models: %v %+v", err, models)
 			}
+			if p.model != models.Data[0].ID {
+				t.Fatalf("the banner names model %q, /v1/models %q", p.model, models.Data[0].ID)
+			}
 			body := fmt.Sprintf(`{"model":%q,"prompt":"Once upon a time","max_tokens":4}`, models.Data[0].ID)
 			deadline := time.Now().Add(10 * time.Second)
 			for {

@@ -621,13 +621,16 @@ func (e *Engine) post(ctx context.Context, path string, payload []byte, id strin
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		err := statusError(e.cfg.URL, resp)
-		if errors.Is(err, engine.ErrUnavailable) {
+		if errors.Is(err, engine.ErrUnavailable) || errors.Is(err, errServerError) {
 			e.suspect()
 		}
 		return nil, err
 	}
 	return resp, nil
 }
+
+// errServerError is a server's 5xx answer to one request.
+var errServerError = errors.New("the server failed the request")
 
 // remoteDecode reports whether kv_transfer_params ask for a prefill leg.
 func remoteDecode(params json.RawMessage) bool {
@@ -668,8 +671,13 @@ func statusError(url string, resp *http.Response) error {
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrOverloaded, msg)
-	case resp.StatusCode >= 500:
+	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout:
 		return fmt.Errorf("upstream %s: %w: status %d: %s", url, engine.ErrUnavailable, resp.StatusCode, msg)
+	case resp.StatusCode >= 500:
+		// One request's failure (a 500 from the handler) is that request's:
+		// the server answers, so it is not called unavailable (the health
+		// watcher still looks at once).
+		return fmt.Errorf("upstream %s: %w: status %d: %s", url, errServerError, resp.StatusCode, msg)
 	}
 	return fmt.Errorf("upstream %s: status %d: %s", url, resp.StatusCode, msg)
 }
@@ -758,7 +766,13 @@ func (e *Engine) noCachedTokens() {
 	e.mu.Lock()
 	b, subject := e.board, e.subject
 	e.mu.Unlock()
-	msg := "the upstream reports usage without prompt_tokens_details.cached_tokens (start vLLM with --enable-prompt-tokens-details); the router cannot check its KV predictions against this worker"
+	msg := "the upstream reports usage without prompt_tokens_details.cached_tokens; the router cannot check its KV predictions against this worker"
+	switch e.cfg.API {
+	case APIVLLM:
+		msg += " (start vLLM with --enable-prompt-tokens-details)"
+	default:
+		msg += " (vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report or --upstream-api sglang; llama-server: --upstream-api llamacpp, whose stop event has the count)"
+	}
 	if b != nil {
 		b.Raise(DiagNoCachedTokens, subject, health.Warn, msg, "url", e.cfg.URL)
 		return
