@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
@@ -124,5 +125,33 @@ func TestCachedTokensOldLlamaServer(t *testing.T) {
 		if _, last := drain(t, st); last.CachedTokens != want {
 			t.Fatalf("request %d: cached %d, want %d", i, last.CachedTokens, want)
 		}
+	}
+}
+
+// TestLoadOpenAIAPIOnLlamaServer: llama-server reached through its OpenAI
+// API publishes llamacpp:* gauges, which were ignored (only vLLM's names
+// were read for --upstream-api openai); any engine's names are read now.
+func TestLoadOpenAIAPIOnLlamaServer(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	lc, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "q.gguf", NCtx: 4096, Metrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	e, err := New(t.Context(), Config{URL: lc.URL(), API: APIOpenAI, Codec: wordCodec{}, HealthInterval: -1,
+		MetricsInterval: 20 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := e.Load(); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no load read from llamacpp:* gauges")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
