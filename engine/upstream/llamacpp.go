@@ -178,6 +178,7 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 type llamaStream struct {
 	sseStream
 	keys []uint64
+	ids  int // ids passed on so far
 }
 
 func (s *llamaStream) Recv() (engine.Delta, error) {
@@ -204,16 +205,26 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			return s.fail(llamaError(s.e.cfg.URL, c.Error.Code, c.Error.Type, c.Error.Message))
 		}
 		d := engine.Delta{Tokens: c.Tokens}
-		if len(d.Tokens) == 0 && c.Content != "" {
-			// Older builds send the text that a partial stop-string match
-			// held back on a later event with "tokens": [] (its ids were
-			// dropped), and every build without return_tokens sends none.
-			// Tandem's tokenization of the text, as for text-only OpenAI
-			// servers.
+		// Older builds send no event for a token whose text they hold
+		// back (an incomplete UTF-8 sequence, a partial stop string) and
+		// release its text with a later event that carries only that
+		// event's own token: the held-back ids are dropped. The server's
+		// own count (tokens_predicted) tells: when this event leaves it
+		// short, its text is tokenized instead, so no text is lost.
+		short := c.TokensPredicted != nil && *c.TokensPredicted > s.ids+len(c.Tokens) && c.Content != ""
+		if (len(d.Tokens) == 0 || short) && c.Content != "" {
+			// Builds without return_tokens send no ids at all. Either way
+			// the ids are Tandem's tokenization of the text, as for
+			// text-only OpenAI servers.
 			if s.e.cfg.Codec == nil {
 				return s.fail(ErrNoTokenIDs)
 			}
 			d.Tokens = s.e.cfg.Codec.Encode(c.Content)
+		}
+		if c.TokensPredicted != nil {
+			s.ids = max(s.ids+len(c.Tokens), *c.TokensPredicted)
+		} else {
+			s.ids += len(c.Tokens)
 		}
 		if !c.Stop {
 			if len(d.Tokens) == 0 {

@@ -155,3 +155,34 @@ func TestLoadOpenAIAPIOnLlamaServer(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestHeldBackIDsOldLlamaServer: older llama-server builds send no event
+// for a token whose text they hold back and release the text with the
+// next event, which carries only its own id; that text was lost. The
+// server's tokens_predicted shows the ids are short, and the event's text
+// is tokenized instead: the output's text is whole.
+func TestHeldBackIDsOldLlamaServer(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	text := func(hold int) string {
+		lc, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "q.gguf", NCtx: 4096, Codec: wordCodec{}, HoldBack: hold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lc.Close()
+		e, err := New(t.Context(), Config{URL: lc.URL(), API: APILlamaCpp, Codec: wordCodec{}, HealthInterval: -1, MetricsInterval: -1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		st, err := e.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{65, 66, 67}, MaxTokens: 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, _ := drain(t, st)
+		return wordCodec{}.Decode(toks)
+	}
+	whole, held := text(0), text(3)
+	if len(whole) != 12 || held != whole {
+		t.Fatalf("text with held-back ids %q, whole %q", held, whole)
+	}
+}

@@ -65,6 +65,14 @@ type LlamaCppOptions struct {
 	// prompt plus generated tokens, even on a cold prompt
 	// (tools/server/server.cpp, send_final_response of those builds).
 	NoCacheN bool
+	// HoldBack is a build that sends no event for a token whose text it
+	// holds back (an incomplete UTF-8 sequence, a partial stop string) and
+	// releases that text with the next event, whose tokens are only its
+	// own: every HoldBack-th token (0: none) is held so, its id dropped, as
+	// older builds' process_token/send_partial_response did
+	// (tools/server/server.cpp: the partial result carries the current
+	// token only). tokens_predicted still counts every token.
+	HoldBack int
 }
 
 // LlamaCpp is a running llama-server look-alike: POST /completion with
@@ -378,6 +386,7 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	s.metrics.promptTokens += int64(len(req.Prompt) - cached)
 	s.mu.Unlock()
 	var out []engine.Token
+	held := ""
 	lastPing := time.Now()
 	for i := range nPredict {
 		if i > 0 && !backoff.Sleep(r.Context(), s.opts.DecodePerToken) {
@@ -391,8 +400,14 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, ": ping\n\n")
 				lastPing = time.Now()
 			}
-			ev := map[string]any{"index": 0, "content": fmt.Sprintf(" t%d", tok), "stop": false, "id_slot": slot,
+			text := s.text(tok)
+			if s.opts.HoldBack > 0 && (i+1)%s.opts.HoldBack == 0 && i+1 < nPredict {
+				held += text // no event: released with the next one
+				continue
+			}
+			ev := map[string]any{"index": 0, "content": held + text, "stop": false, "id_slot": slot,
 				"tokens_predicted": i + 1, "tokens_evaluated": len(req.Prompt)}
+			held = ""
 			if req.ReturnTokens {
 				ev["tokens"] = []engine.Token{tok}
 			}
@@ -422,6 +437,14 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	}
 	final["tokens"] = []engine.Token{}
 	writeSSE(w, flusher, final) // no [DONE]: the stop event ends /completion's stream
+}
+
+// text is a token's text: the Codec's when there is one.
+func (s *LlamaCpp) text(tok engine.Token) string {
+	if s.opts.Codec != nil {
+		return s.opts.Codec.Decode([]engine.Token{tok})
+	}
+	return fmt.Sprintf(" t%d", tok)
 }
 
 func writeSSE(w io.Writer, f http.Flusher, v any) bool {
