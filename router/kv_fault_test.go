@@ -110,6 +110,28 @@ func TestKVBoundPublishersComeAndGo(t *testing.T) {
 		start(gone)
 		rising(fmt.Sprintf("%s restarted", ids[gone]), []int{0, 1, 2}, 5*time.Second)
 	}
+	metric := func(name string) float64 {
+		fams, err := f.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range fams {
+			if mf.GetName() == name && len(mf.Metric) == 1 {
+				if g := mf.Metric[0].GetGauge(); g != nil {
+					return g.GetValue()
+				}
+				return mf.Metric[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	if n := metric("tandem_kvevents_bound_publishers"); n != 3 {
+		t.Fatalf("%v publishers connected, want 3", n)
+	}
+	if n := metric("tandem_kvevents_bound_disconnects_total"); n < 4 {
+		t.Fatalf("%v disconnects counted, want at least 4", n)
+	}
 	// A restarted publisher's first batches, published while its
 	// connection was being made, are lost (no replay socket here): its
 	// worker rebuilds for RebuildWindow, then every worker is healthy.
