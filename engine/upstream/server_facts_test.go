@@ -31,7 +31,7 @@ func (otherCodec) Decode(ids []engine.Token) string { return "" }
 // TestTokenizerMatchesServer: Tandem used to send ids of its own
 // tokenizer (o200k without --model) to a server of another vocabulary,
 // which read garbage. It now compares its tokenization of a probe text
-// with the server's /tokenize (llama.cpp's and vLLM's shapes) at connect
+// with the server's /tokenize (llama.cpp's, vLLM's and SGLang's shapes) at connect
 // and refuses a server that differs, naming --model.
 func TestTokenizerMatchesServer(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -48,7 +48,14 @@ func TestTokenizerMatchesServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { vl.Close() })
-		for api, url := range map[string]string{APILlamaCpp: lc.URL(), APIVLLM: vl.URL()} {
+		sgCfg := mocker.DefaultConfig()
+		sgCfg.Instant, sgCfg.KVEvents.Enabled, sgCfg.BlockSize = true, false, 16
+		sg, err := standin.StartSGLang(standin.SGLangOptions{Model: "m", Mocker: sgCfg, Codec: server})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sg.Close() })
+		for api, url := range map[string]string{APILlamaCpp: lc.URL(), APIVLLM: vl.URL(), APISGLang: sg.URL()} {
 			e, err := New(t.Context(), Config{URL: url, API: api, Codec: wordCodec{}, HealthInterval: -1, MetricsInterval: -1, Logger: quiet})
 			if match {
 				if err != nil {
