@@ -300,7 +300,8 @@ func (e *Engine) watch(ctx context.Context) {
 
 // awaitConnect probes a server that was not up at New every
 // ConnectInterval until it answers, then clears DiagUnavailable; false
-// when ctx ended first.
+// when ctx ended first. Requests refused meanwhile do not make it probe
+// sooner: a flood of them must not become a flood of probes.
 func (e *Engine) awaitConnect(ctx context.Context) bool {
 	t := time.NewTicker(e.cfg.ConnectInterval)
 	defer t.Stop()
@@ -310,7 +311,6 @@ func (e *Engine) awaitConnect(ctx context.Context) bool {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
-		case <-e.check:
 		}
 		err := e.connect(ctx)
 		if ctx.Err() != nil {
