@@ -12,8 +12,8 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/upstream"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/engine/upstream/standin"
+	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
