@@ -12,6 +12,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/upstream/standin"
+	"github.com/tandemllm/tandem/health"
 )
 
 // otherCodec is a tokenizer of another vocabulary than wordCodec's: the
@@ -191,5 +192,38 @@ func TestHeldBackIDsOldLlamaServer(t *testing.T) {
 	whole, held := text(0), text(3)
 	if len(whole) != 12 || held != whole {
 		t.Fatalf("text with held-back ids %q, whole %q", held, whole)
+	}
+}
+
+// TestLateServerWithAnotherTokenizer: a server that answers after Tandem
+// started, with another tokenizer, is not routed to: it stays unavailable
+// and /health names the mismatch (upstream_tokenizer_mismatch, --model).
+func TestLateServerWithAnotherTokenizer(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	lc, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "q.gguf", NCtx: 4096, Codec: otherCodec{}, LoadTime: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	e, err := New(t.Context(), Config{URL: lc.URL(), API: APILlamaCpp, Model: "q.gguf", Codec: wordCodec{}, HealthInterval: -1,
+		MetricsInterval: -1, ConnectInterval: 20 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	b := health.NewBoard(quiet, nil)
+	e.AttachBoard(b, "w0")
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.IsActive(DiagTokenizerMismatch, "w0") {
+		if time.Now().After(deadline) {
+			t.Fatal("no tokenizer mismatch diagnostic")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !e.Pending() {
+		t.Fatal("a server with another tokenizer joined")
+	}
+	if _, err := e.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1, 2}, MaxTokens: 1}); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("request to a mismatched server: %v", err)
 	}
 }

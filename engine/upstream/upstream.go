@@ -322,10 +322,14 @@ func (e *Engine) awaitConnect(ctx context.Context) bool {
 			e.down = err
 			e.mu.Unlock()
 			if !errors.Is(err, errNotUp) && err.Error() != said {
-				// It answers, but not as configured (another model): say so
-				// once per change, and keep asking.
+				// It answers, but not as configured (another model, another
+				// tokenizer): say so once per change, and keep asking.
 				said = err.Error()
-				e.raise(b, subject, err)
+				if errors.Is(err, errTokenizerMismatch) && b != nil {
+					b.Raise(DiagTokenizerMismatch, subject, health.Error, err.Error(), "url", e.cfg.URL)
+				} else {
+					e.raise(b, subject, err)
+				}
 			}
 			continue
 		}
@@ -334,6 +338,9 @@ func (e *Engine) awaitConnect(ctx context.Context) bool {
 		e.pending.Store(false)
 		msg := "the upstream server answers; its worker joins"
 		if b != nil {
+			if said != "" {
+				b.Clear(DiagTokenizerMismatch, subject, DiagRecovered, msg)
+			}
 			b.Clear(DiagUnavailable, subject, DiagRecovered, msg)
 		} else {
 			e.cfg.Logger.Info(msg, "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL)
