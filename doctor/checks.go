@@ -363,10 +363,19 @@ func (d *run) kvEvents() {
 			c.Verdict = Fail
 			c.Summary = "the router refused the worker's events: its block size does not fit the router's (kv_block_size_mismatch)"
 			c.Fix = "use one block size: the worker's --block-size must be a multiple of the frontend's --router-block-size"
+		case w.KVEvents == "rebuilding" && !d.hasDiag("kv_events_lost", w.ID):
+			// No loss: the stream began past batch 0 (a subscription that
+			// joined a running engine, or a publisher that numbers from 1,
+			// as llm-d's simulators do), so the router adds its own routing
+			// records to the index for its rebuild window. Healthy.
+			c.Summary = fmt.Sprintf("%d events applied; the stream began mid-way and the index is completed from the router's own records for the rebuild window", w.KVEventsApplied)
 		case w.KVEvents == "rebuilding":
 			c.Verdict = Warn
 			c.Summary = "events were lost and the worker's index is being rebuilt (kv_events_lost)"
 			c.Fix = "give the worker a replay socket (--kv-events-replay-endpoint auto) so gaps are replayed instead of lost"
+			if (known && r.Engine == "upstream") || d.hasDiagPrefix("upstream_", w.ID) {
+				c.Fix = "give Tandem the server's replay socket (--upstream-kv-events-replay tcp://host:port, the replay_endpoint of vLLM's --kv-events-config) so gaps are replayed instead of lost"
+			}
 		case w.KVEvents == "connecting":
 			c.Verdict = Warn
 			c.Summary = "the router has no live event stream from the worker yet"
@@ -374,6 +383,27 @@ func (d *run) kvEvents() {
 		}
 		d.add(c)
 	}
+}
+
+// hasDiag reports whether the frontend's /health has the diagnostic code
+// active for subject.
+func (d *run) hasDiag(code, subject string) bool {
+	for _, dg := range d.health.Diagnostics {
+		if dg.Code == code && dg.Subject == subject {
+			return true
+		}
+	}
+	return false
+}
+
+// hasDiagPrefix is hasDiag for any code starting with prefix.
+func (d *run) hasDiagPrefix(prefix, subject string) bool {
+	for _, dg := range d.health.Diagnostics {
+		if strings.HasPrefix(dg.Code, prefix) && dg.Subject == subject {
+			return true
+		}
+	}
+	return false
 }
 
 // blockSizes checks that every worker of one model uses one block size:

@@ -4,7 +4,7 @@ package doctor
 // operator does about it.
 var fixes = map[string]string{
 	"kv_events_missing":              "the worker computes blocks but its events do not reach the router: check its KV event endpoint is reachable from the frontend (firewall, --advertise-host) and that both use one --event-plane; a worker started with --kv-events off must be restarted with it on",
-	"kv_events_lost":                 "give the worker a replay socket (--kv-events-replay-endpoint auto) so sequence gaps are replayed instead of rebuilt",
+	"kv_events_lost":                 "give the worker a replay socket so sequence gaps are replayed instead of rebuilt: --kv-events-replay-endpoint auto for Tandem's engines, --upstream-kv-events-replay tcp://host:port (the replay_endpoint of vLLM's --kv-events-config) for an upstream server",
 	"kv_block_size_mismatch":         "use one block size: every engine's --block-size must be a multiple of the frontend's --router-block-size",
 	"kv_prediction_drift":            "the router's index disagrees with the engine's cache: check the worker's KV events flow (tandem doctor's kv_events check) and that its block size and hash settings match the router's (--router-block-size, --kv-events-token-ids)",
 	"ttft_model_drift":               "the worker is slower or faster than its timing model: if it changed (hardware, load from outside Tandem), nothing to do, the router re-learns; otherwise look for contention on its host",

@@ -297,6 +297,13 @@ func (o *output) stream_(w http.ResponseWriter) {
 		} else if text != "" {
 			buf = o.withUsage(hdr.AppendChunk(buf, text, ""))
 		}
+		if err != nil && o.j.ctx.Err() != nil {
+			// The client went away: its own doing, not a broken stream.
+			o.finish = "cancelled"
+			o.s.log.DebugContext(o.j.ctx, "the client closed the stream", "request_id", o.j.id)
+			*bp = buf
+			return
+		}
 		if err != nil {
 			o.finish = "error"
 			o.s.log.WarnContext(o.j.ctx, "stream broke after the first token", "diagnostic_code", DiagStreamInterrupted, "request_id", o.j.id, "err", err)

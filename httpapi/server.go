@@ -474,7 +474,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			if lastErr != nil {
 				// Every worker was tried: the client hears why the last
 				// attempt failed, not that none is left.
-				s.fail(w, j.endpoint, m.Name, s.engineError(lastErr))
+				s.fail(w, j.endpoint, m.Name, s.engineError(lastErr, promptParam))
 				return
 			}
 			s.fail(w, j.endpoint, m.Name, s.routeError(m.Name, err))
@@ -526,7 +526,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 				"diagnostic_code", DiagWorkerRetry, "request_id", j.id, "worker", route.Worker.ID, "err", err)
 			continue
 		}
-		s.fail(w, j.endpoint, m.Name, s.engineError(err))
+		s.fail(w, j.endpoint, m.Name, s.engineError(err, promptParam))
 		if r.Context().Err() == nil {
 			s.log.WarnContext(ctx, "request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
 		}
@@ -596,13 +596,21 @@ func (s *Server) routeError(model string, err error) *openai.Error {
 // --first-token-timeout.
 var errFirstTokenTimeout = errors.New("first token timeout")
 
-func (s *Server) engineError(err error) *openai.Error {
+// promptTooLong is an engine refusal for the prompt's own length (the
+// upstream engine's, against its server's context), named by promptParam
+// rather than max_tokens.
+type promptTooLong interface{ PromptTooLong() bool }
+
+func (s *Server) engineError(err error, promptParam string) *openai.Error {
 	switch {
 	case errors.Is(err, errFirstTokenTimeout):
 		return &openai.Error{Status: http.StatusGatewayTimeout, Type: "timeout", Code: "first_token_timeout", Message: err.Error()}
 	case errors.Is(err, engine.ErrOverloaded):
 		return openai.Unavailable("overloaded", s.cfg.RetryAfter, "the worker is overloaded: %v", err)
 	case errors.Is(err, engine.ErrPromptTooLong):
+		if p := promptTooLong(nil); errors.As(err, &p) && p.PromptTooLong() {
+			return openai.BadRequest(promptParam, "context_length_exceeded", "%v", err)
+		}
 		return openai.BadRequest("max_tokens", "context_length_exceeded", "%v", err)
 	case errors.Is(err, engine.ErrInvalidRequest):
 		return openai.BadRequest("", "invalid_value", "%v", err)

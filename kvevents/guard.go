@@ -38,6 +38,8 @@ type guard struct {
 	allow   []netip.Prefix
 	log     *slog.Logger
 	refused atomic.Uint64
+	// open counts admitted connections not yet closed.
+	open atomic.Int64
 
 	mu     sync.Mutex
 	logged map[netip.Addr]bool
@@ -104,10 +106,26 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.g.admits(c.RemoteAddr()) {
-			return c, nil
+			l.g.open.Add(1)
+			return &countedConn{Conn: c, g: l.g}, nil
 		}
 		c.Close()
 	}
+}
+
+// countedConn keeps guard.open true: it leaves the count once, at its
+// first Close (zmq4 closes a dropped connection from more than one place).
+type countedConn struct {
+	net.Conn
+	g      *guard
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.g.open.Add(-1)
+	}
+	return c.Conn.Close()
 }
 
 // ParseAllow parses --kv-events-allow values: CIDRs or single addresses.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -196,6 +197,11 @@ type Subscriber struct {
 	// dupFloor: live messages in [dupFloor, last] are duplicates of what a
 	// replay already delivered; below it, a lower seq means a restart.
 	dupFloor uint64
+	// dupOpen: the duplicate window is open, from a replay until the first
+	// live message in order. Past it a lower seq can only be a publisher
+	// that restarted, which matters on a bound socket, where a restarted
+	// publisher dials back into the same session.
+	dupOpen  bool
 	live     bool // a live message arrived in order in this session
 	corrupts uint64
 	// started is set once any batch was delivered. Before that the
@@ -348,12 +354,27 @@ func (s *Subscriber) boundSession(ctx context.Context, l *Listener) error {
 // simulators, Tandem engines with PublisherConfig.Dial — and are told
 // apart by topic, each routed to its own Subscriber with its own sequence
 // tracking and replay.
+//
+// One bound socket carries every publisher, so the loss of one connection
+// must not stop the others: zmq4's SUB Recv reports a peer that went away
+// as an error of the socket (its qreader forwards the connection's read
+// error, msgio.go, then drops that connection) while the socket itself and
+// its other connections stay up. The listener counts and logs such an
+// error and keeps receiving; only its own Close (or ctx) ends it. A
+// publisher that restarts dials in again and its subscriber sees the new
+// sequence (StreamReset).
 type Listener struct {
-	sock  zmq4.Socket
-	ep    string
-	log   *slog.Logger
-	done  chan struct{}
-	guard *guard
+	sock   zmq4.Socket
+	ep     string
+	log    *slog.Logger
+	done   chan struct{}
+	guard  *guard
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// dropped counts publisher connections that ended (receive errors
+	// while the socket stays open).
+	dropped atomic.Uint64
 
 	mu      sync.Mutex
 	feeds   map[string]chan [][]byte
@@ -384,18 +405,20 @@ func ListenAllow(ctx context.Context, endpoint string, allow []netip.Prefix, log
 	if err != nil {
 		return nil, err
 	}
-	ctx = context.WithValue(ctx, guardKey{}, g)
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, guardKey{}, g))
 	sock := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
 	if err := sock.SetOption(zmq4.OptionSubscribe, ""); err != nil {
 		sock.Close()
+		cancel()
 		return nil, fmt.Errorf("kvevents: subscribe: %w", err)
 	}
 	if err := sock.Listen(bind); err != nil {
 		sock.Close()
+		cancel()
 		return nil, fmt.Errorf("kvevents: bind SUB %s: %w", endpoint, err)
 	}
 	l := &Listener{sock: sock, ep: endpointOf(sock, endpoint), log: log, done: make(chan struct{}), guard: g,
-		feeds: map[string]chan [][]byte{}, unknown: map[string]bool{}}
+		ctx: ctx, cancel: cancel, feeds: map[string]chan [][]byte{}, unknown: map[string]bool{}}
 	go l.recv()
 	return l, nil
 }
@@ -409,14 +432,33 @@ func (l *Listener) Endpoint() string { return l.ep }
 
 // Close stops the socket; subscribers on it reconnect until their context
 // ends.
-func (l *Listener) Close() error { return l.sock.Close() }
+func (l *Listener) Close() error {
+	l.cancel()
+	return l.sock.Close()
+}
+
+// Dropped counts publisher connections that ended while the socket stayed
+// open (each is reported by zmq4 as one receive error).
+func (l *Listener) Dropped() uint64 { return l.dropped.Load() }
+
+// Connected is how many publishers are connected now.
+func (l *Listener) Connected() int64 { return l.guard.open.Load() }
 
 func (l *Listener) recv() {
 	defer close(l.done)
 	for {
 		msg, err := l.sock.Recv()
 		if err != nil {
-			return
+			if l.ctx.Err() != nil {
+				return // closed
+			}
+			// One publisher's connection ended (zmq4 hands its read error
+			// to Recv once, then drops the connection); the others, and
+			// publishers that dial in later, keep flowing.
+			n := l.dropped.Add(1)
+			l.log.Info("a KV event publisher's connection ended; the bound socket keeps receiving from the others",
+				"endpoint", l.ep, "err", err, "dropped_total", n, "connected", l.guard.open.Load())
+			continue
 		}
 		if len(msg.Frames) == 0 {
 			continue
@@ -494,6 +536,7 @@ func (s *Subscriber) expected() uint64 {
 // the publisher restarted.
 func (s *Subscriber) catchUp(ctx context.Context) {
 	s.dupFloor = s.expected()
+	s.dupOpen = false
 	if s.cfg.ReplayEndpoint == "" {
 		return
 	}
@@ -524,12 +567,13 @@ func (s *Subscriber) catchUp(ctx context.Context) {
 	}
 	s.applyReplayed(entries)
 	s.dupFloor = min(s.dupFloor, s.expected())
+	s.dupOpen = true
 }
 
 // reset forgets the stream position after a publisher restart.
 func (s *Subscriber) reset() {
 	s.log.Warn("KV event publisher restarted; dropping what was known of its cache", "diagnostic_code", CodeReset, "last_seq", s.last)
-	s.has, s.last, s.lastDigest, s.dupFloor = false, 0, 0, 0
+	s.has, s.last, s.lastDigest, s.dupFloor, s.dupOpen = false, 0, 0, 0, false
 	s.state(StreamStatus{State: StreamReset})
 }
 
@@ -575,7 +619,8 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) {
 	}
 	switch {
 	case seq == want:
-	case s.has && seq < want && seq >= s.dupFloor:
+		s.dupOpen = false
+	case s.has && seq < want && s.dupOpen && seq >= s.dupFloor:
 		s.count("duplicate")
 		return
 	case s.has && seq < want:

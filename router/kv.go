@@ -323,6 +323,26 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 			return nil, fmt.Errorf("router: --kv-events-bind: %w", err)
 		}
 		k.cfg.Listener, k.ownListener = l, l
+		if cfg.Registerer != nil {
+			// What the bound socket sees of its publishers: how many are
+			// connected, and how many connections ended (a publisher
+			// restarted or gone). A worker whose publisher stays away
+			// raises kv_events_missing once it computes blocks.
+			for _, c := range []prometheus.Collector{
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_kvevents_bound_publishers",
+					Help: "KV event publishers connected to the bound socket (--kv-events-bind)."},
+					func() float64 { return float64(l.Connected()) }),
+				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tandem_kvevents_bound_disconnects_total",
+					Help: "KV event publisher connections to the bound socket that ended."},
+					func() float64 { return float64(l.Dropped()) }),
+			} {
+				if err := cfg.Registerer.Register(c); err != nil {
+					l.Close()
+					k.cancel()
+					return nil, fmt.Errorf("router: register bound socket metrics: %w", err)
+				}
+			}
+		}
 	}
 	return k, nil
 }

@@ -449,11 +449,19 @@ func (k *KV) FirstToken(req *Request, workerID string, cachedTokens int) {
 	}
 	k.mu.RUnlock()
 	if cachedTokens < 0 {
-		// Not known yet (an upstream that reports usage only at the end):
-		// the checks wait for CachedTokensLate.
+		// Not known yet (an upstream that reports usage only at the end,
+		// or never): the checks wait for CachedTokensLate. A worker whose
+		// stream never delivered a batch cannot have cached a whole
+		// block of this prompt that it did not compute and publish, so
+		// its first full block is a computed one: a BlockStored must
+		// follow, whatever the stream's state, even if the count never
+		// comes.
 		k.mu.Lock()
 		f.lateTTFT = max(now.Sub(f.routedAt), 1)
 		k.mu.Unlock()
+		if k.events != nil && len(f.hashes) > 0 && f.w.lastEvent.Load() == 0 {
+			f.w.expectStored(f.routedAt)
+		}
 		return
 	}
 	k.grade(f, live, cachedTokens, now.Sub(f.routedAt))

@@ -548,3 +548,24 @@ func TestKVMidStreamRoutesByRecords(t *testing.T) {
 		t.Fatalf("health metric after the window = %v", got)
 	}
 }
+
+// TestKVMissingWithoutCachedTokens: a worker whose server reports no
+// cached-token count (an OpenAI-compatible look-alike) and whose event
+// stream never delivers (a publisher that dials a subscriber that dials,
+// nothing connects) used to sit at "connecting" with no diagnostic; its
+// first computed block now raises kv_events_missing, and events clear it.
+func TestKVMissingWithoutCachedTokens(t *testing.T) {
+	f := newKVFixture(t, false, 1, nil)
+	f.route(t, prompt(1, 4), func(string) int { return -1 })
+	deadline := time.Now().Add(3 * time.Second)
+	for !f.board.IsActive(DiagKVEventsMissing, "w0") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s; health %v", DiagKVEventsMissing, f.kv.Health())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.ingest(t, "w0", 0, storedEvent(prompt(1, 4), 1))
+	if f.board.IsActive(DiagKVEventsMissing, "w0") {
+		t.Fatal("not cleared by events")
+	}
+}

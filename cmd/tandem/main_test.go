@@ -35,9 +35,10 @@ func TestMain(m *testing.M) {
 }
 
 type proc struct {
-	cmd *exec.Cmd
-	out *bufio.Reader
-	url string
+	cmd   *exec.Cmd
+	out   *bufio.Reader
+	url   string
+	model string // the banner's model line, when it has one
 }
 
 func startTandem(t *testing.T, args string) *proc {
@@ -60,6 +61,11 @@ func startTandem(t *testing.T, args string) *proc {
 		}
 		if m := urlRE.FindStringSubmatch(line); m != nil {
 			p.url = m[1]
+			if next, err := p.out.ReadString('\n'); err == nil {
+				if name, ok := strings.CutPrefix(strings.TrimSpace(next), "model:"); ok {
+					p.model = strings.TrimSpace(name)
+				}
+			}
 			go func() { _, _ = io.Copy(io.Discard, p.out) }()
 			return p
 		}

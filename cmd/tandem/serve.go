@@ -144,6 +144,11 @@ func printBanner(w io.Writer, sys *serve.System, model, mode string) {
 		ids = append(ids, wk.ID)
 		kind = wk.Info.Kind
 	}
+	if len(sys.Workers) > 0 && sys.Workers[0].Info.Model != "" {
+		// The name the API serves (--served-model-name, or the one an
+		// upstream's /v1/models lists), as /v1/models shows it.
+		model = sys.Workers[0].Info.Model
+	}
 	shown := strings.Join(ids, ", ")
 	if len(ids) > 8 {
 		shown = strings.Join(ids[:4], ", ") + fmt.Sprintf(", … (%d in all)", len(ids))

@@ -6,5 +6,5 @@ import "github.com/tandemllm/tandem/engine"
 // own business (its connector checks it); the served model's name stands
 // in for its weights.
 func (e *Engine) KVShape() engine.KVShape {
-	return engine.KVShape{Weights: "upstream:" + e.info.Model}
+	return engine.KVShape{Weights: "upstream:" + e.Info().Model}
 }

@@ -129,9 +129,11 @@ type llamaChunk struct {
 	IDSlot       *int           `json:"id_slot"`
 	TokensCached *int           `json:"tokens_cached"`
 	Timings      *struct {
-		CacheN *int `json:"cache_n"`
+		CacheN  *int `json:"cache_n"`
+		PromptN *int `json:"prompt_n"`
 	} `json:"timings"`
-	Error *struct {
+	TokensPredicted *int `json:"tokens_predicted"`
+	Error           *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Type    string `json:"type"`
@@ -154,8 +156,8 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	switch n := req.MaxTokens; {
 	case n > 0:
 		b.NPredict = n
-	case e.cfg.ContextLength > 0:
-		b.NPredict = max(e.cfg.ContextLength-len(req.Prompt), 1)
+	case e.contextLength() > 0:
+		b.NPredict = max(e.contextLength()-len(req.Prompt), 1)
 	}
 	payload, err := json.Marshal(&b)
 	if err != nil {
@@ -176,6 +178,7 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 type llamaStream struct {
 	sseStream
 	keys []uint64
+	ids  int // ids passed on so far
 }
 
 func (s *llamaStream) Recv() (engine.Delta, error) {
@@ -202,13 +205,26 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			return s.fail(llamaError(s.e.cfg.URL, c.Error.Code, c.Error.Type, c.Error.Message))
 		}
 		d := engine.Delta{Tokens: c.Tokens}
-		if d.Tokens == nil && c.Content != "" {
-			// A build without return_tokens: Tandem's tokenization of
-			// the text, as for text-only OpenAI servers.
+		// Older builds send no event for a token whose text they hold
+		// back (an incomplete UTF-8 sequence, a partial stop string) and
+		// release its text with a later event that carries only that
+		// event's own token: the held-back ids are dropped. The server's
+		// own count (tokens_predicted) tells: when this event leaves it
+		// short, its text is tokenized instead, so no text is lost.
+		short := c.TokensPredicted != nil && *c.TokensPredicted > s.ids+len(c.Tokens) && c.Content != ""
+		if (len(d.Tokens) == 0 || short) && c.Content != "" {
+			// Builds without return_tokens send no ids at all. Either way
+			// the ids are Tandem's tokenization of the text, as for
+			// text-only OpenAI servers.
 			if s.e.cfg.Codec == nil {
 				return s.fail(ErrNoTokenIDs)
 			}
 			d.Tokens = s.e.cfg.Codec.Encode(c.Content)
+		}
+		if c.TokensPredicted != nil {
+			s.ids = max(s.ids+len(c.Tokens), *c.TokensPredicted)
+		} else {
+			s.ids += len(c.Tokens)
 		}
 		if !c.Stop {
 			if len(d.Tokens) == 0 {
@@ -225,11 +241,16 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			d.Finish = engine.FinishStop
 		}
 		d.PromptTokens = s.promptLen
+		// What the slot already held: timings.cache_n where the build has
+		// it, else the prompt tokens it did not evaluate (timings.prompt_n
+		// counts those it did). Never tokens_cached: older builds count
+		// the prompt and the generated tokens in it (the slot's n_past),
+		// which equals the prompt on a cold one.
 		switch {
 		case c.Timings != nil && c.Timings.CacheN != nil:
-			d.CachedTokens = *c.Timings.CacheN
-		case c.TokensCached != nil:
-			d.CachedTokens = min(*c.TokensCached, s.promptLen)
+			d.CachedTokens = min(max(*c.Timings.CacheN, 0), s.promptLen)
+		case c.Timings != nil && c.Timings.PromptN != nil:
+			d.CachedTokens = min(max(s.promptLen-*c.Timings.PromptN, 0), s.promptLen)
 		}
 		if c.IDSlot != nil {
 			s.e.slots.remember(s.keys, *c.IDSlot)
@@ -245,7 +266,8 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 func llamaError(url string, code int, typ, msg string) error {
 	switch typ {
 	case "exceed_context_size_error":
-		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
+		// The prompt alone does not fit the slot's context.
+		return &PromptTooLongError{fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)}
 	case "unavailable_error":
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrOverloaded, msg)
 	case "server_error":

@@ -61,8 +61,15 @@ func gaugesFor(api string) loadGauges {
 		return loadGauges{[]string{"sglang:num_running_reqs"}, []string{"sglang:num_queue_reqs"}, []string{"sglang:token_usage"}}
 	case APILlamaCpp:
 		return loadGauges{[]string{"llamacpp:requests_processing"}, []string{"llamacpp:requests_deferred"}, []string{"llamacpp:kv_cache_usage_ratio"}}
+	case APIOpenAI:
+		// Any OpenAI-compatible server: whichever engine's names it
+		// publishes (llama-server behind its OpenAI API has llamacpp:*).
+		return loadGauges{
+			[]string{"vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"},
+			[]string{"vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"},
+			[]string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "llamacpp:kv_cache_usage_ratio"}}
 	}
-	// vLLM, and OpenAI-compatible servers that publish vLLM's names.
+	// vLLM.
 	return loadGauges{[]string{"vllm:num_requests_running"}, []string{"vllm:num_requests_waiting"},
 		[]string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}}
 }

@@ -174,9 +174,9 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	switch n := req.MaxTokens; {
 	case n > 0:
 		b.SamplingParams.MaxNewTokens = n
-	case e.cfg.ContextLength > 0:
+	case e.contextLength() > 0:
 		// Ours means "up to the context length"; SGLang's default is 128.
-		b.SamplingParams.MaxNewTokens = max(e.cfg.ContextLength-len(req.Prompt), 1)
+		b.SamplingParams.MaxNewTokens = max(e.contextLength()-len(req.Prompt), 1)
 	default:
 		b.SamplingParams.MaxNewTokens = 128
 	}

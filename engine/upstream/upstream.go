@@ -67,6 +67,23 @@ type Config struct {
 	// MetricsInterval is how often the server's /metrics is scraped for
 	// its load (default 2 s; negative: never). See load.go.
 	MetricsInterval time.Duration
+	// ConnectInterval is how often a server that did not answer at New
+	// (down, or 503 "Loading model") is asked again (default 1 s).
+	ConnectInterval time.Duration
+}
+
+// IdleConnTimeout is how long the default client keeps an idle
+// connection: below the keep-alive of the common servers, so Tandem drops
+// a connection before the server does and never sends a request into one
+// the server is closing. llama-server's cpp-httplib closes after 5 s
+// (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND, its "Keep-Alive: timeout=5"
+// header), vLLM's and SGLang's uvicorn after 5 s (timeout_keep_alive).
+const IdleConnTimeout = 3 * time.Second
+
+// NewClient is the default client: keep-alive connections, idle ones
+// dropped after IdleConnTimeout.
+func NewClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 256, IdleConnTimeout: IdleConnTimeout}}
 }
 
 // Codec is the part of a tokenizer the engine needs (tokenizer.Tokenizer
@@ -107,6 +124,12 @@ type Engine struct {
 	board   *health.Board
 	subject string
 	down    error // non-nil while the server is unreachable
+	// pending: the server has not answered New's probe yet (down or
+	// loading); requests fail as unavailable until connect succeeds.
+	pending atomic.Bool
+	// ctxLen is the server's context length (0: unknown), learned at
+	// connect; read by every request.
+	ctxLen atomic.Int64
 
 	textOnly  atomic.Bool // logged once: the server sends text without ids
 	noDetails atomic.Bool // DiagNoCachedTokens raised
@@ -131,7 +154,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.BlockSize = 16
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+		cfg.Client = NewClient()
+	}
+	if cfg.ConnectInterval <= 0 {
+		cfg.ConnectInterval = time.Second
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = 10 * time.Second
@@ -154,15 +180,20 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("upstream: unknown API %q (want %s, %s, %s or %s)", cfg.API, APIVLLM, APIOpenAI, APISGLang, APILlamaCpp)
 	}
 	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{}), slots: newSlots()}
-	pctx, cancel := context.WithTimeout(ctx, cfg.ProbeTimeout)
-	defer cancel()
-	if err := e.probe(pctx); err != nil {
-		return nil, err
-	}
-	if cfg.API == APISGLang {
-		if err := e.probeSGLang(pctx); err != nil {
+	e.info = engine.Info{Kind: "upstream", Model: cfg.Model, BlockSize: cfg.BlockSize, ContextLength: cfg.ContextLength}
+	e.ctxLen.Store(int64(cfg.ContextLength))
+	if err := e.connect(ctx); err != nil {
+		// A server that is down or still loading joins when it answers
+		// (start-together orders: compose, pods), if its model is named:
+		// without a name there is nothing to register it under. Any other
+		// answer (another model, a refusal) is a configuration error.
+		if cfg.Model == "" || cfg.API == APISGLang || !errors.Is(err, errNotUp) {
 			return nil, err
 		}
+		e.down = err
+		e.pending.Store(true)
+		cfg.Logger.Warn("the upstream server does not answer yet; its worker is registered unavailable and joins when it answers",
+			"diagnostic_code", DiagUnavailable, "url", cfg.URL, "model", cfg.Model, "err", err)
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	e.stop = stop
@@ -170,6 +201,31 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.startScrape(wctx)
 	return e, nil
 }
+
+// errNotUp marks a probe failure that a later probe may not meet: the
+// server does not answer, or answers 503 (llama-server's "Loading model",
+// vLLM's and SGLang's start-up).
+var errNotUp = errors.New("not up yet")
+
+// connect probes the server: its model and context length, and (SGLang)
+// its ranks and page size.
+func (e *Engine) connect(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, e.cfg.ProbeTimeout)
+	defer cancel()
+	if err := e.probe(pctx); err != nil {
+		return err
+	}
+	if e.cfg.API == APISGLang {
+		if err := e.probeSGLang(pctx); err != nil {
+			return err
+		}
+	}
+	e.learnContext(pctx)
+	return e.checkTokenizer(pctx)
+}
+
+// Pending reports whether the server has not answered yet.
+func (e *Engine) Pending() bool { return e.pending.Load() }
 
 // AttachBoard reports the server's reachability on b under subject (the
 // worker's id): a down server is a degraded state with a code, a log line,
@@ -207,6 +263,11 @@ func (e *Engine) watch(ctx context.Context) {
 		defer t.Stop()
 		tick = t.C
 	}
+	if e.pending.Load() {
+		if !e.awaitConnect(ctx) {
+			return
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,6 +295,57 @@ func (e *Engine) watch(ctx context.Context) {
 				e.cfg.Logger.Info("the upstream server answers again", "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL)
 			}
 		}
+	}
+}
+
+// awaitConnect probes a server that was not up at New every
+// ConnectInterval until it answers, then clears DiagUnavailable; false
+// when ctx ended first. Requests refused meanwhile do not make it probe
+// sooner: a flood of them must not become a flood of probes.
+func (e *Engine) awaitConnect(ctx context.Context) bool {
+	t := time.NewTicker(e.cfg.ConnectInterval)
+	defer t.Stop()
+	said := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		err := e.connect(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
+		e.mu.Lock()
+		b, subject := e.board, e.subject
+		if err != nil {
+			e.down = err
+			e.mu.Unlock()
+			if !errors.Is(err, errNotUp) && err.Error() != said {
+				// It answers, but not as configured (another model, another
+				// tokenizer): say so once per change, and keep asking.
+				said = err.Error()
+				if errors.Is(err, errTokenizerMismatch) && b != nil {
+					b.Raise(DiagTokenizerMismatch, subject, health.Error, err.Error(), "url", e.cfg.URL)
+				} else {
+					e.raise(b, subject, err)
+				}
+			}
+			continue
+		}
+		e.down = nil
+		e.mu.Unlock()
+		e.pending.Store(false)
+		msg := "the upstream server answers; its worker joins"
+		if b != nil {
+			if said != "" {
+				b.Clear(DiagTokenizerMismatch, subject, DiagRecovered, msg)
+			}
+			b.Clear(DiagUnavailable, subject, DiagRecovered, msg)
+		} else {
+			e.cfg.Logger.Info(msg, "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL)
+		}
+		return true
 	}
 }
 
@@ -282,11 +394,14 @@ func (e *Engine) probe(ctx context.Context) error {
 	e.auth(req)
 	resp, err := e.cfg.Client.Do(req)
 	if err != nil {
-		return fmt.Errorf("upstream %s: %w: %w", e.cfg.URL, engine.ErrUnavailable, err)
+		return fmt.Errorf("upstream %s: %w: %w: %w", e.cfg.URL, engine.ErrUnavailable, errNotUp, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway {
+			return fmt.Errorf("upstream %s: %w: GET /v1/models: status %d: %s", e.cfg.URL, errNotUp, resp.StatusCode, bytes.TrimSpace(b))
+		}
 		return fmt.Errorf("upstream %s: GET /v1/models: status %d: %s", e.cfg.URL, resp.StatusCode, bytes.TrimSpace(b))
 	}
 	var list struct {
@@ -302,11 +417,14 @@ func (e *Engine) probe(ctx context.Context) error {
 	for _, m := range list.Data {
 		names = append(names, m.ID)
 		if e.cfg.Model == "" || m.ID == e.cfg.Model {
+			// cfg.Model is empty only in New's first probe, before any
+			// request or watcher reads it.
 			e.cfg.Model = m.ID
-			if e.cfg.ContextLength == 0 {
-				e.cfg.ContextLength = m.MaxModelLen
+			n := e.cfg.ContextLength
+			if n == 0 {
+				n = m.MaxModelLen
 			}
-			e.info = engine.Info{Kind: "upstream", Model: m.ID, BlockSize: e.cfg.BlockSize, ContextLength: e.cfg.ContextLength}
+			e.setInfo(m.ID, n)
 			return nil
 		}
 	}
@@ -319,8 +437,24 @@ func (e *Engine) auth(r *http.Request) {
 	}
 }
 
-// Info implements engine.Engine.
-func (e *Engine) Info() engine.Info { return e.info }
+// setInfo records what the server said: its model and context length.
+func (e *Engine) setInfo(model string, ctxLen int) {
+	e.mu.Lock()
+	e.info = engine.Info{Kind: "upstream", Model: model, BlockSize: e.cfg.BlockSize, ContextLength: ctxLen}
+	e.mu.Unlock()
+	e.ctxLen.Store(int64(ctxLen))
+}
+
+// Info implements engine.Engine. A server that has not answered yet
+// reports the configured model and context length.
+func (e *Engine) Info() engine.Info {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.info
+}
+
+// contextLength is the server's context length (0: unknown).
+func (e *Engine) contextLength() int { return int(e.ctxLen.Load()) }
 
 // Close implements engine.Engine: later requests fail with ErrClosed;
 // requests in flight finish (their contexts end them). The health watcher
@@ -400,6 +534,16 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if e.closed.Load() {
 		return nil, engine.ErrClosed
 	}
+	if e.pending.Load() {
+		e.mu.Lock()
+		down := e.down
+		e.mu.Unlock()
+		e.suspect()
+		return nil, fmt.Errorf("upstream %s: %w: the server has not answered yet: %w", e.cfg.URL, engine.ErrUnavailable, down)
+	}
+	if err := e.checkPrompt(req); err != nil {
+		return nil, err
+	}
 	switch e.cfg.API {
 	case APILlamaCpp:
 		return e.generateLlama(ctx, req)
@@ -425,10 +569,10 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	switch n := req.MaxTokens; {
 	case n > 0:
 		b.MaxTokens = &n
-	case e.cfg.ContextLength > 0:
+	case e.contextLength() > 0:
 		// Ours means "up to the context length"; vLLM's completions
 		// default is 16.
-		n = max(e.cfg.ContextLength-len(req.Prompt), 1)
+		n = max(e.contextLength()-len(req.Prompt), 1)
 		b.MaxTokens = &n
 	}
 	// vLLM returns a prefill leg's kv_transfer_params only in a whole
@@ -461,6 +605,14 @@ func (e *Engine) post(ctx context.Context, path string, payload []byte, id strin
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
+	// Idempotent: a connection that the server closed before any byte of
+	// the answer came back (a kept-alive connection it timed out as the
+	// request went in) is retried on a fresh connection by the transport,
+	// instead of failing the request and calling the server unreachable.
+	// Regenerating is safe: nothing was answered. net/http retries a
+	// request whose header has this key, sent with no value when empty
+	// (net/http Transport, "Idempotency-Key").
+	hr.Header["X-Idempotency-Key"] = nil
 	if id != "" {
 		hr.Header.Set("X-Request-Id", id)
 	}
@@ -476,13 +628,16 @@ func (e *Engine) post(ctx context.Context, path string, payload []byte, id strin
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		err := statusError(e.cfg.URL, resp)
-		if errors.Is(err, engine.ErrUnavailable) {
+		if errors.Is(err, engine.ErrUnavailable) || errors.Is(err, errServerError) {
 			e.suspect()
 		}
 		return nil, err
 	}
 	return resp, nil
 }
+
+// errServerError is a server's 5xx answer to one request.
+var errServerError = errors.New("the server failed the request")
 
 // remoteDecode reports whether kv_transfer_params ask for a prefill leg.
 func remoteDecode(params json.RawMessage) bool {
@@ -517,14 +672,19 @@ func statusError(url string, resp *http.Response) error {
 	code := fmt.Sprint(e.Error.Code)
 	switch {
 	case e.Error.Type == "exceed_context_size_error":
-		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
+		return &PromptTooLongError{fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)}
 	case resp.StatusCode == http.StatusBadRequest && (strings.Contains(code, "context_length") ||
 		strings.Contains(msg, "context length") || strings.Contains(msg, "maximum context")):
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrPromptTooLong, msg)
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 		return fmt.Errorf("upstream %s: %w: %s", url, engine.ErrOverloaded, msg)
-	case resp.StatusCode >= 500:
+	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusGatewayTimeout:
 		return fmt.Errorf("upstream %s: %w: status %d: %s", url, engine.ErrUnavailable, resp.StatusCode, msg)
+	case resp.StatusCode >= 500:
+		// One request's failure (a 500 from the handler) is that request's:
+		// the server answers, so it is not called unavailable (the health
+		// watcher still looks at once).
+		return fmt.Errorf("upstream %s: %w: status %d: %s", url, errServerError, resp.StatusCode, msg)
 	}
 	return fmt.Errorf("upstream %s: status %d: %s", url, resp.StatusCode, msg)
 }
@@ -613,7 +773,13 @@ func (e *Engine) noCachedTokens() {
 	e.mu.Lock()
 	b, subject := e.board, e.subject
 	e.mu.Unlock()
-	msg := "the upstream reports usage without prompt_tokens_details.cached_tokens (start vLLM with --enable-prompt-tokens-details); the router cannot check its KV predictions against this worker"
+	msg := "the upstream reports usage without prompt_tokens_details.cached_tokens; the router cannot check its KV predictions against this worker"
+	switch e.cfg.API {
+	case APIVLLM:
+		msg += " (start vLLM with --enable-prompt-tokens-details)"
+	default:
+		msg += " (vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report or --upstream-api sglang; llama-server: --upstream-api llamacpp, whose stop event has the count)"
+	}
 	if b != nil {
 		b.Raise(DiagNoCachedTokens, subject, health.Warn, msg, "url", e.cfg.URL)
 		return

@@ -246,7 +246,10 @@ func TestRefusals(t *testing.T) {
 		{"context length (code)", 400, `{"error":{"message":"too long","type":"BadRequestError","code":"context_length_exceeded"}}`, engine.ErrPromptTooLong},
 		{"overloaded", 503, `{"error":{"message":"busy"}}`, engine.ErrOverloaded},
 		{"rate limited", 429, `{"error":{"message":"slow down"}}`, engine.ErrOverloaded},
-		{"server error", 500, `internal`, engine.ErrUnavailable},
+		// One request's 500 is that request's failure, not a server that
+		// is gone (it used to be labelled "worker unavailable").
+		{"server error", 500, `internal`, errServerError},
+		{"bad gateway", 502, `down`, engine.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeVLLM{complete: func(w http.ResponseWriter, _ *http.Request, _ map[string]any) {
@@ -257,7 +260,8 @@ func TestRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1}); !errors.Is(err, tc.want) {
+			_, err = e.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1}, MaxTokens: 1})
+			if !errors.Is(err, tc.want) || (tc.want == errServerError && errors.Is(err, engine.ErrUnavailable)) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
 		})

@@ -47,6 +47,32 @@ type LlamaCppOptions struct {
 	// not_supported_error (server.cpp, handle_metrics: "This server does
 	// not support metrics endpoint. Start it with `--metrics`").
 	Metrics bool
+	// KeepAlive is the server's keep-alive timeout (cpp-httplib's
+	// CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND, 5 s; 0: connections never time
+	// out): "Keep-Alive: timeout=N" on every answer, and a request that
+	// arrives on a connection idle that long is closed unanswered
+	// (keepalive.go).
+	KeepAlive time.Duration
+	// Addr is where it listens (default 127.0.0.1:0, any port): a test of
+	// a server that starts after Tandem names the port Tandem was given.
+	Addr string
+	// Codec is the server's tokenizer, for POST /tokenize (nil: the route
+	// answers 404, a stand-in that cannot tokenize).
+	Codec Codec
+	// NoCacheN is a build from before timings.cache_n (early 2025, such
+	// as b4700): the stop event's timings carry prompt_n (the prompt
+	// tokens evaluated) only, and tokens_cached is the slot's n_past,
+	// prompt plus generated tokens, even on a cold prompt
+	// (tools/server/server.cpp, send_final_response of those builds).
+	NoCacheN bool
+	// HoldBack is a build that sends no event for a token whose text it
+	// holds back (an incomplete UTF-8 sequence, a partial stop string) and
+	// releases that text with the next event, whose tokens are only its
+	// own: every HoldBack-th token (0: none) is held so, its id dropped, as
+	// older builds' process_token/send_partial_response did
+	// (tools/server/server.cpp: the partial result carries the current
+	// token only). tokens_predicted still counts every token.
+	HoldBack int
 }
 
 // LlamaCpp is a running llama-server look-alike: POST /completion with
@@ -55,6 +81,7 @@ type LlamaCppOptions struct {
 // (llamacpp:*). It publishes no KV events, as llama.cpp does not.
 type LlamaCpp struct {
 	opts  LlamaCppOptions
+	ka    *keepAlive
 	srv   *http.Server
 	lis   net.Listener
 	ready time.Time
@@ -86,7 +113,10 @@ func StartLlamaCpp(opts LlamaCppOptions) (*LlamaCpp, error) {
 	if opts.SlotSimilarity == 0 {
 		opts.SlotSimilarity = 0.10
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", opts.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("standin: %w", err)
 	}
@@ -97,14 +127,26 @@ func StartLlamaCpp(opts LlamaCppOptions) (*LlamaCpp, error) {
 	mux.HandleFunc("GET /v1/models", s.loaded(s.models))
 	mux.HandleFunc("POST /completion", s.loaded(s.completion))
 	mux.HandleFunc("GET /slots", s.loaded(s.slotsInfo))
+	mux.HandleFunc("GET /props", s.loaded(s.props))
+	if opts.Codec != nil {
+		mux.HandleFunc("POST /tokenize", s.loaded(s.tokenize))
+	}
 	mux.HandleFunc("GET /metrics", s.loaded(s.metricsText))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if opts.KeepAlive > 0 {
+		s.ka = &keepAlive{timeout: opts.KeepAlive}
+		s.ka.install(s.srv)
+	}
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
 }
 
 // URL is the server's base URL.
 func (s *LlamaCpp) URL() string { return "http://" + s.lis.Addr().String() }
+
+// IdleClosed counts requests closed unanswered because their connection
+// had been idle for KeepAlive.
+func (s *LlamaCpp) IdleClosed() int64 { return s.ka.idleClosed() }
 
 // Close stops the server.
 func (s *LlamaCpp) Close() error { return s.srv.Close() }
@@ -151,6 +193,29 @@ func (s *LlamaCpp) models(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []any{map[string]any{
 		"id": s.opts.Model, "object": "model", "owned_by": "llamacpp", "created": 0,
 		"meta": map[string]any{"n_ctx_train": s.opts.NCtx, "n_vocab": 151936}}}})
+}
+
+// props: the server's settings; default_generation_settings is a slot's,
+// whose n_ctx is the context per slot (tools/server/README.md, GET /props).
+func (s *LlamaCpp) props(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"default_generation_settings": map[string]any{"id": 0, "n_ctx": s.opts.NCtx, "is_processing": false},
+		"total_slots":                 s.opts.Slots, "model_path": "/models/" + s.opts.Model})
+}
+
+// tokenize: {"content", "add_special"} → {"tokens"} (README, POST
+// /tokenize). The stand-in's tokenizer adds no special tokens.
+func (s *LlamaCpp) tokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Content string `json:"content"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		llamaErr(w, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"tokens": s.opts.Codec.Encode(req.Content)})
 }
 
 func (s *LlamaCpp) slotsInfo(w http.ResponseWriter, _ *http.Request) {
@@ -321,6 +386,7 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	s.metrics.promptTokens += int64(len(req.Prompt) - cached)
 	s.mu.Unlock()
 	var out []engine.Token
+	held := ""
 	lastPing := time.Now()
 	for i := range nPredict {
 		if i > 0 && !backoff.Sleep(r.Context(), s.opts.DecodePerToken) {
@@ -334,8 +400,14 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, ": ping\n\n")
 				lastPing = time.Now()
 			}
-			ev := map[string]any{"index": 0, "content": fmt.Sprintf(" t%d", tok), "stop": false, "id_slot": slot,
+			text := s.text(tok)
+			if s.opts.HoldBack > 0 && (i+1)%s.opts.HoldBack == 0 && i+1 < nPredict {
+				held += text // no event: released with the next one
+				continue
+			}
+			ev := map[string]any{"index": 0, "content": held + text, "stop": false, "id_slot": slot,
 				"tokens_predicted": i + 1, "tokens_evaluated": len(req.Prompt)}
+			held = ""
 			if req.ReturnTokens {
 				ev["tokens"] = []engine.Token{tok}
 			}
@@ -347,9 +419,13 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.metrics.predicted += int64(len(out))
 	s.mu.Unlock()
+	timings := map[string]any{"cache_n": cached, "prompt_n": len(req.Prompt) - cached, "predicted_n": len(out)}
+	if s.opts.NoCacheN {
+		delete(timings, "cache_n")
+	}
 	final := map[string]any{"index": 0, "content": "", "stop": true, "id_slot": slot, "model": s.opts.Model,
 		"stop_type": "limit", "tokens_predicted": len(out), "tokens_evaluated": len(req.Prompt), "tokens_cached": len(all) - 1,
-		"timings": map[string]any{"cache_n": cached, "prompt_n": len(req.Prompt) - cached, "predicted_n": len(out)}}
+		"timings": timings}
 	if !req.Stream {
 		final["content"] = fmt.Sprint(out)
 		if req.ReturnTokens {
@@ -361,6 +437,14 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 	}
 	final["tokens"] = []engine.Token{}
 	writeSSE(w, flusher, final) // no [DONE]: the stop event ends /completion's stream
+}
+
+// text is a token's text: the Codec's when there is one.
+func (s *LlamaCpp) text(tok engine.Token) string {
+	if s.opts.Codec != nil {
+		return s.opts.Codec.Decode([]engine.Token{tok})
+	}
+	return fmt.Sprintf(" t%d", tok)
 }
 
 func writeSSE(w io.Writer, f http.Flusher, v any) bool {

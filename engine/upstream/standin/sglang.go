@@ -127,6 +127,9 @@ func StartSGLang(opts SGLangOptions) (*SGLang, error) {
 	mux.HandleFunc("POST /generate", s.generate)
 	mux.HandleFunc("PUT /generate", s.generate)
 	mux.HandleFunc("POST /v1/completions", s.completions)
+	if opts.Codec != nil {
+		mux.HandleFunc("POST /tokenize", s.tokenize)
+	}
 	if opts.EnableMetrics {
 		mux.HandleFunc("GET /metrics", s.metrics)
 	}
@@ -221,6 +224,22 @@ func (s *SGLang) models(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
 		"id": s.opts.Model, "object": "model", "created": time.Now().Unix(), "owned_by": "sglang",
 		"root": s.opts.Model, "max_model_len": s.contextLength()}}})
+}
+
+// tokenize: {"model", "prompt", "add_special_tokens"} → {"tokens",
+// "count", "max_model_len"} (http_server.py /tokenize, TokenizeReqInput
+// in entrypoints/openai/protocol.py). The stand-in's tokenizer adds no
+// special tokens.
+func (s *SGLang) tokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"message": err.Error()}})
+		return
+	}
+	ids := s.opts.Codec.Encode(req.Prompt)
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": s.contextLength()})
 }
 
 // modelInfo: model_path, tokenizer_path, is_generation (http_server.py,

@@ -37,11 +37,19 @@ type Options struct {
 	// GPUCacheMetric publishes the KV usage under its older name
 	// vllm:gpu_cache_usage_perc instead of vllm:kv_cache_usage_perc.
 	GPUCacheMetric bool
+	// KeepAlive is the server's keep-alive timeout (uvicorn's
+	// timeout_keep_alive, which vLLM sets from VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
+	// default 5 s: vllm/envs.py, vllm/entrypoints/openai/api_server.py; 0:
+	// none): a request that
+	// arrives on a connection idle that long is closed unanswered
+	// (keepalive.go).
+	KeepAlive time.Duration
 }
 
 // Server is a running stand-in.
 type Server struct {
 	opts Options
+	ka   *keepAlive
 	eng  *mocker.Engine
 	srv  *http.Server
 	lis  net.Listener
@@ -69,10 +77,21 @@ func Start(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {}) // vLLM: 200, empty body
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("GET /metrics", s.metrics)
+	if opts.Codec != nil {
+		mux.HandleFunc("POST /tokenize", s.tokenize)
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if opts.KeepAlive > 0 {
+		s.ka = &keepAlive{timeout: opts.KeepAlive}
+		s.ka.install(s.srv)
+	}
 	go func() { _ = s.srv.Serve(lis) }()
 	return s, nil
 }
+
+// IdleClosed counts requests closed unanswered because their connection
+// had been idle for KeepAlive.
+func (s *Server) IdleClosed() int64 { return s.ka.idleClosed() }
 
 // URL is the server's base URL.
 func (s *Server) URL() string { return "http://" + s.lis.Addr().String() }
@@ -96,6 +115,22 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	// (vllm/entrypoints/openai/protocol.py, ModelCard).
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
 		"id": s.opts.Model, "object": "model", "owned_by": "vllm", "max_model_len": s.eng.Info().ContextLength}}})
+}
+
+// tokenize is vLLM's POST /tokenize for a prompt: {"model", "prompt",
+// "add_special_tokens"} → {"count", "max_model_len", "tokens"}
+// (vllm/entrypoints/openai/protocol.py, TokenizeCompletionRequest and
+// TokenizeResponse). The stand-in's tokenizer adds no special tokens.
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		errorBody(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ids := s.opts.Codec.Encode(req.Prompt)
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(ids), "max_model_len": s.eng.Info().ContextLength, "tokens": ids})
 }
 
 type request struct {
