@@ -135,7 +135,14 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 	s.kv, _ = policy.(*router.KV)
 	s.Router = router.New(policy, reg)
-	s.Frontend = httpapi.New(cfg.Frontend, s.Router, s.Board, reg, log)
+	fc := cfg.Frontend
+	if cfg.VLLMPD.Enabled {
+		// A vLLM-compatible worker: its client is the P/D proxy, which
+		// builds kv_transfer_params; the worker pulls only from peers it
+		// was told to trust (VLLMPDConfig.Peers).
+		fc.TrustClientKVTransferParams = true
+	}
+	s.Frontend = httpapi.New(fc, s.Router, s.Board, reg, log)
 
 	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
 		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")

@@ -3,6 +3,8 @@ package serve
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
@@ -23,6 +25,10 @@ type VLLMPDConfig struct {
 	AdvertiseHost string
 	// TransferBudget is the staging budget in bytes (default: kvtransfer's).
 	TransferBudget int64
+	// Peers are the side channels a decode leg may pull from
+	// (--kv-transfer-peers, vllmpd.ParsePeers; "" is vllmpd.PeersLoopback);
+	// this process's own side channels are always among them.
+	Peers string
 	// MTLS, if set, is the worker's cluster identity: the side channel and
 	// the transfer node admit only cluster workers (--mtls-*).
 	MTLS authn.Files
@@ -30,6 +36,8 @@ type VLLMPDConfig struct {
 
 type vllmpdState struct {
 	metrics *kvtransfer.Metrics
+	peers   *vllmpd.Peers
+	refused prometheus.Counter
 	nodes   []*kvtransfer.Node
 	workers []*vllmpd.Worker
 }
@@ -42,7 +50,20 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 		c.ListenHost = "127.0.0.1"
 	}
 	if s.pd == nil {
-		s.pd = &vllmpdState{metrics: kvtransfer.NewMetrics(s.Registry)}
+		spec := c.Peers
+		if spec == "" {
+			spec = vllmpd.PeersLoopback
+		}
+		peers, err := vllmpd.ParsePeers(spec)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --kv-transfer-peers: %w", err)
+		}
+		refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "tandem_vllmpd_pulls_refused_total",
+			Help: "Decode legs whose kv_transfer_params named a side channel outside --kv-transfer-peers (nothing sent; prefilled locally)."})
+		if s.Registry != nil {
+			s.Registry.MustRegister(refused)
+		}
+		s.pd = &vllmpdState{metrics: kvtransfer.NewMetrics(s.Registry), peers: peers, refused: refused}
 	}
 	port, ok := eng.(engine.KVPort)
 	if !ok {
@@ -62,10 +83,12 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
 	w, err := vllmpd.NewWorker(vllmpd.WorkerConfig{ID: id, Engine: eng, Gen: gen, Node: n,
-		SideChannel: c.ListenHost + ":0", AdvertiseHost: c.AdvertiseHost, Logger: s.log, TLS: cluster})
+		SideChannel: c.ListenHost + ":0", AdvertiseHost: c.AdvertiseHost, Logger: s.log, TLS: cluster,
+		Peers: s.pd.peers, RefusedPulls: s.pd.refused})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
+	s.pd.peers.Add(w.SideChannelAddr())
 	s.pd.workers = append(s.pd.workers, w)
 	return w, nil
 }

