@@ -29,5 +29,6 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.DurationVar(&h.WriteIdleTimeout, "http-write-idle-timeout", h.WriteIdleTimeout, "bound on each write of a response: a client that reads nothing this long is cut")
 	f.DurationVar(&h.IdleTimeout, "http-idle-timeout", h.IdleTimeout, "keep-alive connections idle this long are closed")
 	f.IntVar(&h.MaxConns, "max-connections", h.MaxConns, "open client connections (0: no cap); past it a connection gets a 503 and is closed")
+	f.IntVar(&h.ProbeConns, "probe-connections", h.ProbeConns, "connections kept past --max-connections for /health, /live and /metrics (each closed after its answer or 5 s), so probes and scrapes answer however full the server is")
 	f.Int64Var(&h.BodyBudget, "body-budget-bytes", h.BodyBudget, "request-body bytes held in memory at once across the server (0: no budget); past it a request gets 503")
 }
