@@ -11,6 +11,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
@@ -29,6 +30,9 @@ type VLLMPDConfig struct {
 	// (--kv-transfer-peers, vllmpd.ParsePeers; "" is vllmpd.PeersLoopback);
 	// this process's own side channels are always among them.
 	Peers string
+	// ConnLimits bound the transfer node's and the side channel's ports
+	// (--conn-* flags; the zero value: connlimit.Defaults()).
+	ConnLimits connlimit.Limits
 	// MTLS, if set, is the worker's cluster identity: the side channel and
 	// the transfer node admit only cluster workers (--mtls-*).
 	MTLS authn.Files
@@ -36,6 +40,7 @@ type VLLMPDConfig struct {
 
 type vllmpdState struct {
 	metrics *kvtransfer.Metrics
+	conns   *connlimit.Metrics
 	peers   *vllmpd.Peers
 	refused prometheus.Counter
 	nodes   []*kvtransfer.Node
@@ -63,18 +68,22 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 		if s.Registry != nil {
 			s.Registry.MustRegister(refused)
 		}
-		s.pd = &vllmpdState{metrics: kvtransfer.NewMetrics(s.Registry), peers: peers, refused: refused}
+		s.pd = &vllmpdState{metrics: kvtransfer.NewMetrics(s.Registry), conns: connlimit.NewMetrics(s.Registry), peers: peers, refused: refused}
 	}
 	port, ok := eng.(engine.KVPort)
 	if !ok {
 		return nil, fmt.Errorf("serve: %s: the %s engine cannot transfer KV", id, eng.Info().Kind)
+	}
+	if c.ConnLimits == (connlimit.Limits{}) {
+		c.ConnLimits = connlimit.Defaults()
 	}
 	cluster, err := authn.Load(c.MTLS)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: id, Port: port, Budget: kvtransfer.NewBudget(c.TransferBudget),
-		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log, RequireToken: true, TLS: cluster})
+		Board: s.Board, Metrics: s.pd.metrics, Logger: s.log, RequireToken: true, TLS: cluster,
+		ConnLimits: c.ConnLimits, ConnMetrics: s.pd.conns})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}
@@ -84,7 +93,7 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 	}
 	w, err := vllmpd.NewWorker(vllmpd.WorkerConfig{ID: id, Engine: eng, Gen: gen, Node: n,
 		SideChannel: c.ListenHost + ":0", AdvertiseHost: c.AdvertiseHost, Logger: s.log, TLS: cluster,
-		Peers: s.pd.peers, RefusedPulls: s.pd.refused})
+		Peers: s.pd.peers, RefusedPulls: s.pd.refused, ConnLimits: c.ConnLimits, ConnMetrics: s.pd.conns, Board: s.Board})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", id, err)
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -702,4 +704,119 @@ func kvParamsTheft(t *testing.T, an attackNet, protected bool, mtlsFlags string)
 		t.Fatalf("the open worker: %d pulls, %d blocks pushed, %d tokens cached", p, b, cached)
 	}
 	t.Logf("attack_kv_params_token_theft open: works (the token reached the client's listener; %d blocks pushed; %d of the client's tokens cached under the prompt)", b, cached)
+}
+
+// TestIdleFlood is issue 33's second finding, bounded: a stranger opens
+// idle connections to every port of a decode worker whose descriptors are
+// few (prlimit --nofile=256), 120 per port for a few seconds. Throughout,
+// the frontend's address still reaches the request plane (routable), the
+// worker's discovery record keeps being refreshed (no lapse), and its
+// metrics answer; after the flood, no diagnostic stays raised. Without the
+// per-source caps (--conn-max-per-source 0) the flood takes the worker's
+// descriptors and the checks fail.
+func TestIdleFlood(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts a process")
+	}
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skipf("needs prlimit (util-linux): %v", err)
+	}
+	if l, err := net.Listen("tcp", attackerHost+":0"); err != nil {
+		t.Skipf("no second loopback address: %v", err)
+	} else {
+		l.Close()
+	}
+	dir := t.TempDir()
+	const ttl = 2 * time.Second
+	startProcWith(t, "d1", "worker --id d1 --role decode --discovery file --discovery-dir "+dir+" --lease-ttl 2s --deregister-delay 0s"+
+		" --rp-addr "+victimHost+":0 --kv-transfer-addr "+victimHost+":0 --metrics-addr "+victimHost+":0"+
+		" --conn-max 512 --conn-max-per-source 16 --conn-handshake-timeout 1s --speedup 100",
+		workerReady, []string{"prlimit", "--nofile=256", "--"})
+	rec := readRecord(t, dir, "d1")
+	ports := map[string]string{"request-plane": rec.RequestPlane, "kv-transfer": rec.KVTransfer.Addr, "metrics": rec.MetricsAddr}
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for _, addr := range ports {
+		for range 120 {
+			c, err := attackerDialer().Dial("tcp", addr)
+			if err != nil {
+				continue // the backlog is full: refused, as it should be
+			}
+			flood = append(flood, c)
+		}
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	check := func(during bool) {
+		t.Helper()
+		info, err := os.Stat(filepath.Join(dir, "d1.json"))
+		if err != nil || time.Since(info.ModTime()) >= ttl {
+			t.Fatalf("the discovery record lapsed (%v)", err)
+		}
+		resp, err := hc.Get("http://" + rec.MetricsAddr + "/metrics")
+		if err != nil {
+			t.Fatalf("metrics: %v", err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if during && metricSum(string(m), "tandem_listener_refused_total") == 0 {
+			t.Fatalf("no refusal counted:\n%s", grepLines(string(m), "tandem_listener"))
+		}
+		c, err := requestplane.Dial(rec.RequestPlane)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := c.Generate(ctx, &engine.Request{ID: "legit", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 2, IgnoreEOS: true})
+		n := 0
+		for err == nil {
+			var d engine.Delta
+			if d, err = st.Recv(); err == nil {
+				n += len(d.Tokens)
+			}
+		}
+		if n == 0 {
+			t.Fatalf("the frontend's request failed during the flood: %v", err)
+		}
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+		check(true)
+	}
+	kept := 0
+	for _, c := range flood {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			kept++ // still open (timed out reading): only the per-source share
+		}
+		c.Close()
+	}
+	flood = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := hc.Get("http://" + rec.MetricsAddr + "/health")
+		if err == nil {
+			var h struct {
+				Status      string `json:"status"`
+				Diagnostics []any  `json:"diagnostics"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.Status == "ok" && len(h.Diagnostics) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("diagnostics still raised after the flood: %+v", h)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	check(false)
+	t.Logf("attack_idle_flood protected: 360 idle connections from one address; %d were still open at the end (per-source caps of 16 per port, handshake deadline 1 s); routable, record fresh, metrics answering throughout; no diagnostic after", kept)
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
@@ -56,6 +58,11 @@ type WorkerConfig struct {
 	// RefusedPulls, if set, counts decode legs whose remote_host and
 	// remote_port were not among Peers.
 	RefusedPulls interface{ Inc() }
+	// ConnLimits bound the side channel's port (internal/connlimit);
+	// Board and ConnMetrics carry its diagnostic and series.
+	ConnLimits  connlimit.Limits
+	ConnMetrics *connlimit.Metrics
+	Board       *health.Board
 	// TLS, if set, serves the side channel over mutual TLS admitting only
 	// cluster workers, and pulls from other workers' side channels with
 	// this worker's certificate (the Node should carry the same identity).
@@ -108,10 +115,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	lis, err := net.Listen("tcp", cfg.SideChannel)
+	raw, err := net.Listen("tcp", cfg.SideChannel)
 	if err != nil {
 		return nil, fmt.Errorf("vllmpd: side channel: %w", err)
 	}
+	var lis net.Listener = connlimit.Wrap(raw, PlaneSideChannel, cfg.ConnLimits, cfg.Board, cfg.ConnMetrics, cfg.Logger)
 	host, ps, _ := net.SplitHostPort(lis.Addr().String())
 	if cfg.AdvertiseHost != "" {
 		host = cfg.AdvertiseHost
@@ -126,10 +134,17 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/kv/pull", w.handlePull)
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(c net.Conn, st http.ConnState) {
+		if st == http.StateActive {
+			connlimit.Established(c)
+		}
+	}, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() { _ = w.srv.Serve(lis) }()
 	return w, nil
 }
+
+// PlaneSideChannel is the side channel's plane name (connlimit).
+const PlaneSideChannel = "vllmpd-side-channel"
 
 // SideChannelAddr is host:port of the side channel (remote_host:remote_port).
 func (w *Worker) SideChannelAddr() string { return net.JoinHostPort(w.host, strconv.Itoa(w.pnum)) }
