@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/tokenid"
@@ -22,10 +23,17 @@ type EngineConfig struct {
 	Endpoint string
 	// ReplayEndpoint is where the ROUTER replay socket binds; "" disables.
 	ReplayEndpoint string
-	Topic          string
-	BufferSteps    int // replay ring, in batches (default 10000)
-	HWM            int // default 100000
-	MaxQueueSize   int // default 100000
+	// ReplayAllow are the networks routers replay from
+	// (--kv-events-replay-allow): with token ids in the events, a replay
+	// endpoint beyond loopback needs them (PublisherConfig.GuardReplay).
+	ReplayAllow []netip.Prefix
+	// ReplayToken, if set, gates replayed history
+	// (PublisherConfig.ReplayToken).
+	ReplayToken  []byte
+	Topic        string
+	BufferSteps  int // replay ring, in batches (default 10000)
+	HWM          int // default 100000
+	MaxQueueSize int // default 100000
 	// HashSeed roots vLLM's sha256_cbor chain (NONE_HASH); set it to the
 	// PYTHONHASHSEED a real vLLM would use. Default "vllm-none-hash".
 	HashSeed string
@@ -88,6 +96,9 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 		Dial:             cfg.Dial,
 		FirstSeq:         cfg.FirstSeq,
 		LegacyReplay:     cfg.SGLang,
+		GuardReplay:      !cfg.OmitTokenIDs,
+		ReplayAllow:      cfg.ReplayAllow,
+		ReplayToken:      cfg.ReplayToken,
 		Logger:           log,
 	})
 	if err != nil {
