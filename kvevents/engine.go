@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -85,6 +86,15 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 	if cfg.OmitTokenIDs && cfg.BytesHashes {
 		return nil, fmt.Errorf("KV events: events without token ids carry Tandem's 64-bit hashes; they cannot be bytes hashes")
 	}
+	if !cfg.OmitTokenIDs && cfg.ReplayEndpoint != "" && cfg.ReplayToken == nil {
+		// Past batches carry prompts: history goes only to routers that
+		// present this token (the worker's relay, its router in process,
+		// frontends that read it from discovery).
+		cfg.ReplayToken = make([]byte, 32)
+		if _, err := rand.Read(cfg.ReplayToken); err != nil {
+			return nil, fmt.Errorf("KV events: replay token: %w", err)
+		}
+	}
 	pub, err := NewPublisher(ctx, PublisherConfig{
 		Endpoint:         cfg.Endpoint,
 		ReplayEndpoint:   cfg.ReplayEndpoint,
@@ -141,6 +151,10 @@ func (e *EngineEvents) Endpoint() string { return e.pub.Endpoint() }
 
 // ReplayEndpoint is the bound replay address, "" if none.
 func (e *EngineEvents) ReplayEndpoint() string { return e.pub.ReplayEndpoint() }
+
+// ReplayToken is what a replay request must carry for history (nil: none
+// needed, the events carry no token ids).
+func (e *EngineEvents) ReplayToken() []byte { return e.pub.cfg.ReplayToken }
 
 // Stats reports the publisher's counters.
 func (e *EngineEvents) Stats() PublisherStats { return e.pub.Stats() }

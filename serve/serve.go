@@ -224,6 +224,9 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			// without an endpoint is never subscribed: the policy routes it
 			// by approximation, and raises kv_events_missing once it serves
 			// full blocks, in kv mode.
+			if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+				s.kv.SetReplayToken(w.ID, t.KVEventsReplayToken())
+			}
 			if err := s.kv.AddWorker(w.ID, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
 				return nil, fmt.Errorf("serve: worker %s: %w", w.ID, err)
 			}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -344,7 +345,7 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	}
 	w.relay, err = eventplane.NewRelay(nc, eventplane.RelayConfig{
 		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
-		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), Format: format, Board: w.board, Logger: log,
+		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
 	})
 	if err != nil {
 		w.stopRelay()
@@ -403,6 +404,7 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 	}
 	if e, ok := eng.(interface{ KVEventsReplayEndpoint() string }); ok {
 		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
+		rec.KVEvents.ReplayToken = hex.EncodeToString(replayToken(eng))
 	}
 	if rec.KVEvents.Endpoint != "" {
 		rec.KVEvents.Format = cfg.KVEventsFormat
@@ -602,6 +604,14 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 		go func() { _ = w.metrics.Serve(lis) }()
 	}
 	return lis.Addr().String(), nil
+}
+
+// replayToken is the engine's KV event replay token (nil: none needed).
+func replayToken(eng engine.Engine) []byte {
+	if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+		return t.KVEventsReplayToken()
+	}
+	return nil
 }
 
 // Planes of the worker's listeners (connlimit's metric label and

@@ -820,3 +820,66 @@ func TestIdleFlood(t *testing.T) {
 	check(false)
 	t.Logf("attack_idle_flood protected: 360 idle connections from one address; %d were still open at the end (per-source caps of 16 per port, handshake deadline 1 s); routable, record fresh, metrics answering throughout; no diagnostic after", kept)
 }
+
+// TestReplayHistoryLeak is issue 33's third finding: a local process that
+// joins a worker's KV event sockets after another client's request asks
+// the replay socket for the history and reads that prompt from the past
+// batches' token ids. Now the replay answers history only to a router
+// that presents the worker's replay token (published in discovery): the
+// stranger learns only what is published after it joined.
+func TestReplayHistoryLeak(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts 2 processes")
+	}
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the vault passphrase is marmalade-tangerine-47"
+	dir := t.TempDir()
+	disc := " --discovery file --discovery-dir " + dir + " --lease-ttl 2s"
+	url := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv"+disc, frontendReady).line
+	startProc(t, "w1", "worker --id w1 --speedup 100 --deregister-delay 0s --kv-events-endpoint tcp://"+victimHost+":0"+disc, workerReady)
+	rec := readRecord(t, dir, "w1")
+	if rec.KVEvents.ReplayEndpoint == "" || rec.KVEvents.ReplayToken == "" {
+		t.Fatalf("the worker publishes no replay socket or token: %+v", rec.KVEvents)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Equal(healthWorkers(t, url), []string{"w1"}) {
+		if time.Now().After(deadline) {
+			t.Fatal("the frontend never saw the worker")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	prompt := strings.Repeat("Some context before the secret. ", 8) + secret + strings.Repeat(" And some after it.", 8)
+	completion(t, url, map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 2})
+
+	// The stranger joins afterwards, with replay, and without the token.
+	sink := &leakSink{}
+	sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{Worker: "stranger", Endpoint: rec.KVEvents.Endpoint,
+		ReplayEndpoint: rec.KVEvents.ReplayEndpoint, Handler: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sub.Run(ctx)
+	time.Sleep(300 * time.Millisecond)
+	other := strings.Repeat("An unrelated request that the stranger may see live. ", 4)
+	for i := 0; i < 20; i++ {
+		completion(t, url, map[string]any{"model": "tandem-mock", "prompt": other + fmt.Sprint(i), "max_tokens": 2})
+		if n, _ := sink.snapshot(); n > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a replay, if any, lands
+	stored, toks := sink.snapshot()
+	if stored == 0 {
+		t.Fatal("the stranger received nothing at all (not connected)")
+	}
+	if strings.Contains(model.Tokenizer.Decode(toks), "marmalade-tangerine") {
+		t.Fatalf("the stranger read an earlier client's prompt from the replayed history (%d token ids)", len(toks))
+	}
+	t.Logf("attack_replay_history protected: a late local subscriber got %d live BlockStored events and none of the earlier prompt", stored)
+}
