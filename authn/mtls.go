@@ -97,6 +97,9 @@ func (c *Cluster) Name() string { return c.name }
 // Role is this process's role.
 func (c *Cluster) Role() Role { return c.role }
 
+// RoleOf is the role a cluster certificate names ("" for none).
+func RoleOf(cert *x509.Certificate) Role { return roleOf(cert) }
+
 func roleOf(cert *x509.Certificate) Role {
 	for _, ou := range cert.Subject.OrganizationalUnit {
 		if r, err := ParseRole(ou); err == nil {

@@ -39,6 +39,11 @@ type KVEvents struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	// ReplayEndpoint is its ZMQ ROUTER replay socket ("" if none).
 	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+	// ReplayToken is what a replay request must carry to be answered with
+	// past batches (which carry prompts when events have token ids):
+	// routers read it here, where only cluster members read.
+	// Hex-encoded (a record stays comparable).
+	ReplayToken string `json:"replay_token,omitempty"`
 	// Format is the encoding of events inside a batch: "map" or "array".
 	Format string `json:"format,omitempty"`
 	// Topic is the ZMQ topic the worker publishes under.

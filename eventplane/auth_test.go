@@ -85,3 +85,91 @@ func TestNATSAuth(t *testing.T) {
 		t.Fatal("a missing token file connected")
 	}
 }
+
+// TestNATSMonitorRole is issue 33's fourth finding: a monitor's
+// certificate with the token connects (it may scrape) but cannot read KV
+// event or load subjects, nor publish; a worker's can.
+func TestNATSMonitorRole(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	if _, err := authn.Init(certs, 1, 1, []string{"127.0.0.1", "localhost"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := authn.LoadCA(certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ca.Issue("prometheus", authn.RoleMonitor, nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certs, "prometheus.crt"), iss.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certs, "prometheus.key"), iss.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokFile, []byte("nats-test-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pair := func(name string) Auth {
+		return Auth{TokenFile: tokFile, CA: filepath.Join(certs, "ca.crt"), Cert: filepath.Join(certs, name+".crt"), Key: filepath.Join(certs, name+".key")}
+	}
+	srv, err := StartServerWith("127.0.0.1:0", pair("frontend-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	connect := func(name string) (*nats.Conn, chan error) {
+		a := pair(name)
+		tc, err := a.clientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 8)
+		nc, err := nats.Connect(srv.URL(), nats.Token("nats-test-token-0123456789"), nats.Secure(tc), nats.Timeout(2*time.Second),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, errs
+	}
+	worker, _ := connect("worker-1")
+	monitor, merrs := connect("prometheus")
+	got := make(chan *nats.Msg, 4)
+	if _, err := monitor.ChanSubscribe("tandem.kv.>", got); err != nil {
+		t.Fatal(err)
+	}
+	_ = monitor.Flush()
+	wgot := make(chan *nats.Msg, 4)
+	if _, err := worker.ChanSubscribe("tandem.kv.>", wgot); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Publish("tandem.kv.m", []byte("prompt token ids")); err != nil {
+		t.Fatal(err)
+	}
+	_ = worker.Flush()
+	select {
+	case <-wgot:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker did not receive its own subject")
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("the monitor read an event payload: %q", m.Data)
+	case err := <-merrs:
+		t.Logf("monitor refused: %v", err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("no permissions violation reported to the monitor")
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("the monitor read an event payload: %q", m.Data)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

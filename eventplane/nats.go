@@ -2,6 +2,7 @@ package eventplane
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/health"
 )
 
@@ -303,6 +305,11 @@ func StartServerWith(addr string, auth Auth) (*Server, error) {
 		if pool != nil {
 			opts.TLSVerify = true
 			opts.TLSConfig.ClientCAs, opts.TLSConfig.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			// With client certificates, each connection's permissions
+			// follow its certificate's role (roleAuth): the token alone
+			// does not let a monitor read event payloads.
+			opts.CustomClientAuthentication = &roleAuth{token: opts.Authorization}
+			opts.Authorization = ""
 		}
 	}
 	srv, err := server.NewServer(opts)
@@ -315,6 +322,45 @@ func StartServerWith(addr string, auth Auth) (*Server, error) {
 		return nil, fmt.Errorf("eventplane: nats server on %s not ready", addr)
 	}
 	return &Server{srv: srv}, nil
+}
+
+// roleAuth is the embedded server's authentication with mutual TLS: the
+// token (when one is configured) and a cluster certificate whose role sets
+// the connection's permissions. Frontends and workers publish and
+// subscribe to everything (KV events, load messages, their inboxes); a
+// monitor (a metrics scraper's certificate) may do neither: a KV event
+// carries prompt token ids. Any other role is refused. An external
+// nats-server gets the same rule from docs/security.md's settings.
+type roleAuth struct{ token string }
+
+// monitorPermissions deny a monitor every subject.
+var monitorPermissions = &server.Permissions{
+	Publish:   &server.SubjectPermission{Deny: []string{">"}},
+	Subscribe: &server.SubjectPermission{Deny: []string{">"}},
+}
+
+func (a *roleAuth) Check(c server.ClientAuthentication) bool {
+	if a.token != "" {
+		o := c.GetOpts()
+		if o == nil || subtle.ConstantTimeCompare([]byte(o.Token), []byte(a.token)) != 1 {
+			return false
+		}
+	}
+	cs := c.GetTLSConnectionState()
+	if cs == nil || len(cs.PeerCertificates) == 0 {
+		return false
+	}
+	leaf := cs.PeerCertificates[0]
+	u := &server.User{Username: leaf.Subject.CommonName}
+	switch authn.RoleOf(leaf) {
+	case authn.RoleFrontend, authn.RoleWorker:
+	case authn.RoleMonitor:
+		u.Permissions = monitorPermissions
+	default:
+		return false
+	}
+	c.RegisterUser(u)
+	return true
 }
 
 // URL is the server's client URL.

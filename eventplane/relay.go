@@ -22,6 +22,8 @@ type RelayConfig struct {
 	// Endpoint and ReplayEndpoint are the engine's own ZMQ sockets; the
 	// replay socket lets the relay recover what ZMQ drops while it joins.
 	Endpoint, ReplayEndpoint string
+	// ReplayToken is the engine's replay token (nil: none needed).
+	ReplayToken []byte
 	// Format re-encodes batches for the wire (the engine's own format, so
 	// routers decode what the engine meant).
 	Format kvevents.Format
@@ -54,7 +56,7 @@ func NewRelay(nc *nats.Conn, cfg RelayConfig) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, nc: nc, subject: KVSubject(cfg.Prefix, cfg.Model), log: cfg.Logger.With("component", "eventplane.relay")}
 	sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{
-		Worker: cfg.Worker, Endpoint: cfg.Endpoint, ReplayEndpoint: cfg.ReplayEndpoint,
+		Worker: cfg.Worker, Endpoint: cfg.Endpoint, ReplayEndpoint: cfg.ReplayEndpoint, ReplayToken: cfg.ReplayToken,
 		Handler: r, Logger: cfg.Logger,
 	})
 	if err != nil {

@@ -446,6 +446,11 @@ func (f *Process) followLocked(rec discovery.Record) {
 	if f.KV.Name() == "kv-approx" {
 		endpoint, replay = "", ""
 	}
+	if tok, err := hex.DecodeString(rec.KVEvents.ReplayToken); err == nil && len(tok) > 0 {
+		f.KV.SetReplayToken(rec.ID, tok)
+	} else {
+		f.KV.SetReplayToken(rec.ID, nil) // none, or malformed: replay answers no history
+	}
 	if err := f.KV.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize); err != nil {
 		f.log.Warn("KV events of the worker not followed", "worker", rec.ID, "err", err)
 	}

@@ -57,7 +57,9 @@ func TestKVTransferParamsPassThrough(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := &paramsEcho{}
-			f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
+			cfg := DefaultConfig()
+			cfg.TrustClientKVTransferParams = true // a vLLM-compatible worker behind its proxy
+			f := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": eng})
 			resp, err := http.Post(f.url+tc.path, "application/json", strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
@@ -86,6 +88,41 @@ func TestKVTransferParamsPassThrough(t *testing.T) {
 			}
 			if string(got) != tc.wantTop {
 				t.Fatalf("kv_transfer_params %s, want %s", got, tc.wantTop)
+			}
+		})
+	}
+}
+
+// TestClientKVTransferParamsRefused is the careless client of issue 33's
+// first finding: kv_transfer_params naming its own listener as
+// remote_host:remote_port. Without --trust-client-kv-transfer-params the
+// frontend answers 400 naming the field and the engine never sees them.
+func TestClientKVTransferParamsRefused(t *testing.T) {
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		t.Run(path, func(t *testing.T) {
+			eng := &paramsEcho{}
+			f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
+			body := `{"model":"m","prompt":"hi","max_tokens":1,"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.9.9.9","remote_port":9,"remote_request_id":"x","remote_engine_id":"p"}}`
+			if path == "/v1/chat/completions" {
+				body = `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1,"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.9.9.9","remote_port":9}}`
+			}
+			resp, err := http.Post(f.url+path, "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e struct {
+				Error struct {
+					Param string `json:"param"`
+				} `json:"error"`
+			}
+			_ = json.Unmarshal(raw, &e)
+			if resp.StatusCode != 400 || e.Error.Param != "kv_transfer_params" {
+				t.Fatalf("status %d param %q: %s", resp.StatusCode, e.Error.Param, raw)
+			}
+			if len(eng.seen) != 0 {
+				t.Fatalf("the engine saw the request: %q", eng.seen)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,12 @@ type HTTPLimits struct {
 	// connection gets a 503 and is closed at once, so file descriptors
 	// stay free for the connections being served.
 	MaxConns int
+	// ProbeConns are kept past MaxConns for /health, /live and /metrics
+	// (--probe-connections): while MaxConns are open, a new connection
+	// takes one of these, may ask only for those paths, and is closed
+	// after its answer or ProbeConnLife, so probes and scrapes answer
+	// however full the server is. 0: none.
+	ProbeConns int
 	// BodyBudget bounds the bytes of request bodies being read and decoded
 	// at once, across the whole server (0: no budget). A body that does
 	// not fit is a 503 with Retry-After, so many slow large bodies cannot
@@ -41,7 +48,7 @@ type HTTPLimits struct {
 func DefaultHTTPLimits() HTTPLimits {
 	return HTTPLimits{
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, WriteIdleTimeout: 60 * time.Second,
-		IdleTimeout: 120 * time.Second, MaxConns: 4096, BodyBudget: 256 << 20,
+		IdleTimeout: 120 * time.Second, MaxConns: 4096, ProbeConns: 16, BodyBudget: 256 << 20,
 	}
 }
 
@@ -51,12 +58,19 @@ func DefaultHTTPLimits() HTTPLimits {
 // authentication wrap one function.
 func (s *Server) NewHTTPServer(lis net.Listener) (*http.Server, net.Listener) {
 	l := s.cfg.HTTP
+	handler := s.Handler()
 	if l.MaxConns > 0 {
-		lis = &capListener{Listener: lis, sem: make(chan struct{}, l.MaxConns), refused: s.metrics.connsRefused,
+		cl := &capListener{Listener: lis, sem: make(chan struct{}, l.MaxConns), refused: s.metrics.connsRefused, probes: s.metrics.probeConns,
 			diag: flag{board: s.board, code: DiagConnCap, recovered: DiagConnAvailable, msg: fmt.Sprintf("%d client connections are open (--max-connections); new ones get 503", l.MaxConns)}}
+		if l.ProbeConns > 0 {
+			cl.reserve = make(chan struct{}, l.ProbeConns)
+			handler = probeGate(handler)
+		}
+		lis = cl
 	}
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           handler,
+		ConnContext:       markProbeConn,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
 		IdleTimeout:       l.IdleTimeout,
@@ -104,8 +118,58 @@ func (f *flag) clear() {
 type capListener struct {
 	net.Listener
 	sem     chan struct{}
+	reserve chan struct{} // nil: no probe reserve
 	refused interface{ Inc() }
+	probes  interface{ Inc() }
 	diag    flag
+}
+
+// ProbeConnLife bounds a connection taken from the probe reserve (TLS
+// handshake, request and answer included), so strangers holding idle
+// connections cannot keep the reserve.
+const ProbeConnLife = 5 * time.Second
+
+// probePaths are what a reserved connection may ask for.
+var probePaths = map[string]bool{"/health": true, "/live": true, "/metrics": true}
+
+type probeConnKey struct{}
+
+// markProbeConn is http.Server.ConnContext: it marks requests that arrive
+// on a reserved connection (under TLS, the capConn is the tls.Conn's).
+func markProbeConn(ctx context.Context, c net.Conn) context.Context {
+	for c != nil {
+		if cc, ok := c.(*capConn); ok {
+			if cc.probe {
+				return context.WithValue(ctx, probeConnKey{}, true)
+			}
+			return ctx
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return ctx
+		}
+		c = u.NetConn()
+	}
+	return ctx
+}
+
+// probeGate answers only probe paths on reserved connections, and closes
+// them after the answer.
+func probeGate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(probeConnKey{}) == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		if !probePaths[r.URL.Path] {
+			w.Header().Set("Retry-After", "1")
+			openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "too_many_connections",
+				Message: "too many open connections; this one is kept for /health, /live and /metrics", RetryAfter: 1})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 var tooManyConns = func() []byte {
@@ -123,6 +187,17 @@ func (l *capListener) Accept() (net.Conn, error) {
 		case l.sem <- struct{}{}:
 			return &capConn{Conn: c, release: l.release}, nil
 		default:
+		}
+		if l.reserve != nil {
+			select {
+			case l.reserve <- struct{}{}:
+				l.probes.Inc()
+				// A timer, not a deadline: the server resets deadlines
+				// per request.
+				kill := time.AfterFunc(ProbeConnLife, func() { _ = c.Close() })
+				return &capConn{Conn: c, probe: true, release: func() { kill.Stop(); <-l.reserve }}, nil
+			default:
+			}
 		}
 		l.refused.Inc()
 		l.diag.raise()
@@ -143,6 +218,7 @@ func (l *capListener) release() {
 
 type capConn struct {
 	net.Conn
+	probe   bool // taken from the probe reserve
 	once    sync.Once
 	release func()
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -239,7 +240,7 @@ func limitedServer(t *testing.T, f *fixture) string {
 // descriptors stay for /health), and slots free up when clients leave.
 func TestConnectionCap(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.HTTP.MaxConns = 2
+	cfg.HTTP.MaxConns, cfg.HTTP.ProbeConns = 2, 0 // TestProbeReserve: with a reserve
 	f := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": &enginetest.Scripted{Name: "m", Output: toks("x")}})
 	addr := limitedServer(t, f)
 	var held []net.Conn
@@ -486,5 +487,207 @@ func TestFirstTokenTimeout(t *testing.T) {
 	resp = post(t, only.url+"/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
 	if _, code := errParam(t, resp); resp.StatusCode != 504 || code != "first_token_timeout" {
 		t.Fatalf("status %d code %q, want 504 first_token_timeout", resp.StatusCode, code)
+	}
+}
+
+// Finding 5 of issue 33: while --max-connections are open, /health, /live
+// and /metrics still answer on the probe reserve; anything else there is
+// a 503; a reserved connection is closed after its answer; past the
+// reserve a connection gets the canned 503.
+func TestProbeReserve(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HTTP.MaxConns, cfg.HTTP.ProbeConns = 2, 1
+	f := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": &enginetest.Scripted{Name: "m", Output: toks("x")}})
+	addr := limitedServer(t, f)
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	time.Sleep(50 * time.Millisecond) // both accepted
+	ask := func(path string) (status string, closed bool, took time.Duration) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		rd := bufio.NewReader(c)
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		took = time.Since(start)
+		_, err = io.Copy(io.Discard, rd) // the server closes a reserved connection after its answer
+		return strings.TrimSpace(line), err == nil, took
+	}
+	for _, p := range []string{"/health", "/live", "/metrics"} {
+		st, closed, took := ask(p)
+		if !strings.Contains(st, "200") || !closed {
+			t.Fatalf("%s while the cap is full: %q (closed %v)", p, st, closed)
+		}
+		t.Logf("%s with the cap full: %s in %v", p, st, took.Round(time.Microsecond))
+	}
+	if st, _, _ := ask("/v1/models"); !strings.Contains(st, "503") {
+		t.Fatalf("/v1/models on a reserved connection: %q, want 503", st)
+	}
+	// An idle connection holds the one reserved slot: the next gets the
+	// canned 503 without sending anything.
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	time.Sleep(50 * time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil || !strings.Contains(line, "503") {
+		t.Fatalf("past the reserve: %q %v, want a 503", line, err)
+	}
+	// The idle reserved connection is cut after ProbeConnLife.
+	idle.SetReadDeadline(time.Now().Add(ProbeConnLife + 5*time.Second))
+	start := time.Now()
+	if _, err := io.Copy(io.Discard, idle); err != nil {
+		t.Fatalf("the idle reserved connection was not closed by the server: %v after %v", err, time.Since(start))
+	}
+}
+
+// longStreams starts every stream with one token at once, then holds it
+// until released or cancelled: long generations in flight.
+type longStreams struct {
+	release chan struct{}
+	started chan struct{}
+}
+
+func (l *longStreams) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	p := engine.NewPipe(ctx)
+	go func() {
+		p.Send(engine.Delta{Tokens: []engine.Token{'x'}, PromptTokens: len(req.Prompt)})
+		l.started <- struct{}{}
+		select {
+		case <-l.release:
+			p.Send(engine.Delta{Tokens: []engine.Token{'y'}, Finish: engine.FinishLength})
+		case <-ctx.Done():
+			p.Fail(ctx.Err())
+		}
+	}()
+	return p, nil
+}
+
+// Finding 5 of issue 33: with 512 long streams in flight (the default
+// --max-inflight), a short request gets its 429 within 1.5 s
+// (--admission-wait, default 1 s, not the 30 s queue timeout) with a
+// Retry-After, and /health answers in under 100 ms throughout.
+func TestSaturatedShortRequest(t *testing.T) {
+	const streams = 512
+	eng := &longStreams{release: make(chan struct{}), started: make(chan struct{}, streams)}
+	cfg := DefaultConfig()
+	f := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": eng})
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: streams}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	defer func() { close(eng.release); wg.Wait() }()
+	body := `{"model":"m","prompt":"hi","max_tokens":2,"stream":true}`
+	for range streams {
+		wg.Go(func() {
+			resp, err := client.Post(f.url+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	deadline := time.After(20 * time.Second)
+	for range streams {
+		select {
+		case <-eng.started:
+		case <-deadline:
+			t.Fatal("the long streams did not all start")
+		}
+	}
+	// /health, polled throughout the short request's wait.
+	stop := make(chan struct{})
+	var worst time.Duration
+	var polls int
+	var hwg sync.WaitGroup
+	hwg.Go(func() {
+		hc := &http.Client{Timeout: 5 * time.Second}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			resp, err := hc.Get(f.url + "/health")
+			d := time.Since(start)
+			if err != nil {
+				t.Errorf("/health: %v", err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			worst, polls = max(worst, d), polls+1
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	start := time.Now()
+	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+	took := time.Since(start)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	close(stop)
+	hwg.Wait()
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != 429 || ra < 1 || ra > 60 {
+		t.Fatalf("short request: status %d Retry-After %q, want 429 with 1..60", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if took > 1500*time.Millisecond {
+		t.Fatalf("the short request's 429 took %v, want under 1.5 s", took)
+	}
+	if worst >= 100*time.Millisecond {
+		t.Fatalf("/health took %v at worst (%d polls), want under 100 ms", worst, polls)
+	}
+	t.Logf("%d streams in flight: short request 429 (Retry-After %d) in %v; /health worst %v over %d polls", streams, ra, took.Round(time.Millisecond), worst.Round(time.Microsecond), polls)
+}
+
+// The Retry-After of an admission 429 follows the completion rate: the
+// requests ahead in the queue plus this one, over completions per second.
+func TestRetryAfterFromCompletionRate(t *testing.T) {
+	cases := []struct {
+		name        string
+		completions int // in the last window
+		waiting     int
+		want        int
+	}{
+		{"nothing finished: the window", 0, 0, completionWindow},
+		{"one a second, none waiting", completionWindow, 0, 1},
+		{"one a second, 4 waiting", completionWindow, 4, 5},
+		{"ten a second, 19 waiting", 10 * completionWindow, 19, 2},
+		{"slow, many waiting: capped", 1, 500, 60},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAdmission("m", DefaultConfig(), nil, func(string) {})
+			now := time.Now().Unix()
+			for i := range tc.completions {
+				a.done.add(now - int64(i%completionWindow))
+			}
+			a.waiting = tc.waiting
+			if got := a.retryAfterLocked(0); got != tc.want {
+				t.Fatalf("Retry-After %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

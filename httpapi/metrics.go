@@ -19,6 +19,10 @@ type metrics struct {
 	admissionRejected *prometheus.CounterVec
 	connsRefused      prometheus.Counter
 	bodyRefused       prometheus.Counter
+	// kvParamsRefused counts requests refused for client kv_transfer_params.
+	kvParamsRefused prometheus.Counter
+	// probeConns counts connections served from the probes' reserve.
+	probeConns prometheus.Counter
 	// authFailures counts requests refused for a missing or wrong API key.
 	authFailures *prometheus.CounterVec
 }
@@ -70,10 +74,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bodyRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_frontend_body_budget_refused_total", Help: "Requests refused with 503 because request bodies in memory reached the server's budget.",
 		}),
+		kvParamsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_kv_transfer_params_refused_total", Help: "Requests refused with 400 because a client sent kv_transfer_params without --trust-client-kv-transfer-params.",
+		}),
+		probeConns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_probe_connections_total", Help: "Connections accepted past --max-connections into the reserve kept for /health, /live and /metrics.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries,
-			m.migrations, m.admissionRejected, m.connsRefused, m.bodyRefused)
+			m.migrations, m.admissionRejected, m.connsRefused, m.bodyRefused, m.kvParamsRefused, m.probeConns)
 	}
 	m.authFailures = newAuthFailures(reg)
 	return m

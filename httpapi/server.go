@@ -57,6 +57,12 @@ type Config struct {
 	MaxInflight  int
 	MaxQueue     int
 	QueueTimeout time.Duration
+	// AdmissionWait bounds how long a request that is not yet streaming
+	// waits for an admission slot (--admission-wait; 0: QueueTimeout);
+	// past it the request gets a 429 whose Retry-After is computed from
+	// the model's observed completion rate, instead of waiting the whole
+	// queue timeout for a slot that long streams will not free.
+	AdmissionWait time.Duration
 	// HTTP bounds connections, timeouts and request-body memory.
 	HTTP HTTPLimits
 	// StuckAfter is how long a worker may hold requests without producing
@@ -72,12 +78,20 @@ type Config struct {
 	APIKeys *APIKeys
 	// ProtectMetrics puts /metrics behind the keys too (--protect-metrics).
 	ProtectMetrics bool
+	// TrustClientKVTransferParams passes a client's kv_transfer_params
+	// (vLLM's P/D extension) to the engine (--trust-client-kv-transfer-params).
+	// Off, a request carrying them is a 400 naming the field: the params
+	// name network addresses (remote_host, remote_port) that a vLLM-protocol
+	// worker would connect to with a transfer token, so only a proxy that
+	// builds them itself may send them. A vLLM-compatible worker
+	// (tandem worker --openai-addr --kv-transfer-params) trusts its proxy.
+	TrustClientKVTransferParams bool
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
 func DefaultConfig() Config {
 	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1, MaxTokensDefault: 4096,
-		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, HTTP: DefaultHTTPLimits(),
+		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, AdmissionWait: time.Second, HTTP: DefaultHTTPLimits(),
 		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute}
 }
 
@@ -393,6 +407,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	maxNew, e := s.maxNewTokens(j, promptParam)
 	if e != nil {
 		s.fail(w, j.endpoint, m.Name, e)
+		return
+	}
+	if j.sampling.KVTransferParams != nil && !s.cfg.TrustClientKVTransferParams {
+		s.metrics.kvParamsRefused.Inc()
+		s.fail(w, j.endpoint, m.Name, openai.BadRequest("kv_transfer_params", "unsupported_parameter",
+			"kv_transfer_params are not accepted from clients here: they name addresses a worker would connect to (see --trust-client-kv-transfer-params)"))
 		return
 	}
 	if vocab := m.Tokenizer.VocabSize(); vocab > 0 {

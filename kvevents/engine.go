@@ -2,8 +2,10 @@ package kvevents
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/tokenid"
@@ -22,10 +24,17 @@ type EngineConfig struct {
 	Endpoint string
 	// ReplayEndpoint is where the ROUTER replay socket binds; "" disables.
 	ReplayEndpoint string
-	Topic          string
-	BufferSteps    int // replay ring, in batches (default 10000)
-	HWM            int // default 100000
-	MaxQueueSize   int // default 100000
+	// ReplayAllow are the networks routers replay from
+	// (--kv-events-replay-allow): with token ids in the events, a replay
+	// endpoint beyond loopback needs them (PublisherConfig.GuardReplay).
+	ReplayAllow []netip.Prefix
+	// ReplayToken, if set, gates replayed history
+	// (PublisherConfig.ReplayToken).
+	ReplayToken  []byte
+	Topic        string
+	BufferSteps  int // replay ring, in batches (default 10000)
+	HWM          int // default 100000
+	MaxQueueSize int // default 100000
 	// HashSeed roots vLLM's sha256_cbor chain (NONE_HASH); set it to the
 	// PYTHONHASHSEED a real vLLM would use. Default "vllm-none-hash".
 	HashSeed string
@@ -77,6 +86,15 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 	if cfg.OmitTokenIDs && cfg.BytesHashes {
 		return nil, fmt.Errorf("KV events: events without token ids carry Tandem's 64-bit hashes; they cannot be bytes hashes")
 	}
+	if !cfg.OmitTokenIDs && cfg.ReplayEndpoint != "" && cfg.ReplayToken == nil {
+		// Past batches carry prompts: history goes only to routers that
+		// present this token (the worker's relay, its router in process,
+		// frontends that read it from discovery).
+		cfg.ReplayToken = make([]byte, 32)
+		if _, err := rand.Read(cfg.ReplayToken); err != nil {
+			return nil, fmt.Errorf("KV events: replay token: %w", err)
+		}
+	}
 	pub, err := NewPublisher(ctx, PublisherConfig{
 		Endpoint:         cfg.Endpoint,
 		ReplayEndpoint:   cfg.ReplayEndpoint,
@@ -88,6 +106,9 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 		Dial:             cfg.Dial,
 		FirstSeq:         cfg.FirstSeq,
 		LegacyReplay:     cfg.SGLang,
+		GuardReplay:      !cfg.OmitTokenIDs,
+		ReplayAllow:      cfg.ReplayAllow,
+		ReplayToken:      cfg.ReplayToken,
 		Logger:           log,
 	})
 	if err != nil {
@@ -130,6 +151,10 @@ func (e *EngineEvents) Endpoint() string { return e.pub.Endpoint() }
 
 // ReplayEndpoint is the bound replay address, "" if none.
 func (e *EngineEvents) ReplayEndpoint() string { return e.pub.ReplayEndpoint() }
+
+// ReplayToken is what a replay request must carry for history (nil: none
+// needed, the events carry no token ids).
+func (e *EngineEvents) ReplayToken() []byte { return e.pub.cfg.ReplayToken }
 
 // Stats reports the publisher's counters.
 func (e *EngineEvents) Stats() PublisherStats { return e.pub.Stats() }

@@ -2,11 +2,13 @@ package kvevents
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,7 +65,20 @@ type PublisherConfig struct {
 	// FirstSeq is the first batch's sequence number (vLLM: 0; some
 	// look-alikes number from 1).
 	FirstSeq uint64
-	Logger   *slog.Logger
+	// GuardReplay puts the replay ROUTER behind the same source guard as
+	// a bound SUB (guard.go): set when the batches carry token ids, i.e.
+	// prompts. The endpoint must then be a loopback address unless
+	// ReplayAllow names the networks routers connect from
+	// (--kv-events-replay-allow); a connection from elsewhere is closed at
+	// accept, before the ZMTP handshake.
+	GuardReplay bool
+	ReplayAllow []netip.Prefix
+	// ReplayToken, if set, is what a replay request must carry as a
+	// fourth frame ([identity, "", start_seq, token]) to be answered with
+	// history: a request without it proves no router role and gets only
+	// the end marker, i.e. nothing older than its own subscription.
+	ReplayToken []byte
+	Logger      *slog.Logger
 }
 
 type ringEntry struct {
@@ -96,6 +111,9 @@ type Publisher struct {
 	nextSeq atomic.Uint64
 	dropped atomic.Uint64
 	sendErr atomic.Uint64
+
+	replayGuard   *guard        // nil: replay unguarded
+	replayRefused atomic.Uint64 // requests without the replay token
 }
 
 // NewPublisher binds the sockets and starts the sender (and replay server).
@@ -148,8 +166,18 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 		return nil, fmt.Errorf("kvevents: bind PUB %s: %w", cfg.Endpoint, err)
 	}
 	if cfg.ReplayEndpoint != "" {
-		p.router = zmq4.NewRouter(ctx, zmq4.WithAutomaticReconnect(false), zlog)
-		if err := p.router.Listen(cfg.ReplayEndpoint); err != nil {
+		rctx, bind := ctx, cfg.ReplayEndpoint
+		if cfg.GuardReplay {
+			b, g, err := guardReplay(cfg.ReplayEndpoint, cfg.ReplayAllow, p.log)
+			if err != nil {
+				cancel()
+				p.pub.Close()
+				return nil, err
+			}
+			rctx, bind, p.replayGuard = context.WithValue(ctx, guardKey{}, g), b, g
+		}
+		p.router = zmq4.NewRouter(rctx, zmq4.WithAutomaticReconnect(false), zlog)
+		if err := p.router.Listen(bind); err != nil {
 			cancel()
 			p.pub.Close()
 			p.router.Close()
@@ -191,6 +219,33 @@ func (p *Publisher) dial() {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// guardReplay is guardEndpoint for the replay ROUTER, with its own flag
+// in the refusal.
+func guardReplay(endpoint string, allow []netip.Prefix, log *slog.Logger) (string, *guard, error) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return "", nil, fmt.Errorf("kvevents: replay endpoint %q: want tcp://host:port", endpoint)
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", nil, fmt.Errorf("kvevents: replay endpoint %q: %w", endpoint, err)
+	}
+	if len(allow) == 0 && !isLoopbackHost(host) {
+		return "", nil, fmt.Errorf("kvevents: refusing to bind the KV event replay socket on %s, reachable from other hosts, without --kv-events-replay-allow CIDR: it hands out past batches, whose token ids are prompts (or publish hashes only: --kv-events-token-ids=false)", endpoint)
+	}
+	return guardEndpoint(endpoint, allow, log)
+}
+
+// ReplayRefused counts replay connections closed at accept (source not
+// allowed) and requests answered with nothing for want of the token.
+func (p *Publisher) ReplayRefused() uint64 {
+	n := p.replayRefused.Load()
+	if p.replayGuard != nil {
+		n += p.replayGuard.refused.Load()
+	}
+	return n
 }
 
 // ReplayEndpoint returns the bound replay address ("" without replay).
@@ -385,15 +440,24 @@ func (p *Publisher) serveReplay() {
 			}
 			continue
 		}
-		// ROUTER sees [identity, "", start_seq]; anything else is not a
-		// replay request (vLLM ignores it too).
-		if len(msg.Frames) != 3 || len(msg.Frames[2]) != 8 {
+		// ROUTER sees [identity, "", start_seq] (and Tandem's routers add
+		// the replay token); anything else is not a replay request (vLLM
+		// ignores it too).
+		if (len(msg.Frames) != 3 && len(msg.Frames) != 4) || len(msg.Frames[2]) != 8 {
 			p.log.Debug("ignoring malformed replay request", "frames", len(msg.Frames))
 			continue
 		}
 		id := msg.Frames[0]
 		start := binary.BigEndian.Uint64(msg.Frames[2])
-		for _, e := range p.replaySince(start) {
+		var history []ringEntry
+		if tok := p.cfg.ReplayToken; len(tok) > 0 && (len(msg.Frames) != 4 || subtle.ConstantTimeCompare(msg.Frames[3], tok) != 1) {
+			if p.replayRefused.Add(1) == 1 {
+				p.log.Warn("a KV event replay request without the replay token gets no history (it carries prompts)")
+			}
+		} else {
+			history = p.replaySince(start)
+		}
+		for _, e := range history {
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], e.seq)
 			var reply zmq4.Msg

@@ -113,6 +113,10 @@ type SubscriberConfig struct {
 	// doubles after each failure, jittered between MinBackoff and it
 	// (defaults 10 ms and 5 s, Dynamo's bounds).
 	MinBackoff, MaxBackoff time.Duration
+	// ReplayToken, if set, is sent with every replay request: Tandem's
+	// publishers with a token answer history only to requests carrying
+	// it (PublisherConfig.ReplayToken).
+	ReplayToken []byte
 	// Listener, when set, is the bound socket the publisher dials into;
 	// Endpoint is then only its name in logs, and Topic (required) is the
 	// exact topic that tells this publisher's messages from the others'.
@@ -753,7 +757,11 @@ func (s *Subscriber) fetchReplay(ctx context.Context, start uint64) (_ []replayE
 	}
 	var req [8]byte
 	binary.BigEndian.PutUint64(req[:], start)
-	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, req[:])); err != nil {
+	frames := [][]byte{{}, req[:]}
+	if len(s.cfg.ReplayToken) > 0 {
+		frames = append(frames, s.cfg.ReplayToken)
+	}
+	if err := d.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
 		return nil, fmt.Errorf("send replay request: %w", err)
 	}
 	var out []replayEntry

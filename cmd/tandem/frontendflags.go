@@ -19,13 +19,16 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "requests served at once per model (0: no limit); more wait in a queue of --max-queue")
 	f.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait for a slot per model; past it, and after --queue-timeout, a request gets 429 with Retry-After")
 	f.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for an admission slot")
+	f.DurationVar(&c.AdmissionWait, "admission-wait", c.AdmissionWait, "how long a request not yet streaming waits for an admission slot before its 429, whose Retry-After comes from the observed completion rate (0: --queue-timeout)")
 	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
 	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
+	f.BoolVar(&c.TrustClientKVTransferParams, "trust-client-kv-transfer-params", false, "pass a client's kv_transfer_params (vLLM's P/D extension) to the workers; off, such a request is a 400: the params name addresses a vLLM-protocol worker connects to")
 	h := &c.HTTP
 	f.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "bound on reading a request's headers")
 	f.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "bound on reading a whole request (headers and body)")
 	f.DurationVar(&h.WriteIdleTimeout, "http-write-idle-timeout", h.WriteIdleTimeout, "bound on each write of a response: a client that reads nothing this long is cut")
 	f.DurationVar(&h.IdleTimeout, "http-idle-timeout", h.IdleTimeout, "keep-alive connections idle this long are closed")
 	f.IntVar(&h.MaxConns, "max-connections", h.MaxConns, "open client connections (0: no cap); past it a connection gets a 503 and is closed")
+	f.IntVar(&h.ProbeConns, "probe-connections", h.ProbeConns, "connections kept past --max-connections for /health, /live and /metrics (each closed after its answer or 5 s), so probes and scrapes answer however full the server is")
 	f.Int64Var(&h.BodyBudget, "body-budget-bytes", h.BodyBudget, "request-body bytes held in memory at once across the server (0: no budget); past it a request gets 503")
 }

@@ -59,7 +59,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if err := auth.apply(); err != nil {
 				return err
 			}
-			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS = wcfg.TransferBudget, wcfg.MTLS
+			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS, cfg.VLLMPD.ConnLimits = wcfg.TransferBudget, wcfg.MTLS, wcfg.ConnLimits
 			cfg.WorkerIDs = []string{wcfg.ID}
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
@@ -77,11 +77,17 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&wcfg.Role, "role", wcfg.Role, "aggregated, prefill or decode")
 	f.BoolVar(&cfg.VLLMPD.Enabled, "kv-transfer-params", false, "with --openai-addr: play both roles of vLLM's NixlConnector P/D protocol (kv_transfer_params), as a vLLM server with a KV connector does")
 	f.StringVar(&cfg.VLLMPD.AdvertiseHost, "kv-transfer-advertise-host", "", "with --kv-transfer-params: the remote_host this worker puts in kv_transfer_params (default: the listen host)")
+	f.StringVar(&cfg.VLLMPD.Peers, "kv-transfer-peers", "loopback", "with --kv-transfer-params: side channels a decode leg may pull from, whatever remote_host:remote_port a request names: a comma list of loopback, IP addresses, CIDR prefixes, host names, host:port, or any (unsafe: a client picks where the worker connects, token in hand)")
 	f.StringVar(&cfg.VLLMPD.ListenHost, "kv-transfer-listen-host", "", "with --kv-transfer-params: where the KV transfer node listens (default 127.0.0.1)")
 	f.StringVar(&wcfg.KVTransferAddr, "kv-transfer-addr", wcfg.KVTransferAddr, "--role decode: where the KV transfer node receives blocks from prefill workers (port 0: any free port)")
 	wcfg.TransferBudget = kvtransfer.DefaultBudget
 	f.Var((*byteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
 	f.DurationVar(&wcfg.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: bound on one KV transfer; a failed transfer falls back to local prefill")
+	cl := &wcfg.ConnLimits
+	f.IntVar(&cl.MaxConns, "conn-max", cl.MaxConns, "open connections each of the worker's ports (request plane, KV transfer, metrics, vLLM P/D side channel) admits (0: no cap); past it a connection is closed at accept")
+	f.IntVar(&cl.MaxPerSource, "conn-max-per-source", cl.MaxPerSource, "open connections one source address may hold on each port (0: no cap), so one process cannot take --conn-max")
+	f.DurationVar(&cl.Handshake, "conn-handshake-timeout", cl.Handshake, "a connection that has not finished its handshake (TLS, HTTP/2 preface, first request or frame) this long after accept is closed (0: no bound)")
+	f.DurationVar(&cl.Idle, "conn-idle-timeout", cl.Idle, "a connection that reads nothing this long is closed (0: the KV transfer port's 10 minutes, no bound elsewhere)")
 	f.StringVar(&wcfg.MetricsAddr, "metrics-addr", "", "serve the engine's /metrics and the worker's /health here (empty: nowhere)")
 	f.DurationVar(&wcfg.DeregisterDelay, "deregister-delay", wcfg.DeregisterDelay, "on SIGTERM, how long to keep taking requests after deregistering, while frontends hear of it")
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM")

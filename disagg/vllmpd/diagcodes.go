@@ -12,7 +12,11 @@ const (
 	// DiagPullFailed: the decode worker could not pull the prefilled KV;
 	// it prefills locally.
 	DiagPullFailed = "vllmpd_pull_failed"
+	// DiagPeerRefused: a decode leg's kv_transfer_params named a side
+	// channel outside --kv-transfer-peers; nothing was sent there and
+	// the worker prefills locally.
+	DiagPeerRefused = "vllmpd_peer_refused"
 )
 
 // The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md).
-var _ = health.Register(DiagPrefillFailed, DiagPullFailed)
+var _ = health.Register(DiagPrefillFailed, DiagPullFailed, DiagPeerRefused)

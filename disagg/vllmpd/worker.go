@@ -17,6 +17,8 @@ import (
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
 
@@ -49,6 +51,18 @@ type WorkerConfig struct {
 	// Lease is how long prefilled blocks stay addressable (DefaultLease).
 	Lease  time.Duration
 	Logger *slog.Logger
+	// Peers are the side channels a decode leg may pull from (nil: none;
+	// ParsePeers). Checked before any connection and before a transfer
+	// token is minted.
+	Peers *Peers
+	// RefusedPulls, if set, counts decode legs whose remote_host and
+	// remote_port were not among Peers.
+	RefusedPulls interface{ Inc() }
+	// ConnLimits bound the side channel's port (internal/connlimit);
+	// Board and ConnMetrics carry its diagnostic and series.
+	ConnLimits  connlimit.Limits
+	ConnMetrics *connlimit.Metrics
+	Board       *health.Board
 	// TLS, if set, serves the side channel over mutual TLS admitting only
 	// cluster workers, and pulls from other workers' side channels with
 	// this worker's certificate (the Node should carry the same identity).
@@ -101,10 +115,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	lis, err := net.Listen("tcp", cfg.SideChannel)
+	raw, err := net.Listen("tcp", cfg.SideChannel)
 	if err != nil {
 		return nil, fmt.Errorf("vllmpd: side channel: %w", err)
 	}
+	var lis net.Listener = connlimit.Wrap(raw, PlaneSideChannel, cfg.ConnLimits, cfg.Board, cfg.ConnMetrics, cfg.Logger)
 	host, ps, _ := net.SplitHostPort(lis.Addr().String())
 	if cfg.AdvertiseHost != "" {
 		host = cfg.AdvertiseHost
@@ -119,10 +134,17 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/kv/pull", w.handlePull)
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(c net.Conn, st http.ConnState) {
+		if st == http.StateActive {
+			connlimit.Established(c)
+		}
+	}, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() { _ = w.srv.Serve(lis) }()
 	return w, nil
 }
+
+// PlaneSideChannel is the side channel's plane name (connlimit).
+const PlaneSideChannel = "vllmpd-side-channel"
 
 // SideChannelAddr is host:port of the side channel (remote_host:remote_port).
 func (w *Worker) SideChannelAddr() string { return net.JoinHostPort(w.host, strconv.Itoa(w.pnum)) }
@@ -253,6 +275,19 @@ type pullReply struct {
 func (w *Worker) pull(ctx context.Context, req *engine.Request, p Params) error {
 	if p.RemoteHost == nil || p.RemotePort == nil || p.RemoteRequestID == "" {
 		return errors.New("vllmpd: do_remote_prefill without remote_host, remote_port and remote_request_id")
+	}
+	if *p.RemotePort < 1 || *p.RemotePort > 65535 {
+		return fmt.Errorf("vllmpd: remote_port %d out of range", *p.RemotePort)
+	}
+	// The address is the request's: it is vetted before a token for this
+	// worker's node is minted or a connection opened.
+	if err := w.cfg.Peers.Allow(*p.RemoteHost, *p.RemotePort); err != nil {
+		if w.cfg.RefusedPulls != nil {
+			w.cfg.RefusedPulls.Inc()
+		}
+		w.cfg.Logger.Warn("refusing to pull KV from a side channel not in --kv-transfer-peers", "diagnostic_code", DiagPeerRefused,
+			"request_id", req.ID, "remote_host", *p.RemoteHost, "remote_port", *p.RemotePort)
+		return fmt.Errorf("vllmpd: %w", err)
 	}
 	full := w.fullBlocks(req.Prompt)
 	if ids, err := p.BlockIDs(); err != nil {

@@ -298,6 +298,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		var ep, replay string
 		if e != nil { // nil: a server without events (llama.cpp)
 			ep, replay = e.KVEventsEndpoint(), e.KVEventsReplayEndpoint()
+			if t, ok := any(e).(interface{ KVEventsReplayToken() []byte }); ok {
+				kv.SetReplayToken(id, t.KVEventsReplayToken())
+			}
 		}
 		if listener != nil {
 			ep = router.BoundPrefix + id

@@ -139,6 +139,7 @@ func RunFleet(ctx context.Context, sc FleetScenario) (FleetResult, error) {
 		id := fmt.Sprint("worker-", i)
 		res.PerWorker[id] = 0
 		if kv != nil {
+			kv.SetReplayToken(id, e.KVEventsReplayToken())
 			if err := kv.AddWorker(id, e.KVEventsEndpoint(), e.KVEventsReplayEndpoint(), BlockSize); err != nil {
 				return res, err
 			}

@@ -167,7 +167,12 @@ func TestKVEventsBytesHashesAndReplay(t *testing.T) {
 		t.Fatalf("bytes hashes: %+v", ev.BlockHashes)
 	}
 
-	// A subscriber that missed the batch gets it back byte for byte.
+	// A subscriber that missed the batch gets it back byte for byte, if
+	// it presents the replay token (events with token ids carry prompts).
+	tok := e.KVEventsReplayToken()
+	if len(tok) == 0 {
+		t.Fatal("events with token ids and no replay token")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dealer := zmq4.NewDealer(ctx)
@@ -175,7 +180,7 @@ func TestKVEventsBytesHashesAndReplay(t *testing.T) {
 	if err := dealer.Dial(e.KVEventsReplayEndpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := dealer.SendMulti(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, first))); err != nil {
+	if err := dealer.SendMulti(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, first), tok)); err != nil {
 		t.Fatal(err)
 	}
 	m, err := dealer.Recv()

@@ -168,6 +168,15 @@ func (e *Engine) KVEventsReplayEndpoint() string {
 	return e.pub.ReplayEndpoint()
 }
 
+// KVEventsReplayToken is what a replay request must carry for history
+// (nil: none needed).
+func (e *Engine) KVEventsReplayToken() []byte {
+	if e.pub == nil {
+		return nil
+	}
+	return e.pub.ReplayToken()
+}
+
 // PublisherStats reports the event publisher's counters (zero with events
 // off).
 func (e *Engine) PublisherStats() kvevents.PublisherStats {

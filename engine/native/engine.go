@@ -289,6 +289,15 @@ func (e *Engine) KVEventsReplayEndpoint() string {
 	return e.events.ReplayEndpoint()
 }
 
+// KVEventsReplayToken is what a replay request must carry for history
+// (nil: none needed).
+func (e *Engine) KVEventsReplayToken() []byte {
+	if e.events == nil {
+		return nil
+	}
+	return e.events.ReplayToken()
+}
+
 // seq is one request in flight; only the scheduler touches it after
 // Generate hands it over.
 type seq struct {
