@@ -423,6 +423,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		ID: j.id, Model: m.Name, Prompt: j.prompt, MaxTokens: maxNew,
 		MinTokens: j.sampling.MinTokens, IgnoreEOS: j.sampling.IgnoreEOS, StopTokens: j.sampling.StopTokenIDs,
 		KVTransferParams: j.sampling.KVTransferParams,
+		Logprobs:         j.sampling.WantLogprobs, TopLogprobs: j.sampling.TopLogprobsN,
 	}
 	if t := j.sampling.Temperature; t != nil {
 		ereq.Sampling.Temperature = float32(*t)
@@ -558,13 +559,22 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
+		wantLP:  j.sampling.WantLogprobs,
+	}
+	others, e := s.moreChoices(ctx, j, ereq, route)
+	if e != nil {
+		s.fail(w, j.endpoint, m.Name, e)
+		return
 	}
 	_, sspan := child(ctx, tracing.SpanStream)
 	status := http.StatusOK
 	if j.sampling.Stream {
-		out.stream_(w)
+		out.stream_(w, others...)
 	} else {
-		status = out.collect(w)
+		status = out.collect(w, others...)
+	}
+	for _, c := range others {
+		out.completion += c.completion // for the metrics and the log line
 	}
 	out.route.Done() // a migrated stream's last route (idempotent)
 	if late {
@@ -583,6 +593,49 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
 			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)
 	}
+}
+
+// moreChoices starts choices 1..n-1 of an n > 1 request on the worker that
+// choice 0 was routed to, after choice 0's first token: its prompt's
+// blocks are then in that engine's prefix cache, so the other choices
+// share them instead of computing the prompt again (the native engine,
+// the mocker and vLLM all cache prefixes). Each choice samples on its
+// own: seed+i with a client seed (vLLM's ParentRequest gives child i
+// seed+i), a fresh seed without one. A choice the worker refuses fails
+// the request before its status line, with the worker's reason. Other
+// choices do not migrate (--migration-limit) and are not counted again
+// in the router's load.
+func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, route *router.Route) ([]*output, *openai.Error) {
+	n := j.sampling.NumChoices()
+	if n <= 1 {
+		return nil, nil
+	}
+	others := make([]*output, 0, n-1)
+	for i := 1; i < n; i++ {
+		req := *ereq
+		req.ID = fmt.Sprintf("%s-%d", j.id, i)
+		req.PredictedCachedTokens = len(j.prompt)
+		if req.Sampling.HasSeed {
+			req.Sampling.Seed += uint64(i)
+		} else {
+			req.Sampling.Seed, req.Sampling.HasSeed = rand.Uint64(), true
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		st, err := route.Worker.Gen.Generate(cctx, &req)
+		if err != nil {
+			cancel()
+			return nil, s.engineError(fmt.Errorf("choice %d of n=%d: %w", i, n, err))
+		}
+		context.AfterFunc(ctx, cancel)
+		others = append(others, &output{
+			s: s, j: j, m: j.model, stream: st, route: route, cancel: cancel, ereq: &req, index: i, last: time.Now(),
+			detok:   tokenizer.NewDetokenizer(j.model.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
+			stop:    stopMatcher{stops: j.sampling.Stop},
+			wantIDs: j.sampling.ReturnTokenIDs,
+			wantLP:  j.sampling.WantLogprobs,
+		})
+	}
+	return others, nil
 }
 
 func (s *Server) routeError(model string, err error) *openai.Error {

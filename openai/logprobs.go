@@ -98,12 +98,13 @@ func appendChatEntry(dst []byte, tok string, v float32) []byte {
 // AppendCompletionLogprobs appends completions' choice logprobs object,
 // {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{token:logprob}..],"text_offset":[..]}
 // (OpenAI's legacy shape, as vLLM fills it: vllm/entrypoints/openai/
-// serving_completion.py, _create_completion_logprobs). offset is the
-// text offset of the first token; each token advances it by its length in
-// characters (Python's len, as vLLM counts). It returns the offset after
-// the last token, for the next chunk. top_logprobs is null for every
-// position when top is false (the request asked for logprobs 0).
-func AppendCompletionLogprobs(dst []byte, lps []Logprob, top bool, offset int) ([]byte, int) {
+// serving_completion.py, _create_completion_logprobs). Each position's
+// top_logprobs object holds the chosen token first, then the alternatives
+// not already named, as vLLM's does (so logprobs 0 still names the chosen
+// token). offset is the text offset of the first token; each token
+// advances it by its length in characters (Python's len, as vLLM counts).
+// It returns the offset after the last token, for the next chunk.
+func AppendCompletionLogprobs(dst []byte, lps []Logprob, offset int) ([]byte, int) {
 	dst = append(dst, `{"tokens":[`...)
 	for i, lp := range lps {
 		if i > 0 {
@@ -118,29 +119,27 @@ func AppendCompletionLogprobs(dst []byte, lps []Logprob, top bool, offset int) (
 		}
 		dst = appendLogprobValue(dst, lp.Logprob)
 	}
-	dst = append(dst, `],"top_logprobs":`...)
-	if !top {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, '[')
-		for i, lp := range lps {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, '{')
-			for j, t := range lp.Top {
-				if j > 0 {
-					dst = append(dst, ',')
-				}
-				dst = AppendString(dst, t.Token)
-				dst = append(dst, ':')
-				dst = appendLogprobValue(dst, t.Logprob)
-			}
-			dst = append(dst, '}')
+	dst = append(dst, `],"top_logprobs":[`...)
+	for i, lp := range lps {
+		if i > 0 {
+			dst = append(dst, ',')
 		}
-		dst = append(dst, ']')
+		dst = append(dst, '{')
+		dst = AppendString(dst, lp.Token)
+		dst = append(dst, ':')
+		dst = appendLogprobValue(dst, lp.Logprob)
+		for _, t := range lp.Top {
+			if t.Token == lp.Token {
+				continue // a JSON object names a key once
+			}
+			dst = append(dst, ',')
+			dst = AppendString(dst, t.Token)
+			dst = append(dst, ':')
+			dst = appendLogprobValue(dst, t.Logprob)
+		}
+		dst = append(dst, '}')
 	}
-	dst = append(dst, `,"text_offset":[`...)
+	dst = append(dst, `],"text_offset":[`...)
 	for i, lp := range lps {
 		if i > 0 {
 			dst = append(dst, ',')

@@ -57,13 +57,13 @@ func TestAppendLogprobsShapes(t *testing.T) {
 	if string(chat) != want {
 		t.Fatalf("chat:\n got %s\nwant %s", chat, want)
 	}
-	cmpl, next := AppendCompletionLogprobs(nil, lps, true, 3)
-	want = `{"tokens":["Hi","\ufffd\ufffd"],"token_logprobs":[-0.25,-9999],"top_logprobs":[{"Hi":-0.25,"Yo":-1.5},{}],"text_offset":[3,5]}`
+	cmpl, next := AppendCompletionLogprobs(nil, lps, 3)
+	want = `{"tokens":["Hi","\ufffd\ufffd"],"token_logprobs":[-0.25,-9999],"top_logprobs":[{"Hi":-0.25,"Yo":-1.5},{"\ufffd\ufffd":-9999}],"text_offset":[3,5]}`
 	if string(cmpl) != want || next != 7 {
 		t.Fatalf("completion:\n got %s (%d)\nwant %s", cmpl, next, want)
 	}
-	cmpl, _ = AppendCompletionLogprobs(nil, lps[:1], false, 0)
-	if string(cmpl) != `{"tokens":["Hi"],"token_logprobs":[-0.25],"top_logprobs":null,"text_offset":[0]}` {
+	cmpl, _ = AppendCompletionLogprobs(nil, []Logprob{{Token: "Hi", Logprob: -0.25}}, 0)
+	if string(cmpl) != `{"tokens":["Hi"],"token_logprobs":[-0.25],"top_logprobs":[{"Hi":-0.25}],"text_offset":[0]}` {
 		t.Fatalf("no top: %s", cmpl)
 	}
 	for _, b := range [][]byte{chat, cmpl} {

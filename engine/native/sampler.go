@@ -26,7 +26,7 @@ func newSampler(p engine.Sampling, fallbackSeed uint64) *sampler {
 	return &sampler{p: p, rng: rand.New(rand.NewPCG(seed, 0x7a6e646d))}
 }
 
-// sample picks a token from logits, which it may modify.
+// sample picks a token from logits, which it only reads.
 func (s *sampler) sample(logits []float32) int32 {
 	if s.p.Temperature <= 0 || s.p.TopK == 1 {
 		return argmax(logits)
@@ -97,4 +97,49 @@ func argmax(x []float32) int32 {
 		}
 	}
 	return int32(best)
+}
+
+// logprobsOf returns the log-probability of tok under logits, and the top
+// most likely tokens (most likely first, ties in id order) when top > 0:
+// a log-softmax over the whole vocabulary in float64. The engine calls it on
+// the model's raw logits, before temperature, top-k/top-p and the
+// min_tokens mask, which is what vLLM returns by default
+// (logprobs_mode "raw_logprobs", vllm/config/model.py).
+func logprobsOf(logits []float32, tok int32, top int, buf []engine.TopLogprob) (float32, []engine.TopLogprob) {
+	m := float32(math.Inf(-1))
+	for _, v := range logits {
+		if v > m {
+			m = v
+		}
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v - m))
+	}
+	lse := float64(m) + math.Log(sum)
+	lp := func(v float32) float32 { return float32(float64(v) - lse) }
+	if top <= 0 {
+		return lp(logits[tok]), nil
+	}
+	// Keep the top ids in a small sorted list: most candidates fail the
+	// comparison with its last entry.
+	ids := buf[:0]
+	for i, v := range logits {
+		if len(ids) == top && v <= logits[ids[len(ids)-1].Token] {
+			continue
+		}
+		at := len(ids)
+		for at > 0 && v > logits[ids[at-1].Token] {
+			at--
+		}
+		if len(ids) < top {
+			ids = append(ids, engine.TopLogprob{})
+		}
+		copy(ids[at+1:], ids[at:len(ids)-1])
+		ids[at] = engine.TopLogprob{Token: engine.Token(i)}
+	}
+	for i := range ids {
+		ids[i].Logprob = lp(logits[ids[i].Token])
+	}
+	return lp(logits[tok]), ids
 }
