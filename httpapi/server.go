@@ -191,6 +191,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.handleChat)))
 	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.handleCompletion)))
 	mux.Handle("GET /v1/models", guard(s.handleModels))
+	mux.Handle("POST /tokenize", guard(traced("/tokenize", s.handleTokenize)))
+	mux.Handle("POST /detokenize", guard(traced("/detokenize", s.handleDetokenize)))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
