@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -91,4 +93,63 @@ func (e *Engine) applyLogprobs(c *completion, d *engine.Delta, top int) error {
 		d.Logprobs = append(d.Logprobs, entry)
 	}
 	return nil
+}
+
+// sglangEntry reads SGLang's [logprob, token_id, text] (logprob may be
+// null: none, read as -Inf).
+func sglangEntry(raw json.RawMessage) (engine.Token, float32, error) {
+	var e []json.RawMessage
+	if err := json.Unmarshal(raw, &e); err != nil || len(e) < 2 {
+		return 0, 0, fmt.Errorf("upstream: a logprobs entry %.64s is not [logprob, token_id, text]", raw)
+	}
+	var id int32
+	if err := json.Unmarshal(e[1], &id); err != nil || id < 0 {
+		return 0, 0, fmt.Errorf("upstream: a logprobs entry's token id %.32s", e[1])
+	}
+	v := math.Inf(-1)
+	if !bytes.Equal(bytes.TrimSpace(e[0]), []byte("null")) {
+		if err := json.Unmarshal(e[0], &v); err != nil {
+			return 0, 0, fmt.Errorf("upstream: a logprobs entry's logprob %.32s", e[0])
+		}
+	}
+	return id, float32(v), nil
+}
+
+// sglangLogprobs turns meta_info's output_token_logprobs and
+// output_top_logprobs into the entries of a chunk's n new tokens: the last
+// n of each list, which reads both a server that sends every output
+// token's so far and one that sends only the new ones.
+func sglangLogprobs(tok, top []json.RawMessage, n, want int) ([]engine.TokenLogprob, error) {
+	if len(tok) < n {
+		return nil, fmt.Errorf("upstream: %d output_token_logprobs for %d new tokens", len(tok), n)
+	}
+	tok = tok[len(tok)-n:]
+	if len(top) >= n {
+		top = top[len(top)-n:]
+	} else {
+		top = nil
+	}
+	out := make([]engine.TokenLogprob, n)
+	for i, raw := range tok {
+		id, v, err := sglangEntry(raw)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = engine.TokenLogprob{Token: id, Logprob: v}
+		if want == 0 || top == nil || bytes.Equal(bytes.TrimSpace(top[i]), []byte("null")) {
+			continue
+		}
+		var alts []json.RawMessage
+		if err := json.Unmarshal(top[i], &alts); err != nil {
+			return nil, fmt.Errorf("upstream: output_top_logprobs: %w", err)
+		}
+		for _, a := range alts[:min(len(alts), want)] {
+			aid, av, err := sglangEntry(a)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Top = append(out[i].Top, engine.TopLogprob{Token: aid, Logprob: av})
+		}
+	}
+	return out, nil
 }

@@ -113,3 +113,37 @@ func TestStandinLogprobsShape(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// TestSGLangLogprobsPassThrough: the upstream engine asks SGLang's
+// /generate for return_logprob and top_logprobs_num and reads meta_info's
+// [logprob, token_id, text] entries back, in both stream modes (every
+// chunk carrying all output so far, or only the new part).
+func TestSGLangLogprobsPassThrough(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	mc := mocker.DefaultConfig()
+	mc.BlockSize, mc.ContextLength, mc.Instant, mc.KVEvents.Enabled = 16, 4096, true, false
+	mc.Vocabulary, mc.Logger = []engine.Token{30, 31, 32, 33, 34}, quiet
+	ref, err := mocker.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	req := engine.Request{ID: "r", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 5, IgnoreEOS: true, Logprobs: true, TopLogprobs: 2}
+	wantToks, want := lpDrain(t, ref, req)
+	for _, streamOutput := range []bool{false, true} {
+		srv, err := standin.StartSGLang(standin.SGLangOptions{Model: "qwen", Mocker: mc, StreamOutput: streamOutput})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		e, err := upstream.New(t.Context(), upstream.Config{URL: srv.URL(), API: upstream.APISGLang, BlockSize: 16, HealthInterval: -1, MetricsInterval: -1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		toks, lps := lpDrain(t, e, req)
+		if !reflect.DeepEqual(toks, wantToks) || !reflect.DeepEqual(lps, want) {
+			t.Fatalf("stream_output %v: got %v %+v\nwant %v %+v", streamOutput, toks, lps, wantToks, want)
+		}
+	}
+}
