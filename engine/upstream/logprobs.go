@@ -34,6 +34,14 @@ func lpTop(req *engine.Request) int {
 	return req.TopLogprobs
 }
 
+// lpTop is lpTop of the stream's request.
+func (s *sseStream) lpTop() int {
+	if !s.logprobs {
+		return -1
+	}
+	return s.top
+}
+
 // tokenIDOf reads vLLM's "token_id:N".
 func tokenIDOf(s string) (engine.Token, bool) {
 	v, ok := strings.CutPrefix(s, "token_id:")

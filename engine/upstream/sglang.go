@@ -206,7 +206,8 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	if err != nil {
 		return nil, err
 	}
-	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt), top: lpTop(req)},
+	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs},
 		whole: !e.sglang.StreamOutput}, nil
 }
 
@@ -275,14 +276,14 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 			d.Tokens = s.e.cfg.Codec.Encode((*c.Text)[s.textSeen:])
 			s.textSeen = len(*c.Text)
 		}
-		s.got += len(d.Tokens)
-		if m := c.MetaInfo; m != nil && s.top >= 0 && len(d.Tokens) > 0 {
+		if m := c.MetaInfo; m != nil && s.logprobs && len(d.Tokens) > 0 {
 			lps, err := sglangLogprobs(m.OutputTokenLogprobs, m.OutputTopLogprobs, len(d.Tokens), s.top)
 			if err != nil {
 				return s.fail(err)
 			}
 			d.Logprobs = lps
 		}
+		s.got += len(d.Tokens)
 		if m := c.MetaInfo; m != nil {
 			if m.PromptTokens > 0 {
 				// prompt_tokens and cached_tokens ride on every chunk,

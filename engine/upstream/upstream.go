@@ -465,7 +465,8 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		defer resp.Body.Close()
 		return e.whole(resp.Body, len(req.Prompt), lpTop(req))
 	}
-	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt), top: lpTop(req)}, nil
+	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs}, nil
 }
 
 // post sends a JSON request and returns a 200 response; a refusal is
@@ -681,7 +682,8 @@ type sseStream struct {
 	body      io.Closer
 	r         *bufio.Reader
 	promptLen int
-	top       int           // logprobs' alternatives per position; -1: no logprobs
+	logprobs  bool          // the request asked for logprobs
+	top       int           // and this many alternatives per position
 	long      []byte        // a line longer than r's buffer, reassembled
 	pending   engine.Delta  // counts from usage-only chunks
 	final     *engine.Delta // the finish Delta, held for a trailing usage chunk
@@ -761,7 +763,7 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 		d := s.pending
 		done, err := s.e.apply(&c, &d, s.promptLen)
 		if err == nil {
-			err = s.e.applyLogprobs(&c, &d, s.top)
+			err = s.e.applyLogprobs(&c, &d, s.lpTop())
 		}
 		if err != nil {
 			return s.fail(err)
