@@ -147,3 +147,39 @@ func TestSGLangLogprobsPassThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestLlamaCppLogprobsPassThrough: the upstream engine asks llama-server's
+// /completion for n_probs (at least 1: llama.cpp sends no probabilities
+// for 0) and reads completion_probabilities back, one entry per token,
+// keeping as many alternatives as the request asked for.
+func TestLlamaCppLogprobsPassThrough(t *testing.T) {
+	srv, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "qwen.gguf", Slots: 2, NCtx: 4096, SlotSimilarity: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	e, err := upstream.New(t.Context(), upstream.Config{URL: srv.URL(), API: upstream.APILlamaCpp, BlockSize: 16, HealthInterval: -1, MetricsInterval: -1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	for _, top := range []int{0, 3} {
+		toks, lps := lpDrain(t, e, engine.Request{ID: "r", Prompt: []engine.Token{5, 6, 7}, MaxTokens: 4, Logprobs: true, TopLogprobs: top})
+		if len(toks) != 4 || len(lps) != 4 {
+			t.Fatalf("top %d: %d tokens, %d logprobs", top, len(toks), len(lps))
+		}
+		for i, lp := range lps {
+			_, want := standin.LlamaCppLogprob(toks[i], 0)
+			if lp.Token != toks[i] || lp.Logprob != float32(want) || len(lp.Top) != top {
+				t.Fatalf("top %d, position %d: %+v", top, i, lp)
+			}
+			for k, alt := range lp.Top {
+				id, v := standin.LlamaCppLogprob(toks[i], k)
+				if alt.Token != id || alt.Logprob != float32(v) {
+					t.Fatalf("top %d, position %d, alternative %d: %+v", top, i, k, alt)
+				}
+			}
+		}
+	}
+}
