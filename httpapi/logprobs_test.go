@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -307,5 +308,32 @@ func TestNChoices(t *testing.T) {
 	}
 	if len(finishes) != 2 || finishes[0] != "length" || finishes[1] != "length" || usage != 8 || texts[0] == "" || texts[1] == "" {
 		t.Fatalf("texts %v finishes %v usage %d", texts, finishes, usage)
+	}
+}
+
+// TestLogprobsAsTokenIDs: vLLM's return_tokens_as_token_ids names every
+// logprobs token "token_id:N", which is how engine/upstream reads ids back
+// from a vLLM-compatible server, Tandem's own included.
+func TestLogprobsAsTokenIDs(t *testing.T) {
+	f, _ := mockerFixture(t)
+	resp := lpPost(t, f.url+"/v1/completions", `{"model":"m","prompt":[72,105],"max_tokens":3,"logprobs":1,"return_tokens_as_token_ids":true,"return_token_ids":true}`)
+	var v struct {
+		Choices []struct {
+			TokenIDs []int         `json:"token_ids"`
+			Logprobs *completionLP `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	lp := v.Choices[0].Logprobs
+	for i, id := range v.Choices[0].TokenIDs {
+		name := "token_id:" + strconv.Itoa(id)
+		if lp.Tokens[i] != name {
+			t.Fatalf("position %d: %q, want %q", i, lp.Tokens[i], name)
+		}
+		if _, ok := lp.TopLogprobs[i][name]; !ok || len(lp.TopLogprobs[i]) > 2 {
+			t.Fatalf("position %d: top %v", i, lp.TopLogprobs[i])
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -252,6 +253,9 @@ func (o *output) keep(toks []engine.Token, lps []engine.TokenLogprob) {
 
 // tokenText is a token's raw bytes as a string, the "token" of logprobs.
 func (o *output) tokenText(id engine.Token) string {
+	if o.j.sampling.ReturnTokensAsTokenIDs {
+		return "token_id:" + strconv.Itoa(int(id))
+	}
 	return string(o.m.Tokenizer.AppendTokenBytes(nil, id))
 }
 

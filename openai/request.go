@@ -53,6 +53,11 @@ type Sampling struct {
 	// generated token ids (prompt_token_ids, token_ids). A non-boolean
 	// value is a 400 naming the field.
 	ReturnTokenIDs bool `json:"return_token_ids"`
+	// ReturnTokensAsTokenIDs is vLLM's option that names each logprobs
+	// token (and alternative) "token_id:N" instead of its text, so a
+	// client gets ids back exactly (what engine/upstream asks of vLLM, and
+	// so of Tandem's own vLLM-compatible server).
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
 
 	// Filled by DecodeChat / DecodeCompletion from logprobs (and chat's
 	// top_logprobs): whether log-probabilities were asked for, and how
