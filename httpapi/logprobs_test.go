@@ -337,3 +337,27 @@ func TestLogprobsAsTokenIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestNChoicesStopEachOnItsOwn: a stop string ends only the choice that
+// wrote it; the others run to their own end.
+func TestNChoicesStopEachOnItsOwn(t *testing.T) {
+	f, _ := mockerFixture(t)
+	c := client(f.url)
+	// Seeds 3, 4, 5 start the mocker's vocabulary cycle at different
+	// places; "world" ends whichever choices write it.
+	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(40),
+		N: openai.Int(3), Seed: openai.Int(3), Stop: openai.ChatCompletionNewParamsStopUnion{OfString: openai.String("world")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range resp.Choices {
+		if strings.Contains(ch.Message.Content, "world") || ch.FinishReason != "stop" {
+			t.Fatalf("choice %d: %q %s", ch.Index, ch.Message.Content, ch.FinishReason)
+		}
+	}
+	if resp.Usage.CompletionTokens < 3 {
+		t.Fatalf("usage %+v", resp.Usage)
+	}
+}

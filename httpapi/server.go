@@ -563,7 +563,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		wantIDs: j.sampling.ReturnTokenIDs,
 		wantLP:  j.sampling.WantLogprobs,
 	}
-	others, e := s.moreChoices(ctx, j, ereq, route)
+	// The other choices' contexts come from the request's, not from ctx:
+	// choice 0 cancels ctx when a stop string ends it, which must not end
+	// them.
+	others, e := s.moreChoices(r.Context(), j, ereq, route)
 	if e != nil {
 		s.fail(w, j.endpoint, m.Name, e)
 		return
