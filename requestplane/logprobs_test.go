@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	rpv1 "github.com/tandemllm/tandem/requestplane/proto/tandem/requestplane/v1"
 )
 
 func drainLP(t *testing.T, g engine.Generator, req engine.Request) ([]engine.Token, []engine.TokenLogprob) {
@@ -54,5 +55,25 @@ func TestLogprobsOverGRPC(t *testing.T) {
 	req.TopLogprobs = 21
 	if _, err := c.Generate(context.Background(), &req); err == nil {
 		t.Fatal("top_logprobs 21 accepted")
+	}
+}
+
+// TestDeltaLogprobsBounded: a worker may send at most one entry per token
+// and engine.MaxTopLogprobs alternatives each.
+func TestDeltaLogprobsBounded(t *testing.T) {
+	top := make([]*rpv1.TopLogprob, engine.MaxTopLogprobs+1)
+	for _, tc := range []struct {
+		name string
+		d    *rpv1.Delta
+		ok   bool
+	}{
+		{"one per token", &rpv1.Delta{Tokens: []int32{1, 2}, Logprobs: []*rpv1.TokenLogprob{{Token: 1}, {Token: 2}}}, true},
+		{"none", &rpv1.Delta{Tokens: []int32{1}}, true},
+		{"more than the tokens", &rpv1.Delta{Tokens: []int32{1}, Logprobs: []*rpv1.TokenLogprob{{Token: 1}, {Token: 2}}}, false},
+		{"too many alternatives", &rpv1.Delta{Tokens: []int32{1}, Logprobs: []*rpv1.TokenLogprob{{Token: 1, Top: top}}}, false},
+	} {
+		if err := checkDeltaLogprobs(tc.d); (err == nil) != tc.ok {
+			t.Errorf("%s: %v", tc.name, err)
+		}
 	}
 }
