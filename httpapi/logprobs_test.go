@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/enginetest"
 	"github.com/tandemllm/tandem/engine/mocker"
 )
 
@@ -359,5 +360,22 @@ func TestNChoicesStopEachOnItsOwn(t *testing.T) {
 	}
 	if resp.Usage.CompletionTokens < 3 {
 		t.Fatalf("usage %+v", resp.Usage)
+	}
+}
+
+// TestLogprobsMissingFromEngine: an engine that sends tokens without the
+// logprobs asked for still gets one entry per token, at vLLM's floor.
+func TestLogprobsMissingFromEngine(t *testing.T) {
+	eng := &enginetest.Scripted{Name: "m", Output: toks("abc"), EOS: []engine.Token{tokEnd}}
+	f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
+	resp, err := client(f.url).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(3), Logprobs: openai.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lps := resp.Choices[0].Logprobs.Content
+	if len(lps) != 3 || lps[0].Token != "a" || lps[0].Logprob != -9999 || !eng.Requests()[0].Logprobs {
+		t.Fatalf("%+v", lps)
 	}
 }

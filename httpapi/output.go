@@ -63,12 +63,10 @@ type output struct {
 	lps      []engine.TokenLogprob
 	lpOffset int
 	lpBuf    []byte
+	lpShort  bool // the engine sent fewer entries than tokens (logged once)
 
-	// index is the choice's index (n > 1); sub marks a choice other than
-	// the stream's first, whose stream_ writes only its own chunks
-	// through mux (the first choice's stream_ ends the response).
+	// index is the choice's index (n > 1).
 	index int
-	mux   *choiceMux
 }
 
 // next returns the text of the next delta, whether it was the last, and an
@@ -245,8 +243,13 @@ func (o *output) keep(toks []engine.Token, lps []engine.TokenLogprob) {
 	for i, t := range toks {
 		if i < len(lps) {
 			o.lps = append(o.lps, lps[i])
-		} else {
-			o.lps = append(o.lps, engine.TokenLogprob{Token: t, Logprob: float32(math.Inf(-1))})
+			continue
+		}
+		o.lps = append(o.lps, engine.TokenLogprob{Token: t, Logprob: float32(math.Inf(-1))})
+		if !o.lpShort && o.s != nil {
+			o.lpShort = true
+			o.s.log.WarnContext(o.j.ctx, "the engine sent tokens without their logprobs; they read -9999", "diagnostic_code", DiagLogprobsMissing,
+				"request_id", o.j.id, "worker", o.route.Worker.ID)
 		}
 	}
 }

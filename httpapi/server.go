@@ -631,7 +631,6 @@ func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, 
 			cancel()
 			return nil, s.engineError(fmt.Errorf("choice %d of n=%d: %w", i, n, err))
 		}
-		context.AfterFunc(ctx, cancel)
 		others = append(others, &output{
 			s: s, j: j, m: j.model, stream: st, route: route, cancel: cancel, ereq: &req, index: i, last: time.Now(),
 			detok:   tokenizer.NewDetokenizer(j.model.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
