@@ -368,7 +368,8 @@ func TestNChoicesStopEachOnItsOwn(t *testing.T) {
 func TestLogprobsMissingFromEngine(t *testing.T) {
 	eng := &enginetest.Scripted{Name: "m", Output: toks("abc"), EOS: []engine.Token{tokEnd}}
 	f := newFixture(t, 4096, map[string]engine.Generator{"w0": eng})
-	resp, err := client(f.url).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+	c := client(f.url)
+	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
 		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(3), Logprobs: openai.Bool(true),
 	})
 	if err != nil {
