@@ -38,6 +38,9 @@ func CheckRequest(req *Request, info Info, vocab int) (int, error) {
 	if req.MaxTokens < 0 {
 		return 0, fmt.Errorf("%w: max tokens %d is negative", ErrInvalidRequest, req.MaxTokens)
 	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
+		return 0, fmt.Errorf("%w: top logprobs %d is outside [0,%d]", ErrInvalidRequest, req.TopLogprobs, MaxTopLogprobs)
+	}
 	if req.MinTokens < 0 {
 		return 0, fmt.Errorf("%w: min tokens %d is negative", ErrInvalidRequest, req.MinTokens)
 	}

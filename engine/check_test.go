@@ -25,6 +25,9 @@ func TestCheckRequest(t *testing.T) {
 		{"negative min", Request{Prompt: []Token{1}, MinTokens: -3}, 0, ErrInvalidRequest},
 		{"min past the room", Request{Prompt: []Token{1}, MinTokens: math.MaxInt}, 0, ErrInvalidRequest},
 		{"empty", Request{}, 0, ErrInvalidRequest},
+		{"top logprobs 20", Request{Prompt: []Token{1}, MaxTokens: 1, Logprobs: true, TopLogprobs: 20}, 1, nil},
+		{"top logprobs past 20", Request{Prompt: []Token{1}, Logprobs: true, TopLogprobs: 21}, 0, ErrInvalidRequest},
+		{"negative top logprobs", Request{Prompt: []Token{1}, TopLogprobs: -1}, 0, ErrInvalidRequest},
 	} {
 		got, err := CheckRequest(&tc.req, info, 50)
 		if !errors.Is(err, tc.err) || (err == nil && got != tc.max) {

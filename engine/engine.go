@@ -63,6 +63,31 @@ type Request struct {
 	// nothing. 0 when no prediction was made. Frontend-side only: it does
 	// not cross the request plane.
 	PredictedCachedTokens int
+	// Logprobs asks the engine for the log-probability of every generated
+	// token (Delta.Logprobs), and TopLogprobs for that many most likely
+	// alternatives at each position (0..MaxTopLogprobs; CheckRequest
+	// refuses more). TopLogprobs without Logprobs is ignored.
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// MaxTopLogprobs is the most alternatives a request may ask for per
+// position: OpenAI's top_logprobs range is 0..20.
+const MaxTopLogprobs = 20
+
+// TokenLogprob is one generated token's log-probability (natural log) and,
+// when asked for, the most likely alternatives at its position, most likely
+// first. Token is the vocabulary id; the frontend renders its text.
+type TokenLogprob struct {
+	Token   Token
+	Logprob float32
+	Top     []TopLogprob
+}
+
+// TopLogprob is one alternative at a position.
+type TopLogprob struct {
+	Token   Token
+	Logprob float32
 }
 
 // Delta is one batch of progress on a sequence. An engine may coalesce
@@ -82,6 +107,9 @@ type Delta struct {
 	// kv_transfer_params: how a vLLM prefill leg tells the proxy where its
 	// KV blocks are. Raw JSON object.
 	KVTransferParams []byte
+	// Logprobs holds one entry per entry of Tokens when the request asked
+	// for logprobs (Request.Logprobs), else nil.
+	Logprobs []TokenLogprob
 }
 
 // Stream yields the Deltas of one sequence. Recv returns io.EOF after the

@@ -37,6 +37,7 @@ func (p *Pipe) Send(d Delta) bool {
 		return false
 	}
 	p.buf.Tokens = append(p.buf.Tokens, d.Tokens...)
+	p.buf.Logprobs = append(p.buf.Logprobs, d.Logprobs...)
 	if d.PromptTokens != 0 || d.CachedTokens != 0 {
 		p.buf.PromptTokens, p.buf.CachedTokens = d.PromptTokens, d.CachedTokens
 	}

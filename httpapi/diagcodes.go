@@ -26,9 +26,12 @@ const (
 	// DiagStreamInterrupted (log and SSE error event): a stream broke after
 	// its first token.
 	DiagStreamInterrupted = "stream_interrupted"
+	// DiagLogprobsMissing (log): an engine sent tokens without the
+	// logprobs the request asked for; those positions read -9999.
+	DiagLogprobsMissing = "logprobs_missing"
 )
 
 // The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md).
 var _ = health.Register(DiagSaturated, DiagUnsaturated, DiagConnCap, DiagConnAvailable, DiagBodyBudget,
 	DiagBodyBudgetAvailable, DiagWorkerStuck, DiagWorkerProgressing, DiagWorkerUnreachable, DiagWorkerReachable,
-	DiagWorkerRetry, DiagRequestMigrated, DiagStreamInterrupted)
+	DiagWorkerRetry, DiagRequestMigrated, DiagStreamInterrupted, DiagLogprobsMissing)

@@ -135,7 +135,7 @@ func TestErrorsWithOfficialSDK(t *testing.T) {
 	}{
 		{"unknown model", openai.ChatCompletionNewParams{Model: "nope", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 404, "model", "model_not_found"},
 		{"bad temperature", openai.ChatCompletionNewParams{Model: "m", Temperature: openai.Float(9), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "temperature", "invalid_value"},
-		{"n=3", openai.ChatCompletionNewParams{Model: "m", N: openai.Int(3), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "n", "unsupported_value"},
+		{"n=129", openai.ChatCompletionNewParams{Model: "m", N: openai.Int(129), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "n", "invalid_value"},
 		{"prompt too long", openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("a", 100))}}, 413, "messages", "context_length_exceeded"},
 		{"max_tokens over context", openai.ChatCompletionNewParams{Model: "m", MaxTokens: openai.Int(60), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}, 400, "max_tokens", "context_length_exceeded"},
 	}

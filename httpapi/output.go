@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
@@ -52,6 +55,18 @@ type output struct {
 	promptSent bool           // a completions stream has sent prompt_token_ids
 	idText     []byte         // pushIDs' scratch
 	idEnds     []int
+
+	// logprobs (Request.Logprobs): the engine's entries not yet written,
+	// one per generated token (all of them for collect), kept in step with
+	// the ids by pushIDs; lpOffset is completions' text_offset so far.
+	wantLP   bool
+	lps      []engine.TokenLogprob
+	lpOffset int
+	lpBuf    []byte
+	lpShort  bool // the engine sent fewer entries than tokens (logged once)
+
+	// index is the choice's index (n > 1).
+	index int
 }
 
 // next returns the text of the next delta, whether it was the last, and an
@@ -102,8 +117,8 @@ func (o *output) next() (text string, done bool, err error) {
 	o.completion += len(d.Tokens)
 	var emit string
 	var stopped bool
-	if o.wantIDs {
-		emit, stopped = o.pushIDs(d.Tokens)
+	if o.wantIDs || o.wantLP {
+		emit, stopped = o.pushIDs(d.Tokens, d.Logprobs)
 	} else {
 		emit, stopped = o.stop.push(o.detok.Add(d.Tokens...))
 	}
@@ -183,10 +198,12 @@ func (o *output) migrate(cause error) bool {
 // which token that is, a delta of several tokens goes through the
 // detokenizer one token at a time, noting where each token's text ends;
 // the text pushed to the stop matcher is the same as in one Add.
-func (o *output) pushIDs(toks []engine.Token) (string, bool) {
+//
+// It serves logprobs the same way: the entries of the tokens kept.
+func (o *output) pushIDs(toks []engine.Token, lps []engine.TokenLogprob) (string, bool) {
 	if len(o.stop.stops) == 0 || len(toks) < 2 {
 		emit, stopped := o.stop.push(o.detok.Add(toks...))
-		o.ids = append(o.ids, toks...)
+		o.keep(toks, lps)
 		return emit, stopped
 	}
 	text, ends := o.idText[:0], o.idEnds[:0]
@@ -208,20 +225,86 @@ func (o *output) pushIDs(toks []engine.Token) (string, bool) {
 			n++
 		}
 	}
-	o.ids = append(o.ids, toks[:n]...)
+	o.keep(toks[:n], lps)
 	return emit, stopped
 }
 
-// appendIDsChunk appends a return_token_ids chunk carrying the ids not yet
-// sent, and for completions, on the first chunk, the prompt's ids.
-func (o *output) appendIDsChunk(dst []byte, h *openai.ChunkHeader, text, finish string) []byte {
-	var prompt []engine.Token
-	if !o.j.chat && !o.promptSent {
-		prompt, o.promptSent = o.j.prompt, true
+// keep records the ids of toks (return_token_ids) and their logprobs.
+// An engine that sent fewer entries than tokens has the missing ones
+// filled with the token and no probability (written as -9999, vLLM's
+// floor), so positions never shift.
+func (o *output) keep(toks []engine.Token, lps []engine.TokenLogprob) {
+	if o.wantIDs {
+		o.ids = append(o.ids, toks...)
 	}
-	dst = h.AppendChunkIDs(dst, text, finish, prompt, o.ids)
-	o.ids = o.ids[:0]
-	return dst
+	if !o.wantLP {
+		return
+	}
+	for i, t := range toks {
+		if i < len(lps) {
+			o.lps = append(o.lps, lps[i])
+			continue
+		}
+		o.lps = append(o.lps, engine.TokenLogprob{Token: t, Logprob: float32(math.Inf(-1))})
+		if !o.lpShort && o.s != nil {
+			o.lpShort = true
+			o.s.log.WarnContext(o.j.ctx, "the engine sent tokens without their logprobs; they read -9999", "diagnostic_code", DiagLogprobsMissing,
+				"request_id", o.j.id, "worker", o.route.Worker.ID)
+		}
+	}
+}
+
+// tokenText is a token's raw bytes as a string, the "token" of logprobs.
+func (o *output) tokenText(id engine.Token) string {
+	if o.j.sampling.ReturnTokensAsTokenIDs {
+		return "token_id:" + strconv.Itoa(int(id))
+	}
+	return string(o.m.Tokenizer.AppendTokenBytes(nil, id))
+}
+
+// encodeLP encodes the pending logprobs (nil when none are pending or none
+// were asked for) into o.lpBuf and clears them.
+func (o *output) encodeLP() []byte {
+	if !o.wantLP || len(o.lps) == 0 {
+		return nil
+	}
+	conv := make([]openai.Logprob, len(o.lps))
+	for i, l := range o.lps {
+		conv[i] = openai.Logprob{Token: o.tokenText(l.Token), Logprob: l.Logprob}
+		if len(l.Top) > 0 {
+			top := make([]openai.TopLogprob, len(l.Top))
+			for k, t := range l.Top {
+				top[k] = openai.TopLogprob{Token: o.tokenText(t.Token), Logprob: t.Logprob}
+			}
+			conv[i].Top = top
+		}
+	}
+	o.lps = o.lps[:0]
+	if o.j.chat {
+		o.lpBuf = openai.AppendChatLogprobs(o.lpBuf[:0], conv)
+	} else {
+		o.lpBuf, o.lpOffset = openai.AppendCompletionLogprobs(o.lpBuf[:0], conv, o.lpOffset)
+	}
+	return o.lpBuf
+}
+
+// pending reports ids or logprobs not yet written.
+func (o *output) pending() bool { return len(o.ids) > 0 || len(o.lps) > 0 }
+
+// appendChunk appends a content chunk with whatever the request asked to
+// ride along: return_token_ids' ids, logprobs.
+func (o *output) appendChunk(dst []byte, h *openai.ChunkHeader, text, finish string) []byte {
+	lp := o.encodeLP()
+	if o.wantIDs {
+		var prompt []engine.Token
+		if !o.j.chat && !o.promptSent {
+			prompt, o.promptSent = o.j.prompt, true
+		}
+		dst = h.AppendChunkIDsLogprobs(dst, text, finish, prompt, o.ids, lp)
+		o.ids = o.ids[:0]
+		return dst
+	}
+	return h.AppendChunkLogprobs(dst, text, finish, lp)
 }
 
 // flush ends the text: held UTF-8 bytes, then held stop-string prefixes
@@ -258,21 +341,96 @@ func (o *output) header() openai.ChunkHeader {
 	if o.j.chat {
 		prefix = "chatcmpl-"
 	}
-	return openai.ChunkHeader{ID: prefix + o.j.id, Model: o.m.Name, Created: o.j.start.Unix(), Chat: o.j.chat}
+	return openai.ChunkHeader{ID: prefix + o.j.id, Model: o.m.Name, Created: o.j.start.Unix(), Chat: o.j.chat, Index: o.index}
 }
 
-// stream_ writes an SSE response. Each engine delta becomes one chunk and
-// one flush; a delta carrying several tokens (the engine ran ahead of us)
-// becomes one chunk with all their text.
-func (o *output) stream_(w http.ResponseWriter) {
+// choiceMux serializes the writes of a response's choices (n > 1): each
+// choice writes whole SSE events under mu.
+type choiceMux struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	flusher http.Flusher
+	rc      *http.ResponseController
+	failed  bool // a choice's stream broke or the client went away
+}
+
+// write writes one or more whole events and flushes them; it reports
+// false when the client is gone.
+func (m *choiceMux) write(buf []byte, deadline time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !deadline.IsZero() {
+		// Each write gets its own deadline: a client that stops reading is
+		// cut after idle, a long stream is not.
+		_ = m.rc.SetWriteDeadline(deadline)
+	}
+	if _, err := m.w.Write(buf); err != nil {
+		m.failed = true
+		return false
+	}
+	if m.flusher != nil {
+		m.flusher.Flush()
+	} else {
+		_ = m.rc.Flush()
+	}
+	return true
+}
+
+// stream_ writes an SSE response: o's choice and, for n > 1, the others
+// (each its own engine stream, all interleaved as their deltas come), then
+// usage (summed over the choices) and [DONE].
+func (o *output) stream_(w http.ResponseWriter, others ...*output) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
-	rc := http.NewResponseController(w)
+	mux := &choiceMux{w: w, flusher: flusher, rc: http.NewResponseController(w)}
+	if len(others) == 0 {
+		o.streamChoice(mux, true)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.streamChoice(mux, false)
+		}()
+	}
+	o.streamChoice(mux, false)
+	wg.Wait()
+	all := append([]*output{o}, others...)
+	hdr := o.header()
+	var buf []byte
+	if so := o.j.sampling.StreamOptions; so != nil && so.IncludeUsage && !mux.failed {
+		buf = hdr.AppendUsageChunk(buf, sumUsage(all))
+	}
+	buf = append(buf, openai.Done...)
+	var deadline time.Time
+	if idle := o.s.cfg.HTTP.WriteIdleTimeout; idle > 0 {
+		deadline = time.Now().Add(idle)
+	}
+	mux.write(buf, deadline)
+}
 
+// sumUsage is the usage of a response of several choices: the prompt once,
+// the completions summed (as OpenAI and vLLM count n > 1).
+func sumUsage(all []*output) openai.Usage {
+	u := all[0].usage()
+	for _, c := range all[1:] {
+		u.CompletionTokens += c.completion
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// streamChoice writes one choice's chunks. Each engine delta becomes one
+// chunk and one flush; a delta carrying several tokens (the engine ran
+// ahead of us) becomes one chunk with all their text. With last, the
+// stream's end (usage, [DONE]) rides on the choice's final write.
+func (o *output) streamChoice(mux *choiceMux, last bool) {
 	bp := o.s.bufs.Get().(*[]byte)
 	defer o.s.bufs.Put(bp)
 	hdr := o.header()
@@ -286,16 +444,12 @@ func (o *output) stream_(w http.ResponseWriter) {
 	}
 	for {
 		text, done, err := o.next()
-		if o.wantIDs {
-			// Ids go out with the delta that produced them even while its
-			// text is held back (a partial stop string, an incomplete UTF-8
-			// sequence), as vLLM sends them; the last may ride on the
-			// finish chunk instead.
-			if text != "" || len(o.ids) > 0 && (!done || err != nil) {
-				buf = o.withUsage(o.appendIDsChunk(buf, &hdr, text, ""))
-			}
-		} else if text != "" {
-			buf = o.withUsage(hdr.AppendChunk(buf, text, ""))
+		// Ids and logprobs go out with the delta that produced them even
+		// while its text is held back (a partial stop string, an
+		// incomplete UTF-8 sequence), as vLLM sends them; the last may
+		// ride on the finish chunk instead.
+		if text != "" || o.pending() && (!done || err != nil) {
+			buf = o.withUsage(o.appendChunk(buf, &hdr, text, ""))
 		}
 		if err != nil && o.j.ctx.Err() != nil {
 			// The client went away: its own doing, not a broken stream.
@@ -308,38 +462,34 @@ func (o *output) stream_(w http.ResponseWriter) {
 			o.finish = "error"
 			o.s.log.WarnContext(o.j.ctx, "stream broke after the first token", "diagnostic_code", DiagStreamInterrupted, "request_id", o.j.id, "err", err)
 			buf = openai.AppendErrorEvent(buf, openai.Unavailable("stream_interrupted", 0, "generation stopped: %v", err))
-			buf = append(buf, openai.Done...)
-			_, _ = w.Write(buf)
+			if last {
+				buf = append(buf, openai.Done...)
+			}
+			mux.write(buf, time.Time{})
+			mux.mu.Lock()
+			mux.failed = true
+			mux.mu.Unlock()
 			*bp = buf
 			return
 		}
 		if done {
-			if o.wantIDs {
-				buf = o.appendIDsChunk(buf, &hdr, "", o.finish)
-			} else {
-				buf = hdr.AppendChunk(buf, "", o.finish)
-			}
-			buf = o.withUsage(buf)
-			if so := o.j.sampling.StreamOptions; so != nil && so.IncludeUsage {
+			buf = o.withUsage(o.appendChunk(buf, &hdr, "", o.finish))
+			if so := o.j.sampling.StreamOptions; last && so != nil && so.IncludeUsage {
 				buf = hdr.AppendUsageChunk(buf, o.usage())
 			}
-			buf = append(buf, openai.Done...)
+			if last {
+				buf = append(buf, openai.Done...)
+			}
 		}
 		if len(buf) > 0 {
+			var deadline time.Time
 			if idle := o.s.cfg.HTTP.WriteIdleTimeout; idle > 0 {
-				// Each write gets its own deadline: a client that stops
-				// reading is cut after idle, a long stream is not.
-				_ = rc.SetWriteDeadline(o.last.Add(idle))
+				deadline = o.last.Add(idle)
 			}
-			if _, err := w.Write(buf); err != nil {
+			if !mux.write(buf, deadline) {
 				o.cancel() // the client is gone
 				*bp = buf
 				return
-			}
-			if flusher != nil {
-				flusher.Flush()
-			} else {
-				_ = rc.Flush()
 			}
 		}
 		if done {
@@ -350,37 +500,65 @@ func (o *output) stream_(w http.ResponseWriter) {
 	}
 }
 
-// collect gathers the whole completion and writes one JSON response.
-func (o *output) collect(w http.ResponseWriter) int {
+// gather reads the whole choice.
+func (o *output) gather() (string, error) {
 	var sb strings.Builder
 	for {
 		text, done, err := o.next()
 		sb.WriteString(text)
 		if err != nil {
+			return "", err
+		}
+		if done {
+			return sb.String(), nil
+		}
+	}
+}
+
+// collect gathers the whole completion (every choice, for n > 1, read
+// concurrently) and writes one JSON response.
+func (o *output) collect(w http.ResponseWriter, others ...*output) int {
+	all := append([]*output{o}, others...)
+	texts := make([]string, len(all))
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, c := range all[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			texts[i+1], errs[i+1] = c.gather()
+		}()
+	}
+	texts[0], errs[0] = o.gather()
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			e := openai.Internal("engine_error", "generation failed: %v", err)
 			openai.WriteError(w, e)
 			return e.Status
 		}
-		if done {
-			break
-		}
 	}
-	var promptIDs, ids []engine.Token // nil (absent) unless return_token_ids
+	var promptIDs []engine.Token // nil (absent) unless return_token_ids
 	if o.wantIDs {
-		promptIDs, ids = o.j.prompt, o.ids
-		if ids == nil {
-			ids = []engine.Token{} // [], not absent
-		}
+		promptIDs = o.j.prompt
 	}
 	var v any
 	if o.j.chat {
-		v = openai.ChatResponse{ID: "chatcmpl-" + o.j.id, Object: "chat.completion", Created: o.j.start.Unix(), Model: o.m.Name,
-			Choices: []openai.ChatChoice{{Message: openai.AssistantMessage{Role: "assistant", Content: sb.String()}, FinishReason: o.finish, TokenIDs: ids}},
-			Usage:   o.usage(), PromptTokenIDs: promptIDs, KVTransferParams: o.kvParams}
+		r := openai.ChatResponse{ID: "chatcmpl-" + o.j.id, Object: "chat.completion", Created: o.j.start.Unix(), Model: o.m.Name,
+			Usage: sumUsage(all), PromptTokenIDs: promptIDs, KVTransferParams: o.kvParams}
+		for i, c := range all {
+			r.Choices = append(r.Choices, openai.ChatChoice{Index: c.index, Message: openai.AssistantMessage{Role: "assistant", Content: texts[i]},
+				FinishReason: c.finish, TokenIDs: c.allIDs(), Logprobs: c.allLogprobs()})
+		}
+		v = r
 	} else {
-		v = openai.CompletionResponse{ID: "cmpl-" + o.j.id, Object: "text_completion", Created: o.j.start.Unix(), Model: o.m.Name,
-			Choices: []openai.CompletionChoice{{Text: sb.String(), FinishReason: o.finish, PromptTokenIDs: promptIDs, TokenIDs: ids}},
-			Usage:   o.usage(), KVTransferParams: o.kvParams}
+		r := openai.CompletionResponse{ID: "cmpl-" + o.j.id, Object: "text_completion", Created: o.j.start.Unix(), Model: o.m.Name,
+			Usage: sumUsage(all), KVTransferParams: o.kvParams}
+		for i, c := range all {
+			r.Choices = append(r.Choices, openai.CompletionChoice{Index: c.index, Text: texts[i], FinishReason: c.finish,
+				PromptTokenIDs: promptIDs, TokenIDs: c.allIDs(), Logprobs: c.allLogprobs()})
+		}
+		v = r
 	}
 	b, _ := json.Marshal(v) // plain structs of strings and ints
 	if idle := o.s.cfg.HTTP.WriteIdleTimeout; idle > 0 {
@@ -390,4 +568,32 @@ func (o *output) collect(w http.ResponseWriter) int {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 	return http.StatusOK
+}
+
+// allIDs is a collected choice's token_ids: nil (absent) unless
+// return_token_ids, else every id ([] when none).
+func (o *output) allIDs() []engine.Token {
+	if !o.wantIDs {
+		return nil
+	}
+	if o.ids == nil {
+		return []engine.Token{}
+	}
+	return o.ids
+}
+
+// allLogprobs is a collected choice's logprobs: nil (null) unless asked
+// for, else every token's (an empty list when none was generated).
+func (o *output) allLogprobs() openai.RawLogprobs {
+	if !o.wantLP {
+		return nil
+	}
+	if len(o.lps) == 0 {
+		if o.j.chat {
+			return openai.RawLogprobs(openai.AppendChatLogprobs(nil, nil))
+		}
+		b, _ := openai.AppendCompletionLogprobs(nil, nil, 0)
+		return openai.RawLogprobs(b)
+	}
+	return slices.Clone(o.encodeLP())
 }

@@ -205,6 +205,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.handleChat)))
 	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.handleCompletion)))
 	mux.Handle("GET /v1/models", guard(s.handleModels))
+	mux.Handle("POST /tokenize", guard(traced("/tokenize", s.handleTokenize)))
+	mux.Handle("POST /detokenize", guard(traced("/detokenize", s.handleDetokenize)))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -443,6 +445,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		ID: j.id, Model: m.Name, Prompt: j.prompt, MaxTokens: maxNew,
 		MinTokens: j.sampling.MinTokens, IgnoreEOS: j.sampling.IgnoreEOS, StopTokens: j.sampling.StopTokenIDs,
 		KVTransferParams: j.sampling.KVTransferParams,
+		Logprobs:         j.sampling.WantLogprobs, TopLogprobs: j.sampling.TopLogprobsN,
 	}
 	if t := j.sampling.Temperature; t != nil {
 		ereq.Sampling.Temperature = float32(*t)
@@ -578,13 +581,25 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
+		wantLP:  j.sampling.WantLogprobs,
+	}
+	// The other choices' contexts come from the request's, not from ctx:
+	// choice 0 cancels ctx when a stop string ends it, which must not end
+	// them.
+	others, e := s.moreChoices(r.Context(), j, ereq, route)
+	if e != nil {
+		s.fail(w, j.endpoint, m.Name, e)
+		return
 	}
 	_, sspan := child(ctx, tracing.SpanStream)
 	status := http.StatusOK
 	if j.sampling.Stream {
-		out.stream_(w)
+		out.stream_(w, others...)
 	} else {
-		status = out.collect(w)
+		status = out.collect(w, others...)
+	}
+	for _, c := range others {
+		out.completion += c.completion // for the metrics and the log line
 	}
 	out.route.Done() // a migrated stream's last route (idempotent)
 	if late {
@@ -603,6 +618,48 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
 			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)
 	}
+}
+
+// moreChoices starts choices 1..n-1 of an n > 1 request on the worker that
+// choice 0 was routed to, after choice 0's first token: its prompt's
+// blocks are then in that engine's prefix cache, so the other choices
+// share them instead of computing the prompt again (the native engine,
+// the mocker and vLLM all cache prefixes). Each choice samples on its
+// own: seed+i with a client seed (vLLM's ParentRequest gives child i
+// seed+i), a fresh seed without one. A choice the worker refuses fails
+// the request before its status line, with the worker's reason. Other
+// choices do not migrate (--migration-limit) and are not counted again
+// in the router's load.
+func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, route *router.Route) ([]*output, *openai.Error) {
+	n := j.sampling.NumChoices()
+	if n <= 1 {
+		return nil, nil
+	}
+	others := make([]*output, 0, n-1)
+	for i := 1; i < n; i++ {
+		req := *ereq
+		req.ID = fmt.Sprintf("%s-%d", j.id, i)
+		req.PredictedCachedTokens = len(j.prompt)
+		if req.Sampling.HasSeed {
+			req.Sampling.Seed += uint64(i)
+		} else {
+			req.Sampling.Seed, req.Sampling.HasSeed = rand.Uint64(), true
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		st, err := route.Worker.Gen.Generate(cctx, &req)
+		if err != nil {
+			cancel()
+			return nil, s.engineError(fmt.Errorf("choice %d of n=%d: %w", i, n, err))
+		}
+		others = append(others, &output{
+			s: s, j: j, m: j.model, stream: st, route: route, cancel: cancel, ereq: &req, index: i, last: time.Now(),
+			detok:   tokenizer.NewDetokenizer(j.model.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
+			stop:    stopMatcher{stops: j.sampling.Stop},
+			wantIDs: j.sampling.ReturnTokenIDs,
+			wantLP:  j.sampling.WantLogprobs,
+		})
+	}
+	return others, nil
 }
 
 func (s *Server) routeError(model string, err error) *openai.Error {

@@ -21,6 +21,9 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[1,"x",null]}`,
 		`{"model":"m","prompt":"x","n":-1,"max_tokens":9223372036854775807}`,
 		`{"model":"m","prompt":"x","stop_token_ids":[-1],"min_tokens":-9223372036854775808}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20,"n":3}`,
+		`{"model":"m","prompt":"x","logprobs":5}`, `{"model":"m","prompt":"x","logprobs":"5"}`,
+		`{"prompt":"x","add_special_tokens":false,"return_token_strs":true}`, `{"tokens":[1,2,3]}`, `{"tokens":[1,-1,1.5]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -28,6 +31,8 @@ func FuzzDecode(f *testing.F) {
 		for _, dec := range []func([]byte) *Error{
 			func(b []byte) *Error { _, e := DecodeChat(b); return e },
 			func(b []byte) *Error { _, e := DecodeCompletion(b); return e },
+			func(b []byte) *Error { _, e := DecodeTokenize(b); return e },
+			func(b []byte) *Error { _, e := DecodeDetokenize(b); return e },
 		} {
 			if e := dec(body); e != nil && (e.Status < 400 || e.Status >= 500 || e.Message == "") {
 				t.Fatalf("bad error for %q: %+v", body, e)

@@ -53,6 +53,27 @@ type Sampling struct {
 	// generated token ids (prompt_token_ids, token_ids). A non-boolean
 	// value is a 400 naming the field.
 	ReturnTokenIDs bool `json:"return_token_ids"`
+	// ReturnTokensAsTokenIDs is vLLM's option that names each logprobs
+	// token (and alternative) "token_id:N" instead of its text, so a
+	// client gets ids back exactly (what engine/upstream asks of vLLM, and
+	// so of Tandem's own vLLM-compatible server).
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+
+	// Filled by DecodeChat / DecodeCompletion from logprobs (and chat's
+	// top_logprobs): whether log-probabilities were asked for, and how
+	// many alternatives per position (0..MaxTopLogprobs). For completions
+	// the legacy integer logprobs is both: present means wanted, its value
+	// the alternatives.
+	WantLogprobs bool `json:"-"`
+	TopLogprobsN int  `json:"-"`
+}
+
+// NumChoices is n, 1 when unset.
+func (s *Sampling) NumChoices() int {
+	if s.N == nil {
+		return 1
+	}
+	return *s.N
 }
 
 // ChatRequest is a POST /v1/chat/completions body. Messages and Tools stay
@@ -190,8 +211,11 @@ func (s *Sampling) validate() *Error {
 	if s.N != nil && *s.N < 1 {
 		return BadRequest("n", "invalid_value", "n must be at least 1, got %d", *s.N)
 	}
-	if s.N != nil && *s.N != 1 {
-		return BadRequest("n", "unsupported_value", "only n=1 is supported; send %d separate requests instead", *s.N)
+	if s.N != nil && *s.N > MaxN {
+		return BadRequest("n", "invalid_value", "n must be at most %d, got %d", MaxN, *s.N)
+	}
+	if s.N != nil && *s.N > 1 && len(bytes.TrimSpace(s.KVTransferParams)) > 0 && !bytes.Equal(bytes.TrimSpace(s.KVTransferParams), []byte("null")) {
+		return BadRequest("n", "unsupported_value", "n > 1 cannot be combined with kv_transfer_params: one prefill leg hands over one sequence's KV blocks")
 	}
 	for i, t := range s.StopTokenIDs {
 		if t < 0 {
@@ -219,9 +243,50 @@ func (s *Sampling) validate() *Error {
 			return BadRequest("kv_transfer_params", "invalid_type", "kv_transfer_params must be an object")
 		}
 	}
-	if len(s.Logprobs) > 0 && !bytes.Equal(s.Logprobs, []byte("false")) && !bytes.Equal(s.Logprobs, []byte("null")) && !bytes.Equal(s.Logprobs, []byte("0")) {
-		return BadRequest("logprobs", "unsupported_value", "logprobs are not supported")
+	return nil
+}
+
+// chatLogprobs reads chat's logprobs (a boolean) and top_logprobs
+// (0..MaxTopLogprobs, only with logprobs true: vLLM's check_logprobs in
+// vllm/entrypoints/openai/protocol.py words the same refusal).
+func (s *Sampling) chatLogprobs(top *int) *Error {
+	lp := bytes.TrimSpace(s.Logprobs)
+	switch {
+	case len(lp) == 0, bytes.Equal(lp, []byte("null")), bytes.Equal(lp, []byte("false")):
+	case bytes.Equal(lp, []byte("true")):
+		s.WantLogprobs = true
+	default:
+		return BadRequest("logprobs", "invalid_type", "logprobs must be a boolean, got %.32s", lp)
 	}
+	if top == nil {
+		return nil
+	}
+	if *top < 0 || *top > MaxTopLogprobs {
+		return BadRequest("top_logprobs", "invalid_value", "top_logprobs must be between 0 and %d, got %d", MaxTopLogprobs, *top)
+	}
+	if *top > 0 && !s.WantLogprobs {
+		return BadRequest("top_logprobs", "invalid_value", "when using top_logprobs, logprobs must be set to true")
+	}
+	s.TopLogprobsN = *top
+	return nil
+}
+
+// completionLogprobs reads completions' legacy logprobs: an integer
+// 0..MaxTopLogprobs, the alternatives per position (0: only the chosen
+// token's). null or absent asks for none.
+func (s *Sampling) completionLogprobs() *Error {
+	lp := bytes.TrimSpace(s.Logprobs)
+	if len(lp) == 0 || bytes.Equal(lp, []byte("null")) || bytes.Equal(lp, []byte("false")) {
+		return nil // false: what this server accepted as "none" before logprobs were served
+	}
+	var n int
+	if err := json.Unmarshal(lp, &n); err != nil {
+		return BadRequest("logprobs", "invalid_type", "logprobs must be an integer (the alternatives per token) or null, got %.32s", lp)
+	}
+	if n < 0 || n > MaxTopLogprobs {
+		return BadRequest("logprobs", "invalid_value", "logprobs must be between 0 and %d, got %d", MaxTopLogprobs, n)
+	}
+	s.WantLogprobs, s.TopLogprobsN = true, n
 	return nil
 }
 
@@ -239,8 +304,8 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 	if e := r.Sampling.validate(); e != nil {
 		return nil, e
 	}
-	if r.TopLogprobs != nil && *r.TopLogprobs != 0 {
-		return nil, BadRequest("top_logprobs", "unsupported_value", "logprobs are not supported")
+	if e := r.Sampling.chatLogprobs(r.TopLogprobs); e != nil {
+		return nil, e
 	}
 	if r.ResponseFormat != nil && r.ResponseFormat.Type != "" && r.ResponseFormat.Type != "text" {
 		return nil, BadRequest("response_format", "unsupported_value", "response_format %q is not supported", r.ResponseFormat.Type)
@@ -418,6 +483,9 @@ func DecodeCompletion(body []byte) (*CompletionRequest, *Error) {
 		return nil, BadRequest("model", "missing_field", "model is required")
 	}
 	if e := r.Sampling.validate(); e != nil {
+		return nil, e
+	}
+	if e := r.Sampling.completionLogprobs(); e != nil {
 		return nil, e
 	}
 	if r.Echo {

@@ -24,7 +24,7 @@ type ChatResponse struct {
 type ChatChoice struct {
 	Index        int              `json:"index"`
 	Message      AssistantMessage `json:"message"`
-	Logprobs     *struct{}        `json:"logprobs"`
+	Logprobs     RawLogprobs      `json:"logprobs"`
 	FinishReason string           `json:"finish_reason"`
 	// TokenIDs is vLLM's return_token_ids extension: every generated token
 	// id of the choice, EOS included. Absent (nil) unless requested; an
@@ -52,10 +52,10 @@ type CompletionResponse struct {
 
 // CompletionChoice is one choice of a CompletionResponse.
 type CompletionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason string    `json:"finish_reason"`
+	Index        int         `json:"index"`
+	Text         string      `json:"text"`
+	Logprobs     RawLogprobs `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
 	// PromptTokenIDs and TokenIDs are vLLM's return_token_ids extension,
 	// per choice for completions: the prompt's ids and the generated ids
 	// (EOS included). Absent (nil) unless requested.

@@ -54,6 +54,8 @@ type ChunkHeader struct {
 	Model   string
 	Created int64
 	Chat    bool // chat.completion.chunk vs text_completion
+	// Index is the choice's index (n > 1 streams interleave choices).
+	Index int
 }
 
 func (h *ChunkHeader) appendPrefix(dst []byte) []byte {
@@ -69,29 +71,41 @@ func (h *ChunkHeader) appendPrefix(dst []byte) []byte {
 	return AppendString(dst, h.Model)
 }
 
-// roleChoices is the choices array of the first chat chunk.
-const roleChoices = `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`
+// appendRoleChoices appends the choices array of the first chat chunk.
+func (h *ChunkHeader) appendRoleChoices(dst []byte) []byte {
+	dst = append(dst, `,"choices":[{"index":`...)
+	dst = strconv.AppendInt(dst, int64(h.Index), 10)
+	return append(dst, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
+}
 
 // AppendRoleChunk appends the first chat chunk, which announces the
 // assistant role with empty content (as OpenAI and vLLM send it).
 func (h *ChunkHeader) AppendRoleChunk(dst []byte) []byte {
-	dst = h.appendPrefix(dst)
-	return append(dst, roleChoices+"}\n\n"...)
+	dst = h.appendRoleChoices(h.appendPrefix(dst))
+	return append(dst, "}\n\n"...)
 }
 
 // AppendRoleChunkIDs appends the first chat chunk of a return_token_ids
 // request: AppendRoleChunk's, plus the prompt's ids at the top level as
 // "prompt_token_ids" (vLLM's ChatCompletionStreamResponse shape).
 func (h *ChunkHeader) AppendRoleChunkIDs(dst []byte, prompt []int32) []byte {
-	dst = h.appendPrefix(dst)
-	dst = append(dst, roleChoices+`,"prompt_token_ids":`...)
+	dst = h.appendRoleChoices(h.appendPrefix(dst))
+	dst = append(dst, `,"prompt_token_ids":`...)
 	dst = AppendTokenIDs(dst, prompt)
 	return append(dst, "}\n\n"...)
 }
 
 // AppendChunk appends a content chunk; finish is "" for none.
 func (h *ChunkHeader) AppendChunk(dst []byte, text, finish string) []byte {
-	dst = h.appendChoice(h.appendPrefix(dst), text, finish)
+	dst = h.appendChoice(h.appendPrefix(dst), text, finish, nil)
+	return append(dst, "}]}\n\n"...)
+}
+
+// AppendChunkLogprobs is AppendChunk with the choice's "logprobs" set to
+// lp, a JSON value (AppendChatLogprobs' or AppendCompletionLogprobs'); nil
+// lp writes null.
+func (h *ChunkHeader) AppendChunkLogprobs(dst []byte, text, finish string, lp []byte) []byte {
+	dst = h.appendChoice(h.appendPrefix(dst), text, finish, lp)
 	return append(dst, "}]}\n\n"...)
 }
 
@@ -102,7 +116,13 @@ func (h *ChunkHeader) AppendChunk(dst []byte, text, finish string) []byte {
 // for chat. The shapes follow vLLM's CompletionResponseStreamChoice and
 // ChatCompletionStreamResponse.
 func (h *ChunkHeader) AppendChunkIDs(dst []byte, text, finish string, prompt, ids []int32) []byte {
-	dst = h.appendChoice(h.appendPrefix(dst), text, finish)
+	return h.AppendChunkIDsLogprobs(dst, text, finish, prompt, ids, nil)
+}
+
+// AppendChunkIDsLogprobs is AppendChunkIDs with the choice's "logprobs"
+// set to lp (nil: null).
+func (h *ChunkHeader) AppendChunkIDsLogprobs(dst []byte, text, finish string, prompt, ids []int32, lp []byte) []byte {
+	dst = h.appendChoice(h.appendPrefix(dst), text, finish, lp)
 	if prompt != nil && !h.Chat {
 		dst = append(dst, `,"prompt_token_ids":`...)
 		dst = AppendTokenIDs(dst, prompt)
@@ -118,20 +138,28 @@ func (h *ChunkHeader) AppendChunkIDs(dst []byte, text, finish string, prompt, id
 }
 
 // appendChoice appends the choices array up to the open choice's
-// finish_reason.
-func (h *ChunkHeader) appendChoice(dst []byte, text, finish string) []byte {
+// finish_reason. lp is the choice's logprobs JSON (nil: null).
+func (h *ChunkHeader) appendChoice(dst []byte, text, finish string, lp []byte) []byte {
+	dst = append(dst, `,"choices":[{"index":`...)
+	dst = strconv.AppendInt(dst, int64(h.Index), 10)
 	if h.Chat {
-		dst = append(dst, `,"choices":[{"index":0,"delta":{`...)
+		dst = append(dst, `,"delta":{`...)
 		if text != "" || finish == "" {
 			dst = append(dst, `"content":`...)
 			dst = AppendString(dst, text)
 		}
-		dst = append(dst, `},"logprobs":null,"finish_reason":`...)
+		dst = append(dst, '}')
 	} else {
-		dst = append(dst, `,"choices":[{"index":0,"text":`...)
+		dst = append(dst, `,"text":`...)
 		dst = AppendString(dst, text)
-		dst = append(dst, `,"logprobs":null,"finish_reason":`...)
 	}
+	dst = append(dst, `,"logprobs":`...)
+	if lp == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, lp...)
+	}
+	dst = append(dst, `,"finish_reason":`...)
 	if finish == "" {
 		return append(dst, "null"...)
 	}

@@ -51,6 +51,7 @@ func wireRequest(r *engine.Request) *rpv1.GenerateRequest {
 		Id: r.ID, Model: r.Model, Prompt: r.Prompt,
 		MaxTokens: int32Of(r.MaxTokens), MinTokens: int32Of(r.MinTokens), IgnoreEos: r.IgnoreEOS,
 		StopTokens: r.StopTokens, KvTransferParams: r.KVTransferParams,
+		Logprobs: r.Logprobs, TopLogprobs: int32Of(r.TopLogprobs),
 	}
 	if s := r.Sampling; s != (engine.Sampling{}) {
 		m.Sampling = &rpv1.Sampling{Temperature: s.Temperature, TopP: s.TopP, TopK: int32Of(s.TopK)}
@@ -75,6 +76,10 @@ func engineRequest(m *rpv1.GenerateRequest) (*engine.Request, error) {
 		ID: m.Id, Model: m.Model, Prompt: m.Prompt,
 		MaxTokens: int(m.MaxTokens), MinTokens: int(m.MinTokens), IgnoreEOS: m.IgnoreEos,
 		StopTokens: m.StopTokens, KVTransferParams: nilIfEmpty(m.KvTransferParams),
+		Logprobs: m.Logprobs, TopLogprobs: int(m.TopLogprobs),
+	}
+	if m.TopLogprobs < 0 || m.TopLogprobs > engine.MaxTopLogprobs {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("requestplane: top_logprobs %d is outside [0,%d]", m.TopLogprobs, engine.MaxTopLogprobs))
 	}
 	if s := m.Sampling; s != nil {
 		r.Sampling = engine.Sampling{Temperature: s.Temperature, TopP: s.TopP, TopK: int(s.TopK)}
@@ -91,6 +96,35 @@ func setWireDelta(m *rpv1.Delta, d *engine.Delta) {
 	m.Tokens, m.Finish = d.Tokens, string(d.Finish)
 	m.PromptTokens, m.CachedTokens = int32Of(d.PromptTokens), int32Of(d.CachedTokens)
 	m.KvTransferParams = d.KVTransferParams
+	m.Logprobs = m.Logprobs[:0]
+	for _, lp := range d.Logprobs {
+		w := &rpv1.TokenLogprob{Token: lp.Token, Logprob: lp.Logprob}
+		if len(lp.Top) > 0 {
+			w.Top = make([]*rpv1.TopLogprob, len(lp.Top))
+			for i, t := range lp.Top {
+				w.Top[i] = &rpv1.TopLogprob{Token: t.Token, Logprob: t.Logprob}
+			}
+		}
+		m.Logprobs = append(m.Logprobs, w)
+	}
+	if len(m.Logprobs) == 0 {
+		m.Logprobs = nil
+	}
+}
+
+// checkDeltaLogprobs bounds what a worker may send beside its tokens: at
+// most one entry per token, at most engine.MaxTopLogprobs alternatives
+// each.
+func checkDeltaLogprobs(m *rpv1.Delta) error {
+	if len(m.Logprobs) > len(m.Tokens) {
+		return fmt.Errorf("requestplane: the worker sent %d logprobs for %d tokens", len(m.Logprobs), len(m.Tokens))
+	}
+	for _, lp := range m.Logprobs {
+		if len(lp.GetTop()) > engine.MaxTopLogprobs {
+			return fmt.Errorf("requestplane: the worker sent %d alternatives for a position; at most %d", len(lp.GetTop()), engine.MaxTopLogprobs)
+		}
+	}
+	return nil
 }
 
 func engineDelta(m *rpv1.Delta) engine.Delta {
@@ -98,7 +132,25 @@ func engineDelta(m *rpv1.Delta) engine.Delta {
 		Tokens: m.Tokens, Finish: engine.FinishReason(m.Finish),
 		PromptTokens: int(max(0, m.PromptTokens)), CachedTokens: int(max(0, m.CachedTokens)),
 		KVTransferParams: nilIfEmpty(m.KvTransferParams),
+		Logprobs:         engineLogprobs(m.Logprobs),
 	}
+}
+
+func engineLogprobs(w []*rpv1.TokenLogprob) []engine.TokenLogprob {
+	if len(w) == 0 {
+		return nil
+	}
+	out := make([]engine.TokenLogprob, len(w))
+	for i, lp := range w {
+		out[i] = engine.TokenLogprob{Token: lp.GetToken(), Logprob: lp.GetLogprob()}
+		if top := lp.GetTop(); len(top) > 0 {
+			out[i].Top = make([]engine.TopLogprob, len(top))
+			for k, t := range top {
+				out[i].Top[k] = engine.TopLogprob{Token: t.GetToken(), Logprob: t.GetLogprob()}
+			}
+		}
+	}
+	return out
 }
 
 // nilIfEmpty keeps "no kv_transfer_params" nil on both sides of the wire

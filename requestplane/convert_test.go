@@ -40,7 +40,7 @@ func TestRequestOverWire(t *testing.T) {
 		{"bare", engine.Request{Prompt: []engine.Token{1}}},
 		{"full", engine.Request{ID: "x", Model: "m", Prompt: []engine.Token{0, 1, 1 << 30, -1}, MaxTokens: 7, MinTokens: 2, IgnoreEOS: true,
 			StopTokens: []engine.Token{5}, Sampling: engine.Sampling{Temperature: 1.5, TopP: 0.5, TopK: 3, Seed: 1<<63 + 5, HasSeed: true},
-			KVTransferParams: []byte(`{"do_remote_decode":true}`)}},
+			KVTransferParams: []byte(`{"do_remote_decode":true}`), Logprobs: true, TopLogprobs: 20}},
 		{"seed zero", engine.Request{Prompt: []engine.Token{1}, Sampling: engine.Sampling{HasSeed: true}}},
 		{"no seed", engine.Request{Prompt: []engine.Token{1}, Sampling: engine.Sampling{Temperature: 0.7}}},
 	} {
@@ -61,6 +61,8 @@ func TestDeltaOverWire(t *testing.T) {
 		{Tokens: []engine.Token{7}},
 		{Tokens: []engine.Token{2, 3}, Finish: engine.FinishLength, PromptTokens: 400, CachedTokens: 384, KVTransferParams: []byte(`{"remote_block_ids":[1]}`)},
 		{Finish: engine.FinishCancelled},
+		{Tokens: []engine.Token{4, 5}, Logprobs: []engine.TokenLogprob{{Token: 4, Logprob: -0.5}, {Token: 5, Logprob: -2.25,
+			Top: []engine.TopLogprob{{Token: 5, Logprob: -2.25}, {Token: 9, Logprob: -3}}}}},
 	} {
 		m := new(rpv1.Delta)
 		setWireDelta(m, &d)

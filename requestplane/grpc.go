@@ -382,5 +382,8 @@ func (s *clientStream) recv() (engine.Delta, error) {
 		}
 		return engine.Delta{}, fromStatus(err)
 	}
+	if err := checkDeltaLogprobs(m); err != nil {
+		return engine.Delta{}, err
+	}
 	return engineDelta(m), nil
 }

@@ -2,6 +2,7 @@ package mocker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -30,6 +31,8 @@ type seq struct {
 	stop       []engine.Token
 	natural    int    // natural end length, 0 = none
 	vocabStart uint64 // offset into the vocabulary cycle
+	logprobs   bool   // synthesize logprobs (Request.Logprobs)
+	topLP      int    // alternatives per position
 
 	kv         kvcache.Seq
 	computed   int // tokens whose K/V is in the cache
@@ -64,6 +67,8 @@ func newSeq(e *Engine, req *engine.Request, maxTokens int) *seq {
 		ignoreEOS: req.IgnoreEOS,
 		stop:      req.StopTokens,
 		arrival:   e.clock.Now(),
+		logprobs:  req.Logprobs,
+		topLP:     req.TopLogprobs,
 	}
 	s.tokens = make([]engine.Token, len(req.Prompt), len(req.Prompt)+min(maxTokens, 512))
 	copy(s.tokens, req.Prompt)
@@ -486,6 +491,9 @@ func (e *Engine) emit(s *seq, now time.Time) {
 	s.outputs = k
 	e.tok1[0] = t
 	d := engine.Delta{Tokens: e.tok1[:], Finish: finish}
+	if s.logprobs {
+		d.Logprobs = []engine.TokenLogprob{e.synthLogprob(s, t, k)}
+	}
 	if k == 1 {
 		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
 		e.stats.ttft.observe(now.Sub(s.arrival).Seconds())
@@ -597,4 +605,38 @@ func (e *Engine) checkInvariants() error {
 		}
 	}
 	return e.cache.Validate(held...)
+}
+
+// synthLogprob makes up the logprob of the k-th output token t of s, and
+// its alternatives. They are synthetic: the mocker has no model, so it
+// only promises a well-formed, deterministic distribution. The chosen
+// token is the most likely, with a probability between 0.5 and 0.95 drawn
+// from the sequence's stream; the alternatives are the next distinct
+// tokens of the vocabulary cycle, each with half the previous one's share
+// of the rest, so the probabilities named sum to less than 1.
+func (e *Engine) synthLogprob(s *seq, t engine.Token, k int) engine.TokenLogprob {
+	h := mix(s.vocabStart ^ mix(uint64(k)))
+	p0 := 0.5 + 0.45*float64(h>>11)/float64(uint64(1)<<53)
+	lp := engine.TokenLogprob{Token: t, Logprob: float32(math.Log(p0))}
+	if s.topLP == 0 {
+		return lp
+	}
+	lp.Top = make([]engine.TopLogprob, 1, s.topLP)
+	lp.Top[0] = engine.TopLogprob{Token: t, Logprob: lp.Logprob}
+	vocab := e.cfg.Vocabulary
+	if len(vocab) == 0 {
+		vocab = s.tokens[:s.promptLen]
+	}
+	rest := 1 - p0
+	// Bounded walk: a vocabulary with few distinct tokens gives fewer
+	// alternatives.
+	for i := 1; i <= 4*s.topLP && len(lp.Top) < s.topLP && i < len(vocab); i++ {
+		alt := vocab[(s.vocabStart+uint64(k-1)+uint64(i))%uint64(len(vocab))]
+		if slices.ContainsFunc(lp.Top, func(x engine.TopLogprob) bool { return x.Token == alt }) {
+			continue
+		}
+		rest /= 2
+		lp.Top = append(lp.Top, engine.TopLogprob{Token: alt, Logprob: float32(math.Log(rest))})
+	}
+	return lp
 }

@@ -314,6 +314,7 @@ type seq struct {
 	generated int
 	sampler   *sampler
 	logits    []float32
+	rawLogits []float32 // logprobs: the logits before any mask
 	stop      map[int32]bool
 	eos       map[int32]bool
 	started   bool // first Delta sent
@@ -584,6 +585,15 @@ func (e *Engine) nextSeed() uint64 {
 // emit samples the next token of s and sends it; it reports whether the
 // sequence is finished.
 func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
+	var lpLogits []float32
+	if s.req.Logprobs {
+		lpLogits = s.logits // the sampler reads logits, never writes them
+		if s.generated < s.req.MinTokens {
+			// The raw distribution, before the min_tokens mask below.
+			s.rawLogits = append(s.rawLogits[:0], s.logits...)
+			lpLogits = s.rawLogits
+		}
+	}
 	if s.generated < s.req.MinTokens {
 		for t := range s.eos {
 			s.logits[t] = float32(math.Inf(-1))
@@ -598,6 +608,10 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 	s.tokens = append(s.tokens, tok)
 	s.generated++
 	d := engine.Delta{Tokens: []engine.Token{tok}}
+	if lpLogits != nil {
+		v, top := logprobsOf(lpLogits, tok, s.req.TopLogprobs, make([]engine.TopLogprob, 0, s.req.TopLogprobs))
+		d.Logprobs = []engine.TokenLogprob{{Token: tok, Logprob: v, Top: top}}
+	}
 	if !s.started {
 		s.started = true
 		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached

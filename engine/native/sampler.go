@@ -26,7 +26,7 @@ func newSampler(p engine.Sampling, fallbackSeed uint64) *sampler {
 	return &sampler{p: p, rng: rand.New(rand.NewPCG(seed, 0x7a6e646d))}
 }
 
-// sample picks a token from logits, which it may modify.
+// sample picks a token from logits, which it only reads.
 func (s *sampler) sample(logits []float32) int32 {
 	if s.p.Temperature <= 0 || s.p.TopK == 1 {
 		return argmax(logits)
@@ -97,4 +97,79 @@ func argmax(x []float32) int32 {
 		}
 	}
 	return int32(best)
+}
+
+// logprobsOf returns the log-probability of tok under logits, and the top
+// most likely tokens (most likely first, ties in id order) when top > 0:
+// a log-softmax over the whole vocabulary in float64. The engine calls it on
+// the model's raw logits, before temperature, top-k/top-p and the
+// min_tokens mask, which is what vLLM returns by default
+// (logprobs_mode "raw_logprobs", vllm/config/model.py).
+func logprobsOf(logits []float32, tok int32, top int, buf []engine.TopLogprob) (float32, []engine.TopLogprob) {
+	m := float32(math.Inf(-1))
+	for _, v := range logits {
+		if v > m {
+			m = v
+		}
+	}
+	lse := float64(m) + math.Log(expSum(logits, m))
+	lp := func(v float32) float32 { return float32(float64(v) - lse) }
+	if top <= 0 {
+		return lp(logits[tok]), nil
+	}
+	// Keep the top ids in a small sorted list: most candidates fail the
+	// comparison with its last entry.
+	ids := buf[:0]
+	for i, v := range logits {
+		if len(ids) == top && v <= logits[ids[len(ids)-1].Token] {
+			continue
+		}
+		at := len(ids)
+		for at > 0 && v > logits[ids[at-1].Token] {
+			at--
+		}
+		if len(ids) < top {
+			ids = append(ids, engine.TopLogprob{})
+		}
+		copy(ids[at+1:], ids[at:len(ids)-1])
+		ids[at] = engine.TopLogprob{Token: engine.Token(i)}
+	}
+	for i := range ids {
+		ids[i].Logprob = lp(logits[ids[i].Token])
+	}
+	return lp(logits[tok]), ids
+}
+
+// expSum returns the sum of exp(x - m) over x, m being x's maximum. Each
+// exponential is 2^t = 2^n * 2^f (t = (x-m)*log2(e), n = floor(t)) with
+// 2^f from its degree-6 Taylor polynomial on [0, 1) (relative error below
+// 2e-5, so below 2e-5 in the log-sum): float32 arithmetic, several times
+// cheaper than math.Exp over a whole vocabulary, summed in float64.
+// Terms below 2^-126 (about e^-87) are dropped: beside the maximum's 1
+// they are nothing.
+func expSum(xs []float32, m float32) float64 {
+	const (
+		log2e = 1.4426950408889634
+		c1    = 0.6931471805599453 // ln 2
+		c2    = c1 * c1 / 2
+		c3    = c2 * c1 / 3
+		c4    = c3 * c1 / 4
+		c5    = c4 * c1 / 5
+		c6    = c5 * c1 / 6
+	)
+	var sum float64
+	for _, x := range xs {
+		t := (x - m) * log2e
+		if t < -126 {
+			continue
+		}
+		n := int32(t) // t <= 0: truncation rounds up
+		if float32(n) > t {
+			n--
+		}
+		f := t - float32(n)
+		p := 1 + f*(c1+f*(c2+f*(c3+f*(c4+f*(c5+f*c6)))))
+		sum += float64(p * math.Float32frombits(uint32(n+127)<<23))
+	}
+	return sum
 }

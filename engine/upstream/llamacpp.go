@@ -138,6 +138,20 @@ type llamaChunk struct {
 		Message string `json:"message"`
 		Type    string `json:"type"`
 	} `json:"error"`
+	// CompletionProbabilities, with n_probs > 0, holds one entry per
+	// token of the chunk: {id, token, bytes, logprob, top_logprobs[]}
+	// (tools/server/server.cpp, probs_vector_to_json, post_sampling_probs
+	// false).
+	CompletionProbabilities []llamaProb `json:"completion_probabilities"`
+}
+
+type llamaProb struct {
+	ID          engine.Token `json:"id"`
+	Logprob     *float64     `json:"logprob"`
+	TopLogprobs []struct {
+		ID      engine.Token `json:"id"`
+		Logprob *float64     `json:"logprob"`
+	} `json:"top_logprobs"`
 }
 
 // generateLlama is Generate for APILlamaCpp.
@@ -148,6 +162,12 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 		NPredict: -1}
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
 		b.TopP = tp
+	}
+	if req.Logprobs {
+		// llama.cpp sends probabilities only for n_probs > 0; the chosen
+		// token's logprob comes with its alternatives, so top 0 asks for
+		// one and drops it.
+		b.NProbs = max(req.TopLogprobs, 1)
 	}
 	if req.Sampling.HasSeed {
 		s := int64(req.Sampling.Seed & math.MaxUint32) // llama.cpp's seed is a uint32
@@ -167,7 +187,8 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	if err != nil {
 		return nil, err
 	}
-	return &llamaStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)},
+	return &llamaStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs},
 		keys: keys}, nil
 }
 
@@ -225,6 +246,9 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			s.ids = max(s.ids+len(c.Tokens), *c.TokensPredicted)
 		} else {
 			s.ids += len(c.Tokens)
+		}
+		if s.logprobs && len(c.CompletionProbabilities) > 0 {
+			d.Logprobs = llamaLogprobs(c.CompletionProbabilities[:min(len(c.CompletionProbabilities), len(d.Tokens))], s.top)
 		}
 		if !c.Stop {
 			if len(d.Tokens) == 0 {
@@ -284,4 +308,24 @@ func (e *Engine) noKVEvents(b *health.Board, subject string) {
 		return
 	}
 	e.cfg.Logger.Warn(msg, "diagnostic_code", DiagNoKVEvents, "url", e.cfg.URL)
+}
+
+// llamaLogprobs turns llama.cpp's completion_probabilities into the
+// engine's entries, at most top alternatives each (a missing logprob reads
+// as -Inf).
+func llamaLogprobs(probs []llamaProb, top int) []engine.TokenLogprob {
+	val := func(p *float64) float32 {
+		if p == nil {
+			return float32(math.Inf(-1))
+		}
+		return float32(*p)
+	}
+	out := make([]engine.TokenLogprob, len(probs))
+	for i, p := range probs {
+		out[i] = engine.TokenLogprob{Token: p.ID, Logprob: val(p.Logprob)}
+		for _, t := range p.TopLogprobs[:min(len(p.TopLogprobs), top)] {
+			out[i].Top = append(out[i].Top, engine.TopLogprob{Token: t.ID, Logprob: val(t.Logprob)})
+		}
+	}
+	return out
 }

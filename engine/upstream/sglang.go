@@ -141,6 +141,12 @@ type sglangBody struct {
 	SamplingParams   sglangSampling `json:"sampling_params"`
 	Stream           bool           `json:"stream"`
 	DataParallelRank *int           `json:"data_parallel_rank,omitempty"`
+	// ReturnLogprob, TopLogprobsNum and LogprobStartLen ask for the output
+	// tokens' logprobs (LogprobStartLen -1: none of the prompt's), in
+	// meta_info (GenerateReqInput, managers/io_struct.py).
+	ReturnLogprob   bool `json:"return_logprob,omitempty"`
+	TopLogprobsNum  int  `json:"top_logprobs_num,omitempty"`
+	LogprobStartLen *int `json:"logprob_start_len,omitempty"`
 }
 
 // sglangChunk is one /generate answer or stream event.
@@ -154,6 +160,10 @@ type sglangChunk struct {
 		} `json:"finish_reason"`
 		PromptTokens int  `json:"prompt_tokens"`
 		CachedTokens *int `json:"cached_tokens"`
+		// OutputTokenLogprobs holds [logprob, token_id, text] per output
+		// token and OutputTopLogprobs a list of those per position.
+		OutputTokenLogprobs []json.RawMessage `json:"output_token_logprobs"`
+		OutputTopLogprobs   []json.RawMessage `json:"output_top_logprobs"`
 	} `json:"meta_info"`
 	Error *struct {
 		Message string `json:"message"`
@@ -184,6 +194,10 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 		r := e.cfg.DPRank
 		b.DataParallelRank = &r
 	}
+	if req.Logprobs {
+		start := -1
+		b.ReturnLogprob, b.TopLogprobsNum, b.LogprobStartLen = true, req.TopLogprobs, &start
+	}
 	payload, err := json.Marshal(&b)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
@@ -192,7 +206,8 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	if err != nil {
 		return nil, err
 	}
-	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)},
+	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs},
 		whole: !e.sglang.StreamOutput}, nil
 }
 
@@ -260,6 +275,13 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 			}
 			d.Tokens = s.e.cfg.Codec.Encode((*c.Text)[s.textSeen:])
 			s.textSeen = len(*c.Text)
+		}
+		if m := c.MetaInfo; m != nil && s.logprobs && len(d.Tokens) > 0 {
+			lps, err := sglangLogprobs(m.OutputTokenLogprobs, m.OutputTopLogprobs, len(d.Tokens), s.top)
+			if err != nil {
+				return s.fail(err)
+			}
+			d.Logprobs = lps
 		}
 		s.got += len(d.Tokens)
 		if m := c.MetaInfo; m != nil {

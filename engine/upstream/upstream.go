@@ -507,6 +507,13 @@ type body struct {
 	StreamOptions    *streamOptions  `json:"stream_options,omitempty"`
 	ReturnTokenIDs   bool            `json:"return_token_ids,omitempty"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+	// Logprobs is completions' legacy logprobs (alternatives per
+	// position), and ReturnTokensAsTokenIDs vLLM's option that names each
+	// logprobs token "token_id:N" instead of its text
+	// (vllm/entrypoints/openai/protocol.py, CompletionRequest), so ids
+	// come back exactly.
+	Logprobs               *int `json:"logprobs,omitempty"`
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids,omitempty"`
 }
 
 // encode marshals b with its prompt written by hand: a prompt is
@@ -562,6 +569,15 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
 		b.TopP = tp
 	}
+	if req.Logprobs {
+		if openAI {
+			// A standard server names logprobs tokens by their text in
+			// its own tokenizer: no ids to hand back.
+			return nil, fmt.Errorf("upstream: %w: logprobs need a vLLM upstream (--upstream-api vllm): an OpenAI-compatible server returns token texts, not ids", engine.ErrInvalidRequest)
+		}
+		n := req.TopLogprobs
+		b.Logprobs, b.ReturnTokensAsTokenIDs = &n, true
+	}
 	if req.Sampling.HasSeed {
 		s := int64(req.Sampling.Seed & math.MaxInt64) // vLLM's seed is a signed 64-bit int
 		b.Seed = &s
@@ -591,9 +607,10 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	}
 	if !b.Stream {
 		defer resp.Body.Close()
-		return e.whole(resp.Body, len(req.Prompt))
+		return e.whole(resp.Body, len(req.Prompt), lpTop(req))
 	}
-	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt)}, nil
+	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs}, nil
 }
 
 // post sends a JSON request and returns a 200 response; a refusal is
@@ -694,6 +711,7 @@ type choice struct {
 	Text         string         `json:"text"`
 	TokenIDs     []engine.Token `json:"token_ids"`
 	FinishReason *string        `json:"finish_reason"`
+	Logprobs     *vllmLogprobs  `json:"logprobs"`
 }
 
 type completion struct {
@@ -788,13 +806,16 @@ func (e *Engine) noCachedTokens() {
 }
 
 // whole reads an unstreamed response as one Delta.
-func (e *Engine) whole(r io.Reader, promptLen int) (engine.Stream, error) {
+func (e *Engine) whole(r io.Reader, promptLen, top int) (engine.Stream, error) {
 	var c completion
 	if err := json.NewDecoder(io.LimitReader(r, 64<<20)).Decode(&c); err != nil {
 		return nil, fmt.Errorf("upstream: response: %w", err)
 	}
 	d := engine.Delta{}
 	done, err := e.apply(&c, &d, promptLen)
+	if err == nil {
+		err = e.applyLogprobs(&c, &d, top)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -827,6 +848,8 @@ type sseStream struct {
 	body      io.Closer
 	r         *bufio.Reader
 	promptLen int
+	logprobs  bool          // the request asked for logprobs
+	top       int           // and this many alternatives per position
 	long      []byte        // a line longer than r's buffer, reassembled
 	pending   engine.Delta  // counts from usage-only chunks
 	final     *engine.Delta // the finish Delta, held for a trailing usage chunk
@@ -905,6 +928,9 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 		}
 		d := s.pending
 		done, err := s.e.apply(&c, &d, s.promptLen)
+		if err == nil {
+			err = s.e.applyLogprobs(&c, &d, s.lpTop())
+		}
 		if err != nil {
 			return s.fail(err)
 		}

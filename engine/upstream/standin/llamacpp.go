@@ -252,6 +252,8 @@ type completionReq struct {
 	CachePrompt  *bool          `json:"cache_prompt"`
 	IDSlot       *int           `json:"id_slot"`
 	ReturnTokens bool           `json:"return_tokens"`
+	// NProbs asks for each token's logprob and n_probs alternatives.
+	NProbs int `json:"n_probs"`
 }
 
 func lcp(a, b []engine.Token) int {
@@ -411,6 +413,9 @@ func (s *LlamaCpp) completion(w http.ResponseWriter, r *http.Request) {
 			if req.ReturnTokens {
 				ev["tokens"] = []engine.Token{tok}
 			}
+			if req.NProbs > 0 {
+				ev["completion_probabilities"] = []any{llamaProbs(tok, req.NProbs)}
+			}
 			if !writeSSE(w, flusher, ev) {
 				return
 			}
@@ -445,6 +450,35 @@ func (s *LlamaCpp) text(tok engine.Token) string {
 		return s.opts.Codec.Decode([]engine.Token{tok})
 	}
 	return fmt.Sprintf(" t%d", tok)
+}
+
+// LlamaCppLogprob is the stand-in's made-up distribution at a position
+// whose token is tok: tok itself at logprob -0.25, then tok+1, tok+2, ...
+// each 1 lower (synthetic, for tests of the wire shape).
+func LlamaCppLogprob(tok engine.Token, k int) (engine.Token, float64) {
+	return tok + engine.Token(k), -0.25 - float64(k)
+}
+
+// llamaProbs is one completion_probabilities entry (server.cpp,
+// completion_token_output::to_json with post_sampling_probs false): id,
+// token, bytes, logprob and top_logprobs of the same fields.
+func llamaProbs(tok engine.Token, n int) map[string]any {
+	entry := func(id engine.Token, lp float64) map[string]any {
+		text := fmt.Sprintf(" t%d", id)
+		bs := make([]int, len(text)) // an array of integers, not base64
+		for i := range len(text) {
+			bs[i] = int(text[i])
+		}
+		return map[string]any{"id": id, "token": text, "bytes": bs, "logprob": lp}
+	}
+	_, lp := LlamaCppLogprob(tok, 0)
+	e := entry(tok, lp)
+	top := make([]any, n)
+	for k := range n {
+		top[k] = entry(LlamaCppLogprob(tok, k))
+	}
+	e["top_logprobs"] = top
+	return e
 }
 
 func writeSSE(w io.Writer, f http.Flusher, v any) bool {

@@ -310,6 +310,11 @@ type generateReq struct {
 	RID              string         `json:"rid"`
 	Stream           bool           `json:"stream"`
 	DataParallelRank *int           `json:"data_parallel_rank"`
+	// ReturnLogprob asks for the output tokens' logprobs in meta_info,
+	// TopLogprobsNum for that many alternatives per position
+	// (GenerateReqInput).
+	ReturnLogprob  bool `json:"return_logprob"`
+	TopLogprobsNum int  `json:"top_logprobs_num"`
 }
 
 // samplingReq is SamplingParams (sampling/sampling_params.py): the
@@ -385,14 +390,20 @@ func (s *SGLang) generate(w http.ResponseWriter, r *http.Request) {
 		s.reqs.Add(1)
 	}
 	maxNew = min(maxNew, s.contextLength()-len(prompt))
+	if req.TopLogprobsNum < 0 || req.TopLogprobsNum > engine.MaxTopLogprobs {
+		sglangError(w, http.StatusBadRequest, fmt.Sprintf("top_logprobs_num %d is out of range", req.TopLogprobsNum))
+		return
+	}
 	st, err := s.ranks[rank].Generate(r.Context(), &engine.Request{ID: rid, Model: s.opts.Model, Prompt: prompt,
-		MaxTokens: max(maxNew, 1), MinTokens: sp.MinNewTokens, IgnoreEOS: sp.IgnoreEOS, StopTokens: sp.StopTokenIDs})
+		MaxTokens: max(maxNew, 1), MinTokens: sp.MinNewTokens, IgnoreEOS: sp.IgnoreEOS, StopTokens: sp.StopTokenIDs,
+		Logprobs: req.ReturnLogprob, TopLogprobs: req.TopLogprobsNum})
 	if err != nil {
 		sglangError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	start := time.Now()
 	var out []engine.Token
+	var lps []engine.TokenLogprob
 	cached, sent := 0, 0
 	// meta_info (tokenizer_manager.py, _handle_batch_output): id,
 	// finish_reason (None until the end, then {"type": "length",
@@ -415,11 +426,32 @@ func (s *SGLang) generate(w http.ResponseWriter, r *http.Request) {
 		if finish != engine.FinishNone {
 			m["e2e_latency"] = time.Since(start).Seconds()
 		}
+		if req.ReturnLogprob {
+			// Every output token so far as [logprob, token_id, text]
+			// (text null without return_text_in_logprobs), and with
+			// top_logprobs_num each position's alternatives in the same
+			// form (tokenizer_manager.py, add_logprob_to_meta_info,
+			// detokenize_logprob_tokens).
+			tok := make([]any, len(lps))
+			top := make([]any, len(lps))
+			for i, lp := range lps {
+				tok[i] = []any{lp.Logprob, lp.Token, nil}
+				alts := make([]any, len(lp.Top))
+				for k, t := range lp.Top {
+					alts[k] = []any{t.Logprob, t.Token, nil}
+				}
+				top[i] = alts
+			}
+			m["output_token_logprobs"] = tok
+			if req.TopLogprobsNum > 0 {
+				m["output_top_logprobs"] = top
+			}
+		}
 		return m
 	}
 	if !req.Stream {
 		var finish engine.FinishReason
-		out, finish, cached = drain(st)
+		out, lps, finish, cached = drainLogprobs(st)
 		if finish == engine.FinishNone {
 			finish = engine.FinishStop
 		}
@@ -440,7 +472,7 @@ func (s *SGLang) generate(w http.ResponseWriter, r *http.Request) {
 		if d.PromptTokens > 0 {
 			cached = d.CachedTokens
 		}
-		out = append(out, d.Tokens...)
+		out, lps = append(out, d.Tokens...), append(lps, d.Logprobs...)
 		ids := out
 		if s.opts.StreamOutput {
 			ids = out[sent:]

@@ -142,7 +142,12 @@ type request struct {
 	StopTokenIDs   []engine.Token  `json:"stop_token_ids"`
 	Stream         bool            `json:"stream"`
 	ReturnTokenIDs bool            `json:"return_token_ids"`
-	StreamOptions  *struct {
+	// Logprobs is completions' legacy integer logprobs and
+	// ReturnTokensAsTokenIDs names its tokens "token_id:N" (vLLM's
+	// CompletionRequest).
+	Logprobs               *int `json:"logprobs"`
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	StreamOptions          *struct {
 		IncludeUsage         bool `json:"include_usage"`
 		ContinuousUsageStats bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
@@ -188,9 +193,20 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		errorBody(w, http.StatusBadRequest, fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens.", info.ContextLength, len(prompt)+max))
 		return
 	}
+	if lp := req.Logprobs; lp != nil && (*lp < -1 || *lp > maxLogprobs) {
+		// vLLM refuses past --max-logprobs (20 by default) with this
+		// message (vllm/v1/engine/processor.py, _validate_logprobs); -1
+		// (the whole vocabulary) is not served here.
+		errorBody(w, http.StatusBadRequest, fmt.Sprintf("Requested sample logprobs of %d, which is greater than max allowed: %d", *lp, maxLogprobs))
+		return
+	}
+	ereq := &engine.Request{ID: r.Header.Get("X-Request-Id"), Model: req.Model, Prompt: prompt,
+		MaxTokens: max, MinTokens: req.MinTokens, IgnoreEOS: req.IgnoreEOS, StopTokens: req.StopTokenIDs}
+	if lp := req.Logprobs; lp != nil && *lp >= 0 {
+		ereq.Logprobs, ereq.TopLogprobs = true, *lp
+	}
 	s.reqs.Add(1)
-	st, err := s.eng.Generate(r.Context(), &engine.Request{ID: r.Header.Get("X-Request-Id"), Model: req.Model, Prompt: prompt,
-		MaxTokens: max, MinTokens: req.MinTokens, IgnoreEOS: req.IgnoreEOS, StopTokens: req.StopTokenIDs})
+	st, err := s.eng.Generate(r.Context(), ereq)
 	if err != nil {
 		errorBody(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -204,8 +220,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 		return u
 	}
-	choice := func(toks []engine.Token, finish engine.FinishReason) map[string]any {
+	offset := 0
+	choice := func(toks []engine.Token, lps []engine.TokenLogprob, finish engine.FinishReason) map[string]any {
 		c := map[string]any{"index": 0, "text": s.text(toks), "logprobs": nil, "finish_reason": nil}
+		if ereq.Logprobs {
+			c["logprobs"], offset = s.logprobs(lps, req.ReturnTokensAsTokenIDs, offset)
+		}
 		if finish != engine.FinishNone {
 			c["finish_reason"] = finishName(finish)
 		}
@@ -218,9 +238,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	cached, n := 0, 0
 	if !req.Stream {
 		var finish engine.FinishReason
-		all, finish, cached = drain(st)
+		var lps []engine.TokenLogprob
+		all, lps, finish, cached = drainLogprobs(st)
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(),
-			"model": req.Model, "choices": []any{choice(all, finish)}, "usage": usage(cached, len(all))})
+			"model": req.Model, "choices": []any{choice(all, lps, finish)}, "usage": usage(cached, len(all))})
 		return
 	}
 	event := sseWriter(w)
@@ -239,7 +260,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			cached = d.CachedTokens
 		}
 		n += len(d.Tokens)
-		chunk := map[string]any{"choices": []any{choice(d.Tokens, d.Finish)}}
+		chunk := map[string]any{"choices": []any{choice(d.Tokens, d.Logprobs, d.Finish)}}
 		if cont {
 			chunk["usage"] = usage(cached, n)
 		}
@@ -252,6 +273,56 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		write(map[string]any{"choices": []any{}, "usage": usage(cached, n)})
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// maxLogprobs is vLLM's default --max-logprobs.
+const maxLogprobs = 20
+
+// logprobs writes a choice's logprobs as vLLM's completions do
+// (vllm/entrypoints/openai/serving_completion.py,
+// _create_completion_logprobs): tokens by text, or "token_id:N" with
+// return_tokens_as_token_ids; each position's top_logprobs object holds
+// the sampled token and the alternatives; text_offset counts characters
+// from offset. It returns the offset after the last token.
+func (s *Server) logprobs(lps []engine.TokenLogprob, asIDs bool, offset int) (map[string]any, int) {
+	name := func(id engine.Token) string {
+		if asIDs {
+			return fmt.Sprintf("token_id:%d", id)
+		}
+		return s.text([]engine.Token{id})
+	}
+	tokens := make([]string, len(lps))
+	vals := make([]float64, len(lps))
+	tops := make([]map[string]float64, len(lps))
+	offsets := make([]int, len(lps))
+	for i, lp := range lps {
+		tokens[i] = name(lp.Token)
+		vals[i] = max(float64(lp.Logprob), -9999)
+		tops[i] = map[string]float64{tokens[i]: vals[i]}
+		for _, t := range lp.Top {
+			tops[i][name(t.Token)] = max(float64(t.Logprob), -9999)
+		}
+		offsets[i] = offset
+		offset += len([]rune(s.text([]engine.Token{lp.Token})))
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": vals, "top_logprobs": tops, "text_offset": offsets}, offset
+}
+
+// drainLogprobs is drain that also keeps the engine's logprobs.
+func drainLogprobs(st engine.Stream) (toks []engine.Token, lps []engine.TokenLogprob, finish engine.FinishReason, cached int) {
+	for {
+		d, err := st.Recv()
+		if err != nil {
+			return toks, lps, finish, cached
+		}
+		if d.PromptTokens > 0 {
+			cached = d.CachedTokens
+		}
+		toks, lps = append(toks, d.Tokens...), append(lps, d.Logprobs...)
+		if d.Finish != engine.FinishNone {
+			finish = d.Finish
+		}
+	}
 }
 
 // drain reads a whole non-streaming result: its tokens, the last finish

@@ -172,7 +172,13 @@ type GenerateRequest struct {
 	// client sent none.
 	KvTransferParams []byte `protobuf:"bytes,9,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
 	// trace is the caller's trace context; absent when it has none.
-	Trace         *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	Trace *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	// logprobs asks for each generated token's log-probability
+	// (Delta.logprobs), top_logprobs for that many alternatives per position
+	// (0..20, engine.MaxTopLogprobs). Numbered from 20, apart from the
+	// fields other work adds after 10.
+	Logprobs      bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs   int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +281,20 @@ func (x *GenerateRequest) GetTrace() *TraceContext {
 		return x.Trace
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *GenerateRequest) GetTopLogprobs() int32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return 0
 }
 
 // TraceContext is a W3C trace context (https://www.w3.org/TR/trace-context/:
@@ -453,8 +473,11 @@ type Delta struct {
 	// kv_transfer_params, when set (normally on the last Delta), is what a
 	// vLLM prefill leg returns at the top level of its response.
 	KvTransferParams []byte `protobuf:"bytes,5,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// logprobs, when the request asked for them, holds one entry per entry
+	// of tokens.
+	Logprobs      []*TokenLogprob `protobuf:"bytes,20,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Delta) Reset() {
@@ -522,6 +545,128 @@ func (x *Delta) GetKvTransferParams() []byte {
 	return nil
 }
 
+func (x *Delta) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+// TokenLogprob is a generated token's log-probability (natural log) and
+// the most likely alternatives at its position (engine.TokenLogprob).
+type TokenLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         int32                  `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Top           []*TopLogprob          `protobuf:"bytes,3,rep,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TokenLogprob) GetToken() int32 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetTop() []*TopLogprob {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
+// TopLogprob is one alternative at a position.
+type TopLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         int32                  `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TopLogprob) GetToken() int32 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -530,7 +675,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +687,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +700,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
 }
 
 // EngineInfo describes an engine (engine.Info).
@@ -576,7 +721,7 @@ type EngineInfo struct {
 
 func (x *EngineInfo) Reset() {
 	*x = EngineInfo{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +733,7 @@ func (x *EngineInfo) String() string {
 func (*EngineInfo) ProtoMessage() {}
 
 func (x *EngineInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +746,7 @@ func (x *EngineInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineInfo.ProtoReflect.Descriptor instead.
 func (*EngineInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EngineInfo) GetKind() string {
@@ -659,7 +804,7 @@ type AssessRequest struct {
 
 func (x *AssessRequest) Reset() {
 	*x = AssessRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +816,7 @@ func (x *AssessRequest) String() string {
 func (*AssessRequest) ProtoMessage() {}
 
 func (x *AssessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +829,7 @@ func (x *AssessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssessRequest.ProtoReflect.Descriptor instead.
 func (*AssessRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AssessRequest) GetPrompt() []int32 {
@@ -729,7 +874,7 @@ type Assessment struct {
 
 func (x *Assessment) Reset() {
 	*x = Assessment{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +886,7 @@ func (x *Assessment) String() string {
 func (*Assessment) ProtoMessage() {}
 
 func (x *Assessment) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +899,7 @@ func (x *Assessment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assessment.ProtoReflect.Descriptor instead.
 func (*Assessment) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assessment) GetCachedTokens() int32 {
@@ -807,7 +952,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +964,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +977,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Peer) GetId() string {
@@ -865,7 +1010,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1022,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1035,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LinkRequest) GetPeer() *Peer {
@@ -913,7 +1058,7 @@ type LinkReply struct {
 
 func (x *LinkReply) Reset() {
 	*x = LinkReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1070,7 @@ func (x *LinkReply) String() string {
 func (*LinkReply) ProtoMessage() {}
 
 func (x *LinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1083,7 @@ func (x *LinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkReply.ProtoReflect.Descriptor instead.
 func (*LinkReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LinkReply) GetBytesPerSec() float64 {
@@ -975,7 +1120,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1132,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1145,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillRequest) GetRequest() *GenerateRequest {
@@ -1047,7 +1192,7 @@ type PrefillReply struct {
 
 func (x *PrefillReply) Reset() {
 	*x = PrefillReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1204,7 @@ func (x *PrefillReply) String() string {
 func (*PrefillReply) ProtoMessage() {}
 
 func (x *PrefillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1217,7 @@ func (x *PrefillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillReply.ProtoReflect.Descriptor instead.
 func (*PrefillReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PrefillReply) GetBlocks() int32 {
@@ -1146,7 +1291,7 @@ type TransferKeyRequest struct {
 
 func (x *TransferKeyRequest) Reset() {
 	*x = TransferKeyRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1303,7 @@ func (x *TransferKeyRequest) String() string {
 func (*TransferKeyRequest) ProtoMessage() {}
 
 func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1316,7 @@ func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyRequest.ProtoReflect.Descriptor instead.
 func (*TransferKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{17}
 }
 
 type TransferKeyReply struct {
@@ -1183,7 +1328,7 @@ type TransferKeyReply struct {
 
 func (x *TransferKeyReply) Reset() {
 	*x = TransferKeyReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1340,7 @@ func (x *TransferKeyReply) String() string {
 func (*TransferKeyReply) ProtoMessage() {}
 
 func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1353,7 @@ func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyReply.ProtoReflect.Descriptor instead.
 func (*TransferKeyReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TransferKeyReply) GetKey() []byte {
@@ -1228,7 +1373,7 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x15\n" +
-	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xf5\x02\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xb4\x03\n" +
 	"\x0fGenerateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -1244,7 +1389,9 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\bsampling\x18\b \x01(\v2 .tandem.requestplane.v1.SamplingR\bsampling\x12,\n" +
 	"\x12kv_transfer_params\x18\t \x01(\fR\x10kvTransferParams\x12:\n" +
 	"\x05trace\x18\n" +
-	" \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\"\xa3\x01\n" +
+	" \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\x12\x1a\n" +
+	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
+	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\"\xa3\x01\n" +
 	"\fTraceContext\x12\"\n" +
 	"\rtrace_id_high\x18\x01 \x01(\x06R\vtraceIdHigh\x12 \n" +
 	"\ftrace_id_low\x18\x02 \x01(\x06R\n" +
@@ -1259,13 +1406,22 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
 	"\x05top_k\x18\x03 \x01(\x05R\x04topK\x12\x17\n" +
 	"\x04seed\x18\x04 \x01(\x04H\x00R\x04seed\x88\x01\x01B\a\n" +
-	"\x05_seed\"\xaf\x01\n" +
+	"\x05_seed\"\xf1\x01\n" +
 	"\x05Delta\x12\x16\n" +
 	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\x12\x16\n" +
 	"\x06finish\x18\x02 \x01(\tR\x06finish\x12#\n" +
 	"\rprompt_tokens\x18\x03 \x01(\x05R\fpromptTokens\x12#\n" +
 	"\rcached_tokens\x18\x04 \x01(\x05R\fcachedTokens\x12,\n" +
-	"\x12kv_transfer_params\x18\x05 \x01(\fR\x10kvTransferParams\"\r\n" +
+	"\x12kv_transfer_params\x18\x05 \x01(\fR\x10kvTransferParams\x12@\n" +
+	"\blogprobs\x18\x14 \x03(\v2$.tandem.requestplane.v1.TokenLogprobR\blogprobs\"t\n" +
+	"\fTokenLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\x124\n" +
+	"\x03top\x18\x03 \x03(\v2\".tandem.requestplane.v1.TopLogprobR\x03top\"<\n" +
+	"\n" +
+	"TopLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\"\r\n" +
 	"\vInfoRequest\"\xbc\x01\n" +
 	"\n" +
 	"EngineInfo\x12\x12\n" +
@@ -1338,7 +1494,7 @@ func file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP() []byte {
 	return file_tandem_requestplane_v1_requestplane_proto_rawDescData
 }
 
-var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
 	(*WatchQueueRequest)(nil),  // 0: tandem.requestplane.v1.WatchQueueRequest
 	(*QueueReport)(nil),        // 1: tandem.requestplane.v1.QueueReport
@@ -1346,44 +1502,48 @@ var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
 	(*TraceContext)(nil),       // 3: tandem.requestplane.v1.TraceContext
 	(*Sampling)(nil),           // 4: tandem.requestplane.v1.Sampling
 	(*Delta)(nil),              // 5: tandem.requestplane.v1.Delta
-	(*InfoRequest)(nil),        // 6: tandem.requestplane.v1.InfoRequest
-	(*EngineInfo)(nil),         // 7: tandem.requestplane.v1.EngineInfo
-	(*AssessRequest)(nil),      // 8: tandem.requestplane.v1.AssessRequest
-	(*Assessment)(nil),         // 9: tandem.requestplane.v1.Assessment
-	(*Peer)(nil),               // 10: tandem.requestplane.v1.Peer
-	(*LinkRequest)(nil),        // 11: tandem.requestplane.v1.LinkRequest
-	(*LinkReply)(nil),          // 12: tandem.requestplane.v1.LinkReply
-	(*PrefillRequest)(nil),     // 13: tandem.requestplane.v1.PrefillRequest
-	(*PrefillReply)(nil),       // 14: tandem.requestplane.v1.PrefillReply
-	(*TransferKeyRequest)(nil), // 15: tandem.requestplane.v1.TransferKeyRequest
-	(*TransferKeyReply)(nil),   // 16: tandem.requestplane.v1.TransferKeyReply
+	(*TokenLogprob)(nil),       // 6: tandem.requestplane.v1.TokenLogprob
+	(*TopLogprob)(nil),         // 7: tandem.requestplane.v1.TopLogprob
+	(*InfoRequest)(nil),        // 8: tandem.requestplane.v1.InfoRequest
+	(*EngineInfo)(nil),         // 9: tandem.requestplane.v1.EngineInfo
+	(*AssessRequest)(nil),      // 10: tandem.requestplane.v1.AssessRequest
+	(*Assessment)(nil),         // 11: tandem.requestplane.v1.Assessment
+	(*Peer)(nil),               // 12: tandem.requestplane.v1.Peer
+	(*LinkRequest)(nil),        // 13: tandem.requestplane.v1.LinkRequest
+	(*LinkReply)(nil),          // 14: tandem.requestplane.v1.LinkReply
+	(*PrefillRequest)(nil),     // 15: tandem.requestplane.v1.PrefillRequest
+	(*PrefillReply)(nil),       // 16: tandem.requestplane.v1.PrefillReply
+	(*TransferKeyRequest)(nil), // 17: tandem.requestplane.v1.TransferKeyRequest
+	(*TransferKeyReply)(nil),   // 18: tandem.requestplane.v1.TransferKeyReply
 }
 var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
 	4,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
 	3,  // 1: tandem.requestplane.v1.GenerateRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
-	3,  // 2: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
-	10, // 3: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 4: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
-	10, // 5: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 6: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
-	6,  // 7: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
-	8,  // 8: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
-	11, // 9: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
-	13, // 10: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
-	15, // 11: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
-	0,  // 12: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
-	5,  // 13: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
-	7,  // 14: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
-	9,  // 15: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
-	12, // 16: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
-	14, // 17: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
-	16, // 18: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
-	1,  // 19: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	6,  // 2: tandem.requestplane.v1.Delta.logprobs:type_name -> tandem.requestplane.v1.TokenLogprob
+	7,  // 3: tandem.requestplane.v1.TokenLogprob.top:type_name -> tandem.requestplane.v1.TopLogprob
+	3,  // 4: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	12, // 5: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 6: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
+	12, // 7: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 8: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
+	8,  // 9: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
+	10, // 10: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
+	13, // 11: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
+	15, // 12: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
+	17, // 13: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
+	0,  // 14: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
+	5,  // 15: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
+	9,  // 16: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
+	11, // 17: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
+	14, // 18: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
+	16, // 19: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
+	18, // 20: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
+	1,  // 21: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_tandem_requestplane_v1_requestplane_proto_init() }
@@ -1398,7 +1558,7 @@ func file_tandem_requestplane_v1_requestplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_requestplane_v1_requestplane_proto_rawDesc), len(file_tandem_requestplane_v1_requestplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
