@@ -26,6 +26,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/openai"
+	"github.com/tandemllm/tandem/openai/responses"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/tracing"
@@ -72,13 +73,17 @@ type Config struct {
 	APIKeys *APIKeys
 	// ProtectMetrics puts /metrics behind the keys too (--protect-metrics).
 	ProtectMetrics bool
+	// ResponsesStore bounds the /v1/responses store that previous_response_id
+	// reads (--responses-store-size, --responses-store-bytes, --responses-store-ttl).
+	ResponsesStore responses.StoreConfig
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
 func DefaultConfig() Config {
 	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1, MaxTokensDefault: 4096,
 		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, HTTP: DefaultHTTPLimits(),
-		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute}
+		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute,
+		ResponsesStore: responses.DefaultStoreConfig()}
 }
 
 // Model is one served model as the frontend sees it.
@@ -106,6 +111,8 @@ type Server struct {
 	budget   *bodyBudget
 	bufs     sync.Pool
 	prefill  func() []PrefillWorker // nil: no disaggregation
+	// responses holds finished /v1/responses for previous_response_id.
+	responses *responses.Store
 }
 
 // New returns a Server. reg receives the frontend metrics and is what
@@ -114,8 +121,9 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 	s := &Server{
 		cfg: cfg, router: r, board: board, log: log,
 		metrics: newMetrics(reg), gather: reg,
-		created: time.Now().Unix(),
-		models:  map[string]*Model{},
+		created:   time.Now().Unix(),
+		models:    map[string]*Model{},
+		responses: responses.NewStore(cfg.ResponsesStore),
 		budget: &bodyBudget{max: cfg.HTTP.BodyBudget, diag: flag{board: board, code: DiagBodyBudget, recovered: DiagBodyBudgetAvailable,
 			msg: fmt.Sprintf("request bodies fill the server's %d-byte budget (--body-budget-bytes); new requests get 503", cfg.HTTP.BodyBudget)}},
 	}
@@ -191,6 +199,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.handleChat)))
 	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.handleCompletion)))
 	mux.Handle("GET /v1/models", guard(s.handleModels))
+	mux.Handle("POST /v1/responses", guard(traced("/v1/responses", s.handleResponses)))
+	mux.Handle("GET /v1/responses/{id}", guard(s.handleGetResponse))
+	mux.Handle("DELETE /v1/responses/{id}", guard(s.handleDeleteResponse))
+	mux.Handle("POST /v1/messages", guard(traced("/v1/messages", s.handleMessages)))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -286,7 +298,7 @@ func accept[R any](s *Server, w http.ResponseWriter, r *http.Request, endpoint s
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	const endpoint = "chat"
+	endpoint := chatEndpoint(r.Context())
 	start := time.Now()
 	req, m, ok := accept(s, w, r, endpoint, openai.DecodeChat, func(c *openai.ChatRequest) string { return c.Model })
 	if !ok {
