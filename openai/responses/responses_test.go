@@ -237,7 +237,9 @@ func TestStoreBounds(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s := NewStore(StoreConfig{Size: 2, Bytes: 1 << 20, TTL: time.Minute})
 	s.now = func() time.Time { return now }
-	put := func(id string) { s.Put(&Response{ID: id}, []chatstream.Message{{Role: "user", Content: chatstream.Text(id)}}) }
+	put := func(id string) {
+		s.Put(&Response{ID: id}, []chatstream.Message{{Role: "user", Content: chatstream.Text(id)}})
+	}
 	put("a")
 	put("b")
 	if _, ok := s.Get("a"); !ok { // a is now the most recently used
