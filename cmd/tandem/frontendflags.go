@@ -21,6 +21,10 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for an admission slot")
 	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
 	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
+	rs := &c.ResponsesStore
+	f.IntVar(&rs.Size, "responses-store-size", rs.Size, "finished /v1/responses kept for previous_response_id and GET (0: none kept); the least recently used go first")
+	f.Int64Var(&rs.Bytes, "responses-store-bytes", rs.Bytes, "bound on the stored responses' conversations, in bytes (0: only --responses-store-size bounds them)")
+	f.DurationVar(&rs.TTL, "responses-store-ttl", rs.TTL, "how long a stored response is kept (0: until evicted)")
 	h := &c.HTTP
 	f.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "bound on reading a request's headers")
 	f.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "bound on reading a whole request (headers and body)")
