@@ -34,6 +34,7 @@ type engineFlags struct {
 	kvTokenIDs  bool
 	threads     int
 	kvType      string
+	script      string // --mocker-script
 	up          upstreamFlags
 }
 
@@ -78,6 +79,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&m.Instant, "instant", false, "mocker: zero simulated time (for overhead benchmarks)")
 	f.Uint64Var(&m.Seed, "seed", 0, "mocker: seed of the generated text")
 	f.IntVar(&m.MaxNaturalTokens, "max-natural-tokens", 0, "mocker: end sequences with EOS after a seeded length up to this (0: run to max_tokens)")
+	f.StringVar(&e.script, "mocker-script", "", `mocker: a reply script (JSON {"rules":[{"when":"substring of the last user message","reply":"exact text"}]}): the first matching rule's reply is written, then EOS, so a random engine can write a tool call`)
 	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
 	f.StringVar(&e.kvEvents, "kv-events", "on", "publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
 	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
@@ -97,6 +99,9 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if e.script != "" && e.kind != "mocker" {
+		return nil, nil, fmt.Errorf("--mocker-script is for --engine mocker, not %s", e.kind)
 	}
 	switch e.kind {
 	case "mocker":
@@ -168,6 +173,13 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 	cfg.Vocabulary = model.Tokenizer.Encode(mocker.DefaultText)
 	if model.ContextLength > 0 {
 		cfg.ContextLength = model.ContextLength
+	}
+	if e.script != "" {
+		sc, err := mocker.LoadScript(e.script, model)
+		if err != nil {
+			return cfg, fmt.Errorf("--mocker-script: %w", err)
+		}
+		cfg.Script = sc
 	}
 	switch e.timing {
 	case "dynamo":
