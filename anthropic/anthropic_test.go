@@ -86,7 +86,7 @@ func TestTranslateStream(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := NewTranslator("msg_x", "m")
+			tr := NewTranslator("msg_x", "m", nil)
 			var buf []byte
 			for _, c := range tc.chunks {
 				buf = tr.Chunk(buf, parse(t, c))
@@ -116,7 +116,7 @@ func TestTranslateStream(t *testing.T) {
 }
 
 func TestResultUsageAndToolInput(t *testing.T) {
-	tr := NewTranslator("msg_x", "m")
+	tr := NewTranslator("msg_x", "m", nil)
 	for _, c := range []string{
 		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":null}]}`,
 		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_2","type":"function","function":{"name":"g","arguments":"not json"}}]},"finish_reason":"tool_calls"}]}`,
@@ -160,7 +160,7 @@ func TestToChat(t *testing.T) {
 		`{"role":"tool","content":"sunny","tool_call_id":"toolu_1"},{"role":"user","content":"and tomorrow?"}]`,
 		`"tools":[{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object"}}}]`,
 		`"tool_choice":"required","parallel_tool_calls":false`,
-		`"chat_template_kwargs":{"enable_thinking":true}`, `"max_completion_tokens":100`, `"top_k":5`, `"stop":["END"]`,
+		`"chat_template_kwargs":{"enable_thinking":true}`, `"max_completion_tokens":100`, `"top_k":5`,
 	} {
 		if !strings.Contains(string(got), want) {
 			t.Errorf("chat request lacks %s\n%s", want, got)
@@ -195,6 +195,53 @@ func TestRefusals(t *testing.T) {
 			if err := json.Unmarshal(e.JSON(), &body); err != nil || body.Type != "error" || body.Error.Type != e.Type {
 				t.Errorf("error body %s", e.JSON())
 			}
+		}
+	}
+}
+
+func TestStopSequences(t *testing.T) {
+	cases := []struct {
+		deltas     []string
+		text, stop string
+	}{
+		{[]string{"Hello EN", "D world"}, "Hello ", "END"},
+		{[]string{"abc", "def"}, "abcdef", ""},
+		{[]string{"E", "N", "X"}, "ENX", ""},
+		{[]string{"xSTOP"}, "x", "STOP"},
+	}
+	for _, tc := range cases {
+		tr := NewTranslator("msg_x", "m", []string{"END", "STOP"})
+		var buf []byte
+		for _, d := range tc.deltas {
+			b, _ := json.Marshal(d)
+			buf = tr.Chunk(buf, parse(t, `{"choices":[{"index":0,"delta":{"content":`+string(b)+`},"finish_reason":null}]}`))
+			if tr.Stopped {
+				break
+			}
+		}
+		buf = tr.End(buf)
+		m := tr.Msg
+		if got := *m.Content[0].Text; got != tc.text {
+			t.Errorf("%q: text %q, want %q", tc.deltas, got, tc.text)
+		}
+		var streamed strings.Builder
+		for _, e := range events(t, buf) {
+			if d, ok := e.data["delta"].(map[string]any); ok && d["type"] == "text_delta" {
+				streamed.WriteString(d["text"].(string))
+			}
+		}
+		if streamed.String() != tc.text {
+			t.Errorf("%q: streamed %q, want %q", tc.deltas, streamed.String(), tc.text)
+		}
+		wantReason := "end_turn"
+		if tc.stop != "" {
+			wantReason = "stop_sequence"
+			if m.StopSequence == nil || *m.StopSequence != tc.stop {
+				t.Errorf("%q: stop_sequence %v, want %s", tc.deltas, m.StopSequence, tc.stop)
+			}
+		}
+		if *m.StopReason != wantReason {
+			t.Errorf("%q: stop_reason %s, want %s", tc.deltas, *m.StopReason, wantReason)
 		}
 	}
 }

@@ -260,11 +260,13 @@ func textOf(raw json.RawMessage, param string) (string, *Error) {
 	return sb.String(), nil
 }
 
-// ToChat builds the chat request for r.
+// ToChat builds the chat request for r. stop_sequences stay out of it:
+// the Translator matches them itself, because Anthropic reports which one
+// ended the message (stop_sequence) and a chat stream does not.
 func ToChat(r *Request) (*chatstream.Request, *Error) {
 	c := &chatstream.Request{
 		Model: r.Model, MaxCompletionTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP,
-		Stop: r.StopSequences, Stream: true,
+		Stream:        true,
 		StreamOptions: &openai.StreamOptions{IncludeUsage: true, ContinuousUsageStats: true},
 	}
 	if r.TopK != nil && *r.TopK > 0 {

@@ -3,6 +3,7 @@ package anthropic
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/openai/chatstream"
@@ -52,11 +53,72 @@ type Translator struct {
 	calls   map[int]int // chat tool-call index → content block index
 	finish  string
 	usage   *chatstream.Usage
+	stop    stopMatcher
+	// Stopped is set when a stop sequence ended the message: the caller
+	// stops the chat stream and ends the message.
+	Stopped bool
 }
 
-// NewTranslator returns a translator filling a message with id and model.
-func NewTranslator(id, model string) *Translator {
-	return &Translator{Msg: &Message{ID: id, Type: "message", Role: "assistant", Model: model, Content: []Block{}}, open: -1, calls: map[int]int{}}
+// NewTranslator returns a translator filling a message with id and model
+// that ends its text at the first of stops.
+func NewTranslator(id, model string, stops []string) *Translator {
+	return &Translator{Msg: &Message{ID: id, Type: "message", Role: "assistant", Model: model, Content: []Block{}}, open: -1, calls: map[int]int{},
+		stop: stopMatcher{stops: stops}}
+}
+
+// stopMatcher finds stop sequences in streamed text, holding back a tail
+// that may be the start of one.
+type stopMatcher struct {
+	stops   []string
+	pending string
+}
+
+// push adds text; it returns the text that is safe to emit, and the stop
+// sequence matched ("" for none; the text after it is dropped).
+func (m *stopMatcher) push(s string) (string, string) {
+	if len(m.stops) == 0 {
+		return s, ""
+	}
+	buf := m.pending + s
+	at, which := -1, ""
+	for _, st := range m.stops {
+		if i := strings.Index(buf, st); i >= 0 && (at < 0 || i < at) {
+			at, which = i, st
+		}
+	}
+	if at >= 0 {
+		m.pending = ""
+		return buf[:at], which
+	}
+	hold := 0
+	for _, st := range m.stops {
+		for k := min(len(st)-1, len(buf)); k > hold; k-- {
+			if strings.HasSuffix(buf, st[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	m.pending = buf[len(buf)-hold:]
+	return buf[:len(buf)-hold], ""
+}
+
+// flush returns the held text.
+func (m *stopMatcher) flush() string {
+	s := m.pending
+	m.pending = ""
+	return s
+}
+
+// text appends a text delta.
+func (t *Translator) text(dst []byte, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	var i int
+	dst, i = t.openBlock(dst, "text", 0, nil)
+	*t.Msg.Content[i].Text += s
+	return delta(dst, i, map[string]string{"type": "text_delta", "text": s})
 }
 
 func event(dst []byte, typ string, body any) []byte {
@@ -143,10 +205,13 @@ func delta(dst []byte, i int, d any) []byte {
 	return event(dst, "content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d})
 }
 
-// Chunk appends the events of one chat chunk. message_start waits for the
+// Chunk appends the events of one chat chunk (none once Stopped). message_start waits for the
 // first chunk that carries usage (the chat stream's continuous usage), so
 // that it reports the input tokens as Anthropic's does.
 func (t *Translator) Chunk(dst []byte, c *chatstream.Chunk) []byte {
+	if t.Stopped {
+		return dst
+	}
 	if c.Usage != nil {
 		t.usage = c.Usage
 	}
@@ -167,10 +232,16 @@ func (t *Translator) Chunk(dst []byte, c *chatstream.Chunk) []byte {
 			dst = delta(dst, i, map[string]string{"type": "thinking_delta", "thinking": *d.ReasoningContent})
 		}
 		if d.Content != nil && *d.Content != "" {
-			var i int
-			dst, i = t.openBlock(dst, "text", 0, nil)
-			*t.Msg.Content[i].Text += *d.Content
-			dst = delta(dst, i, map[string]string{"type": "text_delta", "text": *d.Content})
+			emit, matched := t.stop.push(*d.Content)
+			dst = t.text(dst, emit)
+			if matched != "" {
+				t.Stopped, t.finish = true, "stop"
+				t.Msg.StopSequence = &matched
+				return dst
+			}
+		}
+		if len(d.ToolCalls) > 0 {
+			dst = t.text(dst, t.stop.flush())
 		}
 		for j := range d.ToolCalls {
 			tc := &d.ToolCalls[j]
@@ -196,11 +267,12 @@ func (t *Translator) Chunk(dst []byte, c *chatstream.Chunk) []byte {
 // usage) and message_stop.
 func (t *Translator) End(dst []byte) []byte {
 	dst = t.start(dst)
+	dst = t.text(dst, t.stop.flush())
 	dst = t.closeOpen(dst)
 	t.finalize()
 	u := t.Msg.Usage
 	return event(event(dst, "message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": *t.Msg.StopReason, "stop_sequence": nil},
+		"delta": map[string]any{"stop_reason": *t.Msg.StopReason, "stop_sequence": t.Msg.StopSequence},
 		"usage": map[string]int{"input_tokens": u.InputTokens, "output_tokens": u.OutputTokens, "cache_read_input_tokens": u.CacheReadInputTokens, "cache_creation_input_tokens": 0}}),
 		"message_stop", map[string]string{"type": "message_stop"})
 }
@@ -211,6 +283,9 @@ func (t *Translator) End(dst []byte) []byte {
 // the model wrote is dropped).
 func (t *Translator) finalize() {
 	sr := StopReason(t.finish)
+	if t.Msg.StopSequence != nil {
+		sr = "stop_sequence"
+	}
 	t.Msg.StopReason = &sr
 	t.Msg.Usage = t.usageNow()
 	for i := range t.Msg.Content {
@@ -230,6 +305,9 @@ func (t *Translator) finalize() {
 
 // Result finishes the translation for a non-streaming request.
 func (t *Translator) Result() *Message {
+	if rest := t.stop.flush(); rest != "" {
+		t.text(nil, rest)
+	}
 	t.finalize()
 	return t.Msg
 }

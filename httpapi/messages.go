@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -8,6 +9,17 @@ import (
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/openai/chatstream"
 )
+
+// errStopSequence stops the chat stream: the translator matched a stop
+// sequence (the chat handler cancels the engine when a write fails).
+var errStopSequence = errors.New("stop sequence matched")
+
+func stopped(tr *anthropic.Translator) error {
+	if tr.Stopped {
+		return errStopSequence
+	}
+	return nil
+}
 
 // failAnthropic answers a /v1/messages request with e in Anthropic's shape
 // and counts it (requests the chat handler never saw).
@@ -37,7 +49,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		s.failAnthropic(w, req.Model, e, 0)
 		return
 	}
-	tr := anthropic.NewTranslator(randomID("msg_"), req.Model)
+	tr := anthropic.NewTranslator(randomID("msg_"), req.Model, req.StopSequences)
 	var (
 		buf   []byte
 		broke *openai.Error
@@ -50,11 +62,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		if !req.Stream {
 			tr.Chunk(nil, c)
-			return nil
+			return stopped(tr)
 		}
 		buf = tr.Chunk(buf, c)
 		if len(buf) == 0 {
-			return nil
+			return stopped(tr)
 		}
 		if !head {
 			head = true
@@ -66,7 +78,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		_, err := w.Write(buf)
 		buf = buf[:0]
-		return err
+		if err != nil {
+			return err
+		}
+		return stopped(tr)
 	}
 	flush := func() {
 		if f, ok := w.(http.Flusher); ok && head {
@@ -83,7 +98,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		anthropic.FromOpenAI(ce, anthropic.ChatParam(ce.Param)).Write(w, ce.RetryAfter) // the chat handler counted it
 		return
 	}
-	if sink.err != nil {
+	if sink.err != nil && !errors.Is(sink.err, errStopSequence) {
 		return // the client is gone
 	}
 	if broke != nil {

@@ -167,6 +167,14 @@ func TestMessagesNonStreamingAndStreaming(t *testing.T) {
 		t.Fatalf("prompt %q", p)
 	}
 
+	// A stop sequence ends the message there and is reported.
+	resp = post(t, f.url+"/v1/messages", strings.Replace(body, `"max_tokens":50`, `"max_tokens":50,"stop_sequences":["!"]`, 1))
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"content":[{"type":"text","text":"Hi"}],"stop_reason":"stop_sequence","stop_sequence":"!"`) {
+		t.Fatalf("stop sequence: %s", b)
+	}
+
 	resp = post(t, f.url+"/v1/messages", strings.Replace(body, `"max_tokens":50`, `"max_tokens":2,"stream":true`, 1))
 	names, data := sseNames(t, resp.Body)
 	resp.Body.Close()
