@@ -245,3 +245,51 @@ func TestStopSequences(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecode: any body decodes to a request or a 400, and a request
+// converts to a chat request or a 400; neither panics.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+	f.Add([]byte(`{"model":"m","max_tokens":5,"system":[{"type":"text","text":"s"}],"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x","is_error":true}]}],"tool_choice":{"type":"tool","name":"f"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, e := Decode(body)
+		if e != nil {
+			if e.Status != 400 {
+				t.Fatalf("status %d", e.Status)
+			}
+			return
+		}
+		if _, e := ToChat(r); e != nil && e.Status != 400 {
+			t.Fatalf("status %d", e.Status)
+		}
+	})
+}
+
+// FuzzStopMatcher: text pushed in any split comes out as the text up to
+// the first stop sequence, as one push of the whole would give.
+func FuzzStopMatcher(f *testing.F) {
+	f.Add("hello END world", uint8(3))
+	f.Fuzz(func(t *testing.T, s string, cut uint8) {
+		stops := []string{"END", "ab", "x"}
+		whole := stopMatcher{stops: stops}
+		want, wantStop := whole.push(s)
+		if wantStop == "" {
+			want += whole.flush()
+		}
+		i := int(cut) % (len(s) + 1)
+		split := stopMatcher{stops: stops}
+		a, st := split.push(s[:i])
+		got := a
+		if st == "" {
+			b, st2 := split.push(s[i:])
+			got += b
+			st = st2
+			if st == "" {
+				got += split.flush()
+			}
+		}
+		if got != want || st != wantStop {
+			t.Fatalf("split at %d: %q %q, whole: %q %q", i, got, st, want, wantStop)
+		}
+	})
+}

@@ -264,3 +264,44 @@ func TestStoreBounds(t *testing.T) {
 		t.Fatal("a store of size 0 stored")
 	}
 }
+
+// FuzzDecode: any body decodes to a request or a 400, and a request
+// converts to a chat request or a 400; neither panics.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"model":"m","input":"hi"}`))
+	f.Add([]byte(`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"x"}],"tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f"},"text":{"format":{"type":"json_schema","name":"n","schema":{}}}}`))
+	f.Add([]byte(`{"model":"m","input":[{"type":"reasoning","content":[{"type":"reasoning_text","text":"t"}]},{"role":"assistant","content":[{"type":"output_text","text":"a"}]}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, e := Decode(body)
+		if e != nil {
+			if e.Status != 400 {
+				t.Fatalf("status %d", e.Status)
+			}
+			return
+		}
+		if _, _, e := ToChat(r, nil); e != nil && e.Status != 400 {
+			t.Fatalf("status %d", e.Status)
+		}
+	})
+}
+
+// FuzzTranslate: any chat chunk sequence translates without panicking,
+// and every item ends completed.
+func FuzzTranslate(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"index":0,"delta":{"reasoning_content":"r","content":"c","tool_calls":[{"index":3,"id":"x","function":{"name":"f","arguments":"{"}}]},"finish_reason":"length"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr := NewTranslator(NewResponse("resp_x", 1, &Request{Model: "m"}))
+		buf := tr.Start(nil)
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			if c, err := chatstream.ParseData(line); err == nil {
+				buf = tr.Chunk(buf, c)
+			}
+		}
+		tr.End(buf)
+		for _, it := range tr.Resp.Output {
+			if it.Status != "completed" {
+				t.Fatalf("item %+v not completed", it)
+			}
+		}
+	})
+}
