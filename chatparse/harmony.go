@@ -26,13 +26,13 @@ var hEnds = []string{"<|end|>", "<|call|>", "<|return|>"}
 const maxHeader = 512
 
 type harmony struct {
-	o                    Options
-	tools, reason        bool
-	held                 string
-	inBody               bool
-	plain                bool // the reply is not harmony: all content
-	kind                 int  // the current body's destination
-	calls                int
+	o             Options
+	tools, reason bool
+	held          string
+	inBody        bool
+	plain         bool // the reply is not harmony: all content
+	kind          int  // the current body's destination
+	calls         int
 }
 
 const (

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/chatparse"
 	"github.com/tandemllm/tandem/httpapi"
 )
 
@@ -21,6 +24,10 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for an admission slot")
 	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
 	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
+	f.Var(&parserFlag{p: &c.ToolCallParser, check: chatparse.CanonicalTool}, "tool-call-parser",
+		"how the chat endpoint reads tool calls in what the model writes: "+strings.Join(chatparse.ToolParsers, ", ")+", or none (default: detected from the model's chat template)")
+	f.Var(&parserFlag{p: &c.ReasoningParser, check: chatparse.CanonicalReasoning}, "reasoning-parser",
+		"how the chat endpoint splits reasoning into reasoning_content: "+strings.Join(chatparse.ReasoningParsers, ", ")+", or none (default: detected from the model's chat template)")
 	h := &c.HTTP
 	f.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "bound on reading a request's headers")
 	f.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "bound on reading a whole request (headers and body)")
@@ -29,3 +36,29 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.IntVar(&h.MaxConns, "max-connections", h.MaxConns, "open client connections (0: no cap); past it a connection gets a 503 and is closed")
 	f.Int64Var(&h.BodyBudget, "body-budget-bytes", h.BodyBudget, "request-body bytes held in memory at once across the server (0: no budget); past it a request gets 503")
 }
+
+// parserFlag is a parser name, checked when the flag is parsed.
+type parserFlag struct {
+	p     *string
+	check func(string) (string, error)
+}
+
+func (f *parserFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f *parserFlag) Set(v string) error {
+	if _, err := f.check(v); err != nil {
+		return err
+	}
+	if strings.EqualFold(strings.TrimSpace(v), "none") {
+		v = "none"
+	}
+	*f.p = v
+	return nil
+}
+
+func (f *parserFlag) Type() string { return "name" }
