@@ -26,13 +26,13 @@ var hEnds = []string{"<|end|>", "<|call|>", "<|return|>"}
 const maxHeader = 512
 
 type harmony struct {
-	o                    Options
-	tools, reason        bool
-	held                 string
-	inBody               bool
-	plain                bool // the reply is not harmony: all content
-	kind                 int  // the current body's destination
-	calls                int
+	o             Options
+	tools, reason bool
+	held          string
+	inBody        bool
+	plain         bool // the reply is not harmony: all content
+	kind          int  // the current body's destination
+	calls         int
 }
 
 const (
@@ -56,13 +56,18 @@ func (h *harmony) feed(text string, out *Out) {
 			return
 		}
 		if !h.inBody {
+			// A header starts with a harmony token; anything else, or a
+			// header too long to be one, means the reply is plain text.
+			if t := strings.TrimLeft(s, " \t\r\n"); t != "" && !strings.HasPrefix(t, "<|") && !strings.HasPrefix("<|", t) {
+				h.plain = true
+				continue
+			}
 			i := strings.Index(s, hMessage)
+			if i > maxHeader || i < 0 && len(s) > maxHeader {
+				h.plain = true
+				continue
+			}
 			if i < 0 {
-				t := strings.TrimLeft(s, " \t\r\n")
-				if len(s) > maxHeader || t != "" && !strings.HasPrefix(t, "<|") && !strings.HasPrefix("<|", t) {
-					h.plain = true
-					continue
-				}
 				h.held = s
 				return
 			}

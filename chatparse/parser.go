@@ -104,6 +104,12 @@ type Options struct {
 	// as DeepSeek-R1's and Qwen3 thinking models' do): the reply starts as
 	// reasoning.
 	PromptOpensReasoning bool
+	// ForceName: the reply is the arguments of this function (tool_choice
+	// names it and structured outputs constrain the reply to them).
+	// ForceList: the reply is vLLM's forced JSON array of calls
+	// (tool_choice "required" under structured outputs). See forced.go.
+	ForceName string
+	ForceList bool
 	// NewID makes tool call ids; nil: "call_" and 24 random letters and
 	// digits (9 for mistral, whose templates insist on that length).
 	NewID func() string
@@ -152,7 +158,9 @@ var reasoningAliases = map[string]string{
 	"kimi_k2": "kimi", "granite_3_2": "granite", "glm45": "qwen3", "deepseek_v3": "deepseek_r1",
 }
 
-func norm(name string) string { return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(name)), "-", "_") }
+func norm(name string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(name)), "-", "_")
+}
 
 // CanonicalTool returns the canonical tool parser name for name ("" for
 // none), or an error naming the choices.
@@ -202,6 +210,17 @@ func New(o Options) (*Stream, error) {
 		}
 	}
 	s := &Stream{}
+	if o.ForceName != "" || o.ForceList {
+		if rn != "" && rn != "gpt_oss" {
+			s.r = newReasoner(rn, o.PromptOpensReasoning)
+		}
+		if o.ForceName != "" {
+			s.t = &namedParser{name: o.ForceName, id: o.NewID()}
+		} else {
+			s.t = &listParser{o: o}
+		}
+		return s, nil
+	}
 	if tn == "openai" || rn == "gpt_oss" {
 		// Harmony channels carry both reasoning and calls: one parser.
 		s.combined = newHarmony(o, tn == "openai", rn == "gpt_oss")

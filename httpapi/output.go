@@ -52,6 +52,8 @@ type output struct {
 	promptSent bool           // a completions stream has sent prompt_token_ids
 	idText     []byte         // pushIDs' scratch
 	idEnds     []int
+
+	chat *chatState // chat parsing (tools, reasoning); nil: text is content
 }
 
 // next returns the text of the next delta, whether it was the last, and an
@@ -250,7 +252,9 @@ func (o *output) usage() openai.Usage {
 	if p == 0 {
 		p = len(o.j.prompt)
 	}
-	return openai.NewUsage(p, o.completion, o.cached)
+	u := openai.NewUsage(p, o.completion, o.cached)
+	u.CompletionDetails = o.chat.details()
+	return u
 }
 
 func (o *output) header() openai.ChunkHeader {
@@ -286,7 +290,16 @@ func (o *output) stream_(w http.ResponseWriter) {
 	}
 	for {
 		text, done, err := o.next()
-		if o.wantIDs {
+		if o.chat != nil {
+			// Parsed: reasoning, content and tool calls as their own
+			// delta fields (return_token_ids' ids ride on the finish
+			// chunk then).
+			n := len(buf)
+			if buf = o.chat.appendChunk(buf, &hdr, o.chat.feed(text, o.completion, done || err != nil)); len(buf) > n {
+				buf = o.withUsage(buf)
+			}
+			o.finish = o.chat.finish(o.finish)
+		} else if o.wantIDs {
 			// Ids go out with the delta that produced them even while its
 			// text is held back (a partial stop string, an incomplete UTF-8
 			// sequence), as vLLM sends them; the last may ride on the
@@ -349,6 +362,10 @@ func (o *output) collect(w http.ResponseWriter) int {
 	for {
 		text, done, err := o.next()
 		sb.WriteString(text)
+		if o.chat != nil {
+			o.chat.feed(text, o.completion, done || err != nil)
+			o.finish = o.chat.finish(o.finish)
+		}
 		if err != nil {
 			e := openai.Internal("engine_error", "generation failed: %v", err)
 			openai.WriteError(w, e)
@@ -368,7 +385,7 @@ func (o *output) collect(w http.ResponseWriter) int {
 	var v any
 	if o.j.chat {
 		v = openai.ChatResponse{ID: "chatcmpl-" + o.j.id, Object: "chat.completion", Created: o.j.start.Unix(), Model: o.m.Name,
-			Choices: []openai.ChatChoice{{Message: openai.AssistantMessage{Role: "assistant", Content: sb.String()}, FinishReason: o.finish, TokenIDs: ids}},
+			Choices: []openai.ChatChoice{{Message: o.message(sb.String()), FinishReason: o.finish, TokenIDs: ids}},
 			Usage:   o.usage(), PromptTokenIDs: promptIDs, KVTransferParams: o.kvParams}
 	} else {
 		v = openai.CompletionResponse{ID: "cmpl-" + o.j.id, Object: "text_completion", Created: o.j.start.Unix(), Model: o.m.Name,
@@ -383,4 +400,12 @@ func (o *output) collect(w http.ResponseWriter) int {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 	return http.StatusOK
+}
+
+// message is the non-streaming chat reply's message.
+func (o *output) message(text string) openai.AssistantMessage {
+	if o.chat != nil {
+		return o.chat.message()
+	}
+	return openai.AssistantMessage{Role: "assistant", Content: text}
 }

@@ -76,6 +76,13 @@ type Config struct {
 	// ResponsesStore bounds the /v1/responses store that previous_response_id
 	// reads (--responses-store-size, --responses-store-bytes, --responses-store-ttl).
 	ResponsesStore responses.StoreConfig
+	// ToolCallParser and ReasoningParser name the chat parsers
+	// (--tool-call-parser, --reasoning-parser; chatparse's names, "none"
+	// for off); empty: detected from each model's chat template.
+	ToolCallParser, ReasoningParser string
+	// ToolChoiceHook constrains requests whose tool_choice forces a call
+	// (structured outputs); nil: such replies are parsed as for "auto".
+	ToolChoiceHook ToolChoiceHook
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
@@ -92,6 +99,7 @@ type Model struct {
 	eos     []engine.Token
 	metrics *modelMetrics
 	adm     *admission
+	parsers chatParsers // tool-call and reasoning parsers (chat.go)
 }
 
 // Server serves the OpenAI API. Create it with New.
@@ -173,7 +181,8 @@ func (s *Server) AddModel(m *tokenizer.Model) {
 	defer s.mu.Unlock()
 	rejected := s.metrics.admissionRejected
 	s.models[m.Name] = &Model{Model: m, eos: m.Tokenizer.EOS(), metrics: s.metrics.forModel(m.Name),
-		adm: newAdmission(m.Name, s.cfg, s.board, func(reason string) { rejected.WithLabelValues(m.Name, reason).Inc() })}
+		adm:     newAdmission(m.Name, s.cfg, s.board, func(reason string) { rejected.WithLabelValues(m.Name, reason).Inc() }),
+		parsers: s.resolveParsers(m)}
 }
 
 func (s *Server) model(name string) *Model {
@@ -230,6 +239,7 @@ type job struct {
 	prompt   []engine.Token
 	sampling *openai.Sampling
 	start    time.Time
+	chat_    *chatPlan // chat parsing (tools, reasoning); nil: none
 }
 
 func newRequestID(r *http.Request) string {
@@ -305,13 +315,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, tspan := child(r.Context(), tracing.SpanTemplate)
-	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, AddGenerationPrompt: true})
+	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: templateKwargs(req), AddGenerationPrompt: true})
 	endWithError(tspan, err)
 	if err != nil {
 		s.fail(w, endpoint, m.Name, openai.BadRequest("messages", "template_error", "rendering the chat template: %v", err))
 		return
 	}
-	j := &job{ctx: r.Context(), endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encodeTraced(r.Context(), m, text), sampling: &req.Sampling, start: start}
+	plan, e := s.planChat(m, req, text)
+	if e != nil {
+		s.fail(w, endpoint, m.Name, e)
+		return
+	}
+	j := &job{ctx: r.Context(), endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encodeTraced(r.Context(), m, text), sampling: &req.Sampling, start: start, chat_: plan}
 	s.run(w, r, j, "messages")
 }
 
@@ -450,6 +465,23 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	if sd := j.sampling.Seed; sd != nil {
 		ereq.Sampling.Seed, ereq.Sampling.HasSeed = uint64(*sd), true
 	}
+	var chat *chatState
+	if j.chat_ != nil {
+		chat = &chatState{plan: j.chat_}
+		forced := false
+		if hook := s.cfg.ToolChoiceHook; hook != nil && j.chat_.choice.Forced() {
+			var err error
+			forced, err = hook(r.Context(), ereq, ToolChoiceInput{Choice: j.chat_.choice, Tools: j.chat_.tools, ToolCallParser: j.chat_.opts.ToolParser, Parallel: j.chat_.parallel})
+			if err != nil {
+				s.fail(w, j.endpoint, m.Name, openai.BadRequest("tool_choice", "invalid_value", "%v", err))
+				return
+			}
+		}
+		if err := chat.start(forced); err != nil {
+			s.fail(w, j.endpoint, m.Name, openai.Internal("parser_error", "%v", err))
+			return
+		}
+	}
 
 	mm := m.metrics
 	mm.isl.Observe(float64(len(j.prompt)))
@@ -570,6 +602,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
+		chat:    chat,
+	}
+	if chat != nil && m.parsers.keep != nil {
+		// The parser's marker tokens stay in its text.
+		out.detok = tokenizer.NewDetokenizer(m.parsers.keep, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1]))
 	}
 	_, sspan := child(ctx, tracing.SpanStream)
 	status := http.StatusOK
