@@ -6,10 +6,30 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/openai/chatstream"
 	"github.com/tandemllm/tandem/openai/responses"
 )
+
+// registerResponsesStore exposes the /v1/responses store's fill: a store
+// that evicts responses before their TTL is too small for its clients'
+// previous_response_id chains (--responses-store-size, -bytes).
+func registerResponsesStore(reg prometheus.Registerer, st *responses.Store) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_frontend_responses_stored",
+			Help: "Finished /v1/responses held for previous_response_id."}, func() float64 { n, _, _ := st.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_frontend_responses_stored_bytes",
+			Help: "Bytes of the stored responses' conversations (bounded by --responses-store-bytes)."}, func() float64 { _, b, _ := st.Stats(); return float64(b) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tandem_frontend_responses_evicted_total",
+			Help: "Stored responses dropped for room before their TTL (--responses-store-size, --responses-store-bytes); a later previous_response_id naming one gets 404."},
+			func() float64 { _, _, e := st.Stats(); return float64(e) }),
+	)
+}
 
 // randomID is prefix and 24 random bytes in hex: ids that name stored
 // conversations are unguessable, and never taken from the client

@@ -136,6 +136,7 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 			msg: fmt.Sprintf("request bodies fill the server's %d-byte budget (--body-budget-bytes); new requests get 503", cfg.HTTP.BodyBudget)}},
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	registerResponsesStore(reg, s.responses)
 	r.SetReachabilityHook(s.reachability)
 	r.SetStuckHook(s.stuck)
 	r.SetStuckAfter(cfg.StuckAfter)

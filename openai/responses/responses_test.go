@@ -249,6 +249,9 @@ func TestStoreBounds(t *testing.T) {
 	if _, ok := s.Get("b"); ok {
 		t.Fatal("b should have been evicted (least recently used)")
 	}
+	if n, _, ev := s.Stats(); n != 2 || ev != 1 {
+		t.Fatalf("stats: %d stored, %d evicted; want 2, 1", n, ev)
+	}
 	if _, ok := s.Get("a"); !ok {
 		t.Fatal("a evicted")
 	}

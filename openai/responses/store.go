@@ -42,6 +42,8 @@ type Store struct {
 	ll    *list.List // front: most recently used
 	items map[string]*list.Element
 	bytes int64
+	// evicted counts responses dropped before their TTL for room.
+	evicted uint64
 }
 
 // NewStore returns an empty store.
@@ -112,6 +114,17 @@ func (s *Store) Delete(id string) bool {
 	return ok
 }
 
+// Stats are the stored responses, their bytes, and how many were
+// evicted for room before their TTL.
+func (s *Store) Stats() (n int, bytes int64, evicted uint64) {
+	if s == nil {
+		return 0, 0, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ll.Len(), s.bytes, s.evicted
+}
+
 // Len is the number of stored responses.
 func (s *Store) Len() int {
 	if s == nil {
@@ -139,5 +152,6 @@ func (s *Store) evict() {
 	}
 	for s.ll.Len() > s.cfg.Size || (s.cfg.Bytes > 0 && s.bytes > s.cfg.Bytes) {
 		s.remove(s.ll.Back())
+		s.evicted++
 	}
 }
