@@ -20,7 +20,8 @@ import (
 
 // The official API clients, unmodified, against `tandem serve` with a
 // mocker whose reply script (--mocker-script) makes it write a greeting,
-// a Hermes-style tool call, or an answer from a tool's result. Each
+// a greeting after a <think> block, a Hermes-style tool call, or an
+// answer from a tool's result. Each
 // client's script (testdata/nodeclients) prints "PASS name" per check;
 // each check is a subtest here. The clients are installed by
 // scripts/install-node-clients.sh (CI runs it); without node or them the
@@ -36,21 +37,24 @@ var nodeClients = []struct {
 	checks []nodeCheck
 }{
 	{"openai.mjs", []nodeCheck{{"chat", ""}, {"chat_stream", ""}, {"responses_create", ""}, {"responses_stream", ""},
-		{"chat_tools", "tools"}, {"chat_tools_stream", "tools"}, {"responses_tools", "tools"}, {"chat_logprobs", "logprobs"}}},
-	{"anthropic.mjs", []nodeCheck{{"messages", ""}, {"messages_stream", ""}, {"messages_tools", "tools"}}},
+		{"chat_tools", "tools"}, {"chat_tools_stream", "tools"}, {"responses_tools", "tools"}, {"responses_reasoning", "reasoning"},
+		{"chat_logprobs", "logprobs"}}},
+	{"anthropic.mjs", []nodeCheck{{"messages", ""}, {"messages_stream", ""}, {"messages_tools", "tools"}, {"messages_thinking", "reasoning"}}},
 	{"aisdk.mjs", []nodeCheck{{"generate_text", ""}, {"stream_text", ""}, {"tool_loop", "tools"}}},
 }
 
 // missingFeature says what a server without a feature lacks.
 var missingFeature = map[string]string{
-	"tools":    "chat tool-call parsing (tool_calls from a Hermes <tool_call> reply with --tool-call-parser hermes) is not in this build",
-	"logprobs": "chat logprobs (logprobs, top_logprobs) are not in this build",
+	"tools":     "chat tool-call parsing (tool_calls from a Hermes <tool_call> reply with --tool-call-parser hermes) is not in this build",
+	"logprobs":  "chat logprobs (logprobs, top_logprobs) are not in this build",
+	"reasoning": "chat reasoning parsing (reasoning_content from a <think> reply with --reasoning-parser qwen3) is not in this build",
 }
 
 // mockerScript is the reply script: the tool-result rule first, so that
 // the loop ends once the tool has answered.
 const mockerScript = `{"rules":[
  {"role":"tool","when":"sunny","reply":"It is sunny in Paris."},
+ {"when":"Think first","reply":"<think>Paris is in France.</think>Hello from Tandem."},
  {"when":"What is the weather in Paris?","reply":"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
  {"when":"","reply":"Hello from Tandem."}
 ]}`
@@ -139,6 +143,9 @@ func TestNodeClients(t *testing.T) {
 	if serve.Flags().Lookup("tool-call-parser") != nil {
 		args += " --tool-call-parser hermes"
 	}
+	if serve.Flags().Lookup("reasoning-parser") != nil {
+		args += " --reasoning-parser qwen3"
+	}
 	p := startTandem(t, args)
 	model := "tandem-mock"
 	apiKey := "unused"
@@ -163,6 +170,13 @@ func TestNodeClients(t *testing.T) {
 			return len(content) > 0
 		}) {
 		features = append(features, "logprobs")
+	}
+	if probeFeature(t, p.url, apiKey, `{"model":"`+model+`","max_tokens":64,"messages":[{"role":"user","content":"Think first, then greet"}]}`,
+		func(v map[string]any) bool {
+			m, _ := choice0(v)["message"].(map[string]any)
+			return m["reasoning_content"] == "Paris is in France."
+		}) {
+		features = append(features, "reasoning")
 	}
 	have := map[string]bool{}
 	for _, f := range features {

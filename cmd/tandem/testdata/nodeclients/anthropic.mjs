@@ -2,7 +2,7 @@
 // /v1/messages: messages, streaming (raw events and the stream helper),
 // tool use and a tool result.
 import Anthropic from "@anthropic-ai/sdk";
-import { base, model, apiKey, check, run, WEATHER, HELLO, SUNNY, weatherSchema } from "./common.mjs";
+import { base, model, apiKey, check, run, WEATHER, HELLO, SUNNY, THINK, THOUGHT, weatherSchema } from "./common.mjs";
 
 const client = new Anthropic({ baseURL: base, apiKey, maxRetries: 0, timeout: 30000 });
 const tools = [{ name: "get_weather", description: "Current weather of a city", input_schema: weatherSchema }];
@@ -49,5 +49,13 @@ await run([
     const final = await helper.finalMessage();
     const stu = final.content.find((b) => b.type === "tool_use");
     check(final.stop_reason === "tool_use" && stu && stu.input.city === "Paris", "streamed tool_use", final);
+  }],
+  ["messages_thinking", "reasoning", async () => {
+    const req = { model, max_tokens: 64, thinking: { type: "enabled", budget_tokens: 32 }, messages: [{ role: "user", content: THINK }] };
+    const m = await client.messages.create(req);
+    check(m.content.length === 2 && m.content[0].type === "thinking" && m.content[0].thinking === THOUGHT && m.content[1].text === HELLO, "thinking block", m);
+    const helper = client.messages.stream(req);
+    const final = await helper.finalMessage();
+    check(final.content[0].type === "thinking" && final.content[0].thinking === THOUGHT && final.content[1].text === HELLO, "streamed thinking", final);
   }],
 ]);

@@ -32,6 +32,8 @@ export async function run(checks) {
 export const WEATHER = "What is the weather in Paris?";
 export const HELLO = "Hello from Tandem.";
 export const SUNNY = "It is sunny in Paris.";
+export const THINK = "Think first, then greet";
+export const THOUGHT = "Paris is in France.";
 export const weatherSchema = {
   type: "object",
   properties: { city: { type: "string" } },

@@ -2,7 +2,7 @@
 // (whole and streamed), the Responses API (create, streaming, the
 // stream helper, previous_response_id, function calls) and logprobs.
 import OpenAI from "openai";
-import { base, model, apiKey, check, run, WEATHER, HELLO, SUNNY, weatherSchema } from "./common.mjs";
+import { base, model, apiKey, check, run, WEATHER, HELLO, SUNNY, THINK, THOUGHT, weatherSchema } from "./common.mjs";
 
 const client = new OpenAI({ baseURL: base + "/v1", apiKey, maxRetries: 0, timeout: 30000 });
 const chatTools = [{ type: "function", function: { name: "get_weather", description: "Current weather of a city", parameters: weatherSchema } }];
@@ -98,6 +98,20 @@ await run([
         { type: "function_call_output", call_id: call.call_id, output: "sunny, 22C" }],
     });
     check(r2.output_text === SUNNY, "second step", r2);
+  }],
+  ["responses_reasoning", "reasoning", async () => {
+    const s = await client.responses.create({ model, input: THINK, max_output_tokens: 64, stream: true, reasoning: { effort: "low" } });
+    let thought = "", text = "", completed;
+    for await (const ev of s) {
+      if (ev.type === "response.reasoning_text.delta") thought += ev.delta;
+      if (ev.type === "response.output_text.delta") text += ev.delta;
+      if (ev.type === "response.completed") completed = ev.response;
+    }
+    check(thought === THOUGHT && text === HELLO, "streamed reasoning and text", { thought, text });
+    const out = completed.output;
+    check(out.length === 2 && out[0].type === "reasoning" && out[0].content[0].type === "reasoning_text" && out[0].content[0].text === THOUGHT, "reasoning item", out);
+    check(out[1].type === "message" && out[1].content[0].text === HELLO, "message item", out);
+    check(completed.usage.output_tokens_details.reasoning_tokens > 0, "reasoning tokens", completed.usage);
   }],
   ["chat_logprobs", "logprobs", async () => {
     const c = await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 32, logprobs: true, top_logprobs: 2 });
