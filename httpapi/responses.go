@@ -95,7 +95,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	)
 	onChunk := func(c *chatstream.Chunk) error {
 		if c.Error != nil {
-			broke = c.Error.ToError(http.StatusInternalServerError)
+			broke = c.Error.ToError(c.Error.Status())
 			return nil
 		}
 		if !req.Stream {

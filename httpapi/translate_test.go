@@ -243,3 +243,36 @@ func TestMessagesErrorsAndAuth(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestTranslatedMidStreamErrors: a worker that dies after its first token
+// ends a Responses stream with response.failed and a Messages stream with
+// Anthropic's error event; without streaming, both answer an error
+// status.
+func TestTranslatedMidStreamErrors(t *testing.T) {
+	f := newFixture(t, 4096, map[string]engine.Generator{"w0": brokenWorker{}})
+	resp := post(t, f.url+"/v1/responses", `{"model":"m","input":"x","stream":true}`)
+	names, data := sseNames(t, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(names) == 0 || names[len(names)-1] != "response.failed" ||
+		!strings.Contains(data[len(data)-1], `"status":"failed","error":{"code":"stream_interrupted"`) {
+		t.Fatalf("responses: %d %v %s", resp.StatusCode, names, data)
+	}
+	resp = post(t, f.url+"/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"x"}],"stream":true}`)
+	names, data = sseNames(t, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(names) == 0 || names[len(names)-1] != "error" ||
+		!strings.Contains(data[len(data)-1], `{"type":"error","error":{"type":"overloaded_error"`) {
+		t.Fatalf("messages: %d %v %s", resp.StatusCode, names, data)
+	}
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/responses", `{"model":"m","input":"x"}`, `"code":"stream_interrupted"`},
+		{"/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"x"}]}`, `"type":"overloaded_error"`},
+	} {
+		resp := post(t, f.url+c.path, c.body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s", c.path, resp.StatusCode, b)
+		}
+	}
+}

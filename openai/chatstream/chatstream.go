@@ -198,6 +198,21 @@ func ParseError(status int, body []byte) *openai.Error {
 	return b.Error.ToError(status)
 }
 
+// Status is the HTTP status an in-band error would have had, from its
+// type (openai's constructors: service_unavailable 503, timeout 504,
+// invalid_request_error 400; others 500).
+func (p *ErrorPayload) Status() int {
+	switch p.Type {
+	case "service_unavailable":
+		return 503
+	case "timeout":
+		return 504
+	case "invalid_request_error":
+		return 400
+	}
+	return 500
+}
+
 // ToError is p as an openai.Error with the given status.
 func (p *ErrorPayload) ToError(status int) *openai.Error {
 	e := &openai.Error{Status: status, Type: p.Type, Message: p.Message}
