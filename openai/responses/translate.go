@@ -23,7 +23,7 @@ type Response struct {
 	Output             []OutputItem      `json:"output"`
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
 	PreviousResponseID *string           `json:"previous_response_id"`
-	Reasoning          Reasoning         `json:"reasoning"`
+	Reasoning          ReasoningOut      `json:"reasoning"`
 	Store              bool              `json:"store"`
 	Temperature        *float64          `json:"temperature"`
 	Text               TextOut           `json:"text"`
@@ -34,6 +34,13 @@ type Response struct {
 	Usage              *Usage            `json:"usage"`
 	User               *string           `json:"user"`
 	Metadata           map[string]string `json:"metadata"`
+}
+
+// ReasoningOut is the response's reasoning configuration (null fields
+// when the request set none).
+type ReasoningOut struct {
+	Effort  *string `json:"effort"`
+	Summary *string `json:"summary"`
 }
 
 // ResponseError is a failed response's error.
@@ -119,23 +126,18 @@ func (it OutputItem) MarshalJSON() ([]byte, error) {
 }
 
 // part is a content part: output_text (with annotations and logprobs) or
-// reasoning_text.
+// reasoning_text; MarshalJSON writes the fields of its type.
 type part struct {
-	Type        string            `json:"type"`
-	Text        string            `json:"text"`
-	Annotations []struct{}        `json:"annotations,omitempty"`
-	Logprobs    []json.RawMessage `json:"logprobs,omitempty"`
+	Type     string
+	Text     string
+	Logprobs []json.RawMessage
 }
 
 func (it *OutputItem) part() part {
 	if it.Type == "reasoning" {
 		return part{Type: "reasoning_text", Text: it.Text}
 	}
-	lp := it.Logprobs
-	if lp == nil {
-		lp = []json.RawMessage{}
-	}
-	return part{Type: "output_text", Text: it.Text, Annotations: []struct{}{}, Logprobs: lp}
+	return part{Type: "output_text", Text: it.Text, Logprobs: it.Logprobs}
 }
 
 // MarshalJSON keeps output_text's empty annotations and logprobs lists
@@ -196,7 +198,12 @@ func NewResponse(id string, created int64, r *Request) *Response {
 		resp.User = &u
 	}
 	if r.Reasoning != nil {
-		resp.Reasoning = *r.Reasoning
+		if e := r.Reasoning.Effort; e != "" {
+			resp.Reasoning.Effort = &e
+		}
+		if sm := r.Reasoning.Summary; sm != "" {
+			resp.Reasoning.Summary = &sm
+		}
 	}
 	if r.Text != nil && len(r.Text.Format) > 0 {
 		resp.Text.Format = r.Text.Format
@@ -393,7 +400,7 @@ func (t *Translator) Usage() *Usage {
 	return u
 }
 
-// Finish closes the open item and sets the response's final status:
+// End closes the open item and sets the response's final status:
 // completed, or incomplete (reason max_output_tokens) when the chat
 // stream stopped at its length limit. It appends response.completed or
 // response.incomplete.
