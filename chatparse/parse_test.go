@@ -321,10 +321,12 @@ func FuzzStream(f *testing.F) {
 		f.Add(c.tool, c.reasoning, c.in, uint16(len(c.in)/2))
 	}
 	f.Fuzz(func(t *testing.T, tool, reasoning, in string, cut uint16) {
-		if _, err := CanonicalTool(tool); err != nil {
+		tool, err := CanonicalTool(tool)
+		if err != nil {
 			return
 		}
-		if _, err := CanonicalReasoning(reasoning); err != nil {
+		reasoning, err = CanonicalReasoning(reasoning)
+		if err != nil {
 			return
 		}
 		o := Options{ToolParser: tool, ReasoningParser: reasoning, Tools: weatherTools}
