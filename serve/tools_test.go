@@ -312,3 +312,42 @@ func TestChatToolsQwen3Template(t *testing.T) {
 		t.Fatalf("enable_thinking false: %v", msg)
 	}
 }
+
+// TestChatParallelToolCalls: two calls in one reply come back as two, with
+// indexes 0 and 1; parallel_tool_calls false keeps the first.
+func TestChatParallelToolCalls(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Workers = 1
+	two := `<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>`
+	sys := startTest(t, cfg, scriptedEngines(t, `{"rules":[{"when":"","reply":"`+two+`"}]}`))
+	c := openai.NewClient(option.WithBaseURL(sys.URL()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	for _, parallel := range []bool{true, false} {
+		params := openai.ChatCompletionNewParams{Model: tokenizer.DefaultModelName, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("both")},
+			Tools: []openai.ChatCompletionToolUnionParam{weatherTool}}
+		if !parallel {
+			params.ParallelToolCalls = openai.Bool(false)
+		}
+		want := 2
+		if !parallel {
+			want = 1
+		}
+		out, err := c.Chat.Completions.New(context.Background(), params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls := out.Choices[0].Message.ToolCalls; len(calls) != want || calls[0].Function.Arguments != `{"city": "Paris"}` || calls[len(calls)-1].ID == calls[0].ID && want == 2 {
+			t.Fatalf("parallel %v: %+v", parallel, calls)
+		}
+		stream := c.Chat.Completions.NewStreaming(context.Background(), params)
+		var acc openai.ChatCompletionAccumulator
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if calls := acc.Choices[0].Message.ToolCalls; len(calls) != want || calls[want-1].Function.Arguments == "" {
+			t.Fatalf("streamed, parallel %v: %+v", parallel, calls)
+		}
+	}
+}
