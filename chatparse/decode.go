@@ -151,6 +151,17 @@ func argsText(raw json.RawMessage) (string, bool) {
 	return pyDumps(raw)
 }
 
+// rawArgs keeps arguments as the model wrote them (trimmed), when they are
+// a JSON object: vLLM's deepseek and kimi_k2 parsers pass the text through
+// rather than re-serializing it.
+func rawArgs(s string) (string, bool) {
+	t := strings.TrimSpace(s)
+	if t == "" || t[0] != '{' || !json.Valid([]byte(t)) {
+		return "", false
+	}
+	return t, true
+}
+
 // jsonCall decodes {"name": ..., "arguments"|"parameters": {...}}.
 func jsonCall(raw []byte) (ToolCall, bool) {
 	var c struct {
@@ -301,7 +312,7 @@ func decodeDeepSeek(_ *sectionParser, _, body string) ([]ToolCall, bool) {
 		} else {
 			name, args = left, right
 		}
-		a, ok := argsText(json.RawMessage(strings.TrimSpace(args)))
+		a, ok := rawArgs(args)
 		name = strings.TrimSpace(name)
 		if !ok || name == "" {
 			return nil, false
@@ -354,7 +365,7 @@ func decodeKimi(_ *sectionParser, _, body string) ([]ToolCall, bool) {
 		if j := strings.LastIndexByte(name, ':'); j >= 0 {
 			name = name[:j]
 		}
-		a, ok := argsText(json.RawMessage(strings.TrimSpace(args)))
+		a, ok := rawArgs(args)
 		if !ok || name == "" {
 			return nil, false
 		}

@@ -19,9 +19,11 @@
 //     closing marker has not come yet;
 //   - a call's deltas give its index, id and name first, then its
 //     arguments, as OpenAI streams them;
-//   - arguments are re-serialized the way vLLM's parsers do
-//     (json.dumps(..., ensure_ascii=False): ", " and ": " separators, key
-//     order kept), so a reply compares equal to vLLM's.
+//   - arguments are what vLLM's parser of the family returns: re-serialized
+//     as json.dumps(..., ensure_ascii=False) writes them (", " and ": "
+//     separators, key order kept) for hermes, llama3_json, mistral,
+//     pythonic and the XML families, the model's own text (checked to be a
+//     JSON object) for deepseek, kimi_k2 and harmony.
 //
 // The package is pure: no I/O; ids come from crypto/rand unless
 // Options.NewID gives them.

@@ -71,6 +71,23 @@ var cases = []tc{
 	{name: "qwen3 thinking-2507 prompt opens the block", reasoning: "qwen3", opens: true,
 		src: "Qwen3-*-Thinking-2507 model card (the template writes <think>, the reply has only </think>)",
 		in:  "I should add.\n</think>\n\n2", want: Result{Reasoning: "I should add.\n", Content: "\n\n2"}},
+	// vLLM tests/reasoning/test_qwen3_reasoning_parser.py: with_think,
+	// multiline_reasoning, complete_reasoning, only_open_tag,
+	// tool_call_with_think_no_end; vLLM's answers.
+	{name: "vllm qwen3 with_think", reasoning: "qwen3", src: "vLLM tests/reasoning/test_qwen3_reasoning_parser.py WITH_THINK",
+		in: "<think>This is a reasoning section</think>This is the rest", want: Result{Reasoning: "This is a reasoning section", Content: "This is the rest"}},
+	{name: "vllm qwen3 multiline", reasoning: "qwen3", src: "vLLM tests/reasoning/test_qwen3_reasoning_parser.py MULTILINE_REASONING",
+		in: "<think>This is a reasoning\nsection</think>This is the rest\nThat", want: Result{Reasoning: "This is a reasoning\nsection", Content: "This is the rest\nThat"}},
+	{name: "vllm qwen3 complete reasoning", reasoning: "qwen3", src: "vLLM tests/reasoning/test_qwen3_reasoning_parser.py COMPLETE_REASONING (content None)",
+		in: "<think>This is a reasoning section</think>", want: Result{Reasoning: "This is a reasoning section"}},
+	{name: "vllm qwen3 only open tag", reasoning: "qwen3", src: "vLLM tests/reasoning/test_qwen3_reasoning_parser.py ONLY_OPEN_TAG (truncated: all reasoning)",
+		in: "<think>This is a reasoning section", want: Result{Reasoning: "This is a reasoning section"}},
+	{name: "vllm qwen3 tool call ends reasoning", reasoning: "qwen3", src: "vLLM tests/reasoning/test_qwen3_reasoning_parser.py TOOL_CALL_WITH_THINK_NO_END",
+		in:   "<think>I need to read the file.\n\n<tool_call>\n<function=bash>\n<parameter=command>\ncat /etc/hosts\n</parameter>\n</function>\n</tool_call>",
+		want: Result{Reasoning: "I need to read the file.\n\n", Content: "<tool_call>\n<function=bash>\n<parameter=command>\ncat /etc/hosts\n</parameter>\n</function>\n</tool_call>"}},
+	{name: "vllm qwen3 tool call then parsed", tool: "qwen3_coder", reasoning: "qwen3", src: "the same reply with vLLM's qwen3_coder parser after the reasoning parser",
+		in:   "<think>I need to read the file.\n\n<tool_call>\n<function=bash>\n<parameter=command>\ncat /etc/hosts\n</parameter>\n</function>\n</tool_call>",
+		want: Result{Reasoning: "I need to read the file.\n\n", Calls: []ToolCall{call("bash", `{"command": "cat /etc/hosts"}`)}}},
 	// Qwen3-Coder XML.
 	{name: "qwen3-coder call", tool: "qwen3_coder", tools: weatherTools,
 		src:  "Qwen3-Coder chat template; vLLM tests/tool_use/test_qwen3coder_tool_parser.py (typed by the schema)",
@@ -110,7 +127,7 @@ var cases = []tc{
 	{name: "deepseek v3.1 two calls", tool: "deepseek_v31",
 		src:  "DeepSeek-V3.1 model card (tool call format: name<｜tool▁sep｜>arguments); vLLM tests/tool_use/test_deepseekv31_tool_parser.py",
 		in:   "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>foo<｜tool▁sep｜>{\"x\":1}<｜tool▁call▁end｜><｜tool▁call▁begin｜>bar<｜tool▁sep｜>{\"y\":2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-		want: Result{Content: "Checking.", Calls: []ToolCall{call("foo", `{"x": 1}`), call("bar", `{"y": 2}`)}}},
+		want: Result{Content: "Checking.", Calls: []ToolCall{call("foo", `{"x":1}`), call("bar", `{"y":2}`)}}},
 	{name: "deepseek r1 reasoning then answer", reasoning: "deepseek_r1",
 		src:  "DeepSeek-R1 model card (the template writes <think>\\n; the reply closes it); vLLM tests/reasoning/test_deepseekr1_reasoning_parser.py",
 		in:   "This is a reasoning section</think>This is the rest",
@@ -136,6 +153,20 @@ var cases = []tc{
 		src:  "Kimi-K2-Instruct docs/tool_call_guidance.md; vLLM tests/tool_use/test_kimi_k2_tool_parser.py (id is functions.NAME:IDX)",
 		in:   "I'll look.<|tool_calls_section_begin|>\n<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Beijing\"}<|tool_call_end|>\n<|tool_calls_section_end|>",
 		want: Result{Content: "I'll look.", Calls: []ToolCall{{ID: "functions.get_weather:0", Name: "get_weather", Arguments: `{"city": "Beijing"}`}}}},
+	{name: "vllm kimi k2 two calls", tool: "kimi_k2",
+		src: "vLLM tests/tool_use/test_kimi_k2_tool_parser.py multi_tool_call_with_content_before (vLLM's answer)",
+		in:  "I'll help you check the weather. <|tool_calls_section_begin|> <|tool_call_begin|>\nfunctions.get_weather:0 <|tool_call_argument_begin|> {\"city\": \"Beijing\"} <|tool_call_end|> <|tool_call_begin|>\nfunctions.get_weather:1 <|tool_call_argument_begin|> {\"city\": \"Shanghai\"} <|tool_call_end|> <|tool_calls_section_end|>",
+		want: Result{Content: "I'll help you check the weather. ", Calls: []ToolCall{
+			{ID: "functions.get_weather:0", Name: "get_weather", Arguments: `{"city": "Beijing"}`},
+			{ID: "functions.get_weather:1", Name: "get_weather", Arguments: `{"city": "Shanghai"}`}}}},
+	{name: "vllm kimi k2 newlines in json", tool: "kimi_k2",
+		src:  "vLLM tests/tool_use/test_kimi_k2_tool_parser.py newlines_in_json (arguments kept as written)",
+		in:   "I need to process formatted JSON. <|tool_calls_section_begin|><|tool_call_begin|>functions.process_data:0<|tool_call_argument_begin|>{\n  \"name\": \"test\",\n  \"value\": 123\n}<|tool_call_end|><|tool_calls_section_end|>",
+		want: Result{Content: "I need to process formatted JSON. ", Calls: []ToolCall{{ID: "functions.process_data:0", Name: "process_data", Arguments: "{\n  \"name\": \"test\",\n  \"value\": 123\n}"}}}},
+	{name: "vllm kimi k2 invalid json is content", tool: "kimi_k2",
+		src:  "vLLM tests/tool_use/test_kimi_k2_tool_parser.py invalid_json (vLLM returns the broken call; Tandem keeps the section as text, issue 35)",
+		in:   "Check. <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"city\": \"Beijing\" <|tool_call_end|><|tool_calls_section_end|>",
+		want: Result{Content: "Check. <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"city\": \"Beijing\" <|tool_call_end|><|tool_calls_section_end|>"}},
 	// GLM-4.5.
 	{name: "glm45 call", tool: "glm45", tools: weatherTools,
 		src:  "GLM-4.5 chat template (<arg_key>/<arg_value>); vLLM tests/tool_use/test_glm4_moe_tool_parser.py",
@@ -321,10 +352,12 @@ func FuzzStream(f *testing.F) {
 		f.Add(c.tool, c.reasoning, c.in, uint16(len(c.in)/2))
 	}
 	f.Fuzz(func(t *testing.T, tool, reasoning, in string, cut uint16) {
-		if _, err := CanonicalTool(tool); err != nil {
+		tool, err := CanonicalTool(tool)
+		if err != nil {
 			return
 		}
-		if _, err := CanonicalReasoning(reasoning); err != nil {
+		reasoning, err = CanonicalReasoning(reasoning)
+		if err != nil {
 			return
 		}
 		o := Options{ToolParser: tool, ReasoningParser: reasoning, Tools: weatherTools}

@@ -8,6 +8,9 @@ import "strings"
 // vLLM's parsers; later tags are content.
 type tagReasoner struct {
 	starts, ends []string
+	// opens end the reasoning too but belong to the content that follows
+	// (Qwen3's <tool_call> written without closing </think>).
+	opens []string
 	// dflt: a reply that does not open with a start tag is reasoning
 	// anyway until an end tag (DeepSeek-R1, whose template opens the
 	// block in the prompt).
@@ -25,6 +28,10 @@ const (
 func newReasoner(name string, promptOpens bool) reasoner {
 	r := &tagReasoner{starts: []string{"<think>"}, ends: []string{"</think>"}}
 	switch name {
+	case "qwen3":
+		// vLLM's Qwen3ReasoningParser: a <tool_call> ends the reasoning
+		// even without </think>.
+		r.opens = []string{"<tool_call>"}
 	case "deepseek_r1":
 		// vLLM's DeepSeekR1ReasoningParser: text before </think> is
 		// reasoning whether or not <think> was written (the template
@@ -79,11 +86,15 @@ func (r *tagReasoner) feed(text string) (reasoning, content string) {
 	}
 in:
 	i, n := firstOf(text, r.ends)
+	if j, _ := firstOf(text, r.opens); j >= 0 && (i < 0 || j < i) {
+		r.state = rDone
+		return text[:j], text[j:]
+	}
 	if i >= 0 {
 		r.state = rDone
 		return text[:i], text[i+n:]
 	}
-	keep := partialSuffix(text, r.ends)
+	keep := max(partialSuffix(text, r.ends), partialSuffix(text, r.opens))
 	r.held = text[len(text)-keep:]
 	return text[:len(text)-keep], ""
 }

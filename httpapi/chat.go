@@ -53,6 +53,10 @@ func (s *Server) resolveParsers(m *tokenizer.Model) chatParsers {
 	if n := s.cfg.ReasoningParser; n != "" {
 		p.reasoning, _ = chatparse.CanonicalReasoning(n)
 	}
+	if s.log != nil {
+		s.log.Info("chat parsers", "model", m.Name, "tool_call_parser", orNone(p.tool), "reasoning_parser", orNone(p.reasoning),
+			"detected", s.cfg.ToolCallParser == "" || s.cfg.ReasoningParser == "")
+	}
 	sp, ok := m.Tokenizer.(tokenizer.SpecialTokens)
 	if !ok {
 		return p
@@ -67,6 +71,13 @@ func (s *Server) resolveParsers(m *tokenizer.Model) chatParsers {
 		p.keep = keepSpecial{Tokenizer: m.Tokenizer, sp: sp, keep: keep}
 	}
 	return p
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // keepSpecial reports the parser's marker tokens as not special, so the

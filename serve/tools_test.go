@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -254,5 +257,97 @@ func TestChatToolChoiceHook(t *testing.T) {
 	ch := out.Choices[0]
 	if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 || ch.Message.ToolCalls[0].Function.Arguments != `{"city": "Paris"}` {
 		t.Fatalf("finish %q calls %+v", ch.FinishReason, ch.Message.ToolCalls)
+	}
+}
+
+// TestChatToolsQwen3Template: with the real Qwen3 tokenizer and chat
+// template (skipped when not cached), the parsers are detected from the
+// template (hermes tool calls, qwen3 reasoning), <|im_end|> stays out of the
+// text, and enable_thinking=false (chat_template_kwargs) gives plain content.
+func TestChatToolsQwen3Template(t *testing.T) {
+	root := os.Getenv("TANDEM_CACHE")
+	if root == "" {
+		home, _ := os.UserHomeDir()
+		root = filepath.Join(home, ".cache", "tandem")
+	}
+	dir := filepath.Join(root, "tokenizers", "qwen3")
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer_config.json")); err != nil {
+		t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+	}
+	model, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `{"rules":[{"when":"weather","reply":"<think>\nCall the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},{"when":"","reply":"Hello."}]}`
+	cfg := DefaultConfig()
+	cfg.Workers, cfg.HTTPAddr = 1, "127.0.0.1:0"
+	sys, err := Start(cfg, model, scriptedEngines(t, script)(model), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sys.Shutdown(context.Background()) })
+	post := func(body string) map[string]any {
+		resp, err := http.Post(sys.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%d %v %v", resp.StatusCode, err, out)
+		}
+		return out
+	}
+	name := model.Name
+	out := post(`{"model":"` + name + `","messages":[{"role":"user","content":"weather in Paris?"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}`)
+	ch := out["choices"].([]any)[0].(map[string]any)
+	msg := ch["message"].(map[string]any)
+	calls, _ := msg["tool_calls"].([]any)
+	if ch["finish_reason"] != "tool_calls" || len(calls) != 1 || msg["reasoning_content"] != "\nCall the tool.\n" || msg["content"] != nil {
+		t.Fatalf("reply %v", ch)
+	}
+	out = post(`{"model":"` + name + `","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}}`)
+	msg = out["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+	if msg["content"] != "Hello." || msg["reasoning_content"] != nil {
+		t.Fatalf("enable_thinking false: %v", msg)
+	}
+}
+
+// TestChatParallelToolCalls: two calls in one reply come back as two, with
+// indexes 0 and 1; parallel_tool_calls false keeps the first.
+func TestChatParallelToolCalls(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Workers = 1
+	two := `<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>`
+	sys := startTest(t, cfg, scriptedEngines(t, `{"rules":[{"when":"","reply":"`+two+`"}]}`))
+	c := openai.NewClient(option.WithBaseURL(sys.URL()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	for _, parallel := range []bool{true, false} {
+		params := openai.ChatCompletionNewParams{Model: tokenizer.DefaultModelName, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("both")},
+			Tools: []openai.ChatCompletionToolUnionParam{weatherTool}}
+		if !parallel {
+			params.ParallelToolCalls = openai.Bool(false)
+		}
+		want := 2
+		if !parallel {
+			want = 1
+		}
+		out, err := c.Chat.Completions.New(context.Background(), params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls := out.Choices[0].Message.ToolCalls; len(calls) != want || calls[0].Function.Arguments != `{"city": "Paris"}` || calls[len(calls)-1].ID == calls[0].ID && want == 2 {
+			t.Fatalf("parallel %v: %+v", parallel, calls)
+		}
+		stream := c.Chat.Completions.NewStreaming(context.Background(), params)
+		var acc openai.ChatCompletionAccumulator
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if calls := acc.Choices[0].Message.ToolCalls; len(calls) != want || calls[want-1].Function.Arguments == "" {
+			t.Fatalf("streamed, parallel %v: %+v", parallel, calls)
+		}
 	}
 }
