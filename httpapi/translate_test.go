@@ -276,3 +276,47 @@ func TestTranslatedMidStreamErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTranslatedToolCalls: a Hermes tool call the engine writes comes back
+// as a Responses function_call item (whole and streamed) and as an
+// Anthropic tool_use block, through the chat parser.
+func TestTranslatedToolCalls(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ToolCallParser = "hermes"
+	reply := `<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>`
+	eng := &enginetest.Scripted{Name: "m", Output: append(toks(reply), tokEnd), EOS: []engine.Token{tokEnd}}
+	f := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": eng})
+
+	body := `{"model":"m","input":"weather?","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`
+	resp := post(t, f.url+"/v1/responses", body)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var r struct {
+		Status string
+		Output []struct {
+			Type, Name, Arguments string
+			CallID                string `json:"call_id"`
+		}
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Status != "completed" || len(r.Output) != 1 || r.Output[0].Type != "function_call" ||
+		r.Output[0].Name != "get_weather" || r.Output[0].Arguments != `{"city": "Paris"}` || r.Output[0].CallID == "" {
+		t.Fatalf("responses: %s", b)
+	}
+
+	resp = post(t, f.url+"/v1/responses", strings.Replace(body, `"input"`, `"stream":true,"input"`, 1))
+	names, _ := sseNames(t, resp.Body)
+	resp.Body.Close()
+	got := strings.Join(slices.Compact(names), " ")
+	if want := "response.created response.in_progress response.output_item.added response.function_call_arguments.delta " +
+		"response.function_call_arguments.done response.output_item.done response.completed"; got != want {
+		t.Fatalf("events\n got %s\nwant %s", got, want)
+	}
+
+	resp = post(t, f.url+"/v1/messages", `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"weather?"}],`+
+		`"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]}`)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"name":"get_weather","input":{"city":"Paris"}}],"stop_reason":"tool_use"`) {
+		t.Fatalf("messages: %s", b)
+	}
+}
