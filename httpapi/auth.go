@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemllm/tandem/anthropic"
 	"github.com/tandemllm/tandem/openai"
 )
 
@@ -91,17 +92,24 @@ func (k *APIKeys) Valid(key string) bool {
 }
 
 // requireKey wraps h so that every request must carry
-// "Authorization: Bearer <key>" with a valid key; others get OpenAI's 401.
+// "Authorization: Bearer <key>" with a valid key, or the key in
+// Anthropic's "x-api-key" header (what Anthropic's SDKs send); others get
+// OpenAI's 401, or Anthropic's on /v1/messages.
 func (s *Server) requireKey(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !found {
+			if k := r.Header.Get("X-Api-Key"); k != "" {
+				key, found = k, true
+			}
+		}
 		switch {
 		case !found || key == "":
 			s.metrics.authFailures.WithLabelValues("missing").Inc()
-			unauthorized(w, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+			unauthorizedFor(w, r, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or in an x-api-key header.")
 		case !s.cfg.APIKeys.Valid(key):
 			s.metrics.authFailures.WithLabelValues("invalid").Inc()
-			unauthorized(w, "Incorrect API key provided.")
+			unauthorizedFor(w, r, "Incorrect API key provided.")
 		default:
 			h.ServeHTTP(w, r)
 		}
@@ -115,6 +123,16 @@ func (s *Server) requireKey(h http.Handler) http.Handler {
 func unauthorized(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="tandem"`)
 	openai.WriteError(w, &openai.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg})
+}
+
+// unauthorizedFor is unauthorized in the shape of the API r calls:
+// Anthropic's authentication_error on /v1/messages.
+func unauthorizedFor(w http.ResponseWriter, r *http.Request, msg string) {
+	if r.URL.Path == "/v1/messages" {
+		(&anthropic.Error{Status: http.StatusUnauthorized, Type: "authentication_error", Message: msg}).Write(w, 0)
+		return
+	}
+	unauthorized(w, msg)
 }
 
 func newAuthFailures(reg prometheus.Registerer) *prometheus.CounterVec {

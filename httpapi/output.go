@@ -67,6 +67,7 @@ type output struct {
 
 	// index is the choice's index (n > 1).
 	index int
+	chat  *chatState // chat parsing (tools, reasoning); nil: text is content
 }
 
 // next returns the text of the next delta, whether it was the last, and an
@@ -333,7 +334,9 @@ func (o *output) usage() openai.Usage {
 	if p == 0 {
 		p = len(o.j.prompt)
 	}
-	return openai.NewUsage(p, o.completion, o.cached)
+	u := openai.NewUsage(p, o.completion, o.cached)
+	u.CompletionDetails = o.chat.details()
+	return u
 }
 
 func (o *output) header() openai.ChunkHeader {
@@ -444,11 +447,20 @@ func (o *output) streamChoice(mux *choiceMux, last bool) {
 	}
 	for {
 		text, done, err := o.next()
-		// Ids and logprobs go out with the delta that produced them even
-		// while its text is held back (a partial stop string, an
-		// incomplete UTF-8 sequence), as vLLM sends them; the last may
-		// ride on the finish chunk instead.
-		if text != "" || o.pending() && (!done || err != nil) {
+		if o.chat != nil {
+			// Parsed: reasoning, content and tool calls as their own
+			// delta fields (return_token_ids' ids and logprobs ride on
+			// the finish chunk then).
+			n := len(buf)
+			if buf = o.chat.appendChunk(buf, &hdr, o.chat.feed(text, o.completion, done || err != nil)); len(buf) > n {
+				buf = o.withUsage(buf)
+			}
+			o.finish = o.chat.finish(o.finish)
+		} else if text != "" || o.pending() && (!done || err != nil) {
+			// Ids and logprobs go out with the delta that produced them
+			// even while its text is held back (a partial stop string, an
+			// incomplete UTF-8 sequence), as vLLM sends them; the last may
+			// ride on the finish chunk instead.
 			buf = o.withUsage(o.appendChunk(buf, &hdr, text, ""))
 		}
 		if err != nil && o.j.ctx.Err() != nil {
@@ -506,6 +518,10 @@ func (o *output) gather() (string, error) {
 	for {
 		text, done, err := o.next()
 		sb.WriteString(text)
+		if o.chat != nil {
+			o.chat.feed(text, o.completion, done || err != nil)
+			o.finish = o.chat.finish(o.finish)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -547,7 +563,7 @@ func (o *output) collect(w http.ResponseWriter, others ...*output) int {
 		r := openai.ChatResponse{ID: "chatcmpl-" + o.j.id, Object: "chat.completion", Created: o.j.start.Unix(), Model: o.m.Name,
 			Usage: sumUsage(all), PromptTokenIDs: promptIDs, KVTransferParams: o.kvParams}
 		for i, c := range all {
-			r.Choices = append(r.Choices, openai.ChatChoice{Index: c.index, Message: openai.AssistantMessage{Role: "assistant", Content: texts[i]},
+			r.Choices = append(r.Choices, openai.ChatChoice{Index: c.index, Message: c.message(texts[i]),
 				FinishReason: c.finish, TokenIDs: c.allIDs(), Logprobs: c.allLogprobs()})
 		}
 		v = r
@@ -596,4 +612,12 @@ func (o *output) allLogprobs() openai.RawLogprobs {
 		return openai.RawLogprobs(b)
 	}
 	return slices.Clone(o.encodeLP())
+}
+
+// message is the non-streaming chat reply's message.
+func (o *output) message(text string) openai.AssistantMessage {
+	if o.chat != nil {
+		return o.chat.message()
+	}
+	return openai.AssistantMessage{Role: "assistant", Content: text}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/openai"
+	"github.com/tandemllm/tandem/openai/responses"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/tracing"
@@ -86,13 +87,24 @@ type Config struct {
 	// builds them itself may send them. A vLLM-compatible worker
 	// (tandem worker --openai-addr --kv-transfer-params) trusts its proxy.
 	TrustClientKVTransferParams bool
+	// ResponsesStore bounds the /v1/responses store that previous_response_id
+	// reads (--responses-store-size, --responses-store-bytes, --responses-store-ttl).
+	ResponsesStore responses.StoreConfig
+	// ToolCallParser and ReasoningParser name the chat parsers
+	// (--tool-call-parser, --reasoning-parser; chatparse's names, "none"
+	// for off); empty: detected from each model's chat template.
+	ToolCallParser, ReasoningParser string
+	// ToolChoiceHook constrains requests whose tool_choice forces a call
+	// (structured outputs); nil: such replies are parsed as for "auto".
+	ToolChoiceHook ToolChoiceHook
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
 func DefaultConfig() Config {
 	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1, MaxTokensDefault: 4096,
 		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, AdmissionWait: time.Second, HTTP: DefaultHTTPLimits(),
-		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute}
+		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute,
+		ResponsesStore: responses.DefaultStoreConfig()}
 }
 
 // Model is one served model as the frontend sees it.
@@ -101,6 +113,7 @@ type Model struct {
 	eos     []engine.Token
 	metrics *modelMetrics
 	adm     *admission
+	parsers chatParsers // tool-call and reasoning parsers (chat.go)
 }
 
 // Server serves the OpenAI API. Create it with New.
@@ -120,6 +133,8 @@ type Server struct {
 	budget   *bodyBudget
 	bufs     sync.Pool
 	prefill  func() []PrefillWorker // nil: no disaggregation
+	// responses holds finished /v1/responses for previous_response_id.
+	responses *responses.Store
 }
 
 // New returns a Server. reg receives the frontend metrics and is what
@@ -128,12 +143,14 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 	s := &Server{
 		cfg: cfg, router: r, board: board, log: log,
 		metrics: newMetrics(reg), gather: reg,
-		created: time.Now().Unix(),
-		models:  map[string]*Model{},
+		created:   time.Now().Unix(),
+		models:    map[string]*Model{},
+		responses: responses.NewStore(cfg.ResponsesStore),
 		budget: &bodyBudget{max: cfg.HTTP.BodyBudget, diag: flag{board: board, code: DiagBodyBudget, recovered: DiagBodyBudgetAvailable,
 			msg: fmt.Sprintf("request bodies fill the server's %d-byte budget (--body-budget-bytes); new requests get 503", cfg.HTTP.BodyBudget)}},
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	registerResponsesStore(reg, s.responses)
 	r.SetReachabilityHook(s.reachability)
 	r.SetStuckHook(s.stuck)
 	r.SetStuckAfter(cfg.StuckAfter)
@@ -179,7 +196,8 @@ func (s *Server) AddModel(m *tokenizer.Model) {
 	defer s.mu.Unlock()
 	rejected := s.metrics.admissionRejected
 	s.models[m.Name] = &Model{Model: m, eos: m.Tokenizer.EOS(), metrics: s.metrics.forModel(m.Name),
-		adm: newAdmission(m.Name, s.cfg, s.board, func(reason string) { rejected.WithLabelValues(m.Name, reason).Inc() })}
+		adm:     newAdmission(m.Name, s.cfg, s.board, func(reason string) { rejected.WithLabelValues(m.Name, reason).Inc() }),
+		parsers: s.resolveParsers(m)}
 }
 
 func (s *Server) model(name string) *Model {
@@ -207,6 +225,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /v1/models", guard(s.handleModels))
 	mux.Handle("POST /tokenize", guard(traced("/tokenize", s.handleTokenize)))
 	mux.Handle("POST /detokenize", guard(traced("/detokenize", s.handleDetokenize)))
+	mux.Handle("POST /v1/responses", guard(traced("/v1/responses", s.handleResponses)))
+	mux.Handle("GET /v1/responses/{id}", guard(s.handleGetResponse))
+	mux.Handle("DELETE /v1/responses/{id}", guard(s.handleDeleteResponse))
+	mux.Handle("POST /v1/messages", guard(traced("/v1/messages", s.handleMessages)))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -234,6 +256,7 @@ type job struct {
 	prompt   []engine.Token
 	sampling *openai.Sampling
 	start    time.Time
+	chat_    *chatPlan // chat parsing (tools, reasoning); nil: none
 }
 
 func newRequestID(r *http.Request) string {
@@ -302,20 +325,25 @@ func accept[R any](s *Server, w http.ResponseWriter, r *http.Request, endpoint s
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	const endpoint = "chat"
+	endpoint := chatEndpoint(r.Context())
 	start := time.Now()
 	req, m, ok := accept(s, w, r, endpoint, openai.DecodeChat, func(c *openai.ChatRequest) string { return c.Model })
 	if !ok {
 		return
 	}
 	_, tspan := child(r.Context(), tracing.SpanTemplate)
-	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: req.ChatTemplateKwargs, AddGenerationPrompt: true})
+	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: templateKwargs(req), AddGenerationPrompt: true})
 	endWithError(tspan, err)
 	if err != nil {
 		s.fail(w, endpoint, m.Name, openai.BadRequest("messages", "template_error", "rendering the chat template: %v", err))
 		return
 	}
-	j := &job{ctx: r.Context(), endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encodeTraced(r.Context(), m, text), sampling: &req.Sampling, start: start}
+	plan, e := s.planChat(m, req, text)
+	if e != nil {
+		s.fail(w, endpoint, m.Name, e)
+		return
+	}
+	j := &job{ctx: r.Context(), endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encodeTraced(r.Context(), m, text), sampling: &req.Sampling, start: start, chat_: plan}
 	s.run(w, r, j, "messages")
 }
 
@@ -461,6 +489,23 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	if sd := j.sampling.Seed; sd != nil {
 		ereq.Sampling.Seed, ereq.Sampling.HasSeed = uint64(*sd), true
 	}
+	var chat *chatState
+	if j.chat_ != nil {
+		chat = &chatState{plan: j.chat_}
+		forced := false
+		if hook := s.cfg.ToolChoiceHook; hook != nil && j.chat_.choice.Forced() {
+			var err error
+			forced, err = hook(r.Context(), ereq, ToolChoiceInput{Choice: j.chat_.choice, Tools: j.chat_.tools, ToolCallParser: j.chat_.opts.ToolParser, Parallel: j.chat_.parallel})
+			if err != nil {
+				s.fail(w, j.endpoint, m.Name, openai.BadRequest("tool_choice", "invalid_value", "%v", err))
+				return
+			}
+		}
+		if err := chat.start(forced); err != nil {
+			s.fail(w, j.endpoint, m.Name, openai.Internal("parser_error", "%v", err))
+			return
+		}
+	}
 
 	mm := m.metrics
 	mm.isl.Observe(float64(len(j.prompt)))
@@ -582,6 +627,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
 		wantLP:  j.sampling.WantLogprobs,
+		chat:    chat,
+	}
+	if chat != nil && m.parsers.keep != nil {
+		// The parser's marker tokens stay in its text.
+		out.detok = tokenizer.NewDetokenizer(m.parsers.keep, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1]))
 	}
 	// The other choices' contexts come from the request's, not from ctx:
 	// choice 0 cancels ctx when a stop string ends it, which must not end
@@ -649,15 +699,27 @@ func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, 
 		st, err := route.Worker.Gen.Generate(cctx, &req)
 		if err != nil {
 			cancel()
-			return nil, s.engineError(fmt.Errorf("choice %d of n=%d: %w", i, n, err))
+			promptParam := "prompt"
+			if j.chat {
+				promptParam = "messages"
+			}
+			return nil, s.engineError(fmt.Errorf("choice %d of n=%d: %w", i, n, err), promptParam)
 		}
-		others = append(others, &output{
+		c := &output{
 			s: s, j: j, m: j.model, stream: st, route: route, cancel: cancel, ereq: &req, index: i, last: time.Now(),
 			detok:   tokenizer.NewDetokenizer(j.model.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 			stop:    stopMatcher{stops: j.sampling.Stop},
 			wantIDs: j.sampling.ReturnTokenIDs,
 			wantLP:  j.sampling.WantLogprobs,
-		})
+		}
+		if j.chat_ != nil {
+			// Each choice parses its own text (tools, reasoning).
+			c.chat = &chatState{plan: j.chat_}
+			if keep := j.model.parsers.keep; keep != nil {
+				c.detok = tokenizer.NewDetokenizer(keep, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1]))
+			}
+		}
+		others = append(others, c)
 	}
 	return others, nil
 }

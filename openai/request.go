@@ -86,6 +86,12 @@ type ChatRequest struct {
 	ResponseFormat     *ResponseFormat            `json:"response_format"`
 	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 	TopLogprobs        *int                       `json:"top_logprobs"`
+	// Tool calling and reasoning (see tools.go): parallel_tool_calls false
+	// keeps the first call only; reasoning_effort is passed to the chat
+	// template (gpt-oss reads it) unless chat_template_kwargs sets it.
+	ParallelToolCalls *bool      `json:"parallel_tool_calls"`
+	ReasoningEffort   *string    `json:"reasoning_effort"`
+	Choice            ToolChoice `json:"-"` // tool_choice, decoded
 	Sampling
 }
 
@@ -321,6 +327,9 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 		}
 	} else {
 		r.Tools = nil
+	}
+	if e := r.checkToolFields(); e != nil {
+		return nil, e
 	}
 	return &r, nil
 }

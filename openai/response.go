@@ -32,10 +32,13 @@ type ChatChoice struct {
 	TokenIDs []int32 `json:"token_ids,omitzero"`
 }
 
-// AssistantMessage is the generated message.
+// AssistantMessage is the generated message (written by MarshalJSON in
+// tools.go: content null beside tool calls).
 type AssistantMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role             string     `json:"role"`
+	Content          string     `json:"content"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // CompletionResponse is a non-streaming text completion.

@@ -14,6 +14,8 @@ type Usage struct {
 	CompletionTokens int                 `json:"completion_tokens"`
 	TotalTokens      int                 `json:"total_tokens"`
 	Details          PromptTokensDetails `json:"prompt_tokens_details"`
+	// CompletionDetails is set when the reply had reasoning (its tokens).
+	CompletionDetails *CompletionTokensDetails `json:"completion_tokens_details,omitempty"`
 }
 
 // PromptTokensDetails is usage.prompt_tokens_details. Servers may leave it
@@ -203,6 +205,10 @@ func AppendUsage(dst []byte, u Usage) []byte {
 	dst = strconv.AppendInt(dst, int64(u.TotalTokens), 10)
 	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.Details.CachedTokens), 10)
+	if d := u.CompletionDetails; d != nil {
+		dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(d.ReasoningTokens), 10)
+	}
 	return append(dst, "}}"...)
 }
 

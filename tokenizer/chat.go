@@ -69,7 +69,13 @@ type jinjaTemplate struct {
 	// stringContent: flatten OpenAI content-part lists (and null) to the
 	// string the template expects, as vLLM does.
 	stringContent bool
+	// source is the template's text (Source), which the frontend reads to
+	// pick the model's tool-call and reasoning parsers.
+	source string
 }
+
+// Source returns the template's Jinja source.
+func (t *jinjaTemplate) Source() string { return t.source }
 
 // NewChatTemplate compiles a Jinja chat template (e.g. GGUF's
 // tokenizer.chat_template). specials become template variables such as
@@ -92,7 +98,7 @@ func NewChatTemplate(source string, specials map[string]string) (ChatTemplate, e
 		vars[k] = jinja.NewString(v)
 	}
 	parts := regexp.MustCompile(openAIContentPattern).MatchString(source)
-	return &jinjaTemplate{tmpl: t, vars: vars, stringContent: !parts}, nil
+	return &jinjaTemplate{tmpl: t, vars: vars, stringContent: !parts, source: source}, nil
 }
 
 // Render implements ChatTemplate. It is safe for concurrent use.

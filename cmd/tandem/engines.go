@@ -38,6 +38,7 @@ type engineFlags struct {
 	replayAllow []string
 	threads     int
 	kvType      string
+	script      string // --mocker-script
 	up          upstreamFlags
 	tiers       tierFlags
 }
@@ -135,6 +136,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&m.Instant, "instant", false, "mocker: zero simulated time (for overhead benchmarks)")
 	f.Uint64Var(&m.Seed, "seed", 0, "mocker: seed of the generated text")
 	f.IntVar(&m.MaxNaturalTokens, "max-natural-tokens", 0, "mocker: end sequences with EOS after a seeded length up to this (0: run to max_tokens)")
+	f.StringVar(&e.script, "mocker-script", "", `mocker: a reply script (JSON {"rules":[{"when":"substring of the last user message","reply":"exact text"}]}): the first matching rule's reply is written, then EOS, so a random engine can write a tool call`)
 	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
 	f.StringVar(&e.tiers.host, "kv-offload-host-bytes", "0", "KV offload: host-memory tier (G2) size, e.g. 64GiB: blocks evicted from the engine's pool go there and are onboarded on a prefix hit instead of recomputed (0: off)")
 	f.StringVar(&e.tiers.disk, "kv-offload-disk-bytes", "0", "KV offload: disk tier (G3) size, e.g. 500GB: blocks evicted from the host tier (or the pool, without one) go there (0: off)")
@@ -163,6 +165,9 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if e.script != "" && e.kind != "mocker" {
+		return nil, nil, fmt.Errorf("--mocker-script is for --engine mocker, not %s", e.kind)
 	}
 	switch e.kind {
 	case "mocker":
@@ -245,6 +250,13 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 		return cfg, err
 	}
 	cfg.Tiers = tiers
+	if e.script != "" {
+		sc, err := mocker.LoadScript(e.script, model)
+		if err != nil {
+			return cfg, fmt.Errorf("--mocker-script: %w", err)
+		}
+		cfg.Script = sc
+	}
 	switch e.timing {
 	case "dynamo":
 		cfg.Timing = mocker.DynamoTiming()

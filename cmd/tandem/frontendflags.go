@@ -1,8 +1,11 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/chatparse"
 	"github.com/tandemllm/tandem/httpapi"
 )
 
@@ -23,6 +26,14 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
 	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
 	f.BoolVar(&c.TrustClientKVTransferParams, "trust-client-kv-transfer-params", false, "pass a client's kv_transfer_params (vLLM's P/D extension) to the workers; off, such a request is a 400: the params name addresses a vLLM-protocol worker connects to")
+	rs := &c.ResponsesStore
+	f.IntVar(&rs.Size, "responses-store-size", rs.Size, "finished /v1/responses kept for previous_response_id and GET (0: none kept); the least recently used go first")
+	f.Int64Var(&rs.Bytes, "responses-store-bytes", rs.Bytes, "bound on the stored responses' conversations, in bytes (0: only --responses-store-size bounds them)")
+	f.DurationVar(&rs.TTL, "responses-store-ttl", rs.TTL, "how long a stored response is kept (0: until evicted)")
+	f.Var(&parserFlag{p: &c.ToolCallParser, check: chatparse.CanonicalTool}, "tool-call-parser",
+		"how the chat endpoint reads tool calls in what the model writes: "+strings.Join(chatparse.ToolParsers, ", ")+", or none (default: detected from the model's chat template)")
+	f.Var(&parserFlag{p: &c.ReasoningParser, check: chatparse.CanonicalReasoning}, "reasoning-parser",
+		"how the chat endpoint splits reasoning into reasoning_content: "+strings.Join(chatparse.ReasoningParsers, ", ")+", or none (default: detected from the model's chat template)")
 	h := &c.HTTP
 	f.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "bound on reading a request's headers")
 	f.DurationVar(&h.ReadTimeout, "http-read-timeout", h.ReadTimeout, "bound on reading a whole request (headers and body)")
@@ -32,3 +43,29 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.IntVar(&h.ProbeConns, "probe-connections", h.ProbeConns, "connections kept past --max-connections for /health, /live and /metrics (each closed after its answer or 5 s), so probes and scrapes answer however full the server is")
 	f.Int64Var(&h.BodyBudget, "body-budget-bytes", h.BodyBudget, "request-body bytes held in memory at once across the server (0: no budget); past it a request gets 503")
 }
+
+// parserFlag is a parser name, checked when the flag is parsed.
+type parserFlag struct {
+	p     *string
+	check func(string) (string, error)
+}
+
+func (f *parserFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f *parserFlag) Set(v string) error {
+	if _, err := f.check(v); err != nil {
+		return err
+	}
+	if strings.EqualFold(strings.TrimSpace(v), "none") {
+		v = "none"
+	}
+	*f.p = v
+	return nil
+}
+
+func (f *parserFlag) Type() string { return "name" }

@@ -136,6 +136,9 @@ type Config struct {
 	// unless IgnoreEOS. Zero means sequences run to max_tokens (or the
 	// context length), which keeps benchmark output lengths exact.
 	MaxNaturalTokens int
+	// Script, when set, answers the prompts its rules match with their
+	// exact reply text, then EOS (--mocker-script; see Script).
+	Script *Script
 
 	ContextLength int // max prompt+output tokens (default 32768, clamped to the KV capacity)
 	BlockSize     int // --block-size (default 16)

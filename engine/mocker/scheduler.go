@@ -33,6 +33,9 @@ type seq struct {
 	vocabStart uint64 // offset into the vocabulary cycle
 	logprobs   bool   // synthesize logprobs (Request.Logprobs)
 	topLP      int    // alternatives per position
+	// script is the scripted reply when scripted: its tokens, then EOS.
+	script   []engine.Token
+	scripted bool
 
 	kv         kvcache.Seq
 	computed   int // tokens whose K/V is in the cache
@@ -83,6 +86,7 @@ func newSeq(e *Engine, req *engine.Request, maxTokens int) *seq {
 		}
 	}
 	s.vocabStart = mix(e.cfg.Seed ^ mix(key))
+	s.script, s.scripted = e.cfg.Script.Reply(req.Prompt)
 	if n := e.cfg.MaxNaturalTokens; n > 0 {
 		s.natural = max(1+int(mix(s.vocabStart+1)%uint64(n)), s.minTokens+1)
 	}
@@ -477,6 +481,23 @@ func (e *Engine) emit(s *seq, now time.Time) {
 	t := e.nextToken(s)
 	finish, reason := engine.FinishNone, reasonStop
 	switch {
+	case s.scripted:
+		// A scripted reply is written as is (its tokens are never taken
+		// for a stop token), then EOS; max_tokens still cuts it.
+		switch {
+		case s.outputs < len(s.script):
+			t = s.script[s.outputs]
+			if k == len(s.script) && len(e.cfg.EOS) == 0 {
+				finish = engine.FinishStop
+			}
+		case len(e.cfg.EOS) > 0:
+			t, finish = e.cfg.EOS[0], engine.FinishStop
+		default:
+			finish = engine.FinishStop
+		}
+		if finish == engine.FinishNone && k >= s.maxTokens {
+			finish, reason = engine.FinishLength, reasonLength
+		}
 	case s.natural > 0 && k >= s.natural && !s.ignoreEOS:
 		if len(e.cfg.EOS) > 0 {
 			t = e.cfg.EOS[0]
