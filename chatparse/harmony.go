@@ -106,7 +106,7 @@ func (h *harmony) header(hd string, out *Out) {
 		}
 	}
 	switch {
-	case strings.HasPrefix(recipient, "functions.") && h.tools:
+	case strings.HasPrefix(recipient, "functions.") && len(recipient) > len("functions.") && h.tools:
 		h.kind = hCall
 		out.Calls = append(out.Calls, CallDelta{Index: h.calls, ID: h.o.NewID(), Name: strings.TrimPrefix(recipient, "functions.")})
 		h.calls++
