@@ -1,0 +1,194 @@
+package structured
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tandemllm/tandem/tokenid"
+)
+
+// maxMaskBytes bounds the masks one Compiled keeps; past it the cache is
+// dropped and masks are recomputed as needed.
+const maxMaskBytes = 256 << 20
+
+// Compiled is a grammar bound to a vocabulary: the mask cache lives here.
+// Safe for concurrent use (one lock: the engines step their sequences from
+// one goroutine).
+type Compiled struct {
+	g  *Grammar
+	v  *Vocab
+	mu sync.Mutex
+	// masks[state] (nil until computed).
+	masks     [][]uint64
+	maskBytes int
+	states    []int32 // walk scratch, one per byte depth
+}
+
+// Bind prepares g for masks over v.
+func Bind(g *Grammar, v *Vocab) *Compiled {
+	return &Compiled{g: g, v: v, states: make([]int32, v.maxLen+1)}
+}
+
+// Vocab is the vocabulary the masks are over.
+func (c *Compiled) Vocab() *Vocab { return c.v }
+
+// mask returns the (shared, read-only) mask of state st.
+func (c *Compiled) mask(st int32) ([]uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if int(st) < len(c.masks) && c.masks[st] != nil {
+		return c.masks[st], nil
+	}
+	c.g.dfaMu.Lock()
+	m := c.v.computeMask(&c.g.dfa, st, c.states)
+	err := c.g.dfa.err
+	c.g.dfaMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if c.maskBytes+len(m)*8 > maxMaskBytes {
+		c.masks, c.maskBytes = nil, 0
+	}
+	for len(c.masks) <= int(st) {
+		c.masks = append(c.masks, nil)
+	}
+	c.masks[st] = m
+	c.maskBytes += len(m) * 8
+	return m, nil
+}
+
+// Matcher follows one sequence through a Compiled grammar.
+type Matcher struct {
+	c    *Compiled
+	st   int32
+	done bool
+}
+
+// NewMatcher starts a sequence at the grammar's start.
+func (c *Compiled) NewMatcher() *Matcher { return &Matcher{c: c} }
+
+// ErrRejected is returned by Accept for a token the mask did not allow.
+var ErrRejected = errors.New("structured: token not allowed by the grammar")
+
+// Mask returns the bitmask of allowed token ids for the next step: bit id%64
+// of word id/64. The slice is shared and must not be modified. After EOS
+// was accepted the mask is empty.
+func (m *Matcher) Mask() ([]uint64, error) {
+	if m.done {
+		return make([]uint64, m.c.v.MaskWords()), nil
+	}
+	return m.c.mask(m.st)
+}
+
+// Allowed reports whether id may come next (without computing a mask).
+func (m *Matcher) Allowed(id tokenid.ID) bool {
+	if m.done {
+		return false
+	}
+	st, ok := m.peek(id)
+	_ = st
+	return ok
+}
+
+func (m *Matcher) peek(id tokenid.ID) (int32, bool) {
+	v := m.c.v
+	if id < 0 || int(id) >= v.n {
+		return 0, false
+	}
+	g := m.c.g
+	g.dfaMu.Lock()
+	defer g.dfaMu.Unlock()
+	if v.IsEOS(id) {
+		return m.st, g.dfa.states[m.st].accept
+	}
+	t := v.toks[id]
+	if len(t) == 0 {
+		return 0, false
+	}
+	st := m.st
+	for _, b := range t {
+		st = g.dfa.step(st, b)
+		if st < 0 {
+			return 0, false
+		}
+	}
+	return st, true
+}
+
+// Accept advances past token id; an EOS token ends the sequence (allowed
+// only in an accepting state).
+func (m *Matcher) Accept(id tokenid.ID) error {
+	if m.done {
+		return fmt.Errorf("%w: token %d after the end", ErrRejected, id)
+	}
+	st, ok := m.peek(id)
+	if !ok {
+		if err := m.c.g.dfaErr(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: token %d", ErrRejected, id)
+	}
+	if m.c.v.IsEOS(id) {
+		m.done = true
+		return nil
+	}
+	m.st = st
+	return nil
+}
+
+// CanEnd reports whether the output so far is a complete match (EOS allowed).
+func (m *Matcher) CanEnd() bool {
+	if m.done {
+		return true
+	}
+	g := m.c.g
+	g.dfaMu.Lock()
+	defer g.dfaMu.Unlock()
+	return g.dfa.states[m.st].accept
+}
+
+// Done reports whether EOS was accepted.
+func (m *Matcher) Done() bool { return m.done }
+
+// Terminated reports whether nothing but EOS may follow: the output is
+// complete and cannot be extended.
+func (m *Matcher) Terminated() bool {
+	if m.done {
+		return true
+	}
+	g := m.c.g
+	g.dfaMu.Lock()
+	defer g.dfaMu.Unlock()
+	ds := g.dfa.states[m.st]
+	if !ds.accept {
+		return false
+	}
+	for _, s := range ds.stacks {
+		if g.prog[g.dfa.frames[s].pos].kind == nodeTerm {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *Grammar) dfaErr() error {
+	g.dfaMu.Lock()
+	defer g.dfaMu.Unlock()
+	return g.dfa.err
+}
+
+// MatchString reports whether s is in the grammar's language (tests,
+// tools).
+func (g *Grammar) MatchString(s string) bool {
+	g.dfaMu.Lock()
+	defer g.dfaMu.Unlock()
+	st := int32(0)
+	for i := 0; i < len(s); i++ {
+		st = g.dfa.step(st, s[i])
+		if st < 0 {
+			return false
+		}
+	}
+	return g.dfa.states[st].accept
+}
