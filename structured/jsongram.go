@@ -8,10 +8,10 @@ import (
 // Generation bounds that keep outputs short; every bound narrows what is
 // generated, never what a schema accepts, so outputs stay valid.
 const (
-	maxIntDigits   = 15 // integers of at most 15 digits (exact in a float64)
-	maxFracDigits  = 15
-	genericDepth   = 6    // nesting of values a schema leaves free
-	lengthCap      = 1024 // maxLength above this is capped (a subset) unless minLength needs more
+	maxIntDigits  = 15 // integers of at most 15 digits (exact in a float64)
+	maxFracDigits = 15
+	genericDepth  = 6    // nesting of values a schema leaves free
+	lengthCap     = 1024 // maxLength above this is capped (a subset) unless minLength needs more
 )
 
 // jsonRules are the shared JSON building blocks of one builder.

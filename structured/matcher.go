@@ -3,6 +3,8 @@ package structured
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"sync"
 
 	"github.com/tandemllm/tandem/tokenid"
@@ -191,4 +193,72 @@ func (g *Grammar) MatchString(s string) bool {
 		}
 	}
 	return g.dfa.states[st].accept
+}
+
+// ApplyMask sets the logits of disallowed tokens to -Inf (ids past the
+// vocabulary too). It reports an error when nothing is allowed, which a
+// non-empty grammar never leaves (EOS is allowed in accepting states).
+func (m *Matcher) ApplyMask(logits []float32) error {
+	mask, err := m.Mask()
+	if err != nil {
+		return err
+	}
+	ninf := float32(math.Inf(-1))
+	any := false
+	for w := 0; w*64 < len(logits); w++ {
+		var bits uint64
+		if w < len(mask) {
+			bits = mask[w]
+		}
+		base := w * 64
+		end := min(base+64, len(logits))
+		if bits == 0 {
+			for i := base; i < end; i++ {
+				logits[i] = ninf
+			}
+			continue
+		}
+		any = true
+		if bits == ^uint64(0) && end == base+64 {
+			continue
+		}
+		for i := base; i < end; i++ {
+			if bits&(1<<uint(i-base)) == 0 {
+				logits[i] = ninf
+			}
+		}
+	}
+	if !any {
+		return fmt.Errorf("%w: no token allowed", ErrRejected)
+	}
+	return nil
+}
+
+// Pick returns the allowed token chosen by r (any value; uniform over the
+// allowed tokens for uniform r): the mocker's way to sample.
+func (m *Matcher) Pick(r uint64) (tokenid.ID, error) {
+	mask, err := m.Mask()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, w := range mask {
+		n += bits.OnesCount64(w)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%w: no token allowed", ErrRejected)
+	}
+	k := int(r % uint64(n))
+	for i, w := range mask {
+		c := bits.OnesCount64(w)
+		if k >= c {
+			k -= c
+			continue
+		}
+		for ; k > 0; k-- {
+			w &= w - 1
+		}
+		return tokenid.ID(i*64 + bits.TrailingZeros64(w)), nil
+	}
+	return 0, fmt.Errorf("%w: no token allowed", ErrRejected)
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/structured"
+	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -98,12 +100,19 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	if err != nil {
 		return nil, nil, err
 	}
+	// Token byte strings for structured outputs, built once and shared
+	// by every worker of the process.
+	vocab, err := tokenBytes(model.Tokenizer)
+	if err != nil {
+		return nil, nil, err
+	}
 	switch e.kind {
 	case "mocker":
 		cfg, err := e.mockerConfig(model, log)
 		if err != nil {
 			return nil, nil, err
 		}
+		cfg.TokenBytes = vocab
 		return model, func(i int) (engine.Engine, error) { return e.newMocker(cfg, i) }, nil
 	case "native":
 		if e.modelDir == "" {
@@ -122,7 +131,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 			if err != nil {
 				return nil, err
 			}
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev})
+			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev, Vocab: vocab})
 			return eng, err
 		}, nil
 	case "upstream":
@@ -251,4 +260,24 @@ func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.Engin
 		}
 	}
 	return ev, nil
+}
+
+// tokenBytes is the tokenizer's vocabulary as the structured-output masks
+// need it: each token's bytes, special tokens (which the frontend does not
+// render) and holes as none, so a mask never allows them.
+func tokenBytes(tok tokenizer.Tokenizer) (*structured.Vocab, error) {
+	n := tok.VocabSize()
+	sp, _ := tok.(tokenizer.SpecialTokens)
+	toks := make([][]byte, n)
+	for id := range n {
+		if sp != nil && sp.IsSpecial(tokenid.ID(id)) {
+			continue
+		}
+		toks[id] = tok.AppendTokenBytes(nil, tokenid.ID(id))
+	}
+	v, err := structured.NewVocab(toks, tok.EOS())
+	if err != nil {
+		return nil, fmt.Errorf("structured outputs vocabulary: %w", err)
+	}
+	return v, nil
 }

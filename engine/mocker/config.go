@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/kvevents"
 )
 
@@ -89,6 +90,11 @@ type Config struct {
 	// sampling seed if set, else its prompt), so outputs are deterministic
 	// and decode to readable text. Empty: the prompt itself is cycled.
 	Vocabulary []engine.Token
+	// TokenBytes is the model's vocabulary as token byte strings, for
+	// requests with a Constraint (structured outputs): the mocker then
+	// draws each token uniformly among those the constraint allows. Nil:
+	// such requests are refused.
+	TokenBytes *structured.Vocab
 	// EOS lists end-of-sequence tokens (reported in Info; EOS[0] is emitted
 	// on a natural stop).
 	EOS []engine.Token

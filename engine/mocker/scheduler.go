@@ -2,11 +2,13 @@ package mocker
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
+	"github.com/tandemllm/tandem/structured"
 )
 
 type seqState uint8
@@ -30,6 +32,9 @@ type seq struct {
 	stop       []engine.Token
 	natural    int    // natural end length, 0 = none
 	vocabStart uint64 // offset into the vocabulary cycle
+	// matcher, for a request with a Constraint: tokens are drawn
+	// uniformly among those its mask allows (the mask's own test).
+	matcher *structured.Matcher
 
 	kv         kvcache.Seq
 	computed   int // tokens whose K/V is in the cache
@@ -371,6 +376,18 @@ func (e *Engine) complete() {
 }
 
 func (e *Engine) nextToken(s *seq) engine.Token {
+	if s.matcher != nil {
+		t, err := s.matcher.Pick(mix(s.vocabStart ^ mix(uint64(s.outputs))))
+		if err == nil {
+			return t
+		}
+		// Only a spent state budget gets here (a compiled grammar
+		// always allows something): end the sequence.
+		slog.Warn("mocker: structured output ended early", "err", err)
+		if len(e.cfg.EOS) > 0 {
+			return e.cfg.EOS[0]
+		}
+	}
 	vocab := e.cfg.Vocabulary
 	if len(vocab) == 0 {
 		vocab = s.tokens[:s.promptLen]
@@ -388,6 +405,12 @@ func (e *Engine) emit(s *seq, now time.Time) {
 	t := e.nextToken(s)
 	finish, reason := engine.FinishNone, reasonStop
 	switch {
+	case s.matcher != nil:
+		if err := s.matcher.Accept(t); err != nil || s.matcher.Done() {
+			finish = engine.FinishStop
+		} else if k >= s.maxTokens {
+			finish, reason = engine.FinishLength, reasonLength
+		}
 	case s.natural > 0 && k >= s.natural && !s.ignoreEOS:
 		if len(e.cfg.EOS) > 0 {
 			t = e.cfg.EOS[0]
