@@ -53,6 +53,13 @@ type Sampling struct {
 	// generated token ids (prompt_token_ids, token_ids). A non-boolean
 	// value is a 400 naming the field.
 	ReturnTokenIDs bool `json:"return_token_ids"`
+	// StructuredOutputs and the guided_* fields are vLLM's structured
+	// output extensions (see structured.go).
+	StructuredOutputs *StructuredOutputs `json:"structured_outputs"`
+	Guided
+	// Constraint is filled by Decode* from response_format,
+	// structured_outputs, guided_* and tool_choice; nil for none.
+	Constraint *Constraint `json:"-"`
 }
 
 // ChatRequest is a POST /v1/chat/completions body. Messages and Tools stay
@@ -65,12 +72,14 @@ type ChatRequest struct {
 	ResponseFormat     *ResponseFormat            `json:"response_format"`
 	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 	TopLogprobs        *int                       `json:"top_logprobs"`
+	ParallelToolCalls  *bool                      `json:"parallel_tool_calls"`
 	Sampling
 }
 
-// ResponseFormat is response_format; only "text" is supported.
+// ResponseFormat is response_format: text, json_object or json_schema.
 type ResponseFormat struct {
-	Type string `json:"type"`
+	Type       string            `json:"type"`
+	JSONSchema *JSONSchemaFormat `json:"json_schema"`
 }
 
 // CompletionRequest is a POST /v1/completions body.
@@ -80,6 +89,8 @@ type CompletionRequest struct {
 	Echo   bool            `json:"echo"`
 	Suffix *string         `json:"suffix"`
 	BestOf *int            `json:"best_of"`
+	// ResponseFormat is accepted on completions too, as vLLM does.
+	ResponseFormat *ResponseFormat `json:"response_format"`
 	Sampling
 	// Filled by Decode from Prompt: exactly one of the two is set.
 	PromptText   string  `json:"-"`
@@ -242,9 +253,6 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 	if r.TopLogprobs != nil && *r.TopLogprobs != 0 {
 		return nil, BadRequest("top_logprobs", "unsupported_value", "logprobs are not supported")
 	}
-	if r.ResponseFormat != nil && r.ResponseFormat.Type != "" && r.ResponseFormat.Type != "text" {
-		return nil, BadRequest("response_format", "unsupported_value", "response_format %q is not supported", r.ResponseFormat.Type)
-	}
 	msgs, e := normalizeMessages(r.Messages)
 	if e != nil {
 		return nil, e
@@ -257,6 +265,11 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 	} else {
 		r.Tools = nil
 	}
+	c, e := r.chatConstraint()
+	if e != nil {
+		return nil, e
+	}
+	r.Constraint = c
 	return &r, nil
 }
 
@@ -432,6 +445,11 @@ func DecodeCompletion(body []byte) (*CompletionRequest, *Error) {
 	if e := r.parsePrompt(); e != nil {
 		return nil, e
 	}
+	c, e := constraintOf(r.ResponseFormat, &r.Sampling)
+	if e != nil {
+		return nil, e
+	}
+	r.Constraint = c
 	return &r, nil
 }
 

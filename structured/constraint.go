@@ -114,7 +114,8 @@ type cacheKey struct {
 
 type cacheEntry struct {
 	key cacheKey
-	c   *Compiled
+	c   *Compiled // (kind, spec, vocab) entries
+	g   *Grammar  // (kind, spec) entries
 }
 
 // NewCache keeps up to max compiled constraints.
@@ -136,7 +137,7 @@ func (c *Cache) Get(kind, spec string, v *Vocab) (*Compiled, error) {
 		return e.Value.(*cacheEntry).c, nil
 	}
 	c.mu.Unlock()
-	g, err := CompileSpec(kind, spec)
+	g, err := c.Grammar(kind, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -144,18 +145,48 @@ func (c *Cache) Get(kind, spec string, v *Vocab) (*Compiled, error) {
 	if len(spec) > maxCachedSpec {
 		return comp, nil
 	}
+	c.put(k, &cacheEntry{key: k, c: comp})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.items[k]; ok {
 		return e.Value.(*cacheEntry).c, nil
 	}
-	c.items[k] = c.ll.PushFront(&cacheEntry{k, comp})
+	return comp, nil
+}
+
+// Grammar returns the compiled grammar of a constraint, cached per
+// (kind, spec) whatever the vocabulary: the frontend checks a constraint
+// with it before any token is generated, and an in-process engine binds
+// the same grammar to its vocabulary.
+func (c *Cache) Grammar(kind, spec string) (*Grammar, error) {
+	k := cacheKey{kind: kind, spec: spec}
+	c.mu.Lock()
+	if e, ok := c.items[k]; ok {
+		c.ll.MoveToFront(e)
+		c.mu.Unlock()
+		return e.Value.(*cacheEntry).g, nil
+	}
+	c.mu.Unlock()
+	g, err := CompileSpec(kind, spec)
+	if err != nil || len(spec) > maxCachedSpec {
+		return g, err
+	}
+	c.put(k, &cacheEntry{key: k, g: g})
+	return g, nil
+}
+
+func (c *Cache) put(k cacheKey, e *cacheEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[k]; ok {
+		return
+	}
+	c.items[k] = c.ll.PushFront(e)
 	for c.ll.Len() > c.max {
 		old := c.ll.Back()
 		c.ll.Remove(old)
 		delete(c.items, old.Value.(*cacheEntry).key)
 	}
-	return comp, nil
 }
 
 // Shared is the process-wide cache the engines use.

@@ -172,7 +172,10 @@ type GenerateRequest struct {
 	// client sent none.
 	KvTransferParams []byte `protobuf:"bytes,9,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
 	// trace is the caller's trace context; absent when it has none.
-	Trace         *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	Trace *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
+	// constraint restricts the output (structured outputs); absent for
+	// none. Numbered apart from the fields other work adds.
+	Constraint    *Constraint `protobuf:"bytes,20,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +280,76 @@ func (x *GenerateRequest) GetTrace() *TraceContext {
 	return nil
 }
 
+func (x *GenerateRequest) GetConstraint() *Constraint {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+// Constraint is engine.Constraint: kind is json, json_object, regex,
+// choice, grammar or tool_calls; spec the schema, expression, choices
+// (a JSON array) or grammar; field the request field it came from.
+type Constraint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Spec          string                 `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Field         string                 `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Constraint) Reset() {
+	*x = Constraint{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Constraint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Constraint) ProtoMessage() {}
+
+func (x *Constraint) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
+func (*Constraint) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Constraint) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Constraint) GetSpec() string {
+	if x != nil {
+		return x.Spec
+	}
+	return ""
+}
+
+func (x *Constraint) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
 // TraceContext is a W3C trace context (https://www.w3.org/TR/trace-context/:
 // the traceparent's trace id, parent span id and flags, and the
 // tracestate), carried in the request rather than in a traceparent header.
@@ -301,7 +374,7 @@ type TraceContext struct {
 
 func (x *TraceContext) Reset() {
 	*x = TraceContext{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +386,7 @@ func (x *TraceContext) String() string {
 func (*TraceContext) ProtoMessage() {}
 
 func (x *TraceContext) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +399,7 @@ func (x *TraceContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
 func (*TraceContext) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TraceContext) GetTraceIdHigh() uint64 {
@@ -382,7 +455,7 @@ type Sampling struct {
 
 func (x *Sampling) Reset() {
 	*x = Sampling{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +467,7 @@ func (x *Sampling) String() string {
 func (*Sampling) ProtoMessage() {}
 
 func (x *Sampling) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +480,7 @@ func (x *Sampling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
 func (*Sampling) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Sampling) GetTemperature() float32 {
@@ -459,7 +532,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +544,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +557,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Delta) GetTokens() []int32 {
@@ -530,7 +603,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +615,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +628,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
 }
 
 // EngineInfo describes an engine (engine.Info).
@@ -576,7 +649,7 @@ type EngineInfo struct {
 
 func (x *EngineInfo) Reset() {
 	*x = EngineInfo{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +661,7 @@ func (x *EngineInfo) String() string {
 func (*EngineInfo) ProtoMessage() {}
 
 func (x *EngineInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +674,7 @@ func (x *EngineInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineInfo.ProtoReflect.Descriptor instead.
 func (*EngineInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EngineInfo) GetKind() string {
@@ -659,7 +732,7 @@ type AssessRequest struct {
 
 func (x *AssessRequest) Reset() {
 	*x = AssessRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +744,7 @@ func (x *AssessRequest) String() string {
 func (*AssessRequest) ProtoMessage() {}
 
 func (x *AssessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +757,7 @@ func (x *AssessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssessRequest.ProtoReflect.Descriptor instead.
 func (*AssessRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AssessRequest) GetPrompt() []int32 {
@@ -729,7 +802,7 @@ type Assessment struct {
 
 func (x *Assessment) Reset() {
 	*x = Assessment{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +814,7 @@ func (x *Assessment) String() string {
 func (*Assessment) ProtoMessage() {}
 
 func (x *Assessment) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +827,7 @@ func (x *Assessment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assessment.ProtoReflect.Descriptor instead.
 func (*Assessment) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assessment) GetCachedTokens() int32 {
@@ -807,7 +880,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +892,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +905,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Peer) GetId() string {
@@ -865,7 +938,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +950,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +963,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LinkRequest) GetPeer() *Peer {
@@ -913,7 +986,7 @@ type LinkReply struct {
 
 func (x *LinkReply) Reset() {
 	*x = LinkReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +998,7 @@ func (x *LinkReply) String() string {
 func (*LinkReply) ProtoMessage() {}
 
 func (x *LinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1011,7 @@ func (x *LinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkReply.ProtoReflect.Descriptor instead.
 func (*LinkReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LinkReply) GetBytesPerSec() float64 {
@@ -975,7 +1048,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1060,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1073,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrefillRequest) GetRequest() *GenerateRequest {
@@ -1047,7 +1120,7 @@ type PrefillReply struct {
 
 func (x *PrefillReply) Reset() {
 	*x = PrefillReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1132,7 @@ func (x *PrefillReply) String() string {
 func (*PrefillReply) ProtoMessage() {}
 
 func (x *PrefillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1145,7 @@ func (x *PrefillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillReply.ProtoReflect.Descriptor instead.
 func (*PrefillReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillReply) GetBlocks() int32 {
@@ -1146,7 +1219,7 @@ type TransferKeyRequest struct {
 
 func (x *TransferKeyRequest) Reset() {
 	*x = TransferKeyRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1231,7 @@ func (x *TransferKeyRequest) String() string {
 func (*TransferKeyRequest) ProtoMessage() {}
 
 func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1244,7 @@ func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyRequest.ProtoReflect.Descriptor instead.
 func (*TransferKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
 }
 
 type TransferKeyReply struct {
@@ -1183,7 +1256,7 @@ type TransferKeyReply struct {
 
 func (x *TransferKeyReply) Reset() {
 	*x = TransferKeyReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1268,7 @@ func (x *TransferKeyReply) String() string {
 func (*TransferKeyReply) ProtoMessage() {}
 
 func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1281,7 @@ func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyReply.ProtoReflect.Descriptor instead.
 func (*TransferKeyReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TransferKeyReply) GetKey() []byte {
@@ -1228,7 +1301,7 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x15\n" +
-	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xf5\x02\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xb9\x03\n" +
 	"\x0fGenerateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -1244,7 +1317,15 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\bsampling\x18\b \x01(\v2 .tandem.requestplane.v1.SamplingR\bsampling\x12,\n" +
 	"\x12kv_transfer_params\x18\t \x01(\fR\x10kvTransferParams\x12:\n" +
 	"\x05trace\x18\n" +
-	" \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\"\xa3\x01\n" +
+	" \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\x12B\n" +
+	"\n" +
+	"constraint\x18\x14 \x01(\v2\".tandem.requestplane.v1.ConstraintR\n" +
+	"constraint\"J\n" +
+	"\n" +
+	"Constraint\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04spec\x18\x02 \x01(\tR\x04spec\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xa3\x01\n" +
 	"\fTraceContext\x12\"\n" +
 	"\rtrace_id_high\x18\x01 \x01(\x06R\vtraceIdHigh\x12 \n" +
 	"\ftrace_id_low\x18\x02 \x01(\x06R\n" +
@@ -1338,52 +1419,54 @@ func file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP() []byte {
 	return file_tandem_requestplane_v1_requestplane_proto_rawDescData
 }
 
-var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
 	(*WatchQueueRequest)(nil),  // 0: tandem.requestplane.v1.WatchQueueRequest
 	(*QueueReport)(nil),        // 1: tandem.requestplane.v1.QueueReport
 	(*GenerateRequest)(nil),    // 2: tandem.requestplane.v1.GenerateRequest
-	(*TraceContext)(nil),       // 3: tandem.requestplane.v1.TraceContext
-	(*Sampling)(nil),           // 4: tandem.requestplane.v1.Sampling
-	(*Delta)(nil),              // 5: tandem.requestplane.v1.Delta
-	(*InfoRequest)(nil),        // 6: tandem.requestplane.v1.InfoRequest
-	(*EngineInfo)(nil),         // 7: tandem.requestplane.v1.EngineInfo
-	(*AssessRequest)(nil),      // 8: tandem.requestplane.v1.AssessRequest
-	(*Assessment)(nil),         // 9: tandem.requestplane.v1.Assessment
-	(*Peer)(nil),               // 10: tandem.requestplane.v1.Peer
-	(*LinkRequest)(nil),        // 11: tandem.requestplane.v1.LinkRequest
-	(*LinkReply)(nil),          // 12: tandem.requestplane.v1.LinkReply
-	(*PrefillRequest)(nil),     // 13: tandem.requestplane.v1.PrefillRequest
-	(*PrefillReply)(nil),       // 14: tandem.requestplane.v1.PrefillReply
-	(*TransferKeyRequest)(nil), // 15: tandem.requestplane.v1.TransferKeyRequest
-	(*TransferKeyReply)(nil),   // 16: tandem.requestplane.v1.TransferKeyReply
+	(*Constraint)(nil),         // 3: tandem.requestplane.v1.Constraint
+	(*TraceContext)(nil),       // 4: tandem.requestplane.v1.TraceContext
+	(*Sampling)(nil),           // 5: tandem.requestplane.v1.Sampling
+	(*Delta)(nil),              // 6: tandem.requestplane.v1.Delta
+	(*InfoRequest)(nil),        // 7: tandem.requestplane.v1.InfoRequest
+	(*EngineInfo)(nil),         // 8: tandem.requestplane.v1.EngineInfo
+	(*AssessRequest)(nil),      // 9: tandem.requestplane.v1.AssessRequest
+	(*Assessment)(nil),         // 10: tandem.requestplane.v1.Assessment
+	(*Peer)(nil),               // 11: tandem.requestplane.v1.Peer
+	(*LinkRequest)(nil),        // 12: tandem.requestplane.v1.LinkRequest
+	(*LinkReply)(nil),          // 13: tandem.requestplane.v1.LinkReply
+	(*PrefillRequest)(nil),     // 14: tandem.requestplane.v1.PrefillRequest
+	(*PrefillReply)(nil),       // 15: tandem.requestplane.v1.PrefillReply
+	(*TransferKeyRequest)(nil), // 16: tandem.requestplane.v1.TransferKeyRequest
+	(*TransferKeyReply)(nil),   // 17: tandem.requestplane.v1.TransferKeyReply
 }
 var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
-	4,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
-	3,  // 1: tandem.requestplane.v1.GenerateRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
-	3,  // 2: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
-	10, // 3: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 4: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
-	10, // 5: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 6: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
-	6,  // 7: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
-	8,  // 8: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
-	11, // 9: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
-	13, // 10: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
-	15, // 11: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
-	0,  // 12: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
-	5,  // 13: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
-	7,  // 14: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
-	9,  // 15: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
-	12, // 16: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
-	14, // 17: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
-	16, // 18: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
-	1,  // 19: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	5,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
+	4,  // 1: tandem.requestplane.v1.GenerateRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	3,  // 2: tandem.requestplane.v1.GenerateRequest.constraint:type_name -> tandem.requestplane.v1.Constraint
+	4,  // 3: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	11, // 4: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 5: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
+	11, // 6: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 7: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
+	7,  // 8: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
+	9,  // 9: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
+	12, // 10: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
+	14, // 11: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
+	16, // 12: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
+	0,  // 13: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
+	6,  // 14: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
+	8,  // 15: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
+	10, // 16: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
+	13, // 17: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
+	15, // 18: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
+	17, // 19: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
+	1,  // 20: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_tandem_requestplane_v1_requestplane_proto_init() }
@@ -1391,14 +1474,14 @@ func file_tandem_requestplane_v1_requestplane_proto_init() {
 	if File_tandem_requestplane_v1_requestplane_proto != nil {
 		return
 	}
-	file_tandem_requestplane_v1_requestplane_proto_msgTypes[4].OneofWrappers = []any{}
+	file_tandem_requestplane_v1_requestplane_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_requestplane_v1_requestplane_proto_rawDesc), len(file_tandem_requestplane_v1_requestplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
