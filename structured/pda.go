@@ -29,8 +29,6 @@ var ErrStateBudget = errors.New("structured: grammar state budget exhausted")
 type dstate struct {
 	stacks []int32
 	accept bool
-	// trans[b]: 0 not computed yet, -1 dead, else next state + 1.
-	trans [256]int32
 }
 
 type dfa struct {
@@ -38,6 +36,9 @@ type dfa struct {
 	frames []frame
 	frameI map[frame]int32
 	states []*dstate
+	// trans[st<<8|b]: 0 not computed yet, -1 dead, else next state + 1
+	// (one flat table: the mask walk's inner loop is one load).
+	trans  []int32
 	stateI map[string]int32
 	// scratch for closure
 	seen    map[int32]struct{}
@@ -142,6 +143,7 @@ func (d *dfa) addState() int32 {
 	}
 	id := int32(len(d.states))
 	d.states = append(d.states, ds)
+	d.trans = append(d.trans, make([]int32, 256)...)
 	d.stateI[string(d.keybuf)] = id
 	d.scratch = st[:0]
 	return id
@@ -159,7 +161,8 @@ func (d *dfa) dead(st int32) bool {
 // step is the transition of state st on byte c, or -1.
 func (d *dfa) step(st int32, c byte) int32 {
 	ds := d.states[st]
-	if t := ds.trans[c]; t > 0 {
+	i := int(st)<<8 | int(c)
+	if t := d.trans[i]; t > 0 {
 		return t - 1
 	} else if t < 0 {
 		return -1
@@ -180,9 +183,9 @@ func (d *dfa) step(st int32, c byte) int32 {
 		return -1
 	}
 	if next < 0 {
-		ds.trans[c] = -1
+		d.trans[i] = -1
 	} else {
-		ds.trans[c] = next + 1
+		d.trans[i] = next + 1
 	}
 	return next
 }

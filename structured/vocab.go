@@ -120,8 +120,15 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		}
 		j := l
 		for ; j < len(t); j++ {
-			nx := d.step(states[j], t[j])
+			nx := d.trans[int(states[j])<<8|int(t[j])]
+			if nx > 0 {
+				states[j+1] = nx - 1
+				continue
+			}
 			if nx < 0 {
+				break
+			}
+			if nx = d.step(states[j], t[j]); nx < 0 {
 				break
 			}
 			states[j+1] = nx
