@@ -234,22 +234,47 @@ func (m *Matcher) ApplyMask(logits []float32) error {
 	return nil
 }
 
-// Pick returns the allowed token chosen by r (any value; uniform over the
-// allowed tokens for uniform r): the mocker's way to sample.
+// Pick returns an allowed token chosen by r (a uniform random value): the
+// mocker's way to sample. Half the time (r's low bit) it draws among the
+// allowed tokens that hold a '"', '}' or ']' when there are any, else
+// among all allowed tokens, uniformly: free strings and containers then end
+// after a few tokens, as a model's do, while every token still comes from
+// the mask.
 func (m *Matcher) Pick(r uint64) (tokenid.ID, error) {
 	mask, err := m.Mask()
 	if err != nil {
 		return 0, err
 	}
+	if r&1 == 1 && !m.done {
+		if id, ok := pickIn(mask, m.c.v.closers, r>>1); ok {
+			return id, nil
+		}
+	}
+	if id, ok := pickIn(mask, nil, r>>1); ok {
+		return id, nil
+	}
+	return 0, fmt.Errorf("%w: no token allowed", ErrRejected)
+}
+
+// pickIn draws uniformly (by r) among the bits of mask (and of and, when
+// given).
+func pickIn(mask, and []uint64, r uint64) (tokenid.ID, bool) {
+	word := func(i int) uint64 {
+		if and != nil {
+			return mask[i] & and[i]
+		}
+		return mask[i]
+	}
 	n := 0
-	for _, w := range mask {
-		n += bits.OnesCount64(w)
+	for i := range mask {
+		n += bits.OnesCount64(word(i))
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("%w: no token allowed", ErrRejected)
+		return 0, false
 	}
 	k := int(r % uint64(n))
-	for i, w := range mask {
+	for i := range mask {
+		w := word(i)
 		c := bits.OnesCount64(w)
 		if k >= c {
 			k -= c
@@ -258,7 +283,7 @@ func (m *Matcher) Pick(r uint64) (tokenid.ID, error) {
 		for ; k > 0; k-- {
 			w &= w - 1
 		}
-		return tokenid.ID(i*64 + bits.TrailingZeros64(w)), nil
+		return tokenid.ID(i*64 + bits.TrailingZeros64(w)), true
 	}
-	return 0, fmt.Errorf("%w: no token allowed", ErrRejected)
+	return 0, false
 }

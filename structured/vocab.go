@@ -28,6 +28,9 @@ type Vocab struct {
 	maxLen int
 	eos    []tokenid.ID
 	fp     string
+	// closers marks tokens holding a byte that ends a JSON string or
+	// container ('"', '}', ']'): Pick's bias toward short outputs.
+	closers []uint64
 }
 
 // NewVocab builds a Vocab. tokens[id] is token id's byte string; an empty
@@ -61,6 +64,12 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		if len(t) > 0 && !isEOS[tokenid.ID(id)] {
 			v.order = append(v.order, int32(id))
 			v.maxLen = max(v.maxLen, len(t))
+		}
+	}
+	v.closers = make([]uint64, v.MaskWords())
+	for _, id := range v.order {
+		if bytes.ContainsAny(v.toks[id], `"}]`) {
+			v.closers[id>>6] |= 1 << (uint(id) & 63)
 		}
 	}
 	for _, e := range v.eos {

@@ -544,7 +544,7 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
 	}
 	switch {
-	case s.eos[tok] || s.stop[tok]:
+	case s.eos[tok] || s.stop[tok] || (s.matcher != nil && s.matcher.Done()):
 		d.Finish = engine.FinishStop
 	case len(s.tokens) >= s.maxLen:
 		d.Finish = engine.FinishLength
@@ -559,7 +559,7 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 // further (its state budget spent): logged, and ended as a stop so the
 // output so far is returned rather than unconstrained text.
 func (e *Engine) constraintFailed(s *seq, err error) (engine.FinishReason, bool) {
-	slog.Warn("native: structured output ended early", "request", s.req.ID, "err", err)
+	slog.Warn("native: structured output ended early", "request", s.req.ID, "kind", s.req.Constraint.Kind, "generated", s.generated, "can_end", s.matcher.CanEnd(), "err", err)
 	d := engine.Delta{Finish: engine.FinishStop}
 	if !s.started {
 		s.started = true
