@@ -137,7 +137,7 @@ func TestRandomWalksValidate(t *testing.T) {
 				c := Bind(g, v)
 				sch := validator(t, s)
 				done := 0
-				for range 8 {
+				for range 3 {
 					out, ok := walk(t, c, rng, 4000)
 					if !ok {
 						continue

@@ -53,6 +53,7 @@ type upstreamFlags struct {
 	// SGLang attention-DP rank); empty: one per --upstream.
 	targets         []upstreamTarget
 	metricsInterval time.Duration
+	guidedFields    bool
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -66,6 +67,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
 	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) sglang (SGLang's native /generate: token prompts, meta_info cached_tokens, one worker per attention-DP rank) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
 	f.DurationVar(&e.up.metricsInterval, "upstream-metrics-interval", upstream.DefaultMetricsInterval, "upstream: how often each server's /metrics is scraped for its load (vllm:*, sglang:*, llamacpp:*; llama-server without --metrics: /slots); negative: never")
+	f.BoolVar(&e.up.guidedFields, "upstream-guided-fields", false, "upstream: send structured outputs as vLLM's older guided_json/guided_regex/guided_choice/guided_grammar fields instead of structured_outputs (vLLM releases before structured_outputs)")
 	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")

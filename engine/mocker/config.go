@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/structured"
 )
 
 // Defaults; each matches the flag of the same name.
