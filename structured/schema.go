@@ -35,6 +35,9 @@ var annotations = map[string]bool{
 	"externalDocs": true, "contentMediaType": true, "contentEncoding": true, "contentSchema": true,
 	"$anchor": true, "$dynamicAnchor": true, "$vocabulary": true, "$defs": true, "definitions": true,
 	"strict": true,
+	// OpenAPI documents' schema container (references into it resolve
+	// like $defs).
+	"components": true,
 }
 
 // handled are the keywords the compiler honours.
@@ -150,6 +153,11 @@ func (c *schemaCompiler) compile(s *jv, path string) (int32, error) {
 		n := 0
 		for i, sub := range alts.arr {
 			p := fmt.Sprintf("%s/%s/%d", path, kw, i)
+			if kw == "oneOf" && !c.exclusive(alts.arr, i) {
+				// An output of this branch might match another one too,
+				// which oneOf forbids: generate from the others only.
+				continue
+			}
 			if hasRest {
 				rs, err := c.resolve(sub, p)
 				if err != nil {
@@ -170,11 +178,172 @@ func (c *schemaCompiler) compile(s *jv, path string) (int32, error) {
 			n++
 		}
 		if n == 0 {
+			if kw == "oneOf" {
+				return 0, unsupported("oneOf", path, "no branch is provably exclusive of the others")
+			}
 			return 0, unsat(path, kw+" with no satisfiable branch")
 		}
 		return r, nil
 	}
 	return c.compileTyped(s, path)
+}
+
+// typeSet is a set of JSON types as bits; integer and number share
+// numBit.
+type typeSet uint8
+
+const (
+	objBit typeSet = 1 << iota
+	arrBit
+	strBit
+	numBit
+	boolBit
+	nullBit
+	allBits = objBit | arrBit | strBit | numBit | boolBit | nullBit
+)
+
+func typeBit(t string) typeSet {
+	switch t {
+	case "object":
+		return objBit
+	case "array":
+		return arrBit
+	case "string":
+		return strBit
+	case "number", "integer":
+		return numBit
+	case "boolean":
+		return boolBit
+	case "null":
+		return nullBit
+	}
+	return allBits
+}
+
+// accepts is a superset of the JSON types schema s accepts.
+func (c *schemaCompiler) accepts(s *jv, depth int) typeSet {
+	if depth > 16 {
+		return allBits
+	}
+	if s.kind == 'b' {
+		if s.b {
+			return allBits
+		}
+		return 0
+	}
+	if s.kind != 'o' {
+		return allBits
+	}
+	if rv := s.get("$ref"); rv != nil {
+		if t, err := c.lookup(rv, ""); err == nil {
+			return c.accepts(t, depth+1)
+		}
+		return allBits
+	}
+	out := allBits
+	if tv := s.get("type"); tv != nil {
+		out = 0
+		for _, t := range typeList(tv) {
+			out |= typeBit(t)
+		}
+	}
+	for _, kw := range []string{"enum", "const"} {
+		if ev := s.get(kw); ev != nil {
+			var ts typeSet
+			vals := []*jv{ev}
+			if kw == "enum" {
+				vals = ev.arr
+			}
+			for _, v := range vals {
+				ts |= typeBit(kindType(v))
+			}
+			out &= ts
+		}
+	}
+	for _, kw := range []string{"anyOf", "oneOf"} {
+		if av := s.get(kw); av != nil && av.kind == 'a' {
+			var ts typeSet
+			for _, sub := range av.arr {
+				ts |= c.accepts(sub, depth+1)
+			}
+			out &= ts
+		}
+	}
+	if av := s.get("allOf"); av != nil && av.kind == 'a' {
+		for _, sub := range av.arr {
+			out &= c.accepts(sub, depth+1)
+		}
+	}
+	return out
+}
+
+// exclusive reports whether nothing branch i accepts is accepted by another
+// branch of a oneOf: their types are disjoint, or they are objects told
+// apart by a required property with disjoint const/enum values.
+func (c *schemaCompiler) exclusive(branches []*jv, i int) bool {
+	ti := c.accepts(branches[i], 0)
+	for j, b := range branches {
+		if j == i {
+			continue
+		}
+		common := ti & c.accepts(b, 0)
+		if common == 0 {
+			continue
+		}
+		if common == objBit && c.discriminated(branches[i], b) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// discriminated: a and b require a property whose allowed const/enum
+// values do not meet.
+func (c *schemaCompiler) discriminated(a, b *jv) bool {
+	a, _ = c.resolve(a, "")
+	b, _ = c.resolve(b, "")
+	if a == nil || b == nil {
+		return false
+	}
+	values := func(s *jv, p string) []string {
+		req := s.get("required")
+		if req == nil || !slices.ContainsFunc(req.arr, func(x *jv) bool { return x.kind == 's' && x.str == p }) {
+			return nil
+		}
+		ps := s.get("properties").get(p)
+		if ps == nil {
+			return nil
+		}
+		var out []string
+		if cv := ps.get("const"); cv != nil {
+			var sb strings.Builder
+			cv.encode(&sb)
+			return []string{sb.String()}
+		}
+		if ev := ps.get("enum"); ev != nil {
+			for _, v := range ev.arr {
+				var sb strings.Builder
+				v.encode(&sb)
+				out = append(out, sb.String())
+			}
+		}
+		return out
+	}
+	pa := a.get("properties")
+	if pa == nil {
+		return false
+	}
+	for _, p := range pa.keys {
+		va, vb := values(a, p), values(b, p)
+		if va == nil || vb == nil {
+			continue
+		}
+		if !slices.ContainsFunc(va, func(x string) bool { return slices.Contains(vb, x) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // constraining reports whether s has keywords other than annotations.
