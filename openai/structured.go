@@ -243,3 +243,39 @@ func (r *ChatRequest) chatConstraint() (*Constraint, *Error) {
 	}
 	return c, nil
 }
+
+// VLLMToolSchema is the JSON Schema vLLM constrains a forced tool call
+// with (vllm/entrypoints/openai/serving_chat.py, get_json_schema_from_tools):
+// for a named function its parameters alone; for "required" an array of at
+// least one {"name": const, "parameters": schema} object (one with
+// Single). An engine that takes JSON Schemas but not the tool_calls kind
+// (an upstream) can force calls with it, read back by a parser of these
+// shapes instead of the family's.
+func VLLMToolSchema(spec *ToolCallsSpec, named bool) (string, error) {
+	params := func(p json.RawMessage) json.RawMessage {
+		if isNull(p) {
+			return json.RawMessage(`{"type":"object"}`)
+		}
+		return p
+	}
+	if named && len(spec.Tools) == 1 {
+		return string(params(spec.Tools[0].Parameters)), nil
+	}
+	items := make([]any, 0, len(spec.Tools))
+	for _, t := range spec.Tools {
+		items = append(items, map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"name":       map[string]any{"type": "string", "enum": []string{t.Name}},
+				"parameters": params(t.Parameters),
+			},
+			"required": []string{"name", "parameters"},
+		})
+	}
+	arr := map[string]any{"type": "array", "minItems": 1, "items": map[string]any{"anyOf": items}}
+	if spec.Single {
+		arr["maxItems"] = 1
+	}
+	b, err := json.Marshal(arr)
+	return string(b), err
+}

@@ -43,3 +43,16 @@ func TestDecodeConstraint(t *testing.T) {
 		t.Fatalf("completions: %+v %v", r, e)
 	}
 }
+
+func TestVLLMToolSchema(t *testing.T) {
+	spec := &ToolCallsSpec{Tools: []ToolCallTool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"x":{"type":"integer"}}}`)}, {Name: "g"}}}
+	got, err := VLLMToolSchema(spec, false)
+	want := `{"items":{"anyOf":[{"properties":{"name":{"enum":["f"],"type":"string"},"parameters":{"type":"object","properties":{"x":{"type":"integer"}}}},"required":["name","parameters"],"type":"object"},{"properties":{"name":{"enum":["g"],"type":"string"},"parameters":{"type":"object"}},"required":["name","parameters"],"type":"object"}]},"minItems":1,"type":"array"}`
+	if err != nil || got != want {
+		t.Fatalf("%s %v", got, err)
+	}
+	one := &ToolCallsSpec{Tools: spec.Tools[:1]}
+	if got, _ := VLLMToolSchema(one, true); got != `{"type":"object","properties":{"x":{"type":"integer"}}}` {
+		t.Fatal(got)
+	}
+}
