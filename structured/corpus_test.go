@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,11 @@ type corpusEntry struct {
 // moduleDir is a module's directory in the module cache (it must be in
 // go.mod's build list).
 func moduleDir(t testing.TB, mod string) string {
+	if root := os.Getenv("TANDEM_SO_CORPUS_ROOT"); root != "" {
+		// A copy of the modules' test data (a machine without the module
+		// cache).
+		return filepath.Join(root, mod)
+	}
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mod).Output()
 	if err != nil {
 		t.Skipf("module %s: %v", mod, err)
@@ -173,7 +179,10 @@ func TestCorpus(t *testing.T) {
 	if os.Getenv("TANDEM_SO_CORPUS") == "" {
 		t.Skip("set TANDEM_SO_CORPUS=1 for the full corpus run")
 	}
-	walks := 2
+	walks := 1
+	if n, err := strconv.Atoi(os.Getenv("TANDEM_SO_CORPUS_WALKS")); err == nil && n > 0 {
+		walks = n
+	}
 	corpus := loadCorpus(t)
 	v := testO200k(t)
 	if os.Getenv("TANDEM_SO_CORPUS") == "qwen3" {

@@ -31,7 +31,17 @@ type Vocab struct {
 	// closers marks tokens holding a byte that ends a JSON string or
 	// container ('"', '}', ']'): Pick's bias toward short outputs.
 	closers []uint64
+	// plain marks tokens made only of printable ASCII other than '"' and
+	// '\\'; restOrder/restLCP are the other tokens, sorted. A state that
+	// loops to itself on every such byte (inside a free string) allows
+	// every plain token, so its walk covers only the rest.
+	plain     []uint64
+	restOrder []int32
+	restLCP   []uint16
 }
+
+// plainByte: printable ASCII but '"' and '\\'.
+func plainByte(c byte) bool { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' }
 
 // NewVocab builds a Vocab. tokens[id] is token id's byte string; an empty
 // one (a control token) is never allowed by a mask. eos lists the ids that
@@ -66,6 +76,21 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 			v.maxLen = max(v.maxLen, len(t))
 		}
 	}
+	v.plain = make([]uint64, v.MaskWords())
+	for _, id := range v.order {
+		isPlain := true
+		for _, c := range v.toks[id] {
+			if !plainByte(c) {
+				isPlain = false
+				break
+			}
+		}
+		if isPlain {
+			v.plain[id>>6] |= 1 << (uint(id) & 63)
+		} else {
+			v.restOrder = append(v.restOrder, id)
+		}
+	}
 	v.closers = make([]uint64, v.MaskWords())
 	for _, id := range v.order {
 		if bytes.ContainsAny(v.toks[id], `"}]`) {
@@ -78,16 +103,24 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 	}
 	v.fp = hex.EncodeToString(h.Sum(nil))
 	slices.SortFunc(v.order, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
-	v.lcp = make([]uint16, len(v.order))
-	for i := 1; i < len(v.order); i++ {
-		a, b := v.toks[v.order[i-1]], v.toks[v.order[i]]
+	v.lcp = v.lcps(v.order)
+	slices.SortFunc(v.restOrder, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
+	v.restLCP = v.lcps(v.restOrder)
+	return v, nil
+}
+
+// lcps is each token's common prefix with the one before it in order.
+func (v *Vocab) lcps(order []int32) []uint16 {
+	lcp := make([]uint16, len(order))
+	for i := 1; i < len(order); i++ {
+		a, b := v.toks[order[i-1]], v.toks[order[i]]
 		k := 0
 		for k < len(a) && k < len(b) && a[k] == b[k] {
 			k++
 		}
-		v.lcp[i] = uint16(k)
+		lcp[i] = uint16(k)
 	}
-	return v, nil
+	return lcp
 }
 
 // Size is the number of token ids (the mask's length in bits).
@@ -110,6 +143,17 @@ func (v *Vocab) Token(id tokenid.ID) []byte {
 // IsEOS reports whether id ends generation.
 func (v *Vocab) IsEOS(id tokenid.ID) bool { return slices.Contains(v.eos, id) }
 
+// loopsOnPlain reports whether every plain byte takes state st back to
+// itself: then every plain token does too, so all are allowed.
+func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
+	for c := byte(0x20); c < 0x7f; c++ {
+		if plainByte(c) && d.step(st, c) != st {
+			return false
+		}
+	}
+	return true
+}
+
 // computeMask walks the sorted vocabulary from DFA state st. The caller
 // holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
@@ -119,11 +163,21 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 			mask[e>>6] |= 1 << (uint(e) & 63)
 		}
 	}
+	order, lcps := v.order, v.lcp
+	if v.loopsOnPlain(d, st) {
+		copy(mask, v.plain)
+		if d.states[st].accept {
+			for _, e := range v.eos {
+				mask[e>>6] |= 1 << (uint(e) & 63)
+			}
+		}
+		order, lcps = v.restOrder, v.restLCP
+	}
 	states[0] = st
 	valid := 0 // states[0..valid] hold the previous token's live prefix
-	for i, id := range v.order {
+	for i, id := range order {
 		t := v.toks[id]
-		l := int(v.lcp[i])
+		l := int(lcps[i])
 		if l > valid {
 			continue // shares the dead prefix of an earlier token
 		}
