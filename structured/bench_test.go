@@ -56,7 +56,7 @@ func BenchmarkMask(b *testing.B) {
 			}
 			q := func(d []time.Duration, p float64) float64 {
 				slices.Sort(d)
-				return float64(d[int(float64(len(d)-1)*p)].Microseconds())
+				return float64(d[int(float64(len(d)-1)*p)].Nanoseconds()) / 1000
 			}
 			b.ReportMetric(q(cold, 0.5), "cold-p50-µs")
 			b.ReportMetric(q(cold, 0.99), "cold-p99-µs")
