@@ -69,6 +69,10 @@ type Request struct {
 	// refuses more). TopLogprobs without Logprobs is ignored.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, restricts the output (structured outputs): an
+	// engine that cannot honour it refuses the request (ErrInvalidRequest naming the field)
+	// rather than return unconstrained text.
+	Constraint *Constraint
 }
 
 // MaxTopLogprobs is the most alternatives a request may ask for per
@@ -159,3 +163,29 @@ var ErrClosed = errors.New("engine closed")
 // be reached or went away before the first token; the frontend retries
 // such requests on another worker.
 var ErrUnavailable = errors.New("worker unavailable")
+
+// ConstraintKind says what a Constraint's Spec holds.
+type ConstraintKind string
+
+// The constraint kinds (vLLM's structured_outputs names where they exist).
+const (
+	ConstraintJSONSchema ConstraintKind = "json"        // Spec: a JSON Schema
+	ConstraintJSONObject ConstraintKind = "json_object" // Spec: empty; any JSON object
+	ConstraintRegex      ConstraintKind = "regex"       // Spec: a regular expression the whole output matches
+	ConstraintChoice     ConstraintKind = "choice"      // Spec: a JSON array of strings
+	ConstraintGrammar    ConstraintKind = "grammar"     // Spec: a GBNF grammar
+	ConstraintToolCalls  ConstraintKind = "tool_calls"  // Spec: JSON {"format","tools":[{"name","parameters"}]}
+)
+
+// Constraint restricts a sequence's output to a language (structured
+// outputs). It is a specification, not compiled state: each engine
+// compiles it against its own vocabulary (package structured), or passes
+// it to the server it adapts, or refuses the request naming Field.
+type Constraint struct {
+	Kind ConstraintKind
+	Spec string
+	// Field names the request field the constraint came from
+	// (response_format, structured_outputs.regex, tool_choice), for
+	// refusals.
+	Field string
+}

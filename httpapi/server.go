@@ -453,6 +453,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			}
 		}
 	}
+	constraint, e := checkConstraint(j.sampling.Constraint)
+	if e != nil {
+		s.fail(w, j.endpoint, m.Name, e)
+		return
+	}
 	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 		tracing.SetAttributes(span, attribute.String(tracing.AttrRequestID, j.id), attribute.String(tracing.AttrModel, m.Name),
 			attribute.Int(tracing.AttrPromptTokens, len(j.prompt)))
@@ -472,8 +477,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	ereq := &engine.Request{
 		ID: j.id, Model: m.Name, Prompt: j.prompt, MaxTokens: maxNew,
 		MinTokens: j.sampling.MinTokens, IgnoreEOS: j.sampling.IgnoreEOS, StopTokens: j.sampling.StopTokenIDs,
-		KVTransferParams: j.sampling.KVTransferParams,
-		Logprobs:         j.sampling.WantLogprobs, TopLogprobs: j.sampling.TopLogprobsN,
+		KVTransferParams: j.sampling.KVTransferParams, Constraint: constraint,
+		Logprobs: j.sampling.WantLogprobs, TopLogprobs: j.sampling.TopLogprobsN,
 	}
 	if t := j.sampling.Temperature; t != nil {
 		ereq.Sampling.Temperature = float32(*t)

@@ -66,6 +66,13 @@ type Sampling struct {
 	// the alternatives.
 	WantLogprobs bool `json:"-"`
 	TopLogprobsN int  `json:"-"`
+	// StructuredOutputs and the guided_* fields are vLLM's structured
+	// output extensions (see structured.go).
+	StructuredOutputs *StructuredOutputs `json:"structured_outputs"`
+	Guided
+	// Constraint is filled by Decode* from response_format,
+	// structured_outputs, guided_* and tool_choice; nil for none.
+	Constraint *Constraint `json:"-"`
 }
 
 // NumChoices is n, 1 when unset.
@@ -95,9 +102,10 @@ type ChatRequest struct {
 	Sampling
 }
 
-// ResponseFormat is response_format; only "text" is supported.
+// ResponseFormat is response_format: text, json_object or json_schema.
 type ResponseFormat struct {
-	Type string `json:"type"`
+	Type       string            `json:"type"`
+	JSONSchema *JSONSchemaFormat `json:"json_schema"`
 }
 
 // CompletionRequest is a POST /v1/completions body.
@@ -107,6 +115,8 @@ type CompletionRequest struct {
 	Echo   bool            `json:"echo"`
 	Suffix *string         `json:"suffix"`
 	BestOf *int            `json:"best_of"`
+	// ResponseFormat is accepted on completions too, as vLLM does.
+	ResponseFormat *ResponseFormat `json:"response_format"`
 	Sampling
 	// Filled by Decode from Prompt: exactly one of the two is set.
 	PromptText   string  `json:"-"`
@@ -313,9 +323,6 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 	if e := r.Sampling.chatLogprobs(r.TopLogprobs); e != nil {
 		return nil, e
 	}
-	if r.ResponseFormat != nil && r.ResponseFormat.Type != "" && r.ResponseFormat.Type != "text" {
-		return nil, BadRequest("response_format", "unsupported_value", "response_format %q is not supported", r.ResponseFormat.Type)
-	}
 	msgs, e := normalizeMessages(r.Messages)
 	if e != nil {
 		return nil, e
@@ -331,6 +338,11 @@ func DecodeChat(body []byte) (*ChatRequest, *Error) {
 	if e := r.checkToolFields(); e != nil {
 		return nil, e
 	}
+	c, e := r.chatConstraint()
+	if e != nil {
+		return nil, e
+	}
+	r.Constraint = c
 	return &r, nil
 }
 
@@ -509,6 +521,11 @@ func DecodeCompletion(body []byte) (*CompletionRequest, *Error) {
 	if e := r.parsePrompt(); e != nil {
 		return nil, e
 	}
+	c, e := constraintOf(r.ResponseFormat, &r.Sampling)
+	if e != nil {
+		return nil, e
+	}
+	r.Constraint = c
 	return &r, nil
 }
 

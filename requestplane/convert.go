@@ -59,6 +59,9 @@ func wireRequest(r *engine.Request) *rpv1.GenerateRequest {
 			m.Sampling.Seed = &s.Seed
 		}
 	}
+	if c := r.Constraint; c != nil {
+		m.Constraint = &rpv1.Constraint{Kind: string(c.Kind), Spec: c.Spec, Field: c.Field}
+	}
 	return m
 }
 
@@ -87,8 +90,18 @@ func engineRequest(m *rpv1.GenerateRequest) (*engine.Request, error) {
 			r.Sampling.Seed, r.Sampling.HasSeed = *s.Seed, true
 		}
 	}
+	if c := m.Constraint; c != nil {
+		if len(c.Spec) > maxConstraintSpec || len(c.Kind) > 64 || len(c.Field) > 256 {
+			return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("requestplane: constraint of %d bytes: at most %d", len(c.Spec), maxConstraintSpec))
+		}
+		r.Constraint = &engine.Constraint{Kind: engine.ConstraintKind(c.Kind), Spec: c.Spec, Field: c.Field}
+	}
 	return r, nil
 }
+
+// maxConstraintSpec bounds a structured-output constraint's spec (the
+// frontend's own limit).
+const maxConstraintSpec = 1 << 20
 
 // setWireDelta fills m (reused across a stream's Deltas: Send encodes
 // before it returns) from d.

@@ -42,6 +42,7 @@ func TestRequestOverWire(t *testing.T) {
 			StopTokens: []engine.Token{5}, Sampling: engine.Sampling{Temperature: 1.5, TopP: 0.5, TopK: 3, Seed: 1<<63 + 5, HasSeed: true},
 			KVTransferParams: []byte(`{"do_remote_decode":true}`), Logprobs: true, TopLogprobs: 20}},
 		{"seed zero", engine.Request{Prompt: []engine.Token{1}, Sampling: engine.Sampling{HasSeed: true}}},
+		{"constraint", engine.Request{Prompt: []engine.Token{1}, Constraint: &engine.Constraint{Kind: engine.ConstraintJSONSchema, Spec: `{"type":"object"}`, Field: "response_format"}}},
 		{"no seed", engine.Request{Prompt: []engine.Token{1}, Sampling: engine.Sampling{Temperature: 0.7}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,8 @@ import (
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/structured"
+	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -109,6 +111,7 @@ type upstreamFlags struct {
 	// SGLang attention-DP rank); empty: one per --upstream.
 	targets         []upstreamTarget
 	metricsInterval time.Duration
+	guidedFields    bool
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -122,6 +125,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
 	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) sglang (SGLang's native /generate: token prompts, meta_info cached_tokens, one worker per attention-DP rank) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
 	f.DurationVar(&e.up.metricsInterval, "upstream-metrics-interval", upstream.DefaultMetricsInterval, "upstream: how often each server's /metrics is scraped for its load (vllm:*, sglang:*, llamacpp:*; llama-server without --metrics: /slots); negative: never")
+	f.BoolVar(&e.up.guidedFields, "upstream-guided-fields", false, "upstream: send structured outputs as vLLM's older guided_json/guided_regex/guided_choice/guided_grammar fields instead of structured_outputs (vLLM releases before structured_outputs)")
 	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
@@ -169,12 +173,19 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	if e.script != "" && e.kind != "mocker" {
 		return nil, nil, fmt.Errorf("--mocker-script is for --engine mocker, not %s", e.kind)
 	}
+	// Token byte strings for structured outputs, built once and shared
+	// by every worker of the process.
+	vocab, err := tokenBytes(model.Tokenizer)
+	if err != nil {
+		return nil, nil, err
+	}
 	switch e.kind {
 	case "mocker":
 		cfg, err := e.mockerConfig(model, log)
 		if err != nil {
 			return nil, nil, err
 		}
+		cfg.TokenBytes = vocab
 		return model, func(i int) (engine.Engine, error) { return e.newMocker(cfg, i) }, nil
 	case "native":
 		if e.modelDir == "" {
@@ -197,7 +208,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 			if err != nil {
 				return nil, err
 			}
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev,
+			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev, Vocab: vocab,
 				KVOffloadHostBytes: tiers.HostBytes, KVOffloadDiskBytes: tiers.DiskBytes, KVOffloadDiskDir: e.tiers.diskDir, KVOffloadDiskShared: e.tiers.diskShared})
 			return eng, err
 		}, nil
@@ -364,4 +375,24 @@ func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.Engin
 		}
 	}
 	return ev, nil
+}
+
+// tokenBytes is the tokenizer's vocabulary as the structured-output masks
+// need it: each token's bytes, special tokens (which the frontend does not
+// render) and holes as none, so a mask never allows them.
+func tokenBytes(tok tokenizer.Tokenizer) (*structured.Vocab, error) {
+	n := tok.VocabSize()
+	sp, _ := tok.(tokenizer.SpecialTokens)
+	toks := make([][]byte, n)
+	for id := range n {
+		if sp != nil && sp.IsSpecial(tokenid.ID(id)) {
+			continue
+		}
+		toks[id] = tok.AppendTokenBytes(nil, tokenid.ID(id))
+	}
+	v, err := structured.NewVocab(toks, tok.EOS())
+	if err != nil {
+		return nil, fmt.Errorf("structured outputs vocabulary: %w", err)
+	}
+	return v, nil
 }

@@ -58,7 +58,7 @@ func (u *upstreamFlags) workers() int {
 // config returns worker i's engine configuration: the resolved targets
 // (or the servers in order), then the --upstream-prefill servers.
 func (u *upstreamFlags) config(i int) (upstream.Config, error) {
-	cfg := upstream.Config{Model: u.model, APIKey: u.apiKey, API: u.api, MetricsInterval: u.metricsInterval}
+	cfg := upstream.Config{Model: u.model, APIKey: u.apiKey, API: u.api, MetricsInterval: u.metricsInterval, GuidedFields: u.guidedFields}
 	server, rank := i, 0
 	if n := u.workers(); i >= n {
 		if i-n >= len(u.prefill) {

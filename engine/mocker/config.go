@@ -7,6 +7,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/structured"
 )
 
 // Defaults; each matches the flag of the same name.
@@ -127,6 +128,11 @@ type Config struct {
 	// sampling seed if set, else its prompt), so outputs are deterministic
 	// and decode to readable text. Empty: the prompt itself is cycled.
 	Vocabulary []engine.Token
+	// TokenBytes is the model's vocabulary as token byte strings, for
+	// requests with a Constraint (structured outputs): the mocker then
+	// draws each token uniformly among those the constraint allows. Nil:
+	// such requests are refused.
+	TokenBytes *structured.Vocab
 	// EOS lists end-of-sequence tokens (reported in Info; EOS[0] is emitted
 	// on a natural stop).
 	EOS []engine.Token

@@ -214,6 +214,11 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	}
 	s := newSeq(e, req, maxTokens)
 	s.pipe = engine.NewPipe(ctx)
+	if req.Constraint != nil {
+		if s.matcher, err = constrain(req.Constraint, e.cfg.TokenBytes); err != nil {
+			return nil, fmt.Errorf("mocker: %w", err)
+		}
+	}
 
 	e.mu.Lock()
 	if e.closed {

@@ -2,12 +2,14 @@ package mocker
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
+	"github.com/tandemllm/tandem/structured"
 )
 
 type seqState uint8
@@ -36,6 +38,9 @@ type seq struct {
 	// script is the scripted reply when scripted: its tokens, then EOS.
 	script   []engine.Token
 	scripted bool
+	// matcher, for a request with a Constraint: tokens are drawn
+	// uniformly among those its mask allows (the mask's own test).
+	matcher *structured.Matcher
 
 	kv         kvcache.Seq
 	computed   int // tokens whose K/V is in the cache
@@ -464,6 +469,18 @@ func (e *Engine) complete() {
 }
 
 func (e *Engine) nextToken(s *seq) engine.Token {
+	if s.matcher != nil {
+		t, err := s.matcher.Pick(mix(s.vocabStart ^ mix(uint64(s.outputs))))
+		if err == nil {
+			return t
+		}
+		// Only a spent state budget gets here (a compiled grammar
+		// always allows something): end the sequence.
+		slog.Warn("mocker: structured output ended early", "err", err)
+		if len(e.cfg.EOS) > 0 {
+			return e.cfg.EOS[0]
+		}
+	}
 	vocab := e.cfg.Vocabulary
 	if len(vocab) == 0 {
 		vocab = s.tokens[:s.promptLen]
@@ -481,6 +498,12 @@ func (e *Engine) emit(s *seq, now time.Time) {
 	t := e.nextToken(s)
 	finish, reason := engine.FinishNone, reasonStop
 	switch {
+	case s.matcher != nil:
+		if err := s.matcher.Accept(t); err != nil || s.matcher.Done() {
+			finish = engine.FinishStop
+		} else if k >= s.maxTokens {
+			finish, reason = engine.FinishLength, reasonLength
+		}
 	case s.scripted:
 		// A scripted reply is written as is (its tokens are never taken
 		// for a stop token), then EOS; max_tokens still cuts it.

@@ -16,6 +16,7 @@ import (
 	"github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/structured"
 )
 
 // Options tune an Engine. The zero value is usable.
@@ -45,6 +46,9 @@ type Options struct {
 	// MaxQueue bounds requests waiting for admission (default 1024); beyond
 	// it Generate returns engine.ErrOverloaded.
 	MaxQueue int
+	// Vocab is the vocabulary as token byte strings, for requests with a
+	// Constraint (structured outputs); nil: such requests are refused.
+	Vocab *structured.Vocab
 	// ContextLength caps the model's context (0: the model's).
 	ContextLength int
 	// EOS overrides the end-of-sequence tokens (nil: the model's).
@@ -318,6 +322,7 @@ type seq struct {
 	stop      map[int32]bool
 	eos       map[int32]bool
 	started   bool // first Delta sent
+	matcher   *structured.Matcher
 }
 
 // Generate implements engine.Generator.
@@ -338,6 +343,11 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	}
 	for _, t := range req.StopTokens {
 		s.stop[t] = true
+	}
+	if req.Constraint != nil {
+		if s.matcher, err = constrain(req.Constraint, e.opts.Vocab); err != nil {
+			return nil, fmt.Errorf("native: %w", err)
+		}
 	}
 	if !req.IgnoreEOS {
 		for _, t := range e.info.EOS {
@@ -594,7 +604,7 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 			lpLogits = s.rawLogits
 		}
 	}
-	if s.generated < s.req.MinTokens {
+	if s.generated < s.req.MinTokens && (s.matcher == nil || !s.matcher.Terminated()) {
 		for t := range s.eos {
 			s.logits[t] = float32(math.Inf(-1))
 		}
@@ -604,7 +614,17 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 			}
 		}
 	}
+	if s.matcher != nil {
+		if err := s.matcher.ApplyMask(s.logits); err != nil {
+			return e.constraintFailed(s, err)
+		}
+	}
 	tok := s.sampler.sample(s.logits)
+	if s.matcher != nil {
+		if err := s.matcher.Accept(tok); err != nil {
+			return e.constraintFailed(s, err)
+		}
+	}
 	s.tokens = append(s.tokens, tok)
 	s.generated++
 	d := engine.Delta{Tokens: []engine.Token{tok}}
@@ -617,7 +637,7 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
 	}
 	switch {
-	case s.eos[tok] || s.stop[tok]:
+	case s.eos[tok] || s.stop[tok] || (s.matcher != nil && s.matcher.Done()):
 		d.Finish = engine.FinishStop
 	case len(s.tokens) >= s.maxLen:
 		d.Finish = engine.FinishLength
@@ -626,6 +646,22 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 		return engine.FinishCancelled, true
 	}
 	return d.Finish, d.Finish != engine.FinishNone
+}
+
+// constraintFailed ends a constrained sequence whose grammar can go no
+// further (its state budget spent): logged, and ended as a stop so the
+// output so far is returned rather than unconstrained text.
+func (e *Engine) constraintFailed(s *seq, err error) (engine.FinishReason, bool) {
+	slog.Warn("native: structured output ended early", "request", s.req.ID, "kind", s.req.Constraint.Kind, "generated", s.generated, "can_end", s.matcher.CanEnd(), "err", err)
+	d := engine.Delta{Finish: engine.FinishStop}
+	if !s.started {
+		s.started = true
+		d.PromptTokens, d.CachedTokens = s.promptLen, s.cached
+	}
+	if !s.pipe.Send(d) {
+		return engine.FinishCancelled, true
+	}
+	return engine.FinishStop, true
 }
 
 func (e *Engine) finish(s *seq, reason engine.FinishReason) {

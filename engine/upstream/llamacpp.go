@@ -116,6 +116,9 @@ type llamaBody struct {
 	Seed         *int64         `json:"seed,omitempty"`
 	IgnoreEOS    bool           `json:"ignore_eos,omitempty"`
 	Prompt       []engine.Token `json:"prompt"`
+	// Structured outputs (structured.go).
+	JSONSchema json.RawMessage `json:"json_schema,omitempty"`
+	Grammar    string          `json:"grammar,omitempty"`
 }
 
 // llamaChunk is one /completion answer or stream event: content and
@@ -160,6 +163,9 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	b := llamaBody{Prompt: req.Prompt, Stream: true, CachePrompt: true, IDSlot: e.slots.lookup(keys),
 		ReturnTokens: true, Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, IgnoreEOS: req.IgnoreEOS,
 		NPredict: -1}
+	if err := llamaConstraint(&b, req.Constraint); err != nil {
+		return nil, err
+	}
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
 		b.TopP = tp
 	}

@@ -134,6 +134,9 @@ type sglangSampling struct {
 	IgnoreEOS    bool           `json:"ignore_eos,omitempty"`
 	StopTokenIDs []engine.Token `json:"stop_token_ids,omitempty"`
 	SamplingSeed *int64         `json:"sampling_seed,omitempty"`
+	JSONSchema   string         `json:"json_schema,omitempty"`
+	Regex        string         `json:"regex,omitempty"`
+	EBNF         string         `json:"ebnf,omitempty"`
 }
 
 type sglangBody struct {
@@ -174,6 +177,9 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	b := sglangBody{InputIDs: req.Prompt, Stream: true, SamplingParams: sglangSampling{
 		MinNewTokens: req.MinTokens, Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK,
 		IgnoreEOS: req.IgnoreEOS, StopTokenIDs: req.StopTokens}}
+	if err := sglangConstraint(&b.SamplingParams, req.Constraint); err != nil {
+		return nil, err
+	}
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
 		b.SamplingParams.TopP = tp
 	}

@@ -55,6 +55,10 @@ type Config struct {
 	// prompts and vLLM's extensions) or APIOpenAI (any OpenAI-compatible
 	// server: text prompts and standard fields only).
 	API string
+	// GuidedFields sends structured outputs as vLLM's older guided_json,
+	// guided_regex, guided_choice and guided_grammar fields instead of
+	// structured_outputs (vLLM releases before it).
+	GuidedFields bool
 	// Codec turns text into ids and back where the server speaks text: an
 	// APIOpenAI prompt is sent as its text, and a response without
 	// token_ids (vLLM before 0.10.2, SGLang's and llama.cpp's OpenAI APIs,
@@ -514,6 +518,12 @@ type body struct {
 	// come back exactly.
 	Logprobs               *int `json:"logprobs,omitempty"`
 	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids,omitempty"`
+	// Structured outputs (structured.go).
+	StructuredOutputs map[string]any  `json:"structured_outputs,omitempty"`
+	GuidedJSON        json.RawMessage `json:"guided_json,omitempty"`
+	GuidedRegex       string          `json:"guided_regex,omitempty"`
+	GuidedChoice      json.RawMessage `json:"guided_choice,omitempty"`
+	GuidedGrammar     string          `json:"guided_grammar,omitempty"`
 }
 
 // encode marshals b with its prompt written by hand: a prompt is
@@ -565,6 +575,9 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		// The standard API: the prompt as text (a server with another
 		// tokenizer would misread our ids), none of vLLM's fields.
 		b = body{Model: e.cfg.Model, PromptText: e.cfg.Codec.Decode(req.Prompt), Temperature: req.Sampling.Temperature}
+	}
+	if err := e.vllmConstraint(&b, req.Constraint); err != nil {
+		return nil, err
 	}
 	if tp := req.Sampling.TopP; tp > 0 && tp < 1 {
 		b.TopP = tp

@@ -175,10 +175,12 @@ type GenerateRequest struct {
 	Trace *TraceContext `protobuf:"bytes,10,opt,name=trace,proto3" json:"trace,omitempty"`
 	// logprobs asks for each generated token's log-probability
 	// (Delta.logprobs), top_logprobs for that many alternatives per position
-	// (0..20, engine.MaxTopLogprobs). Numbered from 20, apart from the
-	// fields other work adds after 10.
-	Logprobs      bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
-	TopLogprobs   int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// (0..20, engine.MaxTopLogprobs). Numbered from 20.
+	Logprobs    bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// constraint restricts the output (structured outputs); absent for
+	// none.
+	Constraint    *Constraint `protobuf:"bytes,22,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +299,76 @@ func (x *GenerateRequest) GetTopLogprobs() int32 {
 	return 0
 }
 
+func (x *GenerateRequest) GetConstraint() *Constraint {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+// Constraint is engine.Constraint: kind is json, json_object, regex,
+// choice, grammar or tool_calls; spec the schema, expression, choices
+// (a JSON array) or grammar; field the request field it came from.
+type Constraint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Spec          string                 `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Field         string                 `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Constraint) Reset() {
+	*x = Constraint{}
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Constraint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Constraint) ProtoMessage() {}
+
+func (x *Constraint) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
+func (*Constraint) Descriptor() ([]byte, []int) {
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Constraint) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Constraint) GetSpec() string {
+	if x != nil {
+		return x.Spec
+	}
+	return ""
+}
+
+func (x *Constraint) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
 // TraceContext is a W3C trace context (https://www.w3.org/TR/trace-context/:
 // the traceparent's trace id, parent span id and flags, and the
 // tracestate), carried in the request rather than in a traceparent header.
@@ -321,7 +393,7 @@ type TraceContext struct {
 
 func (x *TraceContext) Reset() {
 	*x = TraceContext{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +405,7 @@ func (x *TraceContext) String() string {
 func (*TraceContext) ProtoMessage() {}
 
 func (x *TraceContext) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[3]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +418,7 @@ func (x *TraceContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
 func (*TraceContext) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{3}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TraceContext) GetTraceIdHigh() uint64 {
@@ -402,7 +474,7 @@ type Sampling struct {
 
 func (x *Sampling) Reset() {
 	*x = Sampling{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +486,7 @@ func (x *Sampling) String() string {
 func (*Sampling) ProtoMessage() {}
 
 func (x *Sampling) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[4]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +499,7 @@ func (x *Sampling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
 func (*Sampling) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{4}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Sampling) GetTemperature() float32 {
@@ -482,7 +554,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +566,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[5]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +579,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{5}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Delta) GetTokens() []int32 {
@@ -565,7 +637,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +649,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[6]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +662,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{6}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TokenLogprob) GetToken() int32 {
@@ -625,7 +697,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +709,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[7]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +722,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{7}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TopLogprob) GetToken() int32 {
@@ -675,7 +747,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +759,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[8]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +772,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{8}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
 }
 
 // EngineInfo describes an engine (engine.Info).
@@ -721,7 +793,7 @@ type EngineInfo struct {
 
 func (x *EngineInfo) Reset() {
 	*x = EngineInfo{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +805,7 @@ func (x *EngineInfo) String() string {
 func (*EngineInfo) ProtoMessage() {}
 
 func (x *EngineInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[9]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +818,7 @@ func (x *EngineInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineInfo.ProtoReflect.Descriptor instead.
 func (*EngineInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{9}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EngineInfo) GetKind() string {
@@ -804,7 +876,7 @@ type AssessRequest struct {
 
 func (x *AssessRequest) Reset() {
 	*x = AssessRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +888,7 @@ func (x *AssessRequest) String() string {
 func (*AssessRequest) ProtoMessage() {}
 
 func (x *AssessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[10]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +901,7 @@ func (x *AssessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssessRequest.ProtoReflect.Descriptor instead.
 func (*AssessRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{10}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AssessRequest) GetPrompt() []int32 {
@@ -874,7 +946,7 @@ type Assessment struct {
 
 func (x *Assessment) Reset() {
 	*x = Assessment{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +958,7 @@ func (x *Assessment) String() string {
 func (*Assessment) ProtoMessage() {}
 
 func (x *Assessment) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[11]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +971,7 @@ func (x *Assessment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assessment.ProtoReflect.Descriptor instead.
 func (*Assessment) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{11}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Assessment) GetCachedTokens() int32 {
@@ -952,7 +1024,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1036,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[12]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1049,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{12}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Peer) GetId() string {
@@ -1010,7 +1082,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1094,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[13]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1107,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{13}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LinkRequest) GetPeer() *Peer {
@@ -1058,7 +1130,7 @@ type LinkReply struct {
 
 func (x *LinkReply) Reset() {
 	*x = LinkReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1142,7 @@ func (x *LinkReply) String() string {
 func (*LinkReply) ProtoMessage() {}
 
 func (x *LinkReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[14]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1155,7 @@ func (x *LinkReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkReply.ProtoReflect.Descriptor instead.
 func (*LinkReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{14}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LinkReply) GetBytesPerSec() float64 {
@@ -1120,7 +1192,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1204,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[15]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1217,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{15}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PrefillRequest) GetRequest() *GenerateRequest {
@@ -1192,7 +1264,7 @@ type PrefillReply struct {
 
 func (x *PrefillReply) Reset() {
 	*x = PrefillReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1276,7 @@ func (x *PrefillReply) String() string {
 func (*PrefillReply) ProtoMessage() {}
 
 func (x *PrefillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[16]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1289,7 @@ func (x *PrefillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillReply.ProtoReflect.Descriptor instead.
 func (*PrefillReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{16}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PrefillReply) GetBlocks() int32 {
@@ -1291,7 +1363,7 @@ type TransferKeyRequest struct {
 
 func (x *TransferKeyRequest) Reset() {
 	*x = TransferKeyRequest{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1375,7 @@ func (x *TransferKeyRequest) String() string {
 func (*TransferKeyRequest) ProtoMessage() {}
 
 func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[17]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1388,7 @@ func (x *TransferKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyRequest.ProtoReflect.Descriptor instead.
 func (*TransferKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{17}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{18}
 }
 
 type TransferKeyReply struct {
@@ -1328,7 +1400,7 @@ type TransferKeyReply struct {
 
 func (x *TransferKeyReply) Reset() {
 	*x = TransferKeyReply{}
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[18]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1412,7 @@ func (x *TransferKeyReply) String() string {
 func (*TransferKeyReply) ProtoMessage() {}
 
 func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[18]
+	mi := &file_tandem_requestplane_v1_requestplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1425,7 @@ func (x *TransferKeyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferKeyReply.ProtoReflect.Descriptor instead.
 func (*TransferKeyReply) Descriptor() ([]byte, []int) {
-	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{18}
+	return file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TransferKeyReply) GetKey() []byte {
@@ -1373,7 +1445,7 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12\x15\n" +
-	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xb4\x03\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xf8\x03\n" +
 	"\x0fGenerateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -1391,7 +1463,15 @@ const file_tandem_requestplane_v1_requestplane_proto_rawDesc = "" +
 	"\x05trace\x18\n" +
 	" \x01(\v2$.tandem.requestplane.v1.TraceContextR\x05trace\x12\x1a\n" +
 	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\"\xa3\x01\n" +
+	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\x12B\n" +
+	"\n" +
+	"constraint\x18\x16 \x01(\v2\".tandem.requestplane.v1.ConstraintR\n" +
+	"constraint\"J\n" +
+	"\n" +
+	"Constraint\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04spec\x18\x02 \x01(\tR\x04spec\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xa3\x01\n" +
 	"\fTraceContext\x12\"\n" +
 	"\rtrace_id_high\x18\x01 \x01(\x06R\vtraceIdHigh\x12 \n" +
 	"\ftrace_id_low\x18\x02 \x01(\x06R\n" +
@@ -1494,56 +1574,58 @@ func file_tandem_requestplane_v1_requestplane_proto_rawDescGZIP() []byte {
 	return file_tandem_requestplane_v1_requestplane_proto_rawDescData
 }
 
-var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_tandem_requestplane_v1_requestplane_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_tandem_requestplane_v1_requestplane_proto_goTypes = []any{
 	(*WatchQueueRequest)(nil),  // 0: tandem.requestplane.v1.WatchQueueRequest
 	(*QueueReport)(nil),        // 1: tandem.requestplane.v1.QueueReport
 	(*GenerateRequest)(nil),    // 2: tandem.requestplane.v1.GenerateRequest
-	(*TraceContext)(nil),       // 3: tandem.requestplane.v1.TraceContext
-	(*Sampling)(nil),           // 4: tandem.requestplane.v1.Sampling
-	(*Delta)(nil),              // 5: tandem.requestplane.v1.Delta
-	(*TokenLogprob)(nil),       // 6: tandem.requestplane.v1.TokenLogprob
-	(*TopLogprob)(nil),         // 7: tandem.requestplane.v1.TopLogprob
-	(*InfoRequest)(nil),        // 8: tandem.requestplane.v1.InfoRequest
-	(*EngineInfo)(nil),         // 9: tandem.requestplane.v1.EngineInfo
-	(*AssessRequest)(nil),      // 10: tandem.requestplane.v1.AssessRequest
-	(*Assessment)(nil),         // 11: tandem.requestplane.v1.Assessment
-	(*Peer)(nil),               // 12: tandem.requestplane.v1.Peer
-	(*LinkRequest)(nil),        // 13: tandem.requestplane.v1.LinkRequest
-	(*LinkReply)(nil),          // 14: tandem.requestplane.v1.LinkReply
-	(*PrefillRequest)(nil),     // 15: tandem.requestplane.v1.PrefillRequest
-	(*PrefillReply)(nil),       // 16: tandem.requestplane.v1.PrefillReply
-	(*TransferKeyRequest)(nil), // 17: tandem.requestplane.v1.TransferKeyRequest
-	(*TransferKeyReply)(nil),   // 18: tandem.requestplane.v1.TransferKeyReply
+	(*Constraint)(nil),         // 3: tandem.requestplane.v1.Constraint
+	(*TraceContext)(nil),       // 4: tandem.requestplane.v1.TraceContext
+	(*Sampling)(nil),           // 5: tandem.requestplane.v1.Sampling
+	(*Delta)(nil),              // 6: tandem.requestplane.v1.Delta
+	(*TokenLogprob)(nil),       // 7: tandem.requestplane.v1.TokenLogprob
+	(*TopLogprob)(nil),         // 8: tandem.requestplane.v1.TopLogprob
+	(*InfoRequest)(nil),        // 9: tandem.requestplane.v1.InfoRequest
+	(*EngineInfo)(nil),         // 10: tandem.requestplane.v1.EngineInfo
+	(*AssessRequest)(nil),      // 11: tandem.requestplane.v1.AssessRequest
+	(*Assessment)(nil),         // 12: tandem.requestplane.v1.Assessment
+	(*Peer)(nil),               // 13: tandem.requestplane.v1.Peer
+	(*LinkRequest)(nil),        // 14: tandem.requestplane.v1.LinkRequest
+	(*LinkReply)(nil),          // 15: tandem.requestplane.v1.LinkReply
+	(*PrefillRequest)(nil),     // 16: tandem.requestplane.v1.PrefillRequest
+	(*PrefillReply)(nil),       // 17: tandem.requestplane.v1.PrefillReply
+	(*TransferKeyRequest)(nil), // 18: tandem.requestplane.v1.TransferKeyRequest
+	(*TransferKeyReply)(nil),   // 19: tandem.requestplane.v1.TransferKeyReply
 }
 var file_tandem_requestplane_v1_requestplane_proto_depIdxs = []int32{
-	4,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
-	3,  // 1: tandem.requestplane.v1.GenerateRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
-	6,  // 2: tandem.requestplane.v1.Delta.logprobs:type_name -> tandem.requestplane.v1.TokenLogprob
-	7,  // 3: tandem.requestplane.v1.TokenLogprob.top:type_name -> tandem.requestplane.v1.TopLogprob
-	3,  // 4: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
-	12, // 5: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 6: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
-	12, // 7: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
-	2,  // 8: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
-	8,  // 9: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
-	10, // 10: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
-	13, // 11: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
-	15, // 12: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
-	17, // 13: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
-	0,  // 14: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
-	5,  // 15: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
-	9,  // 16: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
-	11, // 17: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
-	14, // 18: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
-	16, // 19: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
-	18, // 20: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
-	1,  // 21: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 0: tandem.requestplane.v1.GenerateRequest.sampling:type_name -> tandem.requestplane.v1.Sampling
+	4,  // 1: tandem.requestplane.v1.GenerateRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	3,  // 2: tandem.requestplane.v1.GenerateRequest.constraint:type_name -> tandem.requestplane.v1.Constraint
+	7,  // 3: tandem.requestplane.v1.Delta.logprobs:type_name -> tandem.requestplane.v1.TokenLogprob
+	8,  // 4: tandem.requestplane.v1.TokenLogprob.top:type_name -> tandem.requestplane.v1.TopLogprob
+	4,  // 5: tandem.requestplane.v1.AssessRequest.trace:type_name -> tandem.requestplane.v1.TraceContext
+	13, // 6: tandem.requestplane.v1.LinkRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 7: tandem.requestplane.v1.PrefillRequest.request:type_name -> tandem.requestplane.v1.GenerateRequest
+	13, // 8: tandem.requestplane.v1.PrefillRequest.peer:type_name -> tandem.requestplane.v1.Peer
+	2,  // 9: tandem.requestplane.v1.Worker.Generate:input_type -> tandem.requestplane.v1.GenerateRequest
+	9,  // 10: tandem.requestplane.v1.Worker.Info:input_type -> tandem.requestplane.v1.InfoRequest
+	11, // 11: tandem.requestplane.v1.Worker.Assess:input_type -> tandem.requestplane.v1.AssessRequest
+	14, // 12: tandem.requestplane.v1.Worker.Link:input_type -> tandem.requestplane.v1.LinkRequest
+	16, // 13: tandem.requestplane.v1.Worker.Prefill:input_type -> tandem.requestplane.v1.PrefillRequest
+	18, // 14: tandem.requestplane.v1.Worker.TransferKey:input_type -> tandem.requestplane.v1.TransferKeyRequest
+	0,  // 15: tandem.requestplane.v1.Worker.WatchQueue:input_type -> tandem.requestplane.v1.WatchQueueRequest
+	6,  // 16: tandem.requestplane.v1.Worker.Generate:output_type -> tandem.requestplane.v1.Delta
+	10, // 17: tandem.requestplane.v1.Worker.Info:output_type -> tandem.requestplane.v1.EngineInfo
+	12, // 18: tandem.requestplane.v1.Worker.Assess:output_type -> tandem.requestplane.v1.Assessment
+	15, // 19: tandem.requestplane.v1.Worker.Link:output_type -> tandem.requestplane.v1.LinkReply
+	17, // 20: tandem.requestplane.v1.Worker.Prefill:output_type -> tandem.requestplane.v1.PrefillReply
+	19, // 21: tandem.requestplane.v1.Worker.TransferKey:output_type -> tandem.requestplane.v1.TransferKeyReply
+	1,  // 22: tandem.requestplane.v1.Worker.WatchQueue:output_type -> tandem.requestplane.v1.QueueReport
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tandem_requestplane_v1_requestplane_proto_init() }
@@ -1551,14 +1633,14 @@ func file_tandem_requestplane_v1_requestplane_proto_init() {
 	if File_tandem_requestplane_v1_requestplane_proto != nil {
 		return
 	}
-	file_tandem_requestplane_v1_requestplane_proto_msgTypes[4].OneofWrappers = []any{}
+	file_tandem_requestplane_v1_requestplane_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_requestplane_v1_requestplane_proto_rawDesc), len(file_tandem_requestplane_v1_requestplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,30 @@
+package httpapi
+
+import (
+	"errors"
+
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/openai"
+	"github.com/tandemllm/tandem/structured"
+)
+
+// checkConstraint compiles a request's structured-output constraint (the
+// compiled grammar is cached for the engines of this process) so that a
+// schema the compiler cannot honour is a 400 naming the field and the
+// keyword before any token is generated, whichever worker would serve it.
+func checkConstraint(c *openai.Constraint) (*engine.Constraint, *openai.Error) {
+	if c == nil {
+		return nil, nil
+	}
+	if _, err := structured.Shared.Grammar(c.Kind, c.Spec); err != nil {
+		var ue *structured.UnsupportedError
+		switch {
+		case errors.As(err, &ue):
+			return nil, openai.BadRequest(c.Field, "unsupported_schema", "%v", err)
+		case errors.Is(err, structured.ErrUnsatisfiable):
+			return nil, openai.BadRequest(c.Field, "unsatisfiable_schema", "%v", err)
+		}
+		return nil, openai.BadRequest(c.Field, "invalid_value", "%v", err)
+	}
+	return &engine.Constraint{Kind: engine.ConstraintKind(c.Kind), Spec: c.Spec, Field: c.Field}, nil
+}

@@ -1,0 +1,193 @@
+package structured
+
+import (
+	"container/list"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Kinds of constraint (engine.ConstraintKind's values).
+const (
+	KindJSONSchema = "json"
+	KindJSONObject = "json_object"
+	KindRegex      = "regex"
+	KindChoice     = "choice"
+	KindGrammar    = "grammar"
+	KindToolCalls  = "tool_calls"
+)
+
+// ToolCallsSpec is the Spec of a tool_calls constraint: one or more calls
+// in the model family's syntax, each naming one of Tools with arguments
+// valid against its parameters.
+type ToolCallsSpec struct {
+	// Format is the tool-call syntax; "hermes" (Qwen, Hermes: the
+	// default) writes <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>.
+	Format string `json:"format,omitempty"`
+	Tools  []struct {
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters,omitempty"`
+	} `json:"tools"`
+	// Single allows exactly one call (parallel_tool_calls false).
+	Single bool `json:"single,omitempty"`
+}
+
+// CompileSpec compiles a constraint to a vocabulary-independent grammar.
+func CompileSpec(kind, spec string) (*Grammar, error) {
+	switch kind {
+	case KindJSONSchema:
+		return CompileJSONSchema([]byte(spec))
+	case KindJSONObject:
+		return CompileJSONObject()
+	case KindRegex:
+		return CompileRegex(spec)
+	case KindChoice:
+		var choices []string
+		if err := json.Unmarshal([]byte(spec), &choices); err != nil {
+			return nil, fmt.Errorf("structured: choice: %w", err)
+		}
+		return CompileChoice(choices)
+	case KindGrammar:
+		return CompileGBNF(spec)
+	case KindToolCalls:
+		var tc ToolCallsSpec
+		if err := json.Unmarshal([]byte(spec), &tc); err != nil {
+			return nil, fmt.Errorf("structured: tool_calls: %w", err)
+		}
+		return CompileToolCalls(&tc)
+	}
+	return nil, fmt.Errorf("structured: unknown constraint kind %q", kind)
+}
+
+// CompileToolCalls compiles a tool-call constraint.
+func CompileToolCalls(tc *ToolCallsSpec) (*Grammar, error) {
+	if tc.Format != "" && tc.Format != "hermes" {
+		return nil, &UnsupportedError{Keyword: "format", Path: "tool_calls", Reason: fmt.Sprintf("tool-call format %q", tc.Format)}
+	}
+	if len(tc.Tools) == 0 {
+		return nil, fmt.Errorf("%w: no tools", ErrUnsatisfiable)
+	}
+	b := newBuilder()
+	c := &schemaCompiler{b: b, j: newJSONRules(b), refs: map[string]int32{}}
+	call := b.newRule("call")
+	for i, t := range tc.Tools {
+		params := t.Parameters
+		if len(params) == 0 || string(params) == "null" {
+			params = []byte(`{"type":"object"}`)
+		}
+		root, err := parseJSON(params)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+		}
+		c.root, c.refs = root, map[string]int32{}
+		args, err := c.compile(root, fmt.Sprintf("#/tools/%d/parameters", i))
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+		}
+		var name strings.Builder
+		writeJSONString(&name, t.Name)
+		head := "<tool_call>\n{\"name\": " + name.String() + ", \"arguments\": "
+		b.alt(call, append(lit(head), append([]elem{ref(args)}, lit("}\n</tool_call>")...)...)...)
+	}
+	if tc.Single {
+		b.alt(0, ref(call))
+	} else {
+		b.alt(0, ref(call), ref(b.star(oneByte('\n'), ref(call))))
+	}
+	return b.finish()
+}
+
+// Cache holds compiled constraints per (kind, spec, vocabulary), least
+// recently used dropped first.
+type Cache struct {
+	mu    sync.Mutex
+	max   int
+	ll    *list.List
+	items map[cacheKey]*list.Element
+}
+
+type cacheKey struct {
+	kind, spec string
+	vocab      *Vocab
+}
+
+type cacheEntry struct {
+	key cacheKey
+	c   *Compiled // (kind, spec, vocab) entries
+	g   *Grammar  // (kind, spec) entries
+}
+
+// NewCache keeps up to max compiled constraints.
+func NewCache(max int) *Cache {
+	return &Cache{max: max, ll: list.New(), items: map[cacheKey]*list.Element{}}
+}
+
+// maxCachedSpec: longer specs are compiled but not cached.
+const maxCachedSpec = 1 << 20
+
+// Get returns the compiled constraint, compiling it on a miss. Errors are
+// not cached.
+func (c *Cache) Get(kind, spec string, v *Vocab) (*Compiled, error) {
+	k := cacheKey{kind, spec, v}
+	c.mu.Lock()
+	if e, ok := c.items[k]; ok {
+		c.ll.MoveToFront(e)
+		c.mu.Unlock()
+		return e.Value.(*cacheEntry).c, nil
+	}
+	c.mu.Unlock()
+	g, err := c.Grammar(kind, spec)
+	if err != nil {
+		return nil, err
+	}
+	comp := Bind(g, v)
+	if len(spec) > maxCachedSpec {
+		return comp, nil
+	}
+	c.put(k, &cacheEntry{key: k, c: comp})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		return e.Value.(*cacheEntry).c, nil
+	}
+	return comp, nil
+}
+
+// Grammar returns the compiled grammar of a constraint, cached per
+// (kind, spec) whatever the vocabulary: the frontend checks a constraint
+// with it before any token is generated, and an in-process engine binds
+// the same grammar to its vocabulary.
+func (c *Cache) Grammar(kind, spec string) (*Grammar, error) {
+	k := cacheKey{kind: kind, spec: spec}
+	c.mu.Lock()
+	if e, ok := c.items[k]; ok {
+		c.ll.MoveToFront(e)
+		c.mu.Unlock()
+		return e.Value.(*cacheEntry).g, nil
+	}
+	c.mu.Unlock()
+	g, err := CompileSpec(kind, spec)
+	if err != nil || len(spec) > maxCachedSpec {
+		return g, err
+	}
+	c.put(k, &cacheEntry{key: k, g: g})
+	return g, nil
+}
+
+func (c *Cache) put(k cacheKey, e *cacheEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[k]; ok {
+		return
+	}
+	c.items[k] = c.ll.PushFront(e)
+	for c.ll.Len() > c.max {
+		old := c.ll.Back()
+		c.ll.Remove(old)
+		delete(c.items, old.Value.(*cacheEntry).key)
+	}
+}
+
+// Shared is the process-wide cache the engines use.
+var Shared = NewCache(256)

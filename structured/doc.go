@@ -1,0 +1,33 @@
+// Package structured is Tandem's constrained decoder: it compiles a JSON
+// Schema, a generic JSON object, a regular expression, a choice among strings
+// or a GBNF grammar into a byte-level pushdown automaton, and walks a model's
+// vocabulary (token byte strings, handed in by the caller: this package
+// imports no tokenizer) against it to give, at each decoding step, the
+// bitmask of token ids that keep the output inside the language.
+//
+// Design:
+//   - A grammar is a set of rules over byte sets (grammar.go). Its parser
+//     state is a set of interned stacks of return positions; right
+//     recursion is a tail call, so repetition does not grow the stack
+//     (pda.go).
+//   - Stack sets are the states of a lazily built DFA over bytes: each
+//     state's transitions are filled in as the vocabulary walk needs them and
+//     kept, so a byte step is an array lookup once seen.
+//   - The vocabulary is sorted by bytes with each token's common prefix with
+//     the one before (vocab.go): the walk shares prefixes the way a trie
+//     does and skips every token under a dead prefix. A token that spans a
+//     grammar boundary (`"}`, `",\n  "`) is just more bytes through the same
+//     automaton, so it is allowed exactly when all its bytes are.
+//   - Masks are cached per DFA state and vocabulary, so a state the grammar
+//     revisits (string contents, the next property) costs a lookup.
+//   - EOS is allowed only in an accepting state; tokens with no bytes
+//     (control tokens) never are.
+//
+// Schemas are compiled to a subset of what they accept that is cheap and
+// short to generate: no whitespace but one optional space after ':' and ',',
+// properties in schema order, integers of at most 15 digits, no exponents.
+// Every output the automaton allows validates against the schema; a
+// keyword the compiler cannot honour is refused by name before any token is
+// generated (UnsupportedError), and a schema that accepts nothing is refused
+// too.
+package structured

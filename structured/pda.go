@@ -1,0 +1,191 @@
+package structured
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+)
+
+// A stack is interned: id -> (position, parent stack id); parent -1 is the
+// bottom. The position is where parsing resumes in the program: a byte set
+// at the top of every stack in a DFA state, or the end of the root
+// alternative for an accepting stack.
+type frame struct {
+	pos    int32
+	parent int32
+}
+
+// DFA state limits: a grammar whose generation reaches more distinct states
+// than this fails the sequence rather than growing without bound.
+const (
+	maxStates = 1 << 15
+	maxStacks = 1 << 21
+)
+
+// ErrStateBudget is returned when a grammar's lazily built automaton has
+// reached its size limit.
+var ErrStateBudget = errors.New("structured: grammar state budget exhausted")
+
+type dstate struct {
+	stacks []int32
+	accept bool
+}
+
+type dfa struct {
+	g      *Grammar
+	frames []frame
+	frameI map[frame]int32
+	states []*dstate
+	// trans[st<<8|b]: 0 not computed yet, -1 dead, else next state + 1
+	// (one flat table: the mask walk's inner loop is one load).
+	trans  []int32
+	stateI map[string]int32
+	// scratch for closure
+	seen    map[int32]struct{}
+	scratch []int32
+	keybuf  []byte
+	err     error
+}
+
+func (d *dfa) init(g *Grammar) {
+	d.g = g
+	d.frameI = make(map[frame]int32)
+	d.stateI = make(map[string]int32)
+	d.seen = make(map[int32]struct{})
+	d.scratch = d.scratch[:0]
+	for _, start := range g.alts[0] {
+		d.expand(d.intern(start, -1))
+	}
+	d.addState() // state 0: the start
+}
+
+func (d *dfa) intern(pos, parent int32) int32 {
+	f := frame{pos, parent}
+	if id, ok := d.frameI[f]; ok {
+		return id
+	}
+	if len(d.frames) >= maxStacks {
+		d.err = ErrStateBudget
+		return -1
+	}
+	id := int32(len(d.frames))
+	d.frames = append(d.frames, f)
+	d.frameI[f] = id
+	return id
+}
+
+// expand adds to d.scratch the stacks reachable from s without consuming a
+// byte: calls are pushed, ends popped.
+func (d *dfa) expand(s int32) {
+	if s < 0 {
+		return
+	}
+	if _, ok := d.seen[s]; ok {
+		return
+	}
+	d.seen[s] = struct{}{}
+	f := d.frames[s]
+	n := d.g.prog[f.pos]
+	switch n.kind {
+	case nodeTerm:
+		d.scratch = append(d.scratch, s)
+	case nodeEnd:
+		if f.parent < 0 {
+			d.scratch = append(d.scratch, s) // accepting
+			return
+		}
+		d.expand(f.parent)
+	default:
+		// Push the return position; returning to the end of an
+		// alternative is a tail call, so use the caller's parent.
+		ret := f.pos + 1
+		var cont int32
+		if d.g.prog[ret].kind == nodeEnd && f.parent >= 0 {
+			cont = f.parent
+		} else {
+			cont = d.intern(ret, f.parent)
+		}
+		for _, start := range d.g.alts[n.kind] {
+			d.expand(d.intern(start, cont))
+		}
+	}
+}
+
+// addState interns the stack set in d.scratch as a DFA state.
+func (d *dfa) addState() int32 {
+	st := d.scratch
+	slices.Sort(st)
+	st = slices.Compact(st)
+	clear(d.seen)
+	if len(st) == 0 {
+		d.scratch = st[:0]
+		return -1
+	}
+	d.keybuf = d.keybuf[:0]
+	for _, s := range st {
+		d.keybuf = binary.LittleEndian.AppendUint32(d.keybuf, uint32(s))
+	}
+	if id, ok := d.stateI[string(d.keybuf)]; ok {
+		d.scratch = st[:0]
+		return id
+	}
+	if len(d.states) >= maxStates {
+		d.err = ErrStateBudget
+		d.scratch = st[:0]
+		return -1
+	}
+	ds := &dstate{stacks: slices.Clone(st)}
+	for _, s := range st {
+		f := d.frames[s]
+		if d.g.prog[f.pos].kind == nodeEnd {
+			ds.accept = true
+		}
+	}
+	id := int32(len(d.states))
+	d.states = append(d.states, ds)
+	d.trans = append(d.trans, make([]int32, 256)...)
+	d.stateI[string(d.keybuf)] = id
+	d.scratch = st[:0]
+	return id
+}
+
+// dead reports whether state st has no way forward: no byte and not
+// accepting.
+func (d *dfa) dead(st int32) bool {
+	if st < 0 || int(st) >= len(d.states) {
+		return true
+	}
+	return len(d.states[st].stacks) == 0
+}
+
+// step is the transition of state st on byte c, or -1.
+func (d *dfa) step(st int32, c byte) int32 {
+	ds := d.states[st]
+	i := int(st)<<8 | int(c)
+	if t := d.trans[i]; t > 0 {
+		return t - 1
+	} else if t < 0 {
+		return -1
+	}
+	if d.err != nil {
+		return -1
+	}
+	for _, s := range ds.stacks {
+		f := d.frames[s]
+		n := &d.g.prog[f.pos]
+		if n.kind == nodeTerm && n.set.has(c) {
+			d.expand(d.intern(f.pos+1, f.parent))
+		}
+	}
+	next := d.addState()
+	if d.err != nil {
+		// Not cached: a later call may be retried after a reset.
+		return -1
+	}
+	if next < 0 {
+		d.trans[i] = -1
+	} else {
+		d.trans[i] = next + 1
+	}
+	return next
+}
