@@ -185,33 +185,24 @@ func checkRefusals(t *testing.T, url, model string) {
 	}
 }
 
-// checkToolCall accepts the call as tool_calls (once a tool parser turns
-// the text into them) or as the Hermes text itself.
+// checkToolCall demands the forced call as tool_calls: the constraint
+// writes the model family's syntax (Hermes here) and the chat endpoint's
+// tool parser turns it into the call, finish_reason "tool_calls".
 func checkToolCall(t *testing.T, out map[string]any, v *jsonschema.Schema) {
-	msg := out["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
-	var args string
-	if calls, ok := msg["tool_calls"].([]any); ok && len(calls) > 0 {
-		f := calls[0].(map[string]any)["function"].(map[string]any)
-		if f["name"] != "get_weather" {
-			t.Fatalf("tool call %v", f)
-		}
-		args = f["arguments"].(string)
-	} else {
-		content, _ := msg["content"].(string)
-		body, ok := strings.CutPrefix(content, "<tool_call>\n")
-		body, ok2 := strings.CutSuffix(body, "\n</tool_call>")
-		if !ok || !ok2 {
-			t.Fatalf("not a tool call: %q", content)
-		}
-		var call struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		}
-		if err := json.Unmarshal([]byte(body), &call); err != nil || call.Name != "get_weather" {
-			t.Fatalf("tool call %q: %v", body, err)
-		}
-		args = string(call.Arguments)
+	choice := out["choices"].([]any)[0].(map[string]any)
+	msg := choice["message"].(map[string]any)
+	calls, ok := msg["tool_calls"].([]any)
+	if !ok || len(calls) != 1 {
+		t.Fatalf("want one tool call, got message %v", msg)
 	}
+	if choice["finish_reason"] != "tool_calls" {
+		t.Fatalf("finish_reason %v, want tool_calls", choice["finish_reason"])
+	}
+	f := calls[0].(map[string]any)["function"].(map[string]any)
+	if f["name"] != "get_weather" {
+		t.Fatalf("tool call %v", f)
+	}
+	args := f["arguments"].(string)
 	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(args))
 	if err != nil {
 		t.Fatalf("arguments %q: %v", args, err)
