@@ -13,6 +13,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/structured"
 )
 
 // ErrEmptyPrompt is returned by Generate for a request without tokens.
@@ -215,7 +216,7 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	s := newSeq(e, req, maxTokens)
 	s.pipe = engine.NewPipe(ctx)
 	if req.Constraint != nil {
-		if s.matcher, err = constrain(req.Constraint, e.cfg.TokenBytes); err != nil {
+		if s.matcher, err = structured.ForRequest(req.Constraint, e.cfg.TokenBytes); err != nil {
 			return nil, fmt.Errorf("mocker: %w", err)
 		}
 	}

@@ -345,7 +345,7 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		s.stop[t] = true
 	}
 	if req.Constraint != nil {
-		if s.matcher, err = constrain(req.Constraint, e.opts.Vocab); err != nil {
+		if s.matcher, err = structured.ForRequest(req.Constraint, e.opts.Vocab); err != nil {
 			return nil, fmt.Errorf("native: %w", err)
 		}
 	}
