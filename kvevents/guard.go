@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
+
+	"github.com/tandemllm/tandem/internal/connlimit"
 )
 
 // A bound SUB socket (--kv-events-bind) takes events from whoever
@@ -40,6 +42,11 @@ type guard struct {
 	refused atomic.Uint64
 	// open counts admitted connections not yet closed.
 	open atomic.Int64
+	// lim, if set, caps the admitted connections (internal/connlimit),
+	// under plane's name.
+	lim         *connlimit.Limits
+	plane       string
+	connMetrics *connlimit.Metrics
 
 	mu     sync.Mutex
 	logged map[netip.Addr]bool
@@ -90,7 +97,13 @@ func (t guardedTCP) Listen(ctx context.Context, addr string) (net.Listener, erro
 	if err != nil {
 		return nil, err
 	}
-	return &guardedListener{Listener: l, g: g}, nil
+	var lis net.Listener = &guardedListener{Listener: l, g: g}
+	if g.lim != nil {
+		// The replay socket's caps (PublisherConfig.ReplayLimits), on the
+		// connections the guard admitted.
+		lis = connlimit.Wrap(lis, g.plane, *g.lim, nil, g.connMetrics, g.log)
+	}
+	return lis, nil
 }
 
 type guardedListener struct {

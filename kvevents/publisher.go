@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/tandemllm/tandem/internal/connlimit"
 )
 
 // Defaults of vLLM's KVEventsConfig.
@@ -78,7 +80,23 @@ type PublisherConfig struct {
 	// history: a request without it proves no router role and gets only
 	// the end marker, i.e. nothing older than its own subscription.
 	ReplayToken []byte
+	// ReplayLimits cap the guarded replay socket's connections
+	// (internal/connlimit; zero: DefaultReplayLimits). A replay exchange
+	// is one short connection, so the handshake bound is its whole life.
+	ReplayLimits connlimit.Limits
+	// ConnMetrics carry the replay socket's connection series (nil:
+	// unregistered).
+	ConnMetrics *connlimit.Metrics
 	Logger      *slog.Logger
+}
+
+// PlaneReplay names the replay socket in connection metrics.
+const PlaneReplay = "kv-events-replay"
+
+// DefaultReplayLimits bound the replay socket: routers open one short
+// connection per replay exchange.
+func DefaultReplayLimits() connlimit.Limits {
+	return connlimit.Limits{MaxConns: 64, MaxPerSource: 16, Handshake: 10 * time.Second}
 }
 
 type ringEntry struct {
@@ -174,6 +192,11 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 				p.pub.Close()
 				return nil, err
 			}
+			lim := cfg.ReplayLimits
+			if lim == (connlimit.Limits{}) {
+				lim = DefaultReplayLimits()
+			}
+			g.lim, g.plane, g.connMetrics = &lim, PlaneReplay, cfg.ConnMetrics
 			rctx, bind, p.replayGuard = context.WithValue(ctx, guardKey{}, g), b, g
 		}
 		p.router = zmq4.NewRouter(rctx, zmq4.WithAutomaticReconnect(false), zlog)

@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/tandemllm/tandem/internal/connlimit"
 )
 
 // TestReplayGuard is issue 33's third finding: the replay ROUTER handed
@@ -47,6 +50,31 @@ func TestReplayGuard(t *testing.T) {
 		if p.ReplayRefused() == 0 {
 			t.Fatal("the refusal was not counted")
 		}
+	})
+	t.Run("idle connections are bounded in time", func(t *testing.T) {
+		// zmq4 reads each connection's ZMTP greeting before it accepts the
+		// next, so one silent connection stalls the socket: the bound on
+		// a connection's life is what keeps it answering.
+		p := newTestPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0", GuardReplay: true,
+			ReplayLimits: connlimit.Limits{MaxConns: 8, MaxPerSource: 4, Handshake: 200 * time.Millisecond}})
+		addr := strings.TrimPrefix(p.ReplayEndpoint(), "tcp://")
+		var conns []net.Conn
+		for range 4 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			conns = append(conns, c)
+		}
+		start := time.Now()
+		for _, c := range conns {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil {
+				t.Fatalf("an idle replay connection outlived its bound: %v", err)
+			}
+		}
+		t.Logf("4 silent connections closed by the server within %v", time.Since(start).Round(time.Millisecond))
 	})
 	for _, tc := range []struct {
 		name    string
