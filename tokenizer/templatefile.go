@@ -120,3 +120,7 @@ func SpecialsOf(t Tokenizer) map[string]string {
 	}
 	return out
 }
+
+// Llama2CTokenizerHint says where a llama2.c checkpoint's tokenizer comes
+// from, for errors about a missing one.
+const Llama2CTokenizerHint = "llama2.c checkpoints come with theirs: put tok512.bin (stories260K) or tokenizer.bin (stories15M-110M) from huggingface.co/karpathy/tinyllamas beside the checkpoint, or use a GGUF that carries one (tandem model gen --tokenizer)"

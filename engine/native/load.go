@@ -115,7 +115,7 @@ func findLlama2CTokenizer(dir, model string) (string, error) {
 	}
 	sort.Strings(toks)
 	if len(toks) == 0 {
-		return "", errors.New("native: no llama2.c tokenizer (tok*.bin, tokenizer.bin) beside " + model)
+		return "", errors.New("native: no llama2.c tokenizer (tok*.bin, tokenizer.bin) beside " + model + "; " + tokenizer.Llama2CTokenizerHint)
 	}
 	return toks[0], nil
 }
