@@ -1,11 +1,7 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tandemllm/tandem/operator"
 )
@@ -25,14 +21,9 @@ docs/kubernetes.md.`,
 			if err != nil {
 				return err
 			}
-			var rc *rest.Config
-			if kubeconfig != "" {
-				rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-			} else {
-				rc, err = rest.InClusterConfig()
-			}
+			rc, err := kubeRESTConfig("operator", kubeconfig, " (the operator runs in the cluster it manages: deploy/helm/tandem-operator)")
 			if err != nil {
-				return fmt.Errorf("operator: API server config: %w", err)
+				return err
 			}
 			o.Config, o.Logger = rc, log
 			return operator.Run(cmd.Context(), o)
