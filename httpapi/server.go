@@ -72,6 +72,9 @@ type Config struct {
 	APIKeys *APIKeys
 	// ProtectMetrics puts /metrics behind the keys too (--protect-metrics).
 	ProtectMetrics bool
+	// NoAccessLog turns off the info line per request (accesslog.go;
+	// --access-log=false).
+	NoAccessLog bool
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
@@ -188,8 +191,8 @@ func (s *Server) Handler() http.Handler {
 		}
 		return s.requireKey(h)
 	}
-	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.handleChat)))
-	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.handleCompletion)))
+	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.accessLogged("chat", s.handleChat))))
+	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.accessLogged("completions", s.handleCompletion))))
 	mux.Handle("GET /v1/models", guard(s.handleModels))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
@@ -386,6 +389,7 @@ func (s *Server) maxNewTokens(j *job, promptParam string) (int, *openai.Error) {
 // run routes and serves a validated job.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam string) {
 	m := j.model
+	noteAccess(r.Context(), func(e *accessEntry) { e.id, e.model, e.in = j.id, m.Name, len(j.prompt) })
 	if len(j.prompt) == 0 {
 		s.fail(w, j.endpoint, m.Name, openai.BadRequest(promptParam, "invalid_value", "the prompt is empty"))
 		return
@@ -527,6 +531,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			continue
 		}
 		s.fail(w, j.endpoint, m.Name, s.engineError(err))
+		noteAccess(r.Context(), func(e *accessEntry) { e.worker = route.Worker.ID })
 		if r.Context().Err() == nil {
 			s.log.WarnContext(ctx, "request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
 		}
@@ -579,6 +584,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	mm.osl.Observe(float64(out.completion))
 	mm.duration.Observe(time.Since(j.start).Seconds())
 	s.metrics.requests.WithLabelValues(j.endpoint, m.Name, strconv.Itoa(status)).Inc()
+	noteAccess(r.Context(), func(e *accessEntry) {
+		e.worker, e.out, e.cached, e.ttft, e.finish = out.route.Worker.ID, out.completion, first.CachedTokens, ttft, out.finish
+		if late {
+			e.cached = out.cached
+		}
+	})
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
 		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
 			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)

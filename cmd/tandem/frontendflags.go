@@ -20,6 +20,7 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait for a slot per model; past it, and after --queue-timeout, a request gets 429 with Retry-After")
 	f.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for an admission slot")
 	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
+	f.Var(notBool{&c.NoAccessLog}, "access-log", "log one info line per request: id, model, worker, status, tokens in/out, cached, TTFT, duration (--access-log=false: off)")
 	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
 	h := &c.HTTP
 	f.DurationVar(&h.ReadHeaderTimeout, "http-read-header-timeout", h.ReadHeaderTimeout, "bound on reading a request's headers")
