@@ -22,7 +22,6 @@ func TestOffClusterErrors(t *testing.T) {
 	}{
 		{[]string{"planner", "--frontend-metrics", "http://127.0.0.1:1/metrics", "--dry-run", "--name", "td"}, []string{"--kubeconfig FILE", "--actuator local"}},
 		{[]string{"planner", "--frontend-metrics", "http://127.0.0.1:1/metrics", "--actuator", "deployment", "--deployment", "agg=d"}, []string{"--kubeconfig FILE", "--actuator local"}},
-		{[]string{"operator"}, []string{"--kubeconfig FILE"}},
 	} {
 		t.Run(tt.args[0], func(t *testing.T) {
 			out, err := runCLI(t, tt.args...)
