@@ -94,3 +94,16 @@ func TestServeBannerPrefill(t *testing.T) {
 		t.Fatalf("banner prefill line %q", p.line)
 	}
 }
+
+// TestStepProgress: progress lines name the step, the total and an ETA,
+// and the last step is always printed.
+func TestStepProgress(t *testing.T) {
+	var b strings.Builder
+	p := newStepProgress(&b, "model quantize: a -> b")
+	for i := 1; i <= 4; i++ {
+		p.step(i, 4)
+	}
+	if !strings.Contains(b.String(), "model quantize: a -> b: layer 4/4, ") || !strings.Contains(b.String(), "ETA 0s") {
+		t.Fatalf("progress:\n%s", b.String())
+	}
+}

@@ -53,6 +53,7 @@ func newModelCmd() *cobra.Command {
 				}
 				o.ChatTemplate = src
 			}
+			o.Progress = newStepProgress(cmd.ErrOrStderr(), "model gen: "+out).step
 			if err := native.GenerateModel(out, o); err != nil {
 				return err
 			}
@@ -92,6 +93,7 @@ template (tokenizer.chat_template) go into the file.`,
 				}
 				o.ChatTemplate = src
 			}
+			o.Progress = newStepProgress(cmd.ErrOrStderr(), "model quantize: "+in+" -> "+qout).step
 			if err := native.Quantize(in, qout, o); err != nil {
 				return err
 			}

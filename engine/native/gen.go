@@ -31,6 +31,8 @@ type GenOptions struct {
 	// ChatTemplate is a Jinja chat template source written into the GGUF
 	// (tokenizer.chat_template) in place of the tokenizer directory's own.
 	ChatTemplate string
+	// Progress, when set, is called as a GGUF's layers are encoded.
+	Progress func(done, total int)
 }
 
 // GenerateModelFile writes a deterministic random-weight model of a named
@@ -103,6 +105,7 @@ func GenerateModel(path string, o GenOptions) (err error) {
 		if qerr != nil {
 			return qerr
 		}
+		q.Progress = o.Progress
 		err = model.WriteGGUFQuant(w, m, q)
 	}
 	if err != nil {
@@ -183,6 +186,8 @@ type QuantizeOptions struct {
 	// ChatTemplate, when set, is the chat template source written in
 	// place of the input's own.
 	ChatTemplate string
+	// Progress, when set, is called as the layers are encoded.
+	Progress func(done, total int)
 }
 
 // Quantize is QuantizeModelFile with options.
@@ -192,6 +197,7 @@ func Quantize(in, out string, o QuantizeOptions) error {
 	if err != nil {
 		return err
 	}
+	q.Progress = o.Progress
 	l, err := LoadModel(in)
 	if err != nil {
 		return err

@@ -422,6 +422,9 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 				mat(t.Name, *t.Mat)
 			}
 		}
+		if q.Progress != nil {
+			q.Progress(i+1, len(m.Layers))
+		}
 	}
 	if err != nil {
 		return err
