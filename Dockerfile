@@ -24,9 +24,12 @@ ARG COMMIT=unknown
 # -trimpath: no build-machine paths in the binary; -s -w: no symbol table or
 # DWARF (a third of the size); CGO_ENABLED=0: static, so the image needs no libc.
 RUN CGO_ENABLED=0 GOEXPERIMENT=simd go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem ./cmd/tandem
+# The operator is its own binary (controller-runtime is linked into it alone).
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem-operator ./cmd/tandem-operator
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tandem /tandem
+COPY --from=build /out/tandem-operator /tandem-operator
 USER nonroot:nonroot
 # The frontend's default port; workers' ports are set by their flags.
 EXPOSE 8000

@@ -373,6 +373,8 @@ func RunExperiment(ctx context.Context, wl Workload, o Options, plans []VariantP
 				return out
 			}
 			p := plans[(j+t-1)%k]
+			o := o
+			o.ProgressPrefix = fmt.Sprintf("[run %d/%d: variant %s, trial %d/%d] ", (t-1)*k+j+1, trials*k, p.Name, t, trials)
 			res, err := runVariant(ctx, wl, o, p, t, start)
 			if err != nil {
 				res = &Result{Scenario: wl.Name(), Run: t, Labels: []string{p.Name}, Error: err.Error()}

@@ -210,11 +210,14 @@ func RunModes(ctx context.Context, wl PrefixReuse, o Options, modes []string, ru
 		return nil, fmt.Errorf("no router modes given")
 	}
 	var out []*Result
-	for run := 1; run <= max(runs, 1); run++ {
-		for _, mode := range modes {
+	runs = max(runs, 1)
+	for run := 1; run <= runs; run++ {
+		for i, mode := range modes {
 			if ctx.Err() != nil {
 				return out, nil
 			}
+			o := o
+			o.ProgressPrefix = fmt.Sprintf("[run %d/%d: mode %s, trial %d/%d] ", (run-1)*len(modes)+i+1, runs*len(modes), mode, run, runs)
 			res, err := runMode(ctx, wl, o, mode, run, start)
 			if err != nil {
 				res = &Result{Scenario: wl.Name(), Run: run, Labels: []string{mode}, Error: err.Error()}

@@ -104,6 +104,10 @@ func (r *progressRun) draw(final bool) {
 		frac = el.Seconds() / r.dur.Seconds()
 	}
 	stats := fmt.Sprintf("%s req  %.1f req/s  errors %d  elapsed %s", count, rate, errs, el.Round(100*time.Millisecond))
+	if frac > 0 && frac < 1 && !final {
+		// The time left at the pace so far.
+		stats += "  ETA " + time.Duration(float64(el)*(1-frac)/frac).Round(time.Second).String()
+	}
 	if !r.p.Interactive {
 		fmt.Fprintf(r.p.W, "%s: %s\n", r.label, stats)
 		return

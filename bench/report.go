@@ -319,36 +319,40 @@ func (r *Report) WriteText(w io.Writer) error {
 			break
 		}
 	}
-	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-	cols, ratio := r.abColumns()
-	fmt.Fprint(tw, "\t")
-	for _, s := range r.Summaries {
-		fmt.Fprintf(tw, "%s\t", s.Label)
-	}
-	for _, c := range cols {
-		fmt.Fprintf(tw, "%s\t", c)
-	}
-	fmt.Fprintln(tw)
-	for _, row := range summaryRows(r) {
-		fmt.Fprintf(tw, "%s\t", row.name)
-		for i := range r.Summaries {
-			fmt.Fprintf(tw, "%s\t", row.cell(&r.Summaries[i]))
+	// A report of no runs of its own (bench compare) has no summary table:
+	// printing its header alone would be an empty table.
+	if len(r.Summaries) > 0 {
+		tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+		cols, ratio := r.abColumns()
+		fmt.Fprint(tw, "\t")
+		for _, s := range r.Summaries {
+			fmt.Fprintf(tw, "%s\t", s.Label)
 		}
-		for c := range cols {
-			cell := ""
-			if row.metric != "" {
-				cell = ratio(c, row.metric)
-			}
-			fmt.Fprintf(tw, "%s\t", cell)
+		for _, c := range cols {
+			fmt.Fprintf(tw, "%s\t", c)
 		}
 		fmt.Fprintln(tw)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("writing summary: %w", err)
+		for _, row := range summaryRows(r) {
+			fmt.Fprintf(tw, "%s\t", row.name)
+			for i := range r.Summaries {
+				fmt.Fprintf(tw, "%s\t", row.cell(&r.Summaries[i]))
+			}
+			for c := range cols {
+				cell := ""
+				if row.metric != "" {
+					cell = ratio(c, row.metric)
+				}
+				fmt.Fprintf(tw, "%s\t", cell)
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("writing summary: %w", err)
+		}
 	}
 	if len(r.Overhead) > 0 {
 		fmt.Fprintln(bw, "\nfrontend overhead (frontend minus direct, same requests, interleaved)")
-		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "concurrency\tdirect TTFT p50\tfrontend TTFT p50\tadded p50\tadded p90\tadded p99\tadded mean\tadded E2E p50\tout tok/s direct*\tfrontend*\t")
 		for _, o := range r.Overhead {
 			fmt.Fprintf(tw, "%d\t%s ms\t%s ms\t%s ms\t%s ms\t%s ms\t%s ms\t%s ms\t%s\t%s\t\n", o.Concurrency, f2(o.DirectTTFTP50), f2(o.FrontendTTFTP50),

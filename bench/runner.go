@@ -63,6 +63,9 @@ type Options struct {
 	// experiment (several modes, several concurrency levels).
 	Run         int
 	LabelSuffix string
+	// ProgressPrefix goes before the progress line's label only (which
+	// mode, variant or trial of a larger run this is), not into records.
+	ProgressPrefix string
 	// ScrapeEvery, when positive, polls every target's /metrics this
 	// often during the run (plus once at its start and end) and puts what
 	// the server counted beside the records (Result.Server).
@@ -200,7 +203,7 @@ func Run(ctx context.Context, wl Workload, o Options) (*Result, error) {
 	if multiTurn {
 		total = 0 // sessions have several turns: the request count is unknown
 	}
-	r.prog = o.Progress.begin(wl.Name()+o.LabelSuffix, total, o.Duration)
+	r.prog = o.Progress.begin(o.ProgressPrefix+wl.Name()+o.LabelSuffix, total, o.Duration)
 	r.cancel = make([]atomic.Int64, len(r.eps))
 	// The baseline scrapes come before the run's clock starts: a slow
 	// /metrics must not count as the run's time.

@@ -112,6 +112,9 @@ func (c inClusterClients) DiscoveryV1() discoveryv1client.DiscoveryV1Interface {
 // NewInClusterClients builds the clients from the pod's service account.
 func NewInClusterClients() (KubeClients, error) {
 	rc, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, fmt.Errorf("discovery: kube: not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig FILE to reach a cluster from outside, or another --discovery (file, etcd, nats): %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("discovery: kube in-cluster config: %w", err)
 	}

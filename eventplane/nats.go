@@ -235,7 +235,14 @@ func ConnectWith(ctx context.Context, url, name string, auth Auth, board *health
 		nats.ConnectHandler(func(*nats.Conn) {
 			board.Clear(DiagDisconnected, "nats", DiagReconnected, "NATS connected")
 		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { raise(err) }),
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			// nats.go calls this from Close too: a process closing its own
+			// connection (or shutting down) has lost nothing.
+			if c.IsClosed() || ctx.Err() != nil {
+				return
+			}
+			raise(err)
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			board.Clear(DiagDisconnected, "nats", DiagReconnected, "NATS connection back; KV events flow again (routers recover gaps as losses)")
 		}),

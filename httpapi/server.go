@@ -97,6 +97,9 @@ type Config struct {
 	// ToolChoiceHook constrains requests whose tool_choice forces a call
 	// (structured outputs); nil: such replies are parsed as for "auto".
 	ToolChoiceHook ToolChoiceHook
+	// NoAccessLog turns off the info line per request (accesslog.go;
+	// --access-log=false).
+	NoAccessLog bool
 }
 
 // DefaultConfig returns the defaults the CLI flags start from.
@@ -220,8 +223,8 @@ func (s *Server) Handler() http.Handler {
 		}
 		return s.requireKey(h)
 	}
-	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.handleChat)))
-	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.handleCompletion)))
+	mux.Handle("POST /v1/chat/completions", guard(traced("/v1/chat/completions", s.accessLogged("chat", s.handleChat))))
+	mux.Handle("POST /v1/completions", guard(traced("/v1/completions", s.accessLogged("completions", s.handleCompletion))))
 	mux.Handle("GET /v1/models", guard(s.handleModels))
 	mux.Handle("POST /tokenize", guard(traced("/tokenize", s.handleTokenize)))
 	mux.Handle("POST /detokenize", guard(traced("/detokenize", s.handleDetokenize)))
@@ -430,6 +433,7 @@ func (s *Server) maxNewTokens(j *job, promptParam string) (int, *openai.Error) {
 // run routes and serves a validated job.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam string) {
 	m := j.model
+	noteAccess(r.Context(), func(e *accessEntry) { e.id, e.model, e.in = j.id, m.Name, len(j.prompt) })
 	if len(j.prompt) == 0 {
 		s.fail(w, j.endpoint, m.Name, openai.BadRequest(promptParam, "invalid_value", "the prompt is empty"))
 		return
@@ -600,6 +604,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 			continue
 		}
 		s.fail(w, j.endpoint, m.Name, s.engineError(err, promptParam))
+		noteAccess(r.Context(), func(e *accessEntry) { e.worker = route.Worker.ID })
 		if r.Context().Err() == nil {
 			s.log.WarnContext(ctx, "request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
 		}
@@ -669,6 +674,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	mm.osl.Observe(float64(out.completion))
 	mm.duration.Observe(time.Since(j.start).Seconds())
 	s.metrics.requests.WithLabelValues(j.endpoint, m.Name, strconv.Itoa(status)).Inc()
+	noteAccess(r.Context(), func(e *accessEntry) {
+		e.worker, e.out, e.cached, e.ttft, e.finish = out.route.Worker.ID, out.completion, first.CachedTokens, ttft, out.finish
+		if late {
+			e.cached = out.cached
+		}
+	})
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
 		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
 			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)

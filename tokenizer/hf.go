@@ -70,7 +70,7 @@ func findLlama2CTokenizer(dir string) (string, error) {
 		if _, err := os.Stat(dir); err != nil {
 			return "", fmt.Errorf("load model dir: %w", err)
 		}
-		return "", fmt.Errorf("load %s: no tokenizer.json, tokenizer.bin or tok*.bin", dir)
+		return "", fmt.Errorf("load %s: no tokenizer.json, tokenizer.bin or tok*.bin; %s", dir, Llama2CTokenizerHint)
 	case 1:
 		return matches[0], nil
 	}

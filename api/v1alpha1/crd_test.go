@@ -16,8 +16,11 @@ import (
 // and fails when the committed files differ: they are generated, never
 // edited by hand.
 func TestCRDUpToDate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping controller-gen")
+	// Building controller-gen takes minutes on a cold cache, so the check
+	// runs in CI's generate step (.ci/run sets TANDEM_CRD_CHECK=1), not in
+	// every go test ./...
+	if os.Getenv("TANDEM_CRD_CHECK") != "1" {
+		t.Skip("set TANDEM_CRD_CHECK=1 to regenerate the CRD, deepcopy and RBAC with controller-gen and compare (.ci/run's generate step does)")
 	}
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to run controller-gen")

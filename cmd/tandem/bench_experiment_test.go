@@ -248,6 +248,10 @@ func TestBenchAgainstVLLMWorkerAndPlainServer(t *testing.T) {
 			t.Errorf("compare output lacks %q:\n%s", w, out)
 		}
 	}
+	// The compared reports' own tables only: no empty summary table first.
+	if _, rest, _ := strings.Cut(strings.TrimSpace(out), "\n"); !strings.HasPrefix(strings.TrimSpace(rest), "experiment compare") {
+		t.Errorf("compare output does not go from its title to the comparison:\n%s", out)
+	}
 }
 
 // TestServeResources checks what an experiment counts as a started

@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +30,9 @@ one pair per process. Start each process with --mtls-ca DIR/ca.crt --mtls-cert D
 serving hosts; ` + "`tandem certs issue`" + ` signs more certificates with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := certsDirFree(dir); err != nil {
+				return err
+			}
 			names, err := authn.Init(dir, frontends, workers, hosts, validity)
 			if err != nil {
 				return err
@@ -75,4 +82,23 @@ serving hosts; ` + "`tandem certs issue`" + ` signs more certificates with it.`,
 	_ = issue.MarkFlagRequired("name")
 	cmd.AddCommand(init, issue)
 	return cmd
+}
+
+// certsDirFree refuses, before anything is written, a --dir that already
+// holds certificates or keys: init never overwrites a key, and a CA
+// there means the cluster has one.
+func certsDirFree(dir string) error {
+	var found []string
+	for _, pat := range []string{"*.crt", "*.key"} {
+		m, _ := filepath.Glob(filepath.Join(dir, pat))
+		found = append(found, m...)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	sort.Strings(found)
+	if _, err := os.Stat(filepath.Join(dir, "ca.key")); err == nil {
+		return fmt.Errorf("certs init: %s already holds a cluster CA (ca.crt, ca.key) and %d certificate and key files; init never overwrites them: sign more with `tandem certs issue --dir %s --name NAME`, or pick a new --dir", dir, len(found), dir)
+	}
+	return fmt.Errorf("certs init: %s already holds %s; init never overwrites keys: pick a new --dir or remove them", dir, strings.Join(found, ", "))
 }

@@ -43,6 +43,9 @@ type engineFlags struct {
 	script      string // --mocker-script
 	up          upstreamFlags
 	tiers       tierFlags
+	// chatTemplate is --chat-template: a template file in place of the
+	// model's own (applied in chattemplate.go).
+	chatTemplate string
 }
 
 // tierFlags are the KV offload tiers' flags (kvcache G2 and G3).
@@ -128,6 +131,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&e.up.guidedFields, "upstream-guided-fields", false, "upstream: send structured outputs as vLLM's older guided_json/guided_regex/guided_choice/guided_grammar fields instead of structured_outputs (vLLM releases before structured_outputs)")
 	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
+	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
 	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
 	m := &e.mock
@@ -162,11 +166,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 
 // build loads the model's tokenizer and returns a factory for worker i.
 func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFactory, error) {
-	model, err := tokenizer.Load(e.modelDir)
-	if e.kind == "native" && e.modelDir != "" {
-		// GGUF files carry their tokenizer; HF directories have theirs.
-		model, err = native.ServedModel(e.modelDir)
-	}
+	model, err := e.servedModel(log)
 	if err != nil {
 		return nil, nil, err
 	}

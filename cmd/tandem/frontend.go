@@ -62,7 +62,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "Tandem %s frontend\n  url:       %s/v1\n  model:     %s\n  router:    %s\n  discovery: %s\n",
-			version, f.URL(), model.Name, cfg.RouterMode, disc.describe())
+			version, f.URL(), model.Name, routerDescription(cfg.RouterMode, cfg.KV), disc.describe())
 		if u := f.NATSURL(); u != "" {
 			fmt.Fprintf(cmd.OutOrStdout(), "  events:    nats %s\n", u)
 		}

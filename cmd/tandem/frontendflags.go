@@ -24,6 +24,7 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for an admission slot")
 	f.DurationVar(&c.AdmissionWait, "admission-wait", c.AdmissionWait, "how long a request not yet streaming waits for an admission slot before its 429, whose Retry-After comes from the observed completion rate (0: --queue-timeout)")
 	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
+	f.Var(notBool{&c.NoAccessLog}, "access-log", "log one info line per request: id, model, worker, status, tokens in/out, cached, TTFT, duration (--access-log=false: off)")
 	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
 	f.BoolVar(&c.TrustClientKVTransferParams, "trust-client-kv-transfer-params", false, "pass a client's kv_transfer_params (vLLM's P/D extension) to the workers; off, such a request is a 400: the params name addresses a vLLM-protocol worker connects to")
 	rs := &c.ResponsesStore

@@ -32,6 +32,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newServeCmd(), newFrontendCmd(), newWorkerCmd(), newModelCmd(), newCertsCmd(), newBenchCmd(), newOperatorCmd(), newPlannerCmd(), newVersionCmd(), newDoctorCmd())
+	polishHelp(root)
 	return root
 }
 

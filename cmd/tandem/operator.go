@@ -1,49 +1,22 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/tandemllm/tandem/operator"
 )
 
+// newOperatorCmd is what became of `tandem operator`: the operator is its
+// own binary, tandem-operator, so that controller-runtime is linked into it
+// alone. The command stays to say where it went.
 func newOperatorCmd() *cobra.Command {
-	var o operator.Options
-	var kubeconfig string
-	cmd := &cobra.Command{
-		Use:   "operator",
-		Short: "Reconcile TandemDeployment objects into frontends, worker pools and their RBAC",
-		Long: `Runs the TandemDeployment operator (controller-runtime). Install the CRD
-first (deploy/crd or the Helm chart in deploy/helm/tandem-operator); see
-docs/kubernetes.md.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd)
-			if err != nil {
-				return err
-			}
-			var rc *rest.Config
-			if kubeconfig != "" {
-				rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-			} else {
-				rc, err = rest.InClusterConfig()
-			}
-			if err != nil {
-				return fmt.Errorf("operator: API server config: %w", err)
-			}
-			o.Config, o.Logger = rc, log
-			return operator.Run(cmd.Context(), o)
+	return &cobra.Command{
+		Use:                "operator",
+		Short:              "Moved: the TandemDeployment operator is the tandem-operator binary",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("the operator is its own binary now: run tandem-operator with the same flags (go build ./cmd/tandem-operator; the image ships /tandem-operator; docs/kubernetes.md)")
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's service account; $KUBECONFIG is not read, so an operator never runs against the wrong cluster by accident)")
-	f.StringVar(&o.Namespace, "namespace", "", "reconcile only this namespace (default: all)")
-	f.StringVar(&o.MetricsAddr, "metrics-addr", "0", "controller metrics (Prometheus) listen address; 0: off")
-	f.StringVar(&o.ProbeAddr, "probe-addr", ":8081", "/healthz and /readyz listen address; 0: off")
-	f.BoolVar(&o.LeaderElect, "leader-elect", false, "run one active replica, elected through a Lease")
-	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's)")
-	return cmd
 }

@@ -17,8 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
@@ -252,14 +250,10 @@ func newPlannerRunFlags(c *cobra.Command) func(cmd *cobra.Command) error {
 		var act planner.Actuator
 		switch actuator {
 		case "tandemdeployment", "deployment":
-			var rc *rest.Config
-			if kubeconfig != "" {
-				rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-			} else {
-				rc, err = rest.InClusterConfig()
-			}
+			rc, err := kubeRESTConfig("planner --actuator "+actuator, kubeconfig,
+				", or --actuator local --local-worker POOL=ARGS to scale `tandem worker` processes on this machine")
 			if err != nil {
-				return fmt.Errorf("planner: API server config: %w", err)
+				return err
 			}
 			if actuator == "tandemdeployment" {
 				if name == "" {

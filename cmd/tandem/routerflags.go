@@ -50,3 +50,16 @@ func (r *routerFlags) apply(mode *string, kv *router.KVConfig) error {
 	*mode, *kv = r.mode, cfg
 	return nil
 }
+
+// routerDescription is a banner's router line: the mode, and for the kv
+// mode the cost function that picks among workers.
+func routerDescription(mode string, kv router.KVConfig) string {
+	if mode != "kv" {
+		return mode
+	}
+	cost := kv.Cost
+	if cost == "" {
+		cost = router.CostTTFT
+	}
+	return fmt.Sprintf("%s (cost %s)", mode, cost)
+}

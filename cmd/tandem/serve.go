@@ -107,7 +107,7 @@ func newServeCmd() *cobra.Command {
 		learn.start(log, sys.Board)
 		defer learn.finish(log)
 		cfg := setup.cfg
-		printBanner(cmd.OutOrStdout(), sys, model, cfg.RouterMode)
+		printBanner(cmd.OutOrStdout(), sys, model, routerDescription(cfg.RouterMode, cfg.KV))
 		ctx := cmd.Context()
 		auto.pf.profileSource = learn.source(log)
 		waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
@@ -155,6 +155,9 @@ func printBanner(w io.Writer, sys *serve.System, model, mode string) {
 	}
 	fmt.Fprintf(w, "Tandem %s serving\n  url:     %s/v1\n  model:   %s\n  router:  %s\n  workers: %d × %s engine (%s)\n",
 		version, sys.URL(), model, mode, len(ids), kind, shown)
+	if p := sys.PrefillWorkers(); len(p) > 0 {
+		fmt.Fprintf(w, "  prefill: %d × %s engine (%s); the workers above decode\n", len(p), kind, strings.Join(p, ", "))
+	}
 	if f, ok := w.(*os.File); ok {
 		_ = f.Sync()
 	}

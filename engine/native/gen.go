@@ -28,6 +28,11 @@ type GenOptions struct {
 	// HF writes a Hugging Face directory (config.json, *.safetensors)
 	// instead of one GGUF file.
 	HF bool
+	// ChatTemplate is a Jinja chat template source written into the GGUF
+	// (tokenizer.chat_template) in place of the tokenizer directory's own.
+	ChatTemplate string
+	// Progress, when set, is called as a GGUF's layers are encoded.
+	Progress func(done, total int)
 }
 
 // GenerateModelFile writes a deterministic random-weight model of a named
@@ -53,6 +58,17 @@ func GenerateModel(path string, o GenOptions) (err error) {
 		}
 		c.Vocab = max(c.Vocab, len(vocab.Tokens))
 		PadVocab(vocab, c.Vocab)
+	}
+	if o.ChatTemplate != "" {
+		switch {
+		case vocab == nil:
+			return fmt.Errorf("a chat template needs a tokenizer (--tokenizer) to go with it")
+		case o.HF:
+			return fmt.Errorf("a Hugging Face directory takes its chat template from the tokenizer directory's tokenizer_config.json or chat_template.jinja, not --chat-template")
+		case strings.EqualFold(filepath.Ext(path), ".bin"):
+			return fmt.Errorf("%s: a llama2.c checkpoint has no place for a chat template; write .gguf", path)
+		}
+		vocab.ChatTemplate = o.ChatTemplate
 	}
 	if strings.EqualFold(filepath.Ext(path), ".bin") && (c.Arch != "llama" || c.QDim() != c.Dim) {
 		return fmt.Errorf("%s: shape %s (%s) does not fit the llama2.c format; write .gguf", path, shape, c.Arch)
@@ -89,6 +105,7 @@ func GenerateModel(path string, o GenOptions) (err error) {
 		if qerr != nil {
 			return qerr
 		}
+		q.Progress = o.Progress
 		err = model.WriteGGUFQuant(w, m, q)
 	}
 	if err != nil {
@@ -157,13 +174,30 @@ var hfShardBytes int64 = 2 << 30
 
 // QuantizeModelFile reads any model LoadModel reads (GGUF, a Hugging Face
 // directory, a llama2.c checkpoint) and writes it to out as GGUF of file
-// type quant (model.QuantNames), tokenizer included, as llama.cpp's
-// convert_hf_to_gguf.py followed by llama-quantize would.
+// type quant (model.QuantNames), tokenizer and chat template included, as
+// llama.cpp's convert_hf_to_gguf.py followed by llama-quantize would.
 func QuantizeModelFile(in, out, quant string) error {
+	return Quantize(in, out, QuantizeOptions{Type: quant})
+}
+
+// QuantizeOptions are QuantizeModel's choices beyond the paths.
+type QuantizeOptions struct {
+	Type string // model.QuantNames
+	// ChatTemplate, when set, is the chat template source written in
+	// place of the input's own.
+	ChatTemplate string
+	// Progress, when set, is called as the layers are encoded.
+	Progress func(done, total int)
+}
+
+// Quantize is QuantizeModelFile with options.
+func Quantize(in, out string, o QuantizeOptions) error {
+	quant := o.Type
 	q, err := model.ParseQuant(quant)
 	if err != nil {
 		return err
 	}
+	q.Progress = o.Progress
 	l, err := LoadModel(in)
 	if err != nil {
 		return err
@@ -188,6 +222,9 @@ func QuantizeModelFile(in, out, quant string) error {
 			return fmt.Errorf("%s: tokenizer has %d tokens, the embedding %d rows", in, len(m.Vocab.Tokens), m.Config.Vocab)
 		}
 		PadVocab(m.Vocab, m.Config.Vocab)
+	}
+	if o.ChatTemplate != "" {
+		m.Vocab.ChatTemplate = o.ChatTemplate
 	}
 	if m.Source == "" || strings.ContainsRune(m.Source, os.PathSeparator) {
 		m.Source = strings.TrimSuffix(filepath.Base(l.Path), filepath.Ext(l.Path))

@@ -115,7 +115,7 @@ func findLlama2CTokenizer(dir, model string) (string, error) {
 	}
 	sort.Strings(toks)
 	if len(toks) == 0 {
-		return "", errors.New("native: no llama2.c tokenizer (tok*.bin, tokenizer.bin) beside " + model)
+		return "", errors.New("native: no llama2.c tokenizer (tok*.bin, tokenizer.bin) beside " + model + "; " + tokenizer.Llama2CTokenizerHint)
 	}
 	return toks[0], nil
 }
@@ -139,23 +139,61 @@ func Load(path string, opts Options) (*Engine, *Loaded, error) {
 // ServedModel is the tokenizer side of a model LoadModel reads, for
 // `tandem serve --engine native --model PATH`: a Hugging Face directory
 // (or any directory with tokenizer.json) gets its tokenizer and chat
-// template from tokenizer.LoadDir; a GGUF file or llama2.c checkpoint the
-// tokenizer it carries or sits beside, with the plain-join template, and
-// the model's context length.
-func ServedModel(path string) (*tokenizer.Model, error) {
+// template from tokenizer.LoadDir; a GGUF file the tokenizer and chat
+// template (tokenizer.chat_template) it carries; a llama2.c checkpoint,
+// whose format has no place for a template, the tokenizer beside it with
+// the plain-join template. A GGUF without a template gets
+// tokenizer.MissingChatTemplate, so chat requests fail with the fix
+// rather than reach the model as raw text.
+func ServedModel(path string) (*tokenizer.Model, error) { return ServedModelTemplate(path, "") }
+
+// ServedModelTemplate is ServedModel with the chat template source
+// template (from --chat-template) in place of the model's own when it is
+// not empty.
+func ServedModelTemplate(path, template string) (*tokenizer.Model, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		if _, err := os.Stat(filepath.Join(path, "tokenizer.json")); err == nil {
-			return tokenizer.LoadDir(path)
+			m, err := tokenizer.LoadDir(path)
+			if err != nil || template == "" {
+				return m, err
+			}
+			if m.Template, err = tokenizer.NewChatTemplate(template, tokenizer.SpecialsOf(m.Tokenizer)); err != nil {
+				return nil, fmt.Errorf("--chat-template: %w", err)
+			}
+			return m, nil
 		}
 	}
 	l, err := LoadModel(path)
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := tokenizer.NewChatTemplate(tokenizer.BuiltinJoin, nil)
-	if err != nil {
-		return nil, err
-	}
 	name := strings.TrimSuffix(filepath.Base(l.Path), filepath.Ext(l.Path))
-	return &tokenizer.Model{Name: name, Tokenizer: l.Tokenizer, Template: tmpl, ContextLength: l.Model.Config.SeqLen}, nil
+	tm := &tokenizer.Model{Name: name, Tokenizer: l.Tokenizer, ContextLength: l.Model.Config.SeqLen}
+	specials := tokenizer.SpecialsOf(l.Tokenizer)
+	src, origin := template, "--chat-template"
+	if v := l.Model.Vocab; v != nil {
+		// The vocabulary's own pieces: SentencePiece control tokens render
+		// as nothing through the tokenizer, but templates want "<s>".
+		for key, id := range map[string]int32{"bos_token": v.BOS, "eos_token": v.EOS} {
+			if id >= 0 && int(id) < len(v.Tokens) {
+				specials[key] = v.Tokens[id]
+			}
+		}
+		if src == "" {
+			src, origin = v.ChatTemplate, l.Path+": tokenizer.chat_template"
+		}
+	}
+	switch {
+	case src != "":
+		if tm.Template, err = tokenizer.NewChatTemplate(src, specials); err != nil {
+			return nil, fmt.Errorf("%s: %w", origin, err)
+		}
+	case strings.EqualFold(filepath.Ext(l.Path), ".gguf"):
+		tm.Template = tokenizer.MissingChatTemplate(name)
+	default:
+		if tm.Template, err = tokenizer.NewChatTemplate(tokenizer.BuiltinJoin, nil); err != nil {
+			return nil, err
+		}
+	}
+	return tm, nil
 }

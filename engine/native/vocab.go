@@ -187,6 +187,13 @@ func hfVocab(raw []byte, dir string) (*model.Vocab, error) {
 			v.AddBOS = add && v.BOS >= 0
 		}
 	}
+	// The chat template travels with the vocabulary (GGUF
+	// tokenizer.chat_template), as convert_hf_to_gguf.py carries it.
+	tmpl, err := tokenizer.ChatTemplateOf(dir)
+	if err != nil {
+		return nil, err
+	}
+	v.ChatTemplate = tmpl
 	return v, nil
 }
 

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/tandemllm/tandem/api/v1alpha1"
@@ -105,7 +105,9 @@ func (t *TandemDeployment) Scale(ctx context.Context, pool string, n int) error 
 // Deployments scales plain Deployments through their scale subresource,
 // for fleets not run by the operator: pool name → Deployment name.
 type Deployments struct {
-	Client    kubernetes.Interface
+	// Client is the apps/v1 typed client only, not the whole clientset:
+	// only what the planner uses is linked into tandem.
+	Client    appsv1client.AppsV1Interface
 	Namespace string
 	Pools     map[string]string
 }
@@ -115,7 +117,7 @@ func NewDeployments(cfg *rest.Config, namespace string, pools map[string]string)
 	if len(pools) == 0 {
 		return nil, errors.New("planner/kube: no deployments")
 	}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := appsv1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("planner/kube: %w", err)
 	}
@@ -126,7 +128,7 @@ func NewDeployments(cfg *rest.Config, namespace string, pools map[string]string)
 func (d *Deployments) Replicas(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
 	for pool, name := range d.Pools {
-		s, err := d.Client.AppsV1().Deployments(d.Namespace).GetScale(ctx, name, metav1.GetOptions{})
+		s, err := d.Client.Deployments(d.Namespace).GetScale(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("planner/kube: get scale of deployment %s/%s: %w", d.Namespace, name, err)
 		}
@@ -148,7 +150,7 @@ func (d *Deployments) Scale(ctx context.Context, pool string, n int) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.Namespace},
 		Spec:       autoscalingv1.ScaleSpec{Replicas: int32(n)},
 	}
-	if _, err := d.Client.AppsV1().Deployments(d.Namespace).UpdateScale(ctx, name, s, metav1.UpdateOptions{FieldManager: "tandem-planner"}); err != nil {
+	if _, err := d.Client.Deployments(d.Namespace).UpdateScale(ctx, name, s, metav1.UpdateOptions{FieldManager: "tandem-planner"}); err != nil {
 		return fmt.Errorf("planner/kube: scale deployment %s/%s to %d: %w", d.Namespace, name, n, err)
 	}
 	return nil

@@ -181,7 +181,7 @@ func (c *Comparison) Table() string {
 		n := float64(max(r.Requests, 1))
 		name := r.Name
 		if r.Static != nil {
-			name += fmt.Sprintf(" %v", r.Static)
+			name += " " + fmtStatic(r.Static)
 		}
 		s += fmt.Sprintf("| %s | %.1f%% | %.1f%% | %.1f%% | %.0f | %.1f | %.0f | %.2f |\n", name, 100*r.Attainment,
 			100*float64(r.MetTTFT)/n, 100*float64(r.MetITL)/n, r.TTFTp, r.ITLp, r.TotalWorkerSecond, r.VsPeak)

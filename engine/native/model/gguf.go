@@ -309,6 +309,7 @@ func ggufVocab(f *gguf.File) (*Vocab, error) {
 	if b, ok := f.KV["tokenizer.ggml.add_bos_token"].(bool); ok {
 		v.AddBOS = b
 	}
+	v.ChatTemplate, _ = f.String("tokenizer.chat_template")
 	return v, nil
 }
 
@@ -371,6 +372,11 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 			w.Set("tokenizer.ggml.eos_token_id", uint32(v.EOS))
 		}
 		w.Set("tokenizer.ggml.add_bos_token", v.AddBOS)
+		if v.ChatTemplate != "" {
+			// llama.cpp's key (gguf-py Keys.Tokenizer.CHAT_TEMPLATE), which
+			// llama-server renders chat requests with.
+			w.Set("tokenizer.chat_template", v.ChatTemplate)
+		}
 	}
 	// A Llama in Hugging Face order (rotate-half RoPE) is written the way
 	// llama.cpp's convert_hf_to_gguf.py does (LlamaModel.permute): q and k
@@ -415,6 +421,9 @@ func WriteGGUFQuant(out io.Writer, m *Model, q Quant) error {
 			default:
 				mat(t.Name, *t.Mat)
 			}
+		}
+		if q.Progress != nil {
+			q.Progress(i+1, len(m.Layers))
 		}
 	}
 	if err != nil {

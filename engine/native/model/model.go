@@ -51,6 +51,9 @@ type Vocab struct {
 	BOS    int32    // -1 when absent
 	EOS    int32    // -1 when absent
 	AddBOS bool
+	// ChatTemplate is the Jinja chat template (tokenizer.chat_template),
+	// "" when the file carries none.
+	ChatTemplate string
 }
 
 // Init validates the weights against the config and builds the RoPE

@@ -21,6 +21,9 @@ type Quant struct {
 	// use_more_bits picks get Q6_K.
 	More   bool
 	keepQ8 bool
+	// Progress, when set, is called by WriteGGUFQuant after each layer's
+	// tensors are encoded (done of total layers), for a progress line.
+	Progress func(done, total int)
 }
 
 // quants are the file types Tandem writes, with their llama_ftype numbers.

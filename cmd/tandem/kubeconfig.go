@@ -1,0 +1,31 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kubeRESTConfig is the API server config of a --kubeconfig file, else of
+// the pod's service account. Outside a pod the error names the flag to
+// pass (and otherwise, another way to run) instead of client-go's bare
+// "unable to load in-cluster configuration".
+func kubeRESTConfig(who, kubeconfig, otherwise string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("%s: --kubeconfig %s: %w", who, kubeconfig, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, fmt.Errorf("%s: not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST is unset), so there is no service account to reach the API server with: pass --kubeconfig FILE (e.g. ~/.kube/config)%s", who, otherwise)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: API server config from the pod's service account: %w", who, err)
+	}
+	return rc, nil
+}
