@@ -29,8 +29,13 @@ type EngineConfig struct {
 	// endpoint beyond loopback needs them (PublisherConfig.GuardReplay).
 	ReplayAllow []netip.Prefix
 	// ReplayToken, if set, gates replayed history
-	// (PublisherConfig.ReplayToken).
+	// (PublisherConfig.ReplayToken). ReplayAuth makes NewEngineEvents
+	// generate one when events carry token ids and none is set: Tandem's
+	// own workers turn it on (their routers read the token from
+	// discovery); a stand-in for vLLM leaves it off, as vLLM's replay
+	// answers anyone.
 	ReplayToken  []byte
+	ReplayAuth   bool
 	Topic        string
 	BufferSteps  int // replay ring, in batches (default 10000)
 	HWM          int // default 100000
@@ -86,7 +91,7 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 	if cfg.OmitTokenIDs && cfg.BytesHashes {
 		return nil, fmt.Errorf("KV events: events without token ids carry Tandem's 64-bit hashes; they cannot be bytes hashes")
 	}
-	if !cfg.OmitTokenIDs && cfg.ReplayEndpoint != "" && cfg.ReplayToken == nil {
+	if cfg.ReplayAuth && !cfg.OmitTokenIDs && cfg.ReplayEndpoint != "" && cfg.ReplayToken == nil {
 		// Past batches carry prompts: history goes only to routers that
 		// present this token (the worker's relay, its router in process,
 		// frontends that read it from discovery).

@@ -37,12 +37,15 @@ type engineFlags struct {
 	kvFormat    string
 	kvEventsOff int
 	kvTokenIDs  bool
-	replayAllow []string
-	threads     int
-	kvType      string
-	script      string // --mocker-script
-	up          upstreamFlags
-	tiers       tierFlags
+	// vllmCompatible: the worker stands in for a vLLM server
+	// (--openai-addr).
+	vllmCompatible bool
+	replayAllow    []string
+	threads        int
+	kvType         string
+	script         string // --mocker-script
+	up             upstreamFlags
+	tiers          tierFlags
 	// chatTemplate is --chat-template: a template file in place of the
 	// model's own (applied in chattemplate.go).
 	chatTemplate string
@@ -296,6 +299,10 @@ func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
 		return ev, fmt.Errorf("--kv-events-format: %w", err)
 	}
 	ev.OmitTokenIDs = !e.kvTokenIDs
+	// Past batches with token ids are prompts: Tandem's workers answer
+	// replay history only with their token (in discovery); a worker that
+	// stands in for vLLM (--openai-addr) answers anyone, as vLLM does.
+	ev.ReplayAuth = !e.vllmCompatible
 	if ev.ReplayAllow, err = kvevents.ParseAllow(e.replayAllow); err != nil {
 		return ev, fmt.Errorf("--kv-events-replay-allow: %w", err)
 	}

@@ -64,6 +64,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
 			}
+			eng.vllmCompatible = true
 			return runOpenAIWorker(cmd, cfg, &eng, log)
 		}
 		return runFleetWorker(cmd, wcfg, &eng, &disc, log)

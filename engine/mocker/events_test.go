@@ -156,7 +156,7 @@ func TestKVEventsAreVLLMBytes(t *testing.T) {
 
 func TestKVEventsBytesHashesAndReplay(t *testing.T) {
 	e := newTest(t, Config{Instant: true, BlockSize: 4, KVEvents: KVEventsConfig{
-		Enabled: true, BytesHashes: true, Topic: "kv-events",
+		Enabled: true, BytesHashes: true, Topic: "kv-events", ReplayAuth: true,
 		Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}})
 	sub := subscribe(t, e)
 	first := e.PublisherStats().Published
