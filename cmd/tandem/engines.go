@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,6 +39,10 @@ type engineFlags struct {
 	// chatTemplate is --chat-template: a template file in place of the
 	// model's own (applied in chattemplate.go).
 	chatTemplate string
+	// loaded is the native model, read once for every worker
+	// (nativeModel).
+	loadMu sync.Mutex
+	loaded *native.Loaded
 }
 
 // upstreamFlags configure --engine upstream: workers that are vLLM (or
@@ -122,8 +127,11 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 			if err != nil {
 				return nil, err
 			}
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev})
-			return eng, err
+			l, err := e.nativeModel()
+			if err != nil {
+				return nil, err
+			}
+			return native.New(l.Model, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev})
 		}, nil
 	case "upstream":
 		if err := e.up.check(); err != nil {
