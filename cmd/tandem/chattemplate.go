@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/tandemllm/tandem/engine/native"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -23,8 +24,16 @@ func (e *engineFlags) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 	var err error
 	if e.kind == "native" && e.modelDir != "" {
 		// GGUF files carry their tokenizer and template; HF directories
-		// have theirs.
-		model, err = native.ServedModelTemplate(e.modelDir, src)
+		// have theirs. A file is read once, for the tokenizer and for
+		// every worker (nativeModel).
+		if st, serr := os.Stat(e.modelDir); serr == nil && st.IsDir() {
+			model, err = native.ServedModelTemplate(e.modelDir, src)
+		} else {
+			var l *native.Loaded
+			if l, err = e.nativeModel(); err == nil {
+				model, err = native.ServedModelLoaded(l, src)
+			}
+		}
 	} else {
 		model, err = tokenizer.Load(e.modelDir)
 		if err == nil && src != "" {
@@ -40,4 +49,20 @@ func (e *engineFlags) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 		log.Warn("the model carries no chat template: /v1/chat/completions requests will be refused", "model", model.Name, "fix", tokenizer.ChatTemplateFix)
 	}
 	return model, nil
+}
+
+// nativeModel reads --model once: every native worker of the process runs
+// on the same weights (a GGUF's one read-only mapping), since the model is
+// read-only after loading and each engine keeps its own state and KV cache.
+func (e *engineFlags) nativeModel() (*native.Loaded, error) {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	if e.loaded == nil {
+		l, err := native.LoadModel(e.modelDir)
+		if err != nil {
+			return nil, err
+		}
+		e.loaded = l
+	}
+	return e.loaded, nil
 }

@@ -80,7 +80,7 @@ func TestServeChatTemplate(t *testing.T) {
 	if code, body := chat(p.url); code != http.StatusBadRequest || !strings.Contains(body, "--chat-template FILE") {
 		t.Fatalf("chat without a template: %d %s", code, body)
 	}
-	p = startTandem(t, "serve --http-addr 127.0.0.1:0 --engine native --threads 1 --model "+path+" --chat-template "+tmpl)
+	p = startTandem(t, "serve --http-addr 127.0.0.1:0 --engine native --threads 1 --kv-cache-bytes 4MiB --workers 2 --model "+path+" --chat-template "+tmpl)
 	if code, body := chat(p.url); code != http.StatusOK {
 		t.Fatalf("chat with --chat-template: %d %s", code, body)
 	}

@@ -14,10 +14,13 @@ import (
 	"testing"
 
 	"github.com/tandemllm/tandem/health"
+	// The operator is its own binary (cmd/tandem-operator); linked here
+	// so its codes are checked with the rest.
+	_ "github.com/tandemllm/tandem/operator"
 )
 
 // TestDiagnosticCodesDocumented: the codes registered with health.Register
-// by the packages this binary links (all of them) and the codes in
+// by the packages this binary links (all of them, and the operator's) and the codes in
 // docs/ARCHITECTURE.md's "Diagnostic codes" table are the same set, and no
 // Raise, Clear or "diagnostic_code" log attribute names a code with a
 // string literal (which would bypass the registry).

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,6 +50,12 @@ type engineFlags struct {
 	// chatTemplate is --chat-template: a template file in place of the
 	// model's own (applied in chattemplate.go).
 	chatTemplate string
+	// loaded is the native model, read once for every worker
+	// (nativeModel).
+	loadMu sync.Mutex
+	loaded *native.Loaded
+	// kvBytes is --kv-cache-bytes (native; 0: the engine's default).
+	kvBytes int64
 }
 
 // tierFlags are the KV offload tiers' flags (kvcache G2 and G3).
@@ -136,6 +143,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
+	f.Var((*byteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker (e.g. 512MiB, 2GiB; 0: 256 MiB, and always room for one full context)")
 	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
 	m := &e.mock
 	f.IntVar(&m.BlockSize, "block-size", m.BlockSize, "KV block size in tokens (mocker; upstream: the servers' --block-size)")
@@ -211,9 +219,12 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 			if err != nil {
 				return nil, err
 			}
-			eng, _, err := native.Load(e.modelDir, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev, Vocab: vocab,
+			l, err := e.nativeModel()
+			if err != nil {
+				return nil, err
+			}
+			return native.New(l.Model, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev, KVBytes: e.kvBytes, Vocab: vocab,
 				KVOffloadHostBytes: tiers.HostBytes, KVOffloadDiskBytes: tiers.DiskBytes, KVOffloadDiskDir: e.tiers.diskDir, KVOffloadDiskShared: e.tiers.diskShared})
-			return eng, err
 		}, nil
 	case "upstream":
 		if err := e.up.check(); err != nil {

@@ -167,6 +167,14 @@ func ServedModelTemplate(path, template string) (*tokenizer.Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ServedModelLoaded(l, template)
+}
+
+// ServedModelLoaded is ServedModelTemplate for a model already read (one
+// LoadModel whose weights the workers of a process share), for files
+// whose tokenizer is in or beside the weights.
+func ServedModelLoaded(l *Loaded, template string) (*tokenizer.Model, error) {
+	var err error
 	name := strings.TrimSuffix(filepath.Base(l.Path), filepath.Ext(l.Path))
 	tm := &tokenizer.Model{Name: name, Tokenizer: l.Tokenizer, ContextLength: l.Model.Config.SeqLen}
 	specials := tokenizer.SpecialsOf(l.Tokenizer)
