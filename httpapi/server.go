@@ -228,10 +228,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /v1/models", guard(s.handleModels))
 	mux.Handle("POST /tokenize", guard(traced("/tokenize", s.handleTokenize)))
 	mux.Handle("POST /detokenize", guard(traced("/detokenize", s.handleDetokenize)))
-	mux.Handle("POST /v1/responses", guard(traced("/v1/responses", s.handleResponses)))
+	mux.Handle("POST /v1/responses", guard(traced("/v1/responses", s.accessLogged("responses", s.handleResponses))))
 	mux.Handle("GET /v1/responses/{id}", guard(s.handleGetResponse))
 	mux.Handle("DELETE /v1/responses/{id}", guard(s.handleDeleteResponse))
-	mux.Handle("POST /v1/messages", guard(traced("/v1/messages", s.handleMessages)))
+	mux.Handle("POST /v1/messages", guard(traced("/v1/messages", s.accessLogged("messages", s.handleMessages))))
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
