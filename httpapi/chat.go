@@ -1,33 +1,14 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 
 	"github.com/tandemllm/tandem/chatparse"
-	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
 )
-
-// ToolChoiceHook lets structured outputs constrain a request whose
-// tool_choice forces a call ("required" or a named function): it may set
-// req's constraint and reports whether it did, in which case the reply is
-// read in vLLM's forced shapes (the arguments object for a named function,
-// a JSON array of {"name", "parameters"} for "required"). Without a hook,
-// or when it declines, the model's own format is parsed as for "auto".
-type ToolChoiceHook func(ctx context.Context, req *engine.Request, in ToolChoiceInput) (constrained bool, err error)
-
-// ToolChoiceInput is what the hook gets: the decoded choice, the request's
-// raw tools array and the model's tool-call parser.
-type ToolChoiceInput struct {
-	Choice         openai.ToolChoice
-	Tools          json.RawMessage
-	ToolCallParser string
-	Parallel       bool
-}
 
 // chatParsers is a model's parsers, resolved once in AddModel.
 type chatParsers struct {
@@ -153,18 +134,12 @@ type chatState struct {
 	res       chatparse.Collector
 }
 
-// start makes the parser, once the hook has said whether the reply is
-// constrained.
-func (c *chatState) start(forced bool) error {
-	o := c.plan.opts
-	if forced {
-		if c.plan.choice.Mode == "function" {
-			o.ForceName = c.plan.choice.Name
-		} else {
-			o.ForceList = true
-		}
-	}
-	p, err := chatparse.New(o)
+// start makes the parser. A forced tool_choice needs no parser mode of
+// its own: structured outputs constrain the reply to the model family's
+// call syntax (openai.Sampling.Constraint), which the parser reads as it
+// reads an unforced call.
+func (c *chatState) start() error {
+	p, err := chatparse.New(c.plan.opts)
 	c.p = p
 	return err
 }

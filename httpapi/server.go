@@ -94,9 +94,6 @@ type Config struct {
 	// (--tool-call-parser, --reasoning-parser; chatparse's names, "none"
 	// for off); empty: detected from each model's chat template.
 	ToolCallParser, ReasoningParser string
-	// ToolChoiceHook constrains requests whose tool_choice forces a call
-	// (structured outputs); nil: such replies are parsed as for "auto".
-	ToolChoiceHook ToolChoiceHook
 	// NoAccessLog turns off the info line per request (accesslog.go;
 	// --access-log=false).
 	NoAccessLog bool
@@ -501,16 +498,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	var chat *chatState
 	if j.chat_ != nil {
 		chat = &chatState{plan: j.chat_}
-		forced := false
-		if hook := s.cfg.ToolChoiceHook; hook != nil && j.chat_.choice.Forced() {
-			var err error
-			forced, err = hook(r.Context(), ereq, ToolChoiceInput{Choice: j.chat_.choice, Tools: j.chat_.tools, ToolCallParser: j.chat_.opts.ToolParser, Parallel: j.chat_.parallel})
-			if err != nil {
-				s.fail(w, j.endpoint, m.Name, openai.BadRequest("tool_choice", "invalid_value", "%v", err))
-				return
-			}
-		}
-		if err := chat.start(forced); err != nil {
+		if err := chat.start(); err != nil {
 			s.fail(w, j.endpoint, m.Name, openai.Internal("parser_error", "%v", err))
 			return
 		}
@@ -731,6 +719,10 @@ func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, 
 		if j.chat_ != nil {
 			// Each choice parses its own text (tools, reasoning).
 			c.chat = &chatState{plan: j.chat_}
+			if err := c.chat.start(); err != nil {
+				cancel()
+				return nil, openai.Internal("parser_error", "%v", err)
+			}
 			if keep := j.model.parsers.keep; keep != nil {
 				c.detok = tokenizer.NewDetokenizer(keep, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1]))
 			}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -227,36 +226,6 @@ func TestChatToolChoiceChecks(t *testing.T) {
 	resp.Body.Close()
 	if len(out.Choices) != 1 || !strings.Contains(out.Choices[0].Message.Content, "<tool_call>") || out.Choices[0].FinishReason != "stop" {
 		t.Fatalf("tool_choice none: %+v", out.Choices)
-	}
-}
-
-// TestChatToolChoiceHook: a forced tool_choice goes to the hook (where
-// structured outputs set the constraint); when it constrains, the reply is
-// read as the named function's arguments.
-func TestChatToolChoiceHook(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Workers = 1
-	var got httpapi.ToolChoiceInput
-	cfg.Frontend.ToolChoiceHook = func(_ context.Context, req *engine.Request, in httpapi.ToolChoiceInput) (bool, error) {
-		got = in
-		return true, nil
-	}
-	sys := startTest(t, cfg, scriptedEngines(t, `{"rules":[{"when":"","reply":"{\"city\": \"Paris\"}"}]}`))
-	c := openai.NewClient(option.WithBaseURL(sys.URL()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
-	out, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model: tokenizer.DefaultModelName, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Paris?")},
-		Tools:      []openai.ChatCompletionToolUnionParam{weatherTool},
-		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Choice.Mode != "function" || got.Choice.Name != "get_weather" || got.ToolCallParser != "hermes" || len(got.Tools) == 0 {
-		t.Fatalf("hook got %+v", got)
-	}
-	ch := out.Choices[0]
-	if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 || ch.Message.ToolCalls[0].Function.Arguments != `{"city": "Paris"}` {
-		t.Fatalf("finish %q calls %+v", ch.FinishReason, ch.Message.ToolCalls)
 	}
 }
 

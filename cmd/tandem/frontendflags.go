@@ -69,4 +69,4 @@ func (f *parserFlag) Set(v string) error {
 	return nil
 }
 
-func (f *parserFlag) Type() string { return "name" }
+func (f *parserFlag) Type() string { return "string" }
