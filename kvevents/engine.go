@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"log/slog"
 	"net/netip"
 
@@ -28,6 +29,10 @@ type EngineConfig struct {
 	// (--kv-events-replay-allow): with token ids in the events, a replay
 	// endpoint beyond loopback needs them (PublisherConfig.GuardReplay).
 	ReplayAllow []netip.Prefix
+	// ReplayLimits cap the replay socket's connections
+	// (--kv-events-replay-max-conns, -max-per-source, -handshake-timeout;
+	// zero: DefaultReplayLimits).
+	ReplayLimits connlimit.Limits
 	// ReplayToken, if set, gates replayed history
 	// (PublisherConfig.ReplayToken). ReplayAuth makes NewEngineEvents
 	// generate one when events carry token ids and none is set: Tandem's
@@ -113,6 +118,7 @@ func NewEngineEvents(ctx context.Context, cfg EngineConfig, blockSize int, log *
 		LegacyReplay:     cfg.SGLang,
 		GuardReplay:      !cfg.OmitTokenIDs,
 		ReplayAllow:      cfg.ReplayAllow,
+		ReplayLimits:     cfg.ReplayLimits,
 		ReplayToken:      cfg.ReplayToken,
 		Logger:           log,
 	})

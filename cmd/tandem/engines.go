@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"log/slog"
 	"math"
 	"net"
@@ -42,6 +43,7 @@ type engineFlags struct {
 	// (--openai-addr).
 	vllmCompatible bool
 	replayAllow    []string
+	replayLimits   connlimit.Limits // the replay socket's caps
 	threads        int
 	kvType         string
 	script         string // --mocker-script
@@ -169,6 +171,10 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
 	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
 	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "auto", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (auto: the PUB endpoint's host, any free port; off: no replay, so a gap in the stream is a loss)")
+	e.replayLimits = kvevents.DefaultReplayLimits()
+	f.IntVar(&e.replayLimits.MaxConns, "kv-events-replay-max-conns", e.replayLimits.MaxConns, "KV events: open connections the replay socket accepts (a replay is one short exchange; past it a connection is closed at accept, tandem_listener_refused_total, listener_capped)")
+	f.IntVar(&e.replayLimits.MaxPerSource, "kv-events-replay-max-per-source", e.replayLimits.MaxPerSource, "KV events: open replay connections from one source address")
+	f.DurationVar(&e.replayLimits.Handshake, "kv-events-replay-handshake-timeout", e.replayLimits.Handshake, "KV events: how long a replay connection may live (the zmq4 socket reads one greeting at a time, so a silent connection would stall the others)")
 	f.StringSliceVar(&e.replayAllow, "kv-events-replay-allow", nil, "KV events: source networks (CIDRs or addresses) whose routers may connect to the replay socket; without it, while events carry token ids, the replay socket binds loopback only (auto) or refuses a wider --kv-events-replay-endpoint")
 	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
 	f.BoolVar(&e.kvTokenIDs, "kv-events-token-ids", true, "KV events: include token ids (vLLM's events do); false publishes Tandem's block hashes only, so a subscriber learns no prompt (the router then needs --router-block-size equal to the engine's)")
@@ -317,6 +323,10 @@ func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
 	if ev.ReplayAllow, err = kvevents.ParseAllow(e.replayAllow); err != nil {
 		return ev, fmt.Errorf("--kv-events-replay-allow: %w", err)
 	}
+	if l := e.replayLimits; l.MaxConns < 1 || l.MaxPerSource < 1 || l.MaxPerSource > l.MaxConns || l.Handshake <= 0 {
+		return ev, fmt.Errorf("--kv-events-replay-max-conns (%d) and -max-per-source (%d) must be at least 1, the second at most the first, and --kv-events-replay-handshake-timeout (%v) positive", l.MaxConns, l.MaxPerSource, l.Handshake)
+	}
+	ev.ReplayLimits = e.replayLimits
 	return ev, nil
 }
 
