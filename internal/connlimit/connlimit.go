@@ -176,7 +176,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.capped = true
 			n := len(l.conns)
 			l.mu.Unlock()
-			_ = c.Close()
+			// Counted and raised before the close, so whoever sees the
+			// connection refused also sees why.
 			l.m.refused.WithLabelValues(l.plane, reason).Inc()
 			if first {
 				l.log.Warn("refusing connections past the listener's cap", "diagnostic_code", DiagCapped, "plane", l.plane,
@@ -185,6 +186,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			if raise && l.board != nil {
 				l.board.Raise(DiagCapped, l.plane, health.Warn, fmt.Sprintf("refusing connections: %d open (cap %d, %d per source)", n, l.lim.MaxConns, l.lim.MaxPerSource))
 			}
+			_ = c.Close()
 			continue
 		}
 		now := time.Now().UnixNano()
