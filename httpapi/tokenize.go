@@ -35,18 +35,8 @@ func (s *Server) tokenizeModel(w http.ResponseWriter, endpoint, name string) *Mo
 // count and the model's context length.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	const endpoint = "tokenize"
-	if e := checkContentType(r); e != nil {
-		s.fail(w, endpoint, "", e)
-		return
-	}
-	body, release, e := s.readBody(w, r)
-	var req *openai.TokenizeRequest
-	if e == nil {
-		req, e = openai.DecodeTokenize(body)
-	}
-	release()
-	if e != nil {
-		s.fail(w, endpoint, "", e)
+	req, ok := readDecoded(s, w, r, endpoint, openai.DecodeTokenize)
+	if !ok {
 		return
 	}
 	m := s.tokenizeModel(w, endpoint, req.Model)
@@ -89,18 +79,8 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 // their text (special tokens rendered, as vLLM's tokenizer.decode does).
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	const endpoint = "detokenize"
-	if e := checkContentType(r); e != nil {
-		s.fail(w, endpoint, "", e)
-		return
-	}
-	body, release, e := s.readBody(w, r)
-	var req *openai.DetokenizeRequest
-	if e == nil {
-		req, e = openai.DecodeDetokenize(body)
-	}
-	release()
-	if e != nil {
-		s.fail(w, endpoint, "", e)
+	req, ok := readDecoded(s, w, r, endpoint, openai.DecodeDetokenize)
+	if !ok {
 		return
 	}
 	m := s.tokenizeModel(w, endpoint, req.Model)
@@ -116,4 +96,24 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	s.metrics.requests.WithLabelValues(endpoint, m.Name, "200").Inc()
 	writeJSON(w, http.StatusOK, openai.DetokenizeResponse{Prompt: m.Tokenizer.Decode(req.IDs)})
+}
+
+// readDecoded reads a JSON request body within the server's limits and
+// decodes it, answering a refusal itself (false).
+func readDecoded[T any](s *Server, w http.ResponseWriter, r *http.Request, endpoint string, decode func([]byte) (T, *openai.Error)) (T, bool) {
+	var v T
+	if e := checkContentType(r); e != nil {
+		s.fail(w, endpoint, "", e)
+		return v, false
+	}
+	body, release, e := s.readBody(w, r)
+	if e == nil {
+		v, e = decode(body)
+	}
+	release()
+	if e != nil {
+		s.fail(w, endpoint, "", e)
+		return v, false
+	}
+	return v, true
 }
