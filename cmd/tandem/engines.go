@@ -323,7 +323,8 @@ func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
 	if ev.ReplayAllow, err = kvevents.ParseAllow(e.replayAllow); err != nil {
 		return ev, fmt.Errorf("--kv-events-replay-allow: %w", err)
 	}
-	if l := e.replayLimits; l.MaxConns < 1 || l.MaxPerSource < 1 || l.MaxPerSource > l.MaxConns || l.Handshake <= 0 {
+	// Zero (a command that registers no replay flags): the defaults.
+	if l := e.replayLimits; l != (connlimit.Limits{}) && (l.MaxConns < 1 || l.MaxPerSource < 1 || l.MaxPerSource > l.MaxConns || l.Handshake <= 0) {
 		return ev, fmt.Errorf("--kv-events-replay-max-conns (%d) and -max-per-source (%d) must be at least 1, the second at most the first, and --kv-events-replay-handshake-timeout (%v) positive", l.MaxConns, l.MaxPerSource, l.Handshake)
 	}
 	ev.ReplayLimits = e.replayLimits
