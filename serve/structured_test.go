@@ -21,23 +21,13 @@ import (
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/native"
 	"github.com/tandemllm/tandem/structured"
-	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
 // structuredVocab is the tokenizer's vocabulary as cmd/tandem builds it for
 // structured outputs.
 func structuredVocab(t testing.TB, tok tokenizer.Tokenizer) *structured.Vocab {
-	n := tok.VocabSize()
-	sp, _ := tok.(tokenizer.SpecialTokens)
-	toks := make([][]byte, n)
-	for id := range n {
-		if sp != nil && sp.IsSpecial(tokenid.ID(id)) {
-			continue
-		}
-		toks[id] = tok.AppendTokenBytes(nil, tokenid.ID(id))
-	}
-	v, err := structured.NewVocab(toks, tok.EOS())
+	v, err := structured.TokenizerVocab(tok)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/tokenid"
+	"github.com/tandemllm/tandem/tokenizer"
 )
 
 // ForRequest compiles a request's constraint against an engine's
@@ -25,4 +27,25 @@ func ForRequest(c *engine.Constraint, v *Vocab) (*Matcher, error) {
 		return nil, fmt.Errorf("%w: %s: %w", engine.ErrInvalidRequest, field, err)
 	}
 	return comp.NewMatcher(), nil
+}
+
+// TokenizerVocab is a tokenizer's vocabulary as the masks need it: each
+// token's bytes, with special tokens (which the frontend does not render)
+// and holes as none, so a mask never allows them. Built once per process
+// and shared by its workers (the mask caches key on it).
+func TokenizerVocab(tok tokenizer.Tokenizer) (*Vocab, error) {
+	n := tok.VocabSize()
+	sp, _ := tok.(tokenizer.SpecialTokens)
+	toks := make([][]byte, n)
+	for id := range n {
+		if sp != nil && sp.IsSpecial(tokenid.ID(id)) {
+			continue
+		}
+		toks[id] = tok.AppendTokenBytes(nil, tokenid.ID(id))
+	}
+	v, err := NewVocab(toks, tok.EOS())
+	if err != nil {
+		return nil, fmt.Errorf("structured outputs vocabulary: %w", err)
+	}
+	return v, nil
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/structured"
-	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -192,7 +191,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	}
 	// Token byte strings for structured outputs, built once and shared
 	// by every worker of the process.
-	vocab, err := tokenBytes(model.Tokenizer)
+	vocab, err := structured.TokenizerVocab(model.Tokenizer)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -404,24 +403,4 @@ func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.Engin
 		}
 	}
 	return ev, nil
-}
-
-// tokenBytes is the tokenizer's vocabulary as the structured-output masks
-// need it: each token's bytes, special tokens (which the frontend does not
-// render) and holes as none, so a mask never allows them.
-func tokenBytes(tok tokenizer.Tokenizer) (*structured.Vocab, error) {
-	n := tok.VocabSize()
-	sp, _ := tok.(tokenizer.SpecialTokens)
-	toks := make([][]byte, n)
-	for id := range n {
-		if sp != nil && sp.IsSpecial(tokenid.ID(id)) {
-			continue
-		}
-		toks[id] = tok.AppendTokenBytes(nil, tokenid.ID(id))
-	}
-	v, err := structured.NewVocab(toks, tok.EOS())
-	if err != nil {
-		return nil, fmt.Errorf("structured outputs vocabulary: %w", err)
-	}
-	return v, nil
 }
