@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/routed"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/tracing"
@@ -308,9 +309,17 @@ type decodeGen struct {
 	gen  engine.Generator
 }
 
+// Generate decides with no prediction from the router.
 func (g *decodeGen) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	return g.GenerateRouted(ctx, routed.Request{Req: req})
+}
+
+// GenerateRouted decides local or remote prefill for r, knowing the
+// prefix the router predicts the decode worker holds.
+func (g *decodeGen) GenerateRouted(ctx context.Context, r routed.Request) (engine.Stream, error) {
+	req := r.Req
 	sctx, span := startSpan(ctx, tracing.SpanDisagg)
-	d, l := g.o.decide(sctx, g.side, req.Prompt, req.PredictedCachedTokens)
+	d, l := g.o.decide(sctx, g.side, req.Prompt, r.PredictedCachedTokens)
 	if l != nil {
 		if code, err := g.o.remote(sctx, g.side, l, req, &d); err != nil {
 			if ctx.Err() != nil {
@@ -327,7 +336,7 @@ func (g *decodeGen) Generate(ctx context.Context, req *engine.Request) (engine.S
 	if g.o.cfg.OnDecision != nil {
 		g.o.cfg.OnDecision(d)
 	}
-	return g.gen.Generate(ctx, req)
+	return routed.Generate(ctx, g.gen, r)
 }
 
 // seconds is an engine's own estimate when it has one (est >= 0), else
@@ -409,7 +418,7 @@ type leg struct {
 // decide prices local and remote prefill for prompt on decode worker dec.
 // It returns the remote leg to run, nil for local prefill.
 // predicted is the prefix the router expects dec to hold
-// (engine.Request.PredictedCachedTokens).
+// (routed.Request.PredictedCachedTokens).
 func (o *Orchestrator) decide(ctx context.Context, dec kvtransfer.Side, prompt []engine.Token, predicted int) (d Decision, l *leg) {
 	d = Decision{DecodeWorker: dec.ID(), PromptTokens: len(prompt), Choice: ChoiceLocal}
 	defer func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/engine/routed"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -396,7 +397,7 @@ func TestPredictedHitAsksNobody(t *testing.T) {
 			defer o.Close()
 			o.AddPrefill(counting{local(t, kvtransfer.Worker{ID: "p0", Engine: pm, Node: node(t, "p0", pm, false)}), &asks})
 			gen := o.Wrap(counting{local(t, kvtransfer.Worker{ID: "d0", Engine: dm, Node: node(t, "d0", dm, true)}), &asks}, dm)
-			st, err := gen.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1, PredictedCachedTokens: tc.predicted})
+			st, err := routed.Generate(context.Background(), gen, routed.Request{Req: &engine.Request{Prompt: p, MaxTokens: 1}, PredictedCachedTokens: tc.predicted})
 			if err != nil {
 				t.Fatal(err)
 			}

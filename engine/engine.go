@@ -56,13 +56,6 @@ type Request struct {
 	// not interpret it, an engine wrapper that speaks the protocol does
 	// (disagg/vllmpd). Nil when the client sent none.
 	KVTransferParams []byte
-	// PredictedCachedTokens is the prompt prefix the router expects the
-	// worker it chose to hold (router.Decision), set by the frontend on
-	// the request it hands that worker's Generator: a disaggregation
-	// driver wrapping the worker skips a prefill leg that would move
-	// nothing. 0 when no prediction was made. Frontend-side only: it does
-	// not cross the request plane.
-	PredictedCachedTokens int
 	// Logprobs asks the engine for the log-probability of every generated
 	// token (Delta.Logprobs), and TopLogprobs for that many most likely
 	// alternatives at each position (0..MaxTopLogprobs; CheckRequest

@@ -23,6 +23,7 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/health"
@@ -43,6 +44,8 @@ type Config struct {
 	// Registerer are the frontend's.
 	KV       router.KVConfig
 	Frontend httpapi.Config
+	// Dispatch is the request's life past admission (retries, migration).
+	Dispatch dispatch.Config
 	// EventPlane selects how the kv mode receives KV events: zmq (dial
 	// each worker's PUB socket) or nats (subscribe to each model's
 	// subject).
@@ -71,7 +74,7 @@ type Config struct {
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
-	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(),
+	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
 		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: string(disagg.Auto)}
 }
 
@@ -215,7 +218,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		return nil, err
 	}
 	f.Router = router.New(policy, reg)
-	f.Frontend = httpapi.New(cfg.Frontend, f.Router, board, reg, log)
+	f.Frontend = httpapi.New(cfg.Frontend, dispatch.New(cfg.Dispatch, f.Router, board, reg, log), board, reg, log)
 	f.Frontend.SetPrefillWorkers(f.prefillWorkers)
 	f.Frontend.AddModel(model)
 

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/worker"
 )
@@ -282,8 +282,8 @@ func TestDeadWorkerRequestsRetried(t *testing.T) {
 	if got := retries(t, h); got < 1 || got > 2 {
 		t.Fatalf("%v retries, want 1 (2 if a quarantine window passed)", got)
 	}
-	if !h.fe.Board.IsActive(httpapi.DiagWorkerUnreachable, "dead") {
-		t.Fatalf("no %s for the dead worker: %v", httpapi.DiagWorkerUnreachable, h.fe.Board.Active())
+	if !h.fe.Board.IsActive(dispatch.DiagWorkerUnreachable, "dead") {
+		t.Fatalf("no %s for the dead worker: %v", dispatch.DiagWorkerUnreachable, h.fe.Board.Active())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
 	"github.com/tandemllm/tandem/health"
@@ -46,7 +47,8 @@ func TestAccessLog(t *testing.T) {
 		r := router.New(&router.RoundRobin{}, reg)
 		cfg := DefaultConfig()
 		cfg.NoAccessLog = off
-		s := New(cfg, r, health.NewBoard(log, reg), reg, log)
+		board := health.NewBoard(log, reg)
+		s := New(cfg, dispatch.New(dispatch.DefaultConfig(), r, board, reg, log), board, reg, log)
 		s.AddModel(&tokenizer.Model{Name: "m", Tokenizer: byteTok{}, Template: chatML{}, ContextLength: 4096})
 		eng := &enginetest.Scripted{Name: "m", Output: toks("Hello there"), EOS: []engine.Token{tokEnd}, Cached: 4}
 		r.AddWorker(router.Worker{ID: "w7", Model: "m", Gen: eng, Info: engine.Info{Kind: "scripted"}})

@@ -13,16 +13,6 @@ const (
 	DiagConnAvailable = "frontend_connections_available"
 	// DiagBodyBudgetAvailable clears DiagBodyBudget.
 	DiagBodyBudgetAvailable = "frontend_body_budget_available"
-	// DiagWorkerProgressing clears DiagWorkerStuck.
-	DiagWorkerProgressing = "worker_progressing"
-	// DiagWorkerReachable clears DiagWorkerUnreachable.
-	DiagWorkerReachable = "worker_reachable"
-	// DiagWorkerRetry (log): a worker failed before the first token; the
-	// request moved on.
-	DiagWorkerRetry = "worker_retry"
-	// DiagRequestMigrated (log): a worker failed after the first token;
-	// the stream continued on another.
-	DiagRequestMigrated = "request_migrated"
 	// DiagStreamInterrupted (log and SSE error event): a stream broke after
 	// its first token.
 	DiagStreamInterrupted = "stream_interrupted"
@@ -33,5 +23,4 @@ const (
 
 // The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md).
 var _ = health.Register(DiagSaturated, DiagUnsaturated, DiagConnCap, DiagConnAvailable, DiagBodyBudget,
-	DiagBodyBudgetAvailable, DiagWorkerStuck, DiagWorkerProgressing, DiagWorkerUnreachable, DiagWorkerReachable,
-	DiagWorkerRetry, DiagRequestMigrated, DiagStreamInterrupted, DiagLogprobsMissing)
+	DiagBodyBudgetAvailable, DiagStreamInterrupted, DiagLogprobsMissing)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/router"
@@ -105,11 +106,18 @@ func newFixture(t *testing.T, ctxLen int, engines map[string]engine.Generator) *
 
 func newFixtureCfg(t *testing.T, cfg Config, ctxLen int, engines map[string]engine.Generator) *fixture {
 	t.Helper()
+	return newFixtureDispatch(t, cfg, dispatch.DefaultConfig(), ctxLen, engines)
+}
+
+// newFixtureDispatch is newFixtureCfg with the dispatch layer's
+// configuration too (retries, first-token timeout, migration).
+func newFixtureDispatch(t *testing.T, cfg Config, dcfg dispatch.Config, ctxLen int, engines map[string]engine.Generator) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
 	board := health.NewBoard(log, reg)
 	r := router.New(&router.RoundRobin{}, reg)
-	s := New(cfg, r, board, reg, log)
+	s := New(cfg, dispatch.New(dcfg, r, board, reg, log), board, reg, log)
 	s.AddModel(&tokenizer.Model{Name: "m", Tokenizer: byteTok{}, Template: chatML{}, ContextLength: ctxLen})
 	for id, g := range engines {
 		r.AddWorker(router.Worker{ID: id, Model: "m", Gen: g, Info: engine.Info{Kind: "scripted"}})

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
 )
@@ -470,10 +471,10 @@ func (l smallSendBuf) Accept() (net.Conn, error) {
 // is given up on after --first-token-timeout: the request moves to another
 // worker, or gets a 504 when there is none; it never waits forever.
 func TestFirstTokenTimeout(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := dispatch.DefaultConfig()
 	cfg.FirstTokenTimeout = 200 * time.Millisecond
 	stalled := newBlocking()
-	f := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": stalled, "w1": &enginetest.Scripted{Name: "m", Output: toks("x")}})
+	f := newFixtureDispatch(t, DefaultConfig(), cfg, 4096, map[string]engine.Generator{"w0": stalled, "w1": &enginetest.Scripted{Name: "m", Output: toks("x")}})
 	start := time.Now()
 	resp := post(t, f.url+"/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
 	io.Copy(io.Discard, resp.Body)
@@ -483,7 +484,7 @@ func TestFirstTokenTimeout(t *testing.T) {
 	}
 	t.Logf("moved off the stalled worker after %v", time.Since(start).Round(time.Millisecond))
 
-	only := newFixtureCfg(t, cfg, 4096, map[string]engine.Generator{"w0": newBlocking()})
+	only := newFixtureDispatch(t, DefaultConfig(), cfg, 4096, map[string]engine.Generator{"w0": newBlocking()})
 	resp = post(t, only.url+"/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
 	if _, code := errParam(t, resp); resp.StatusCode != 504 || code != "first_token_timeout" {
 		t.Fatalf("status %d code %q, want 504 first_token_timeout", resp.StatusCode, code)

@@ -3,17 +3,15 @@ package httpapi
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	requests   *prometheus.CounterVec
-	ttft       *prometheus.HistogramVec
-	itl        *prometheus.HistogramVec
-	duration   *prometheus.HistogramVec
-	isl        *prometheus.HistogramVec
-	osl        *prometheus.HistogramVec
-	cached     *prometheus.HistogramVec
-	inflight   *prometheus.GaugeVec
-	queued     *prometheus.GaugeVec
-	retries    *prometheus.CounterVec
-	migrations *prometheus.CounterVec
+	requests *prometheus.CounterVec
+	ttft     *prometheus.HistogramVec
+	itl      *prometheus.HistogramVec
+	duration *prometheus.HistogramVec
+	isl      *prometheus.HistogramVec
+	osl      *prometheus.HistogramVec
+	cached   *prometheus.HistogramVec
+	inflight *prometheus.GaugeVec
+	queued   *prometheus.GaugeVec
 	// Limits: requests refused by admission control, connections past
 	// the cap, bodies past the memory budget.
 	admissionRejected *prometheus.CounterVec
@@ -59,12 +57,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tandem_frontend_queued_requests", Help: "Requests waiting for their first token.",
 		}, []string{"model"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tandem_frontend_retries_total", Help: "Requests re-routed because their worker failed before the first token.",
-		}, []string{"model"}),
-		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tandem_frontend_migrations_total", Help: "Streams continued on another worker after theirs failed mid-stream (--migration-limit), by result (ok, failed).",
-		}, []string{"model", "result"}),
 		admissionRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_frontend_admission_rejected_total", Help: "Requests refused with 429 by a model's admission limit, by reason (queue_full, queue_timeout; client_gone: left while queued).",
 		}, []string{"model", "reason"}),
@@ -82,8 +74,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued, m.retries,
-			m.migrations, m.admissionRejected, m.connsRefused, m.bodyRefused, m.kvParamsRefused, m.probeConns)
+		reg.MustRegister(m.requests, m.ttft, m.itl, m.duration, m.isl, m.osl, m.cached, m.inflight, m.queued,
+			m.admissionRejected, m.connsRefused, m.bodyRefused, m.kvParamsRefused, m.probeConns)
 	}
 	m.authFailures = newAuthFailures(reg)
 	return m
@@ -95,8 +87,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type modelMetrics struct {
 	ttft, itl, duration, isl, osl, cached prometheus.Observer
 	inflight, queued                      prometheus.Gauge
-	retries                               prometheus.Counter
-	migrated, migrateFailed               prometheus.Counter
 }
 
 func (m *metrics) forModel(model string) *modelMetrics {
@@ -105,7 +95,5 @@ func (m *metrics) forModel(model string) *modelMetrics {
 		duration: m.duration.WithLabelValues(model), isl: m.isl.WithLabelValues(model),
 		osl: m.osl.WithLabelValues(model), cached: m.cached.WithLabelValues(model),
 		inflight: m.inflight.WithLabelValues(model), queued: m.queued.WithLabelValues(model),
-		retries:  m.retries.WithLabelValues(model),
-		migrated: m.migrations.WithLabelValues(model, "ok"), migrateFailed: m.migrations.WithLabelValues(model, "failed"),
 	}
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,9 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/openai"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -25,23 +24,11 @@ type output struct {
 	j       *job
 	m       *Model
 	stream  engine.Stream
-	route   *router.Route
-	first   engine.Delta
-	firstOK bool // first holds a delta (false: the stream ended at once)
+	ds      *dispatch.Stream // stream as dispatched (nil in tests that replay deltas)
+	firstOK bool             // the stream's next delta is the first, which dispatch waited for
 	cancel  func()
 	detok   *tokenizer.Detokenizer
 	stop    stopMatcher
-
-	// Migration (--migration-limit): the request's context and engine
-	// request, the workers already failed, the generated ids so far, and
-	// whether the current route still awaits its first token.
-	ctx        context.Context
-	ereq       *engine.Request
-	tried      []string
-	gen        []engine.Token
-	migrations int
-	migrated   bool
-	needFirst  bool // a migrated route awaits its first token
 
 	completion     int
 	prompt, cached int
@@ -73,44 +60,31 @@ type output struct {
 // next returns the text of the next delta, whether it was the last, and an
 // error if the stream broke.
 func (o *output) next() (text string, done bool, err error) {
-	var d engine.Delta
+	// The stream migrates on its own (dispatch): a broken stream here
+	// broke for good.
+	d, err := o.stream.Recv()
+	if err == io.EOF {
+		// Ended without a finish reason (e.g. the stream was empty).
+		o.finish = "stop"
+		return o.flush(), true, nil
+	}
+	if err != nil {
+		return "", true, err
+	}
+	now := time.Now()
 	if o.firstOK {
-		d, o.firstOK = o.first, false
-		o.last = time.Now()
-	} else {
-		d, err = o.stream.Recv()
-		if err == io.EOF {
-			// Ended without a finish reason (e.g. the stream was empty).
-			o.finish = "stop"
-			return o.flush(), true, nil
+		o.firstOK = false
+	} else if n := len(d.Tokens); n > 0 {
+		gap := now.Sub(o.last).Seconds() / float64(n)
+		for range n {
+			o.m.metrics.itl.Observe(gap)
 		}
-		if err != nil {
-			if o.migrate(err) {
-				return o.next()
-			}
-			return "", true, err
-		}
-		if o.needFirst {
-			o.needFirst = false
-			o.route.FirstToken(d.CachedTokens)
-		}
-		now := time.Now()
-		o.route.Progress(now)
-		if n := len(d.Tokens); n > 0 {
-			gap := now.Sub(o.last).Seconds() / float64(n)
-			for range n {
-				o.m.metrics.itl.Observe(gap)
-			}
-		}
-		o.last = now
 	}
-	if d.PromptTokens > 0 && !o.migrated {
-		// After a migration the engine's prompt includes what was
-		// generated; the client's usage stays that of its own prompt.
+	o.last = now
+	if d.PromptTokens > 0 {
+		// After a migration deltas carry no usage (dispatch.Stream): the
+		// client's usage stays that of its own prompt.
 		o.prompt, o.cached = d.PromptTokens, d.CachedTokens
-	}
-	if o.s != nil && o.s.cfg.MigrationLimit > 0 {
-		o.gen = append(o.gen, d.Tokens...)
 	}
 	if d.KVTransferParams != nil {
 		o.kvParams = d.KVTransferParams
@@ -139,58 +113,6 @@ func (o *output) next() (text string, done bool, err error) {
 		o.finish = "stop"
 	}
 	return emit + o.flush(), true, nil
-}
-
-// migrate continues a stream whose worker failed after its first token on
-// another worker: the prompt plus the tokens already sent, for what is left
-// of max_tokens, as Dynamo's --migration-limit does. The detokenizer and
-// stop matcher carry on, so the client sees one unbroken stream. It
-// reports whether a new stream replaced the broken one.
-func (o *output) migrate(cause error) bool {
-	if o.s == nil || o.ctx == nil || o.ctx.Err() != nil {
-		return false
-	}
-	limit := o.s.cfg.MigrationLimit
-	if o.migrations >= limit {
-		return false
-	}
-	old := o.route
-	old.Unreachable() // its stream broke: quarantined until it serves again
-	old.Done()
-	o.tried = append(o.tried, old.Worker.ID)
-	req := *o.ereq
-	req.Prompt = append(slices.Clip(o.j.prompt), o.gen...)
-	req.KVTransferParams, req.PredictedCachedTokens = nil, 0
-	if req.MaxTokens > 0 {
-		if req.MaxTokens -= len(o.gen); req.MaxTokens <= 0 {
-			return false
-		}
-	}
-	req.MinTokens = max(req.MinTokens-len(o.gen), 0)
-	for o.migrations < limit {
-		o.migrations++
-		rt, err := o.s.router.Route(&router.Request{ID: o.j.id, Model: o.m.Name, Tokens: req.Prompt}, o.tried...)
-		if err != nil {
-			break
-		}
-		req.PredictedCachedTokens = rt.Decision.PredictedCachedTokens
-		st, err := rt.Worker.Gen.Generate(o.ctx, &req)
-		if err != nil {
-			if o.ctx.Err() == nil {
-				rt.Unreachable()
-			}
-			rt.Done()
-			o.tried = append(o.tried, rt.Worker.ID)
-			continue
-		}
-		o.s.log.Warn("worker failed mid-stream; the request continues on another worker", "diagnostic_code", DiagRequestMigrated,
-			"request_id", o.j.id, "from", old.Worker.ID, "to", rt.Worker.ID, "tokens_sent", len(o.gen), "migration", o.migrations, "err", cause)
-		o.m.metrics.migrated.Inc()
-		o.route, o.stream, o.needFirst, o.migrated = rt, st, true, true
-		return true
-	}
-	o.m.metrics.migrateFailed.Inc()
-	return false
 }
 
 // pushIDs is next's text step for return_token_ids: it also records the
@@ -250,7 +172,7 @@ func (o *output) keep(toks []engine.Token, lps []engine.TokenLogprob) {
 		if !o.lpShort && o.s != nil {
 			o.lpShort = true
 			o.s.log.WarnContext(o.j.ctx, "the engine sent tokens without their logprobs; they read -9999", "diagnostic_code", DiagLogprobsMissing,
-				"request_id", o.j.id, "worker", o.route.Worker.ID)
+				"request_id", o.j.id, "worker", o.ds.Worker())
 		}
 	}
 }

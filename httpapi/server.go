@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,11 +22,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/openai/responses"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/tracing"
 )
@@ -36,14 +35,6 @@ import (
 type Config struct {
 	// MaxBodyBytes bounds a request body (413 above it).
 	MaxBodyBytes int64
-	// MaxRetries is how many other workers a request is tried on when its
-	// worker fails before streaming any token.
-	MaxRetries int
-	// MigrationLimit is how many times a stream whose worker fails after
-	// its first token is continued on another worker, with the prompt plus
-	// the tokens already sent (Dynamo's --migration-limit; 0: never, the
-	// client gets the stream_interrupted error event).
-	MigrationLimit int
 	// RetryAfter is the Retry-After hint, in seconds, on 503s and 429s.
 	RetryAfter int
 	// MaxTokensDefault caps the tokens generated for a request that sets
@@ -66,13 +57,6 @@ type Config struct {
 	AdmissionWait time.Duration
 	// HTTP bounds connections, timeouts and request-body memory.
 	HTTP HTTPLimits
-	// StuckAfter is how long a worker may hold requests without producing
-	// a token before the router skips it (--stuck-after; 0: never).
-	StuckAfter time.Duration
-	// FirstTokenTimeout bounds the wait for a request's first token on
-	// one worker (--first-token-timeout; 0: no bound); past it the request
-	// is tried on another worker (--max-retries), else answered 504.
-	FirstTokenTimeout time.Duration
 	// APIKeys, if set, are the keys every /v1 request must present as
 	// "Authorization: Bearer <key>" (--api-key-file); /health and /live
 	// stay open for probes.
@@ -101,9 +85,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults the CLI flags start from.
 func DefaultConfig() Config {
-	return Config{MaxBodyBytes: 8 << 20, MaxRetries: 2, RetryAfter: 1, MaxTokensDefault: 4096,
+	return Config{MaxBodyBytes: 8 << 20, RetryAfter: 1, MaxTokensDefault: 4096,
 		MaxInflight: 512, MaxQueue: 512, QueueTimeout: 30 * time.Second, AdmissionWait: time.Second, HTTP: DefaultHTTPLimits(),
-		StuckAfter: router.DefaultStuckAfter, FirstTokenTimeout: 5 * time.Minute,
 		ResponsesStore: responses.DefaultStoreConfig()}
 }
 
@@ -119,7 +102,7 @@ type Model struct {
 // Server serves the OpenAI API. Create it with New.
 type Server struct {
 	cfg     Config
-	router  *router.Router
+	d       *dispatch.Dispatcher
 	board   *health.Board
 	log     *slog.Logger
 	metrics *metrics
@@ -137,11 +120,11 @@ type Server struct {
 	responses *responses.Store
 }
 
-// New returns a Server. reg receives the frontend metrics and is what
-// /metrics exposes.
-func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Registry, log *slog.Logger) *Server {
+// New returns a Server that runs its requests through d. reg receives the
+// frontend metrics and is what /metrics exposes.
+func New(cfg Config, d *dispatch.Dispatcher, board *health.Board, reg *prometheus.Registry, log *slog.Logger) *Server {
 	s := &Server{
-		cfg: cfg, router: r, board: board, log: log,
+		cfg: cfg, d: d, board: board, log: log,
 		metrics: newMetrics(reg), gather: reg,
 		created:   time.Now().Unix(),
 		models:    map[string]*Model{},
@@ -151,47 +134,12 @@ func New(cfg Config, r *router.Router, board *health.Board, reg *prometheus.Regi
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	registerResponsesStore(reg, s.responses)
-	r.SetReachabilityHook(s.reachability)
-	r.SetStuckHook(s.stuck)
-	r.SetStuckAfter(cfg.StuckAfter)
 	return s
-}
-
-// DiagWorkerStuck: a worker holds requests but has produced nothing for
-// the router's stuck threshold; the router skips it until it progresses.
-const DiagWorkerStuck = "worker_stuck"
-
-func (s *Server) stuck(worker string, stuck bool, idle time.Duration) {
-	if s.board == nil {
-		return
-	}
-	if !stuck {
-		s.board.Clear(DiagWorkerStuck, worker, DiagWorkerProgressing, "the worker produces tokens again, or holds no work")
-		return
-	}
-	s.board.Raise(DiagWorkerStuck, worker, health.Error,
-		fmt.Sprintf("the worker holds requests but produced nothing for %v; new requests go to other workers", idle.Round(time.Millisecond)))
-}
-
-// DiagWorkerUnreachable: requests could not reach a worker that is still
-// registered (dead before its record expired, its server down); the
-// router quarantines it, for longer with every failure in a row.
-const DiagWorkerUnreachable = "worker_unreachable"
-
-func (s *Server) reachability(worker string, reachable bool, quarantine time.Duration) {
-	if s.board == nil {
-		return
-	}
-	if reachable {
-		s.board.Clear(DiagWorkerUnreachable, worker, DiagWorkerReachable, "the worker answers again, or left the router")
-		return
-	}
-	s.board.Raise(DiagWorkerUnreachable, worker, health.Warn,
-		fmt.Sprintf("the worker cannot be reached; it gets no new requests for %v, then one is tried", quarantine))
 }
 
 // AddModel makes m servable. Workers for it register with the router.
 func (s *Server) AddModel(m *tokenizer.Model) {
+	s.d.AddModel(m.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rejected := s.metrics.admissionRejected
@@ -521,106 +469,36 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
-	rreq := &router.Request{ID: j.id, Model: m.Name, Tokens: j.prompt}
-	var (
-		route   *router.Route
-		stream  engine.Stream
-		first   engine.Delta
-		firstOK bool
-		tried   []string
-	)
-	var lastErr error // the previous attempt's failure
-	for attempt := 0; ; attempt++ {
-		var err error
-		_, rspan := child(ctx, tracing.SpanRoute)
-		route, err = s.router.Route(rreq, tried...)
-		endRoute(rspan, route, attempt, err)
-		if err != nil {
-			if lastErr != nil {
-				// Every worker was tried: the client hears why the last
-				// attempt failed, not that none is left.
-				s.fail(w, j.endpoint, m.Name, s.engineError(lastErr, promptParam))
-				return
-			}
+	st, err := s.d.Generate(ctx, &dispatch.Request{Engine: ereq})
+	if err != nil {
+		var we *dispatch.WorkerError
+		if errors.Is(err, dispatch.ErrNotRouted) {
 			s.fail(w, j.endpoint, m.Name, s.routeError(m.Name, err))
 			return
 		}
-		// Each attempt has its own context, so that a worker that sends
-		// no first token within --first-token-timeout can be given up on
-		// alone and the request tried elsewhere.
-		actx, acancel := context.WithCancel(ctx)
-		var timedOut atomic.Bool
-		var timer *time.Timer
-		if d := s.cfg.FirstTokenTimeout; d > 0 {
-			timer = time.AfterFunc(d, func() { timedOut.Store(true); acancel() })
-		}
-		fctx, fspan := child(actx, tracing.SpanFirstToken)
-		// A copy per attempt: an earlier attempt's engine may still read
-		// its request while it winds down.
-		areq := *ereq
-		areq.PredictedCachedTokens = route.Decision.PredictedCachedTokens
-		stream, err = route.Worker.Gen.Generate(fctx, &areq)
-		if err == nil {
-			first, err = stream.Recv()
-			if err == io.EOF {
-				err = nil // a stream that ends at once is still a result
-			}
-			firstOK = err == nil
-		}
-		if timer != nil && !timer.Stop() && timedOut.Load() {
-			err = fmt.Errorf("%w: worker %s sent no first token within %v", errFirstTokenTimeout, route.Worker.ID, s.cfg.FirstTokenTimeout)
-		}
-		if fspan.IsRecording() {
-			tracing.SetAttributes(fspan, attribute.String(tracing.AttrWorker, route.Worker.ID), attribute.Int(tracing.AttrCachedTokens, first.CachedTokens))
-		}
-		endWithError(fspan, err)
-		if err == nil {
-			defer acancel()
-			break
-		}
-		acancel()
-		if errors.Is(err, engine.ErrUnavailable) && r.Context().Err() == nil {
-			route.Unreachable()
-		}
-		route.Done()
-		retryable := errors.Is(err, engine.ErrUnavailable) || errors.Is(err, errFirstTokenTimeout)
-		if retryable && attempt < s.cfg.MaxRetries && r.Context().Err() == nil {
-			tried, lastErr = append(tried, route.Worker.ID), err
-			mm.retries.Inc()
-			s.log.WarnContext(ctx, "worker failed before the first token; retrying on another worker",
-				"diagnostic_code", DiagWorkerRetry, "request_id", j.id, "worker", route.Worker.ID, "err", err)
-			continue
-		}
 		s.fail(w, j.endpoint, m.Name, s.engineError(err, promptParam))
-		noteAccess(r.Context(), func(e *accessEntry) { e.worker = route.Worker.ID })
-		if r.Context().Err() == nil {
-			s.log.WarnContext(ctx, "request failed before the first token", "request_id", j.id, "worker", route.Worker.ID, "err", err)
+		if errors.As(err, &we) {
+			noteAccess(r.Context(), func(e *accessEntry) { e.worker = we.Worker })
 		}
 		return
 	}
-	defer route.Done()
-	ttft := time.Since(j.start)
+	defer st.Close()
+	worker, first := st.Worker(), st.First()
+	ttft := st.FirstTokenAt().Sub(j.start)
 	mm.ttft.Observe(ttft.Seconds())
 	mm.queued.Dec()
 	queued = false
-	// A first Delta without PromptTokens carries no usage: an upstream
-	// server that reports cached_tokens only in its final usage chunk. The
-	// router hears them at the end, not a false 0 now.
-	late := first.PromptTokens == 0 && first.Finish == engine.FinishNone
-	if late {
-		route.FirstToken(-1)
-	} else {
-		route.FirstToken(first.CachedTokens)
+	late := st.LateUsage()
+	if !late {
 		mm.cached.Observe(float64(first.CachedTokens))
 	}
 
 	h := w.Header()
 	h.Set("X-Request-Id", j.id)
-	h.Set("X-Tandem-Worker", route.Worker.ID)
+	h.Set("X-Tandem-Worker", worker)
 
 	out := &output{
-		s: s, j: j, m: m, stream: stream, route: route, first: first, firstOK: firstOK, cancel: cancel,
-		ctx: ctx, ereq: ereq, tried: tried,
+		s: s, j: j, m: m, stream: st, ds: st, firstOK: true, cancel: cancel,
 		detok:   tokenizer.NewDetokenizer(m.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 		stop:    stopMatcher{stops: j.sampling.Stop},
 		wantIDs: j.sampling.ReturnTokenIDs,
@@ -634,7 +512,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	// The other choices' contexts come from the request's, not from ctx:
 	// choice 0 cancels ctx when a stop string ends it, which must not end
 	// them.
-	others, e := s.moreChoices(r.Context(), j, ereq, route)
+	others, e := s.moreChoices(r.Context(), j, ereq, st)
 	if e != nil {
 		s.fail(w, j.endpoint, m.Name, e)
 		return
@@ -649,9 +527,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	for _, c := range others {
 		out.completion += c.completion // for the metrics and the log line
 	}
-	out.route.Done() // a migrated stream's last route (idempotent)
+	st.Close() // the router releases the request's load
 	if late {
-		route.CachedTokens(out.cached)
 		mm.cached.Observe(float64(out.cached))
 	}
 	if sspan.IsRecording() {
@@ -663,13 +540,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	mm.duration.Observe(time.Since(j.start).Seconds())
 	s.metrics.requests.WithLabelValues(j.endpoint, m.Name, strconv.Itoa(status)).Inc()
 	noteAccess(r.Context(), func(e *accessEntry) {
-		e.worker, e.out, e.cached, e.ttft, e.finish = out.route.Worker.ID, out.completion, first.CachedTokens, ttft, out.finish
+		e.worker, e.out, e.cached, e.ttft, e.finish = st.Worker(), out.completion, first.CachedTokens, ttft, out.finish
 		if late {
 			e.cached = out.cached
 		}
 	})
 	if s.log.Enabled(r.Context(), slog.LevelDebug) {
-		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", route.Worker.ID, "prompt_tokens", len(j.prompt),
+		s.log.DebugContext(ctx, "request done", "request_id", j.id, "worker", worker, "prompt_tokens", len(j.prompt),
 			"cached_tokens", first.CachedTokens, "completion_tokens", out.completion, "finish", out.finish, "ttft", ttft)
 	}
 }
@@ -683,8 +560,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 // seed+i), a fresh seed without one. A choice the worker refuses fails
 // the request before its status line, with the worker's reason. Other
 // choices do not migrate (--migration-limit) and are not counted again
-// in the router's load.
-func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, route *router.Route) ([]*output, *openai.Error) {
+// in the router's load (dispatch.Request.Pin).
+func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, first *dispatch.Stream) ([]*output, *openai.Error) {
 	n := j.sampling.NumChoices()
 	if n <= 1 {
 		return nil, nil
@@ -693,14 +570,13 @@ func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, 
 	for i := 1; i < n; i++ {
 		req := *ereq
 		req.ID = fmt.Sprintf("%s-%d", j.id, i)
-		req.PredictedCachedTokens = len(j.prompt)
 		if req.Sampling.HasSeed {
 			req.Sampling.Seed += uint64(i)
 		} else {
 			req.Sampling.Seed, req.Sampling.HasSeed = rand.Uint64(), true
 		}
 		cctx, cancel := context.WithCancel(ctx)
-		st, err := route.Worker.Gen.Generate(cctx, &req)
+		st, err := s.d.Generate(cctx, &dispatch.Request{Engine: &req, Pin: first})
 		if err != nil {
 			cancel()
 			promptParam := "prompt"
@@ -710,7 +586,7 @@ func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, 
 			return nil, s.engineError(fmt.Errorf("choice %d of n=%d: %w", i, n, err), promptParam)
 		}
 		c := &output{
-			s: s, j: j, m: j.model, stream: st, route: route, cancel: cancel, ereq: &req, index: i, last: time.Now(),
+			s: s, j: j, m: j.model, stream: st, ds: st, cancel: cancel, index: i, last: time.Now(),
 			detok:   tokenizer.NewDetokenizer(j.model.Tokenizer, tokenizer.SkipSpecial(), tokenizer.After(j.prompt[len(j.prompt)-1])),
 			stop:    stopMatcher{stops: j.sampling.Stop},
 			wantIDs: j.sampling.ReturnTokenIDs,
@@ -733,15 +609,11 @@ func (s *Server) moreChoices(ctx context.Context, j *job, ereq *engine.Request, 
 }
 
 func (s *Server) routeError(model string, err error) *openai.Error {
-	if errors.Is(err, router.ErrUnknownModel) {
+	if errors.Is(err, dispatch.ErrUnknownModel) {
 		return openai.Unavailable("no_worker", s.cfg.RetryAfter, "no worker has registered model %q yet", model)
 	}
 	return openai.Unavailable("no_worker", s.cfg.RetryAfter, "no live worker serves model %q", model)
 }
-
-// errFirstTokenTimeout: a worker sent no first token within
-// --first-token-timeout.
-var errFirstTokenTimeout = errors.New("first token timeout")
 
 // promptTooLong is an engine refusal for the prompt's own length (the
 // upstream engine's, against its server's context), named by promptParam
@@ -750,7 +622,7 @@ type promptTooLong interface{ PromptTooLong() bool }
 
 func (s *Server) engineError(err error, promptParam string) *openai.Error {
 	switch {
-	case errors.Is(err, errFirstTokenTimeout):
+	case errors.Is(err, dispatch.ErrFirstTokenTimeout):
 		return &openai.Error{Status: http.StatusGatewayTimeout, Type: "timeout", Code: "first_token_timeout", Message: err.Error()}
 	case errors.Is(err, engine.ErrOverloaded):
 		return openai.Unavailable("overloaded", s.cfg.RetryAfter, "the worker is overloaded: %v", err)
@@ -839,15 +711,6 @@ type engineQueue struct {
 	AgeSeconds float64 `json:"age_seconds"`
 }
 
-// workerStates is implemented by policies that track per-worker state
-// worth showing on /health (the kv policies' event stream state).
-type workerStates interface{ Health() map[string]string }
-
-// workerEvents is implemented by the kv policy: per-worker event counts.
-type workerEvents interface {
-	EventStats() map[string]router.EventStats
-}
-
 // handleHealth is ready (200) when every model has a live worker and the
 // server is not draining. Degraded diagnostics keep it 200 (the system still
 // serves) but set status "degraded" and list them.
@@ -857,25 +720,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 		rep.PrefillWorkers = s.prefill()
 	}
 	count := map[string]int{}
-	var states map[string]string
-	if ws, ok := s.router.Policy().(workerStates); ok {
-		states = ws.Health()
-	}
-	var evs map[string]router.EventStats
-	if we, ok := s.router.Policy().(workerEvents); ok {
-		evs = we.EventStats()
-	}
-	stuck := s.router.CheckStuck()
-	for _, wk := range s.router.Workers() {
+	for _, wk := range s.d.Workers() {
 		count[wk.Model]++
-		wh := workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID],
-			Stuck: slices.Contains(stuck, wk.ID)}
-		if wk.Queue != nil {
-			if running, waiting, at, ok := wk.Queue.EngineQueue(); ok {
-				wh.EngineQueue = &engineQueue{Running: running, Waiting: waiting, AgeSeconds: time.Since(at).Seconds()}
-			}
+		wh := workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Engine, KVEvents: wk.KVEvents, Stuck: wk.Stuck}
+		if q := wk.Queue; q != nil {
+			wh.EngineQueue = &engineQueue{Running: q.Running, Waiting: q.Waiting, AgeSeconds: q.Age.Seconds()}
 		}
-		if st, ok := evs[wk.ID]; ok {
+		if st := wk.Events; st != nil {
 			wh.KVEventsApplied = st.Applied
 			if st.LastAge >= 0 {
 				age := st.LastAge.Seconds()

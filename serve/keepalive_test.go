@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/engine/upstream/standin"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -87,7 +87,7 @@ func TestUpstreamIdleConnectionsUnderLoad(t *testing.T) {
 	if srvs[0].IdleClosed()+srvs[1].IdleClosed() == 0 {
 		t.Fatal("no connection was closed idle: the race was not exercised")
 	}
-	if sys.Board.IsActive(httpapi.DiagWorkerUnreachable, "worker-0") || sys.Board.IsActive(httpapi.DiagWorkerUnreachable, "worker-1") {
+	if sys.Board.IsActive(dispatch.DiagWorkerUnreachable, "worker-0") || sys.Board.IsActive(dispatch.DiagWorkerUnreachable, "worker-1") {
 		t.Fatal("worker_unreachable raised against healthy servers")
 	}
 }

@@ -74,7 +74,7 @@ func TestMigrationMidStream(t *testing.T) {
 	urls := []string{newServer(true), newServer(false)}
 	cfg := DefaultConfig()
 	cfg.HTTPAddr, cfg.Workers, cfg.RouterMode = "127.0.0.1:0", 2, "round-robin"
-	cfg.Frontend.MigrationLimit = 1
+	cfg.Dispatch.MigrationLimit = 1
 	sys, err := Start(cfg, model, func(i int) (engine.Engine, error) {
 		return upstream.New(context.Background(), upstream.Config{URL: urls[i], HealthInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 	}, slog.New(slog.DiscardHandler))

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/routed"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
@@ -73,6 +74,11 @@ func (t *tracked) closeIfIdle() bool {
 }
 
 func (t *tracked) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	return t.GenerateRouted(ctx, routed.Request{Req: req})
+}
+
+// GenerateRouted passes the router's decision on to the wrapped Generator.
+func (t *tracked) GenerateRouted(ctx context.Context, req routed.Request) (engine.Stream, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -80,7 +86,7 @@ func (t *tracked) Generate(ctx context.Context, req *engine.Request) (engine.Str
 	}
 	t.n.Add(1)
 	t.mu.Unlock()
-	st, err := t.Generator.Generate(ctx, req)
+	st, err := routed.Generate(ctx, t.Generator, req)
 	if err != nil {
 		t.n.Add(-1)
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
+	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
@@ -39,6 +40,8 @@ type Config struct {
 	ServedModelName string
 	DrainTimeout    time.Duration
 	Frontend        httpapi.Config
+	// Dispatch is the request's life past admission (retries, migration).
+	Dispatch dispatch.Config
 	// KV configures the kv and kv-approx router modes.
 	KV router.KVConfig
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
@@ -66,7 +69,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
-		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(),
+		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
 	}
 }
 
@@ -142,7 +145,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		// was told to trust (VLLMPDConfig.Peers).
 		fc.TrustClientKVTransferParams = true
 	}
-	s.Frontend = httpapi.New(fc, s.Router, s.Board, reg, log)
+	s.Frontend = httpapi.New(fc, dispatch.New(cfg.Dispatch, s.Router, s.Board, reg, log), s.Board, reg, log)
 
 	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
 		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")

@@ -162,7 +162,7 @@ func TestTracingOffPropagates(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workers, cfg.RequestPlane = 1, "grpc"
 	var seen []string
-	cfg.Frontend.MaxRetries = 0
+	cfg.Dispatch.MaxRetries = 0
 	sys := startTest(t, cfg, func(m *tokenizerModel) EngineFactory {
 		return func(int) (engineEngine, error) {
 			e, err := newInstantEngine(m)

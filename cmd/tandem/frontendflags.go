@@ -15,17 +15,13 @@ import (
 func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f := cmd.Flags()
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
-	f.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "other workers to try when a worker fails before the first token")
-	f.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a stream whose worker fails after its first token continues on another worker with the prompt plus the tokens already sent (0: never; Dynamo's --migration-limit)")
 	f.IntVar(&c.MaxTokensDefault, "max-tokens-default", c.MaxTokensDefault, "tokens generated for a request that sets no max_tokens (0: up to the context length)")
 	f.IntVar(&c.MaxTokensLimit, "max-tokens-limit", c.MaxTokensLimit, "largest max_tokens a request may ask for (0: the context length)")
 	f.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "requests served at once per model (0: no limit); more wait in a queue of --max-queue")
 	f.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait for a slot per model; past it, and after --queue-timeout, a request gets 429 with Retry-After")
 	f.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for an admission slot")
 	f.DurationVar(&c.AdmissionWait, "admission-wait", c.AdmissionWait, "how long a request not yet streaming waits for an admission slot before its 429, whose Retry-After comes from the observed completion rate (0: --queue-timeout)")
-	f.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "a worker holding requests without producing a token this long is reported stuck and skipped (0: never)")
 	f.Var(notBool{&c.NoAccessLog}, "access-log", "log one info line per request: id, model, worker, status, tokens in/out, cached, TTFT, duration (--access-log=false: off)")
-	f.DurationVar(&c.FirstTokenTimeout, "first-token-timeout", c.FirstTokenTimeout, "bound on waiting for a request's first token on one worker; past it the request is tried elsewhere, else 504 (0: no bound)")
 	f.BoolVar(&c.TrustClientKVTransferParams, "trust-client-kv-transfer-params", false, "pass a client's kv_transfer_params (vLLM's P/D extension) to the workers; off, such a request is a 400: the params name addresses a vLLM-protocol worker connects to")
 	rs := &c.ResponsesStore
 	f.IntVar(&rs.Size, "responses-store-size", rs.Size, "finished /v1/responses kept for previous_response_id and GET (0: none kept); the least recently used go first")

@@ -38,6 +38,7 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
 	f.StringVar(&cfg.ServedModelName, "served-model-name", "", "the model's name on the OpenAI API (empty: the tokenizer's, or with --engine upstream the name the servers' /v1/models lists)")
 	registerFrontendFlags(cmd, &cfg.Frontend)
+	cfg.Dispatch.AddFlags(f)
 	s.auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	s.eng.register(cmd)
 	f.StringArrayVar(&s.eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")

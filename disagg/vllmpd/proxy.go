@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/routed"
 )
 
 // Proxy is vLLM's P/D proxy inside Tandem's router: the router picks the
@@ -135,21 +136,28 @@ type pair struct {
 // cache cannot be asked, but a KV-aware router's index is a good guess,
 // and a prefill leg for a cached prompt moves nothing and costs a round
 // trip and a prefill-server step.
-func (g *pair) cached(req *engine.Request) bool {
-	full := max(len(req.Prompt)-1, 0) / g.bs * g.bs
-	return full > 0 && req.PredictedCachedTokens >= full
+func (g *pair) cached(r routed.Request) bool {
+	full := max(len(r.Req.Prompt)-1, 0) / g.bs * g.bs
+	return full > 0 && r.PredictedCachedTokens >= full
 }
 
 // Generate runs the prefill leg, then the decode leg with the parameters
 // it returned. A failed leg costs the decode worker the prefill, never
 // the request.
 func (g *pair) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
+	return g.GenerateRouted(ctx, routed.Request{Req: req})
+}
+
+// GenerateRouted is Generate knowing the prefix the router predicts the
+// decode server holds (a full hit skips the prefill leg).
+func (g *pair) GenerateRouted(ctx context.Context, r routed.Request) (engine.Stream, error) {
+	req := r.Req
 	if req.KVTransferParams != nil {
 		// The client drives the protocol itself (Tandem behind another
 		// proxy): pass it through.
 		return g.decode.Generate(ctx, req)
 	}
-	if !g.p.always && g.cached(req) {
+	if !g.p.always && g.cached(r) {
 		g.p.legs.WithLabelValues(LegCached).Inc()
 		return g.decode.Generate(ctx, req)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/enginetest"
+	"github.com/tandemllm/tandem/engine/routed"
 )
 
 // TestProxySkipsCachedPrompts: in auto mode a prompt the router predicts
@@ -17,7 +18,7 @@ func TestProxySkipsCachedPrompts(t *testing.T) {
 	tests := []struct {
 		name      string
 		always    bool
-		predicted int // engine.Request.PredictedCachedTokens, as the frontend sets it
+		predicted int // routed.Request.PredictedCachedTokens, as dispatch sets it
 		wantLeg   bool
 	}{
 		{"no prediction (load-only policy)", false, 0, true},
@@ -32,7 +33,7 @@ func TestProxySkipsCachedPrompts(t *testing.T) {
 			p := NewProxy(ProxyConfig{Always: tc.always})
 			p.AddPrefill("p0", pre)
 			g := p.Wrap("d0", dec, 16)
-			st, err := g.Generate(context.Background(), &engine.Request{Prompt: prompt, MaxTokens: 2, PredictedCachedTokens: tc.predicted})
+			st, err := routed.Generate(context.Background(), g, routed.Request{Req: &engine.Request{Prompt: prompt, MaxTokens: 2}, PredictedCachedTokens: tc.predicted})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,76 @@
+package dispatch
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tandemllm/tandem/router"
+)
+
+// WorkerStatus is a routed worker as /health shows it.
+type WorkerStatus struct {
+	ID, Model string
+	// Engine is the engine's kind (engine.Info.Kind).
+	Engine string
+	// KVEvents is the worker's KV event stream state under the kv
+	// policies ("" under others).
+	KVEvents string
+	// Events counts the KV events applied for it (kv mode; nil otherwise).
+	Events *EventStats
+	// Stuck: it holds requests but produces nothing; the router skips it.
+	Stuck bool
+	// Queue is the engine's own account of its queue (nil: none, or not
+	// known yet).
+	Queue *EngineQueue
+}
+
+// EventStats shows that a worker's events, not approximation, route it.
+type EventStats struct {
+	Applied uint64
+	// LastAge is the age of the last batch; negative: none ever arrived.
+	LastAge time.Duration
+}
+
+// EngineQueue is an engine's own queue report, other clients' requests
+// included (an upstream server's /metrics), as the kv costs read it.
+type EngineQueue struct {
+	Running, Waiting int
+	Age              time.Duration
+}
+
+// workerStates is implemented by policies that track per-worker state
+// worth showing on /health (the kv policies' event stream state).
+type workerStates interface{ Health() map[string]string }
+
+// workerEvents is implemented by the kv policy: per-worker event counts.
+type workerEvents interface {
+	EventStats() map[string]router.EventStats
+}
+
+// Workers returns the routed workers' state. It checks for stuck workers
+// first, which may raise worker_stuck on the board.
+func (d *Dispatcher) Workers() []WorkerStatus {
+	var states map[string]string
+	if ws, ok := d.router.Policy().(workerStates); ok {
+		states = ws.Health()
+	}
+	var evs map[string]router.EventStats
+	if we, ok := d.router.Policy().(workerEvents); ok {
+		evs = we.EventStats()
+	}
+	stuck := d.router.CheckStuck()
+	var out []WorkerStatus
+	for _, wk := range d.router.Workers() {
+		ws := WorkerStatus{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID], Stuck: slices.Contains(stuck, wk.ID)}
+		if wk.Queue != nil {
+			if running, waiting, at, ok := wk.Queue.EngineQueue(); ok {
+				ws.Queue = &EngineQueue{Running: running, Waiting: waiting, Age: time.Since(at)}
+			}
+		}
+		if st, ok := evs[wk.ID]; ok {
+			ws.Events = &EventStats{Applied: st.Applied, LastAge: st.LastAge}
+		}
+		out = append(out, ws)
+	}
+	return out
+}
