@@ -373,3 +373,26 @@ func TestHealthModelsMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Chat, and Responses and Messages through chat's path, all reach the
+// dispatch layer: a worker dead before the first token is retried on
+// another for each of them.
+func TestEveryEndpointDispatches(t *testing.T) {
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`},
+		{"/v1/completions", `{"model":"m","prompt":"x","max_tokens":2}`},
+		{"/v1/responses", `{"model":"m","store":false,"input":"hi","max_output_tokens":2}`},
+		{"/v1/messages", `{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			dead := &deadWorker{}
+			live := &enginetest.Scripted{Name: "m", Output: toks("ok")}
+			f := newFixture(t, 4096, map[string]engine.Generator{"a-dead": dead, "b-live": live})
+			resp := post(t, f.url+tc.path, tc.body)
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || dead.calls != 1 || live.Started.Load() != 1 {
+				t.Fatalf("status %d, dead worker tried %d times, live %d: %s", resp.StatusCode, dead.calls, live.Started.Load(), b)
+			}
+		})
+	}
+}
