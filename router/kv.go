@@ -17,6 +17,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents/event"
 	"github.com/tandemllm/tandem/kvindex"
+	"github.com/tandemllm/tandem/router/accuracy"
 )
 
 // OnMissing says what kv mode does with a worker whose KV events are missing.
@@ -53,8 +54,8 @@ const (
 	DiagKVBlockSize        = "kv_block_size_mismatch"
 	DiagKVEventsLost       = "kv_events_lost"
 	DiagKVEventsRebuilt    = "kv_events_rebuilt"
-	DiagPredictionDrift    = "kv_prediction_drift"
-	DiagPredictionRecovery = "kv_prediction_recovered"
+	DiagPredictionDrift    = accuracy.DiagPredictionDrift
+	DiagPredictionRecovery = accuracy.DiagPredictionRecovery
 )
 
 // Defaults of KVConfig.
@@ -64,9 +65,9 @@ const (
 	DefaultApproxTTL        = 120 * time.Second
 	DefaultApproxMaxBlocks  = 1 << 20
 	DefaultKVEventsTimeout  = 5 * time.Second
-	DefaultDriftWindow      = 32
-	DefaultDriftThreshold   = 0.5
-	defaultDriftRecoverRate = 0.8
+	DefaultDriftWindow      = accuracy.DefaultWindow
+	DefaultDriftThreshold   = accuracy.DefaultThreshold
+	defaultDriftRecoverRate = accuracy.DefaultRecoverRate
 )
 
 // KVConfig configures the kv and kv-approx policies. Zero values take the
@@ -473,7 +474,7 @@ func (k *KV) RemoveWorker(id string) {
 	k.mu.Lock()
 	k.free = append(k.free, w.slot)
 	k.mu.Unlock()
-	if w.timing.drifting.CompareAndSwap(true, false) {
+	if w.ttftAcc.Forget() {
 		k.drifting.Add(-1)
 	}
 	k.board.ClearSubject(id)

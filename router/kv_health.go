@@ -9,6 +9,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents/event"
+	"github.com/tandemllm/tandem/router/accuracy"
 )
 
 // workerHealth is how far the router trusts a worker's event stream. Only
@@ -80,7 +81,12 @@ type kvWorker struct {
 	rebuildTimer  *time.Timer
 	stopSub       func()
 	removed       bool
-	acc           accuracy
+
+	// acc checks the worker's predicted prefixes (kv_prediction_drift),
+	// ttftAcc its predicted TTFTs (ttft_model_drift); each has its own
+	// lock.
+	acc     accuracy.Prefix
+	ttftAcc accuracy.TTFT
 
 	// applied counts KV events applied to the index; lastEvent is when the
 	// last batch arrived (unix ns, 0: never). Read by EventStats.
@@ -100,7 +106,7 @@ func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator, cap
 	w := &kvWorker{k: k, id: id, slot: slot, stream: event.StreamConnecting}
 	w.timing.fleet = &k.fleetCoef
 	w.timing.init(timing, capacityTokens)
-	w.acc.init(k.cfg.DriftWindow)
+	w.acc.Init(k.cfg.DriftWindow, k.cfg.DriftThreshold, defaultDriftRecoverRate)
 	if k.events == nil {
 		w.state.Store(int32(healthApprox))
 	}
@@ -378,6 +384,7 @@ func (w *kvWorker) stopTimer() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.removed = true
+	w.acc.Close()
 	if w.missTimer != nil {
 		w.missTimer.Stop()
 	}
