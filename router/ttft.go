@@ -247,10 +247,9 @@ func (src *timingSource) kvFull(activeTokens int) float64 {
 // router's virtual queue drains. Pricing a queue whose prefills are overdue
 // as busy for as long again was tried twice: it once spread a shared system
 // prompt over half the workers only (TestNoStarvation), and with that fixed
-// by the shared-prefix pricing it still lost on the Mooncake replay's p99
-// (worse than Dynamo's cost in three runs of three, against two of four
-// better without it; docs/benchmarks/router.md): late first tokens on a
-// loaded machine are not a slow worker.
+// by the shared-prefix pricing it still lost to Dynamo's cost on the
+// Mooncake replay's p99 (docs/benchmarks.md, "Router: figures behind the
+// code"): late first tokens on a loaded machine are not a slow worker.
 func queueStart(busyUntil int64, _ int, now int64) int64 { return max(busyUntil, now) }
 
 // observe learns from one first token: n uncached tokens (from the
