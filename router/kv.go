@@ -278,8 +278,9 @@ type KV struct {
 }
 
 // NewKV returns the kv policy. It owns cfg.Streams: the streams AddWorker
-// follows live until Close (or until the context the follower was built
-// with ends).
+// follows live until Close, or until the context the follower was built
+// with ends (the policy itself starts no goroutine, so ctx bounds nothing
+// of its own).
 func NewKV(ctx context.Context, cfg KVConfig) (*KV, error) { return newKV(ctx, cfg, true) }
 
 // NewKVApprox returns the kv-approx policy: no events, the router records
@@ -367,7 +368,7 @@ func (k *KV) Close() {
 }
 
 // SetReplayToken gives the subscriber of worker id the token its
-// publisher's replay socket asks for (event.PublisherConfig.ReplayToken);
+// publisher's replay socket asks for (kvevents.PublisherConfig.ReplayToken);
 // call it before AddWorker. Without Streams it does nothing.
 func (k *KV) SetReplayToken(id string, token []byte) {
 	if k.cfg.Streams != nil {
@@ -375,9 +376,10 @@ func (k *KV) SetReplayToken(id string, token []byte) {
 	}
 }
 
-// AddWorker registers a worker. In kv mode, a non-empty endpoint has Streams
-// follow the worker's stream (a PUB socket, or a topic on a bound socket) (with gap recovery through
-// replayEndpoint, if given); an empty one means an in-process worker that
+// AddWorker registers a worker. In kv mode, a non-empty endpoint has
+// KVConfig.Streams follow the worker's stream (a PUB socket, or a topic on
+// the bound socket), with gap recovery through replayEndpoint if given; an
+// empty one means an in-process worker that
 // feeds its batches through Ingest. blockSize is the engine's block size (0:
 // the router's); one that is not a multiple of the router's is refused for
 // event routing with the kv_block_size_mismatch diagnostic (the error says

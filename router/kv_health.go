@@ -51,7 +51,8 @@ func (h workerHealth) String() string {
 }
 
 // kvWorker is the policy's state for one worker. It is also the worker's
-// event.Handler: the subscriber goroutine calls it in stream order.
+// event.Handler: the follower's goroutine (or Ingest) calls it in stream
+// order.
 type kvWorker struct {
 	k    *KV
 	id   string
