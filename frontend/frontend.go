@@ -28,7 +28,7 @@ import (
 	"github.com/tandemllm/tandem/eventplane"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/follow"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -92,14 +92,6 @@ const (
 	DiagNoPrefill = "disagg_no_prefill_worker"
 )
 
-// eventSource feeds a KV policy from an event plane other than per-worker
-// ZMQ subscriptions (NATS): Follow is called once per model before its
-// first worker is added, with the policy's Ingest; Close on shutdown.
-type eventSource interface {
-	Follow(ctx context.Context, model string, ingest func(worker string, seq uint64, b *kvevents.Batch) error) error
-	Close() error
-}
-
 // Options are a frontend's collaborators.
 type Options struct {
 	Registry discovery.Registry
@@ -118,7 +110,7 @@ type Process struct {
 	model *tokenizer.Model
 	tok   string // tokenizer fingerprint
 	reg   discovery.Registry
-	evs   eventSource
+	evs   follow.Source // the KV policy fed from the event plane (NATS)
 	log   *slog.Logger
 
 	nats       *nats.Conn
@@ -244,6 +236,14 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 	kc := f.cfg.KV
 	kc.Board, kc.Logger, kc.Registerer = f.Board, log, f.Metrics
+	if f.cfg.RouterMode == "kv" { // the policy follows its workers' KV event streams
+		fol, err := follow.New(f.ctx, follow.Config{Topic: kc.Topic, Bind: kc.Bind, BindAllow: kc.BindAllow,
+			ReplayTimeout: kc.ReplayTimeout, DialTimeout: kc.DialTimeout, Logger: log, Registerer: f.Metrics})
+		if err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		kc.Streams = fol
+	}
 	p, err := router.NewPolicy(f.ctx, f.cfg.RouterMode, kc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)

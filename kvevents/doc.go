@@ -27,8 +27,9 @@
 // digest's last 8 bytes big-endian), unknown keys, extra trailing elements
 // and unknown event tags are skipped, SGLang's [tok, tok] token pairs are
 // accepted. Corrupt input yields an error, never a panic. It reads msgpack
-// directly from the byte slice, without reflection, because the router must
-// decode millions of block events per second on one core.
+// directly from the byte slice, without reflection, because the router
+// decodes every worker's block events on one core (the target and the
+// figures are in docs/benchmarks.md).
 //
 // # Hashing
 //

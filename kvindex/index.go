@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/kvcache"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/event"
 )
 
 // DefaultMaxBlocks bounds an index when Config.MaxBlocks is 0: about 4.2 M
@@ -309,7 +309,7 @@ func (ix *Index) clearLocked(w *worker) {
 }
 
 // Apply applies a batch of one worker's events, in order.
-func (ix *Index) Apply(workerID string, events []kvevents.Event) (ApplyStats, error) {
+func (ix *Index) Apply(workerID string, events []event.Event) (ApplyStats, error) {
 	var st ApplyStats
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -322,11 +322,11 @@ func (ix *Index) Apply(workerID string, events []kvevents.Event) (ApplyStats, er
 	for i := range events {
 		ev := &events[i]
 		switch ev.Type {
-		case kvevents.TypeBlockStored:
+		case event.TypeBlockStored:
 			ix.applyStored(w, ev, now, &st)
-		case kvevents.TypeBlockRemoved:
+		case event.TypeBlockRemoved:
 			ix.applyRemoved(w, ev, &st)
-		case kvevents.TypeAllBlocksCleared:
+		case event.TypeAllBlocksCleared:
 			ix.clearLocked(w)
 			st.Cleared++
 		default:
@@ -348,9 +348,9 @@ var tierSalt = [kvcache.NumTiers]uint64{0, 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4
 // takes it: the GPU pool always; lower tiers (CPU, disk, …) with
 // LowerTiers, and only with token ids (vLLM's placeholder offload events
 // have none, and their hashes are not the index's).
-func (ix *Index) eventTier(ev *kvevents.Event) (kvcache.Tier, bool) {
+func (ix *Index) eventTier(ev *event.Event) (kvcache.Tier, bool) {
 	t, ok := kvcache.TierOfMedium(ev.Medium)
-	if !ok || (t != kvcache.TierG1 && (!ix.lowerTiers || (ev.Type == kvevents.TypeBlockStored && len(ev.TokenIDs) == 0))) {
+	if !ok || (t != kvcache.TierG1 && (!ix.lowerTiers || (ev.Type == event.TypeBlockStored && len(ev.TokenIDs) == 0))) {
 		return t, false
 	}
 	return t, true
@@ -377,7 +377,7 @@ func (ix *Index) parentKey(w *worker, t kvcache.Tier, parent uint64) (uint32, bo
 	return 0, false
 }
 
-func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *ApplyStats) {
+func (ix *Index) applyStored(w *worker, ev *event.Event, now uint32, st *ApplyStats) {
 	tier, ok := ix.eventTier(ev)
 	if !ok {
 		st.Ignored++
@@ -476,7 +476,7 @@ func (ix *Index) applyStored(w *worker, ev *kvevents.Event, now uint32, st *Appl
 	st.StoredEvents++
 }
 
-func (ix *Index) applyRemoved(w *worker, ev *kvevents.Event, st *ApplyStats) {
+func (ix *Index) applyRemoved(w *worker, ev *event.Event, st *ApplyStats) {
 	tier, ok := ix.eventTier(ev)
 	if !ok {
 		st.Ignored++
@@ -503,7 +503,7 @@ func (ix *Index) applyRemoved(w *worker, ev *kvevents.Event, st *ApplyStats) {
 // the CPU overlaps their cache misses instead of paying them one after the
 // other: at a million residences the index is memory-latency bound, and an
 // engine evicts blocks in batches.
-func (ix *Index) warmRemoval(w *worker, hashes []kvevents.Hash) {
+func (ix *Index) warmRemoval(w *worker, hashes []event.Hash) {
 	if len(hashes) < 2 {
 		return
 	}

@@ -27,7 +27,7 @@ const (
 	// cached before their BlockStored arrives; ties go to fewer active
 	// requests, the smaller cached footprint, then rotate. A cost in
 	// weighted blocks: with concurrent clients its load term can still
-	// outweigh a cached prefix (docs/benchmarks/router.md).
+	// outweigh a cached prefix (docs/benchmarks.md).
 	CostTandem CostModel = "tandem"
 	// CostDynamo is Dynamo's classic selector, kept as a baseline:
 	// logit = w·prefill_blocks + decode_blocks, argmin, ties broken by the
@@ -170,10 +170,10 @@ const ttftTieBand = 0.05
 // while the prefill runs waits for it. Minimising the TTFT alone is
 // greedy: under load it recomputes a cached 1,500-token prefix on a worker
 // a few milliseconds less busy, whose queue then delays the next requests
-// (and whose cache loses another prefix to the copy). Measured on the seed
-// workload with 8 clients (docs/benchmarks/router.md): weight 0 routed
-// 55-59 of 58-60 re-requests to their prefix, weight 1 all of them, with
-// lower mean TTFT. For cold requests the work is the same everywhere and
+// (and whose cache loses another prefix to the copy). On the seed workload
+// with 8 clients weight 1 kept re-requests on their prefix where weight 0
+// did not, at a lower mean TTFT (docs/benchmarks.md, "Router: figures
+// behind the code"). For cold requests the work is the same everywhere and
 // the weight changes nothing. The weight is discounted by the share of
 // in-flight requests that share the prefix (score): copying a prefix all
 // traffic needs is what spreads a shared system prompt over the workers.
@@ -216,7 +216,7 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// shares the prefix: every worker will hold it after its first such
 	// request, and pricing that one prefill in full kept a shared system
 	// prompt on the workers that happened to compute it first, load or no
-	// load (TestNoStarvation: 3 of 8 workers idle, one at 25-27%). So the
+	// load (TestNoStarvation left workers idle; docs/benchmarks.md). So the
 	// candidate's TTFT moves from its own towards the one it would have
 	// holding the prefix, by share², which is ~1 for a system prompt and
 	// small for a prefix a few requests in flight share (a conversation's
@@ -224,7 +224,7 @@ func (ttftCost) score(k *KV, sc *pickScratch, isl int, now int64) {
 	// keep winning.
 	// It takes ttftSharedMin requests in flight: with few in flight, one
 	// re-request behind its prefix's first request is "all the traffic"
-	// (the seed experiment at 4 clients lost 2 of 60 hits that way).
+	// (the seed experiment at 4 clients lost hits that way).
 	held := share * share
 	if held < 0.25 || sharing < ttftSharedMin {
 		held = 0 // not a prefix "all traffic" shares; skip the second estimate

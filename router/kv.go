@@ -15,8 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/event"
 	"github.com/tandemllm/tandem/kvindex"
+	"github.com/tandemllm/tandem/router/accuracy"
 )
 
 // OnMissing says what kv mode does with a worker whose KV events are missing.
@@ -53,8 +54,8 @@ const (
 	DiagKVBlockSize        = "kv_block_size_mismatch"
 	DiagKVEventsLost       = "kv_events_lost"
 	DiagKVEventsRebuilt    = "kv_events_rebuilt"
-	DiagPredictionDrift    = "kv_prediction_drift"
-	DiagPredictionRecovery = "kv_prediction_recovered"
+	DiagPredictionDrift    = accuracy.DiagPredictionDrift
+	DiagPredictionRecovery = accuracy.DiagPredictionRecovery
 )
 
 // Defaults of KVConfig.
@@ -64,9 +65,9 @@ const (
 	DefaultApproxTTL        = 120 * time.Second
 	DefaultApproxMaxBlocks  = 1 << 20
 	DefaultKVEventsTimeout  = 5 * time.Second
-	DefaultDriftWindow      = 32
-	DefaultDriftThreshold   = 0.5
-	defaultDriftRecoverRate = 0.8
+	DefaultDriftWindow      = accuracy.DefaultWindow
+	DefaultDriftThreshold   = accuracy.DefaultThreshold
+	defaultDriftRecoverRate = accuracy.DefaultRecoverRate
 )
 
 // KVConfig configures the kv and kv-approx policies. Zero values take the
@@ -104,19 +105,24 @@ type KVConfig struct {
 	// with its approximate records as well, while new events rebuild its
 	// index. 0 selects ApproxTTL, after which those records are gone anyway.
 	RebuildWindow time.Duration
+	// Streams follows the workers' event streams in kv mode
+	// (kvevents/follow.Follower); the policy closes it with Close. nil:
+	// only in-process workers (Ingest) feed the index, and AddWorker
+	// refuses an endpoint.
+	Streams Streams
+	// Topic, Bind, BindAllow, ReplayTimeout and DialTimeout are the
+	// settings of the event follower (kvevents/follow.Config), which the
+	// assembly builds from them and hands over as Streams; the policy
+	// itself reads none of them.
+	//
 	// Topic is the KV event topic to subscribe to ("": all).
 	Topic string
-	// Listener is the bound socket (--kv-events-bind) that publishers
-	// dial into; a worker whose endpoint is "topic:NAME" is followed on it
-	// under that topic.
-	Listener *kvevents.Listener
-	// Bind, when set and Listener is not, is the endpoint the policy binds
-	// its own Listener on (--kv-events-bind tcp://host:port), closed with
-	// the policy.
+	// Bind is the endpoint the follower binds for publishers that dial in
+	// (--kv-events-bind tcp://host:port); a worker whose endpoint is
+	// "topic:NAME" is followed on it under that topic.
 	Bind string
 	// BindAllow lists the source networks a bound socket accepts
-	// publishers from (--kv-events-allow); empty: Bind must be loopback
-	// (kvevents.ListenAllow).
+	// publishers from (--kv-events-allow); empty: Bind must be loopback.
 	BindAllow []netip.Prefix
 	// DriftWindow and DriftThreshold: kv_prediction_drift is raised for a
 	// worker when fewer than DriftThreshold of its last DriftWindow
@@ -137,6 +143,21 @@ type KVConfig struct {
 	// ReplayTimeout and DialTimeout tune the event subscribers (defaults
 	// in kvevents).
 	ReplayTimeout, DialTimeout time.Duration
+}
+
+// Streams follows workers' KV event streams for the kv policy. The policy
+// declares it so that it links no transport; kvevents/follow.Follower is
+// the implementation.
+type Streams interface {
+	// Follow feeds h with worker's stream at endpoint (replayEndpoint, if
+	// not empty, fills gaps) until stop is called; stop returns once h
+	// will not be called again.
+	Follow(worker, endpoint, replayEndpoint string, h event.Handler) (stop func(), err error)
+	// SetReplayToken sets the token worker's replay socket asks for (nil:
+	// none).
+	SetReplayToken(worker string, token []byte)
+	// Close stops every stream.
+	Close()
 }
 
 func (c KVConfig) withDefaults() (KVConfig, error) {
@@ -206,8 +227,6 @@ func (c KVConfig) withDefaults() (KVConfig, error) {
 // Observer; the lead wires workers in and out with AddWorker and
 // RemoveWorker.
 type KV struct {
-	tokMu  sync.Mutex
-	tokens map[string][]byte // worker id → KV event replay token
 	cfg    KVConfig
 	name   string
 	cost   cost
@@ -219,13 +238,8 @@ type KV struct {
 	approx *kvindex.Index
 	active *activeTracker
 	met    *kvMetrics
-	subMet *kvevents.SubscriberMetrics
 	log    *slog.Logger
 	board  *health.Board
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
 
 	mu      sync.RWMutex
 	workers map[string]*kvWorker
@@ -261,22 +275,34 @@ type KV struct {
 	lastIDs []string
 	lastWs  []*kvWorker
 	gen     uint64 // bumped when a worker comes or goes
-
-	ownListener *kvevents.Listener // bound by KVConfig.Bind, closed by Close
 }
 
-// NewKV returns the kv policy. Subscriptions started by AddWorker live until
-// ctx ends or Close.
+// NewKV returns the kv policy. It owns cfg.Streams: the streams AddWorker
+// follows live until Close, or until the context the follower was built
+// with ends (the policy itself starts no goroutine, so ctx bounds nothing
+// of its own).
 func NewKV(ctx context.Context, cfg KVConfig) (*KV, error) { return newKV(ctx, cfg, true) }
 
 // NewKVApprox returns the kv-approx policy: no events, the router records
 // its own decisions for ApproxTTL.
 func NewKVApprox(ctx context.Context, cfg KVConfig) (*KV, error) { return newKV(ctx, cfg, false) }
 
-func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
-	cfg, err := cfg.withDefaults()
+func newKV(ctx context.Context, cfg KVConfig, events bool) (_ *KV, err error) {
+	if streams := cfg.Streams; streams != nil {
+		// The policy owns its follower: closed on error here, by Close
+		// otherwise; kv-approx follows no stream.
+		defer func() {
+			if err != nil || !events {
+				streams.Close()
+			}
+		}()
+	}
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if !events {
+		cfg.Streams = nil
 	}
 	k := &KV{
 		cfg:     cfg,
@@ -309,42 +335,10 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (*KV, error) {
 		if err != nil {
 			return nil, fmt.Errorf("router: event index: %w", err)
 		}
-		if k.subMet, err = kvevents.NewSubscriberMetrics(cfg.Registerer); err != nil {
-			return nil, fmt.Errorf("router: %w", err)
-		}
 	}
 	k.active = newActiveTracker()
 	if k.met, err = newKVMetrics(cfg.Registerer, k.name); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
-	}
-	k.ctx, k.cancel = context.WithCancel(ctx)
-	if events && cfg.Listener == nil && cfg.Bind != "" {
-		l, err := kvevents.ListenAllow(k.ctx, cfg.Bind, cfg.BindAllow, cfg.Logger)
-		if err != nil {
-			k.cancel()
-			return nil, fmt.Errorf("router: --kv-events-bind: %w", err)
-		}
-		k.cfg.Listener, k.ownListener = l, l
-		if cfg.Registerer != nil {
-			// What the bound socket sees of its publishers: how many are
-			// connected, and how many connections ended (a publisher
-			// restarted or gone). A worker whose publisher stays away
-			// raises kv_events_missing once it computes blocks.
-			for _, c := range []prometheus.Collector{
-				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_kvevents_bound_publishers",
-					Help: "KV event publishers connected to the bound socket (--kv-events-bind)."},
-					func() float64 { return float64(l.Connected()) }),
-				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tandem_kvevents_bound_disconnects_total",
-					Help: "KV event publisher connections to the bound socket that ended."},
-					func() float64 { return float64(l.Dropped()) }),
-			} {
-				if err := cfg.Registerer.Register(c); err != nil {
-					l.Close()
-					k.cancel()
-					return nil, fmt.Errorf("router: register bound socket metrics: %w", err)
-				}
-			}
-		}
 	}
 	return k, nil
 }
@@ -365,19 +359,27 @@ func (k *KV) Close() {
 		ws = append(ws, w)
 	}
 	k.mu.Unlock()
-	k.cancel()
 	for _, w := range ws {
 		w.stopTimer()
 	}
-	k.wg.Wait()
-	if k.ownListener != nil {
-		k.ownListener.Close()
+	if k.cfg.Streams != nil {
+		k.cfg.Streams.Close()
 	}
 }
 
-// AddWorker registers a worker. In kv mode, a non-empty endpoint starts a
-// ZMQ subscription to the worker's PUB socket (with gap recovery through
-// replayEndpoint, if given); an empty one means an in-process worker that
+// SetReplayToken gives the subscriber of worker id the token its
+// publisher's replay socket asks for (kvevents.PublisherConfig.ReplayToken);
+// call it before AddWorker. Without Streams it does nothing.
+func (k *KV) SetReplayToken(id string, token []byte) {
+	if k.cfg.Streams != nil {
+		k.cfg.Streams.SetReplayToken(id, token)
+	}
+}
+
+// AddWorker registers a worker. In kv mode, a non-empty endpoint has
+// KVConfig.Streams follow the worker's stream (a PUB socket, or a topic on
+// the bound socket), with gap recovery through replayEndpoint if given; an
+// empty one means an in-process worker that
 // feeds its batches through Ingest. blockSize is the engine's block size (0:
 // the router's); one that is not a multiple of the router's is refused for
 // event routing with the kv_block_size_mismatch diagnostic (the error says
@@ -385,28 +387,6 @@ func (k *KV) Close() {
 // a worker is routed with its approximate records too, so requests that
 // arrive before the subscription is up are never routed blind. Re-adding a
 // worker restarts its subscription.
-// SetReplayToken gives the subscriber of worker id the token its
-// publisher's replay socket asks for (kvevents.PublisherConfig.ReplayToken);
-// call it before AddWorker.
-func (k *KV) SetReplayToken(id string, token []byte) {
-	k.tokMu.Lock()
-	defer k.tokMu.Unlock()
-	if k.tokens == nil {
-		k.tokens = map[string][]byte{}
-	}
-	if token == nil {
-		delete(k.tokens, id)
-		return
-	}
-	k.tokens[id] = token
-}
-
-func (k *KV) replayToken(id string) []byte {
-	k.tokMu.Lock()
-	defer k.tokMu.Unlock()
-	return k.tokens[id]
-}
-
 func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error {
 	if id == "" {
 		return errors.New("router: worker id is empty")
@@ -438,40 +418,24 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	if endpoint == "" {
 		// In process, nothing is lost in transit: the stream is complete
 		// from the first batch Ingest receives.
-		w.setStream(kvevents.StreamStatus{State: kvevents.StreamLive})
+		w.setStream(event.StreamStatus{State: event.StreamLive})
 		return nil
 	}
-	scfg := kvevents.SubscriberConfig{
-		Worker: id, Endpoint: endpoint, ReplayEndpoint: replayEndpoint, ReplayToken: k.replayToken(id), Topic: k.cfg.Topic,
-		Handler: w, Logger: k.cfg.Logger, Metrics: k.subMet,
-		ReplayTimeout: k.cfg.ReplayTimeout, DialTimeout: k.cfg.DialTimeout,
+	if k.cfg.Streams == nil {
+		return fmt.Errorf("router: worker %s: KV events at %q need an event follower (KVConfig.Streams)", id, endpoint)
 	}
-	if topic, ok := strings.CutPrefix(endpoint, BoundPrefix); ok {
-		if k.cfg.Listener == nil {
-			return fmt.Errorf("router: worker %s: KV events %q need a bound socket (--kv-events-bind)", id, endpoint)
-		}
-		scfg.Listener, scfg.Topic, scfg.Endpoint = k.cfg.Listener, topic, ""
-	}
-	sub, err := kvevents.NewSubscriber(scfg)
+	stop, err := k.cfg.Streams.Follow(id, endpoint, replayEndpoint, w)
 	if err != nil {
-		return fmt.Errorf("router: worker %s: %w", id, err)
+		return err
 	}
-	ctx, cancel := context.WithCancel(k.ctx)
-	done := make(chan struct{})
 	w.mu.Lock()
-	w.stopSub = func() { cancel(); <-done }
+	w.stopSub = stop
 	w.mu.Unlock()
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		defer close(done)
-		sub.Run(ctx)
-	}()
 	return nil
 }
 
 // BoundPrefix marks a worker endpoint that is a topic on the bound socket
-// (KVConfig.Listener): "topic:NAME".
+// (--kv-events-bind): "topic:NAME". It equals kvevents/follow.BoundPrefix.
 const BoundPrefix = "topic:"
 
 // RemoveWorker stops the worker's subscription and forgets it, its index
@@ -512,12 +476,11 @@ func (k *KV) RemoveWorker(id string) {
 	k.mu.Lock()
 	k.free = append(k.free, w.slot)
 	k.mu.Unlock()
-	if w.timing.drifting.CompareAndSwap(true, false) {
+	if w.ttftAcc.Forget() {
 		k.drifting.Add(-1)
 	}
 	k.board.ClearSubject(id)
 	k.met.forget(id)
-	k.subMet.Forget(id)
 }
 
 // WorkerRemoved implements Observer: the router dropped the worker.
@@ -547,7 +510,7 @@ func (k *KV) WorkerAdded(w Worker) {
 // batches over directly, in order, with their sequence numbers. A gap in
 // the numbers is a loss (there is no replay in process) and a lower number a
 // restart, exactly as on the wire. b is not retained.
-func (k *KV) Ingest(id string, seq uint64, b *kvevents.Batch) error {
+func (k *KV) Ingest(id string, seq uint64, b *event.Batch) error {
 	k.mu.RLock()
 	w := k.workers[id]
 	k.mu.RUnlock()
@@ -558,9 +521,9 @@ func (k *KV) Ingest(id string, seq uint64, b *kvevents.Batch) error {
 	defer w.ingestMu.Unlock()
 	switch {
 	case w.ingestHas && seq < w.ingestNext:
-		w.HandleState(kvevents.StreamStatus{State: kvevents.StreamReset, Seq: seq})
+		w.HandleState(event.StreamStatus{State: event.StreamReset, Seq: seq})
 	case seq > w.ingestNext:
-		w.HandleState(kvevents.StreamStatus{State: kvevents.StreamLoss, Seq: seq, Lost: seq - w.ingestNext,
+		w.HandleState(event.StreamStatus{State: event.StreamLoss, Seq: seq, Lost: seq - w.ingestNext,
 			Err: errors.New("sequence gap on the in-process path")})
 	}
 	w.ingestHas, w.ingestNext = true, seq+1

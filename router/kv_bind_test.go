@@ -13,7 +13,7 @@ import (
 // endpoint names their topic, so the request goes where the cache is.
 func TestKVBoundSocketRoutesByTopic(t *testing.T) {
 	f := newKVFixture(t, false, 0, func(c *KVConfig) { c.Bind = "tcp://127.0.0.1:0" })
-	l := f.kv.Config().Listener
+	l := f.fol.Listener()
 	if l == nil {
 		t.Fatal("no listener bound")
 	}

@@ -24,7 +24,7 @@ func TestKVBoundPublishersComeAndGo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ep := f.kv.cfg.Listener.Endpoint()
+	ep := f.fol.Listener().Endpoint()
 	type pub struct {
 		p    *kvevents.Publisher
 		stop chan struct{}

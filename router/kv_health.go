@@ -8,7 +8,8 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/event"
+	"github.com/tandemllm/tandem/router/accuracy"
 )
 
 // workerHealth is how far the router trusts a worker's event stream. Only
@@ -50,7 +51,8 @@ func (h workerHealth) String() string {
 }
 
 // kvWorker is the policy's state for one worker. It is also the worker's
-// kvevents.Handler: the subscriber goroutine calls it in stream order.
+// event.Handler: the follower's goroutine (or Ingest) calls it in stream
+// order.
 type kvWorker struct {
 	k    *KV
 	id   string
@@ -70,7 +72,7 @@ type kvWorker struct {
 	rebuildUntil atomic.Int64 // unix ns; rebuilding while now is before it
 
 	mu            sync.Mutex
-	stream        kvevents.StreamState
+	stream        event.StreamState
 	streamErr     error
 	refused       bool
 	missing       bool
@@ -80,7 +82,12 @@ type kvWorker struct {
 	rebuildTimer  *time.Timer
 	stopSub       func()
 	removed       bool
-	acc           accuracy
+
+	// acc checks the worker's predicted prefixes (kv_prediction_drift),
+	// ttftAcc its predicted TTFTs (ttft_model_drift); each has its own
+	// lock.
+	acc     accuracy.Prefix
+	ttftAcc accuracy.TTFT
 
 	// applied counts KV events applied to the index; lastEvent is when the
 	// last batch arrived (unix ns, 0: never). Read by EventStats.
@@ -97,10 +104,10 @@ type kvWorker struct {
 }
 
 func newKVWorker(k *KV, id string, slot int, timing engine.PrefillEstimator, capacityTokens int) *kvWorker {
-	w := &kvWorker{k: k, id: id, slot: slot, stream: kvevents.StreamConnecting}
+	w := &kvWorker{k: k, id: id, slot: slot, stream: event.StreamConnecting}
 	w.timing.fleet = &k.fleetCoef
 	w.timing.init(timing, capacityTokens)
-	w.acc.init(k.cfg.DriftWindow)
+	w.acc.Init(k.cfg.DriftWindow, k.cfg.DriftThreshold, defaultDriftRecoverRate)
 	if k.events == nil {
 		w.state.Store(int32(healthApprox))
 	}
@@ -131,9 +138,9 @@ func (w *kvWorker) recomputeLocked() {
 		s = healthRefused
 	case w.missing:
 		s = healthMissing
-	case w.stream == kvevents.StreamLive:
+	case w.stream == event.StreamLive:
 		s = healthHealthy
-	case w.stream == kvevents.StreamSynced:
+	case w.stream == event.StreamSynced:
 		s = healthSyncing
 	default:
 		s = healthConnecting
@@ -154,15 +161,15 @@ func (w *kvWorker) refuse(msg string) {
 
 // setStream records a stream state without side effects (in-process
 // workers start live).
-func (w *kvWorker) setStream(st kvevents.StreamStatus) {
+func (w *kvWorker) setStream(st event.StreamStatus) {
 	w.mu.Lock()
 	w.stream = st.State
 	w.recomputeLocked()
 	w.mu.Unlock()
 }
 
-// HandleBatch implements kvevents.Handler.
-func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
+// HandleBatch implements event.Handler.
+func (w *kvWorker) HandleBatch(seq uint64, b *event.Batch) {
 	k := w.k
 	if k.events == nil {
 		return
@@ -201,9 +208,9 @@ func (w *kvWorker) HandleBatch(seq uint64, b *kvevents.Batch) {
 
 // hasLowerTier reports whether a batch has events of a tier below the
 // engine's pool.
-func hasLowerTier(evs []kvevents.Event) bool {
+func hasLowerTier(evs []event.Event) bool {
 	for i := range evs {
-		if m := evs[i].Medium; m != "" && m != "GPU" && evs[i].Type != kvevents.TypeAllBlocksCleared {
+		if m := evs[i].Medium; m != "" && m != "GPU" && evs[i].Type != event.TypeAllBlocksCleared {
 			return true
 		}
 	}
@@ -211,10 +218,10 @@ func hasLowerTier(evs []kvevents.Event) bool {
 }
 
 // appliedRemovals counts the batch's device-tier BlockRemoved events.
-func appliedRemovals(evs []kvevents.Event) int {
+func appliedRemovals(evs []event.Event) int {
 	n := 0
 	for i := range evs {
-		if evs[i].Type == kvevents.TypeBlockRemoved && (evs[i].Medium == "" || evs[i].Medium == "GPU") {
+		if evs[i].Type == event.TypeBlockRemoved && (evs[i].Medium == "" || evs[i].Medium == "GPU") {
 			n++
 		}
 	}
@@ -250,11 +257,11 @@ func (w *kvWorker) onStored() {
 	}
 }
 
-// HandleState implements kvevents.Handler.
-func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
+// HandleState implements event.Handler.
+func (w *kvWorker) HandleState(st event.StreamStatus) {
 	k := w.k
 	switch st.State {
-	case kvevents.StreamLoss:
+	case event.StreamLoss:
 		// The index can no longer be trusted for this worker: drop it and
 		// let new events rebuild it, routing with the approximate records
 		// meanwhile.
@@ -268,7 +275,7 @@ func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
 			fmt.Sprintf("KV events of worker %s were lost and could not be replayed; its index was cleared and is rebuilding, routing it by approximation until %s", w.id, until.Format(time.RFC3339)),
 			"worker", w.id, "lost_batches", st.Lost, "seq", st.Seq, "err", st.Err)
 		return
-	case kvevents.StreamReset:
+	case event.StreamReset:
 		// A restarted engine has an empty cache: forget what it held and
 		// where we sent requests before.
 		k.events.ClearWorker(w.id)
@@ -291,10 +298,10 @@ func (w *kvWorker) HandleState(st kvevents.StreamStatus) {
 	w.recomputeLocked()
 	w.mu.Unlock()
 	switch {
-	case st.State == kvevents.StreamLive && st.MidStream:
+	case st.State == event.StreamLive && st.MidStream:
 		k.log.Info("KV event stream live from mid-stream; routing the worker by its events and its routing records until the window ends",
 			"worker", w.id, "seq", st.Seq, "window", k.cfg.RebuildWindow)
-	case st.State == kvevents.StreamLive && prev != kvevents.StreamLive:
+	case st.State == event.StreamLive && prev != event.StreamLive:
 		k.log.Info("KV event stream live; routing the worker by its events", "worker", w.id, "seq", st.Seq)
 	}
 }
@@ -358,9 +365,9 @@ func (w *kvWorker) checkMissing() {
 	}
 	why := "connected, but no BlockStored arrived"
 	switch {
-	case w.endpoint == "" && stream == kvevents.StreamLive:
+	case w.endpoint == "" && stream == event.StreamLive:
 		why = "in-process worker whose engine fed no BlockStored"
-	case stream != kvevents.StreamLive && stream != kvevents.StreamSynced:
+	case stream != event.StreamLive && stream != event.StreamSynced:
 		why = "event subscription not connected"
 		if serr != nil {
 			why += ": " + serr.Error()
@@ -378,6 +385,7 @@ func (w *kvWorker) stopTimer() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.removed = true
+	w.acc.Close()
 	if w.missTimer != nil {
 		w.missTimer.Stop()
 	}

@@ -219,7 +219,7 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	cost := k.cost
 	if k.drifting.Load() > 0 && cost.model() == CostTTFT {
 		for i := range sc.cands {
-			if sc.cands[i].w.timing.drifting.Load() {
+			if sc.cands[i].w.ttftAcc.Drifting() {
 				// A TTFT that keeps missing cannot be compared with the
 				// others: the whole decision uses the weighted cost.
 				cost = fallbackCost
@@ -493,7 +493,7 @@ func (k *KV) grade(f *flight, live bool, cachedTokens int, ttft time.Duration) {
 	}
 	bs := k.cfg.BlockSize
 	actual := cachedTokens / bs
-	k.accuracy(f, actual, cachedTokens)
+	k.gradePrefix(f, actual, cachedTokens)
 	if k.events != nil && len(f.hashes) > actual {
 		// The engine computed at least one new full block: it must have
 		// stored it, and a worker with events on publishes that.

@@ -17,6 +17,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/follow"
 )
 
 const tbs = 4 // test block size
@@ -45,6 +46,7 @@ type kvFixture struct {
 	board *health.Board
 	logs  *syncBuffer
 	reg   *prometheus.Registry
+	fol   *follow.Follower // nil in kv-approx
 }
 
 // newKVFixture builds a kv (or kv-approx) policy behind a Router with
@@ -60,8 +62,17 @@ func newKVFixture(t *testing.T, approx bool, n int, mod func(*KVConfig)) *kvFixt
 		mod(&cfg)
 	}
 	newPolicy := NewKV
+	var fol *follow.Follower
 	if approx {
 		newPolicy = NewKVApprox
+	} else {
+		var err error
+		fol, err = follow.New(t.Context(), follow.Config{Topic: cfg.Topic, Bind: cfg.Bind, BindAllow: cfg.BindAllow,
+			ReplayTimeout: cfg.ReplayTimeout, DialTimeout: cfg.DialTimeout, Logger: log, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Streams = fol
 	}
 	kv, err := newPolicy(t.Context(), cfg)
 	if err != nil {
@@ -76,7 +87,7 @@ func newKVFixture(t *testing.T, approx bool, n int, mod func(*KVConfig)) *kvFixt
 			t.Fatal(err)
 		}
 	}
-	return &kvFixture{kv: kv, r: r, board: board, logs: logs, reg: reg}
+	return &kvFixture{kv: kv, r: r, board: board, logs: logs, reg: reg, fol: fol}
 }
 
 func prompt(p, blocks int) []engine.Token {

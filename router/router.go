@@ -65,7 +65,7 @@ const (
 // DefaultStuckAfter is how long a worker may hold requests without
 // producing a token before it counts as stuck. It is well above the
 // longest prefill step of the engines Tandem runs (the mocker's 32k-token
-// prefill at the seeds' timing takes under 3 s).
+// prefill at the seeds' timing; docs/benchmarks.md).
 const DefaultStuckAfter = 30 * time.Second
 
 // StuckHook hears a worker become stuck (holding requests, no progress for

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/router/accuracy"
 )
 
 // DecodeEstimator is implemented by engines that can tell how long one
@@ -66,25 +67,23 @@ func prefillSteps(n, chunk, decodes int) int {
 	return (n + c - 1) / c
 }
 
-// ttft_model_drift thresholds over the last driftWindow first tokens: the
-// mean relative error |observed − predicted| / max(observed, predicted).
+// ttft_model_drift thresholds (package accuracy checks them).
 const (
-	ttftDriftWindow  = 32
-	ttftDriftMinimum = 16
-	ttftDriftRaise   = 0.5 // typically off by 2×
-	ttftDriftClear   = 0.3
+	ttftDriftWindow  = accuracy.TTFTWindow
+	ttftDriftMinimum = accuracy.TTFTMinimum
+	ttftDriftRaise   = accuracy.TTFTRaise
 )
 
 // Diagnostic codes of the TTFT cost.
 const (
-	DiagTTFTDrift     = "ttft_model_drift"
-	DiagTTFTRecovered = "ttft_model_recovered"
+	DiagTTFTDrift     = accuracy.DiagTTFTDrift
+	DiagTTFTRecovered = accuracy.DiagTTFTRecovered
 )
 
 type ttftCoef struct{ a, b, d float64 }
 
-// timingModel predicts one worker's TTFT and checks itself against what
-// the worker then does.
+// timingModel predicts one worker's TTFT and learns from what the worker
+// then does (kvWorker.ttftAcc checks the predictions).
 type timingModel struct {
 	// src is the model as one immutable snapshot (the engine's estimate,
 	// capacity and the learned rates), so a decision reads each
@@ -96,17 +95,11 @@ type timingModel struct {
 	// prior says (and it is measured by the traffic it then gets).
 	fleet *atomic.Pointer[ttftCoef]
 
-	drifting atomic.Bool
-
 	mu sync.Mutex
 	// Weighted normal equations of the fit: s = Σ φφᵀ, r = Σ φ·y.
 	s       [3][3]float64
 	r       [3]float64
 	samples int
-	errs    [ttftDriftWindow]float64
-	errAt   int
-	errN    int
-	errSum  float64
 }
 
 // OnboardEstimator is an engine with KV tiers below its pool that can say
@@ -254,23 +247,20 @@ func (src *timingSource) kvFull(activeTokens int) float64 {
 // router's virtual queue drains. Pricing a queue whose prefills are overdue
 // as busy for as long again was tried twice: it once spread a shared system
 // prompt over half the workers only (TestNoStarvation), and with that fixed
-// by the shared-prefix pricing it still lost on the Mooncake replay's p99
-// (worse than Dynamo's cost in three runs of three, against two of four
-// better without it; docs/benchmarks/router.md): late first tokens on a
-// loaded machine are not a slow worker.
+// by the shared-prefix pricing it still lost to Dynamo's cost on the
+// Mooncake replay's p99 (docs/benchmarks.md, "Router: figures behind the
+// code"): late first tokens on a loaded machine are not a slow worker.
 func queueStart(busyUntil int64, _ int, now int64) int64 { return max(busyUntil, now) }
 
 // observe learns from one first token: n uncached tokens (from the
 // engine's cached_tokens), whether the worker was decoding, the wait the
-// router predicted, the predicted and the observed TTFT. It returns the
-// windowed error and whether the drift state changed.
-func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed time.Duration) (errMean float64, raised, cleared bool) {
+// router predicted, the predicted and the observed TTFT.
+func (m *timingModel) observe(n int, decoding bool, wait, _, observed time.Duration) {
 	y := max(observed-wait, 0).Seconds()
 	phi := [3]float64{1, float64(n) * tokScale, 0}
 	if decoding {
 		phi[2] = float64(prefillSteps(n, m.src.Load().chunk, 0))
 	}
-	e := math.Abs(observed.Seconds()-predicted.Seconds()) / max(observed.Seconds(), predicted.Seconds(), 1e-6)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := range 3 {
@@ -289,24 +279,6 @@ func (m *timingModel) observe(n int, decoding bool, wait, predicted, observed ti
 			m.fleet.Store(&c)
 		}
 	}
-	if m.errN == ttftDriftWindow {
-		m.errSum -= m.errs[m.errAt]
-	} else {
-		m.errN++
-	}
-	m.errs[m.errAt] = e
-	m.errAt = (m.errAt + 1) % ttftDriftWindow
-	m.errSum += e
-	errMean = m.errSum / float64(m.errN)
-	switch d := m.drifting.Load(); {
-	case !d && m.errN >= ttftDriftMinimum && errMean > ttftDriftRaise:
-		m.drifting.Store(true)
-		raised = true
-	case d && errMean < ttftDriftClear:
-		m.drifting.Store(false)
-		cleared = true
-	}
-	return errMean, raised, cleared
 }
 
 // solve returns the ridge estimate (S + λI)θ = r + λθ₀, or false when the
@@ -363,7 +335,8 @@ func (k *KV) gradeTTFT(f *flight, cachedTokens int, observed time.Duration) {
 	if predicted <= 0 {
 		return
 	}
-	errMean, raised, cleared := m.observe(max(f.isl-cachedTokens, 1), f.decoding, wait, predicted, observed)
+	m.observe(max(f.isl-cachedTokens, 1), f.decoding, wait, predicted, observed)
+	errMean, raised, cleared := w.ttftAcc.Observe(predicted, observed)
 	k.met.ttftRatio.WithLabelValues(w.id).Observe(observed.Seconds() / predicted.Seconds())
 	k.met.ttftErr.WithLabelValues(w.id).Set(errMean)
 	switch {
@@ -403,13 +376,11 @@ func (k *KV) TTFTModel(id string) (TTFTModelState, bool) {
 	}
 	m := &w.timing
 	c := m.coefs()
-	st := TTFTModelState{Engine: m.src.Load().est != nil, Base: secs(c.a), PerToken: secs(c.b), Decode: secs(c.d), Drifting: m.drifting.Load()}
+	st := TTFTModelState{Engine: m.src.Load().est != nil, Base: secs(c.a), PerToken: secs(c.b), Decode: secs(c.d), Drifting: w.ttftAcc.Drifting()}
 	m.mu.Lock()
 	st.Samples = m.samples
-	if m.errN > 0 {
-		st.MeanError = m.errSum / float64(m.errN)
-	}
 	m.mu.Unlock()
+	st.MeanError = w.ttftAcc.MeanError()
 	return st, true
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
+	"github.com/tandemllm/tandem/kvevents/follow"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
@@ -132,6 +133,14 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	s.Board = base.Board
 	kvcfg := cfg.KV
 	kvcfg.Board, kvcfg.Logger, kvcfg.Registerer = s.Board, log, reg
+	if cfg.RouterMode == "kv" { // the policy follows its workers' KV event streams
+		fol, err := follow.New(context.Background(), follow.Config{Topic: kvcfg.Topic, Bind: kvcfg.Bind, BindAllow: kvcfg.BindAllow,
+			ReplayTimeout: kvcfg.ReplayTimeout, DialTimeout: kvcfg.DialTimeout, Logger: log, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		kvcfg.Streams = fol
+	}
 	policy, err := router.NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/tandemllm/tandem/engine/upstream/standin"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/follow"
 	"github.com/tandemllm/tandem/router"
 )
 
@@ -502,9 +503,14 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 
 func newPolicy(ctx context.Context, sc Scenario, board *health.Board, log *slog.Logger, l *kvevents.Listener) (router.Policy, *router.KV, error) {
 	cfg := router.KVConfig{BlockSize: BlockSize, Cost: sc.Cost, Seed: sc.Seed + 1, Board: board, Logger: log,
-		KVEventsTimeout: sc.KVEventsTimeout, ApproxTTL: sc.ApproxTTL, Listener: l}
+		KVEventsTimeout: sc.KVEventsTimeout, ApproxTTL: sc.ApproxTTL}
 	switch sc.Mode {
 	case "kv":
+		fol, err := follow.New(ctx, follow.Config{Listener: l, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Streams = fol
 		kv, err := router.NewKV(ctx, cfg)
 		return kv, kv, err
 	case "kv-approx":
