@@ -15,8 +15,8 @@ import (
 )
 
 // DefaultMaxBlocks bounds an index when Config.MaxBlocks is 0: about 4.2 M
-// residences, roughly 300 MB (see docs/benchmarks/router.md), enough for
-// ~170 workers of 25k blocks each. Dynamo's event indexer has no bound at all
+// residences (docs/benchmarks/router.md has the memory per residence),
+// enough for ~170 workers of 25k blocks each. Dynamo's event indexer has no bound at all
 // (ai-dynamo/dynamo#4429); its approximate one defaults to 2^20.
 const DefaultMaxBlocks = 1 << 22
 
