@@ -38,9 +38,10 @@ const (
 // comments"). Tests check both agree. Default is costly (it builds the
 // whole vocabulary); call it once and share the result.
 func Default() (*Model, error) {
-	// tiktoken-go-loader embeds four vocabularies and links all of them (3.3 MB
-	// for the three unused): kept, because copying o200k_base into this
-	// repository would commit a file fetched from elsewhere.
+	// tiktoken-go-loader embeds four vocabularies and links all of them
+	// (the three unused cost some MB: docs/benchmarks/layers.md): kept,
+	// because copying o200k_base into this repository would commit a file
+	// fetched from elsewhere.
 	ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe("o200k_base.tiktoken")
 	if err != nil {
 		return nil, fmt.Errorf("load embedded o200k_base: %w", err)
