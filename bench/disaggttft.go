@@ -12,9 +12,10 @@ import (
 const ScenarioDisaggTTFT = "disagg-ttft"
 
 // DisaggTTFT is the prompt set that decides whether disaggregated prefill
-// pays (seed report §4.5): the seed measured disaggregation 8.4× slower
-// than KV-routed aggregation on its 2-prefix case and ≈20× slower across
-// 1 GbE, because every prompt's KV crossed the link. Each round sends
+// pays (seed report §4.5; its figures are in docs/benchmarks.md): the seed
+// measured disaggregation slower than KV-routed aggregation on its
+// 2-prefix case and slower still across 1 GbE, because every prompt's KV
+// crossed the link. Each round sends
 // Prefixes prompts of PrefixWords shared words plus a TailWords tail
 // that changes every round (mostly cached: moving KV should not pay), and
 // one fresh prompt per LongWords entry (no cache anywhere: the case where

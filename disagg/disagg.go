@@ -571,7 +571,7 @@ func (o *Orchestrator) remote(ctx context.Context, dec kvtransfer.Side, l *leg, 
 		if code == "" {
 			code = kvtransfer.CodeFailed
 		}
-		if r, ok := dec.(interface{ ResetTransferKey() }); ok && code == kvtransfer.CodeRejected {
+		if r, ok := dec.(kvtransfer.TransferKeyResetter); ok && code == kvtransfer.CodeRejected {
 			// The token may be stale (the decode worker restarted with a
 			// new key under the same record): fetch the key again.
 			r.ResetTransferKey()

@@ -4,9 +4,9 @@
 // (kvtransfer), and carries the choice out.
 //
 // The seed measurements are why this is a decision and not a switch:
-// on one host disaggregation made TTFT 5-7× worse, across 1 GbE 20× worse,
-// and both slowdowns were exactly "KV bytes ÷ link throughput" plus a
-// prefill the decode worker could have done itself. So the decider prices
+// disaggregation made TTFT worse on one host and far worse across 1 GbE
+// (docs/benchmarks.md), and both slowdowns were exactly "KV bytes ÷ link
+// throughput" plus a prefill the decode worker could have done itself. So the decider prices
 // both options with what it can measure:
 //
 //	local  = prefill(uncached tokens on the decode worker) × (1 + w·running decodes)

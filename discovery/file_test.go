@@ -12,8 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 )
+
+// A file registry hands its junk-file count to the frontend through
+// engine.MetricsCollector (discovery sits beside engine, so only a test may
+// import it).
+var _ engine.MetricsCollector = (*File)(nil)
 
 // TestFileLiveness covers the ways a record file stops counting: its
 // owner's process is gone (exited, or killed and not yet reaped), or it was

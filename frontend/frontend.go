@@ -159,7 +159,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	}
 	base := process.New(opts.Logger, opts.Metrics, opts.Board)
 	log, reg, board := base.Log, base.Registry, base.Board
-	if c, ok := opts.Registry.(interface{ Collector() prometheus.Collector }); ok {
+	if c, ok := opts.Registry.(engine.MetricsCollector); ok {
 		// The file backend's junk-file count.
 		_ = reg.Register(c.Collector())
 	}

@@ -19,8 +19,8 @@
 //
 // Full blocks are keyed by a chained hash: the hash of block i covers its own
 // tokens and the hash of block i-1, so equal hashes mean equal prefixes. The
-// hash function is pluggable (Hasher). The default is a fast Dynamo-style
-// XXH3-64 chain; the mocker plugs in vLLM's sha256_cbor chain
+// hash function is pluggable (Hasher). The default is package blockhash's
+// Dynamo-style XXH3-64 chain, the router index's own hash; the mocker plugs in vLLM's sha256_cbor chain
 // (kvevents.VLLMHasher) so the hashes it publishes equal a real vLLM's.
 //
 // # Sequence lifecycle

@@ -3,8 +3,7 @@ package kvcache
 import (
 	"encoding/binary"
 
-	"github.com/zeebo/xxh3"
-
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/tokenid"
 )
 
@@ -36,32 +35,21 @@ type Hasher interface {
 	Hash(parent BlockHash, tokens []tokenid.ID) BlockHash
 }
 
-// XXH3Seed is the seed Dynamo's router uses for its block hashes; the default
-// hasher uses it so a Tandem index and a Dynamo one agree on local hashes.
-const XXH3Seed = 1337
-
-// XXH3Hasher is the default Hasher: XXH3-64 (seed XXH3Seed) over the tokens as
-// little-endian u32, chained as XXH3-64 over (parent, local) little-endian
-// u64, the scheme of Dynamo's sequence hashes. It is an order of magnitude
-// cheaper than sha256_cbor and is what engines use when nobody needs vLLM's
-// exact hash values.
+// XXH3Hasher is the default Hasher: package blockhash's chained XXH3-64 hash
+// (Dynamo's sequence hashes), the one the router's prefix index computes, so
+// an index re-hashing an engine's tokens finds the engine's own hashes. It is
+// what engines use when nobody needs vLLM's exact hash values (sha256_cbor,
+// kvevents.VLLMHasher).
 type XXH3Hasher struct {
-	buf []byte
+	h blockhash.Hasher
 }
 
-// Hash implements Hasher.
+// Hash implements Hasher: the zero parent starts a sequence (the block's
+// local hash), any other is chained onto.
 func (x *XXH3Hasher) Hash(parent BlockHash, tokens []tokenid.ID) BlockHash {
-	buf := x.buf[:0]
-	for _, t := range tokens {
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(t))
-	}
-	x.buf = buf
-	local := xxh3.HashSeed(buf, XXH3Seed)
+	local := x.h.Local(tokens)
 	if parent.IsZero() {
 		return HashFromUint64(local)
 	}
-	var pair [16]byte
-	binary.LittleEndian.PutUint64(pair[:8], parent.Uint64())
-	binary.LittleEndian.PutUint64(pair[8:], local)
-	return HashFromUint64(xxh3.HashSeed(pair[:], XXH3Seed))
+	return HashFromUint64(blockhash.Chain(parent.Uint64(), local))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/kvevents"
 )
 
@@ -198,7 +199,7 @@ func lookupFixture(b *testing.B, nw, perWorker int) (*Index, []uint64) {
 			b.Fatal(err)
 		}
 	}
-	return ix, BlockHashes(prompt, 16)
+	return ix, blockhash.Blocks(prompt, 16)
 }
 
 func seqTokens16(p, blocks int) []int32 {

@@ -4,12 +4,11 @@
 //
 // # Hashes
 //
-// Blocks are keyed by Tandem's own hashes, Dynamo's scheme (ai-dynamo/dynamo,
-// lib/kv-router: compute_block_hash_for_seq):
-// XXH3-64 with seed 1337 over the block's token ids as little-endian u32,
-// full blocks only, each chained with its parent's hash. A chained hash
-// names a whole prefix, so the index is a flat map from hash to holders, not
-// a tree. Engines' own block hashes are opaque: each BlockStored event's
+// Blocks are keyed by Tandem's own hashes, package blockhash's (Dynamo's
+// scheme: XXH3-64 with seed 1337 over the block's token ids, full blocks
+// only, each chained with its parent's hash), the same hashes Tandem's
+// engines compute (kvcache.XXH3Hasher). A chained hash names a whole prefix,
+// so the index is a flat map from hash to holders, not a tree. Engines' own block hashes are opaque: each BlockStored event's
 // token_ids are re-hashed, and a per-worker map from engine hash to index
 // block lets BlockRemoved (which carries engine hashes only) be applied. The
 // engine's hash algorithm and PYTHONHASHSEED therefore never matter.

@@ -9,13 +9,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/kvevents/event"
 )
 
 // DefaultMaxBlocks bounds an index when Config.MaxBlocks is 0: about 4.2 M
-// residences, roughly 300 MB (see docs/benchmarks/router.md), enough for
-// ~170 workers of 25k blocks each. Dynamo's event indexer has no bound at all
+// residences (docs/benchmarks/router.md has the memory per residence),
+// enough for ~170 workers of 25k blocks each. Dynamo's event indexer has no bound at all
 // (ai-dynamo/dynamo#4429); its approximate one defaults to 2^20.
 const DefaultMaxBlocks = 1 << 22
 
@@ -160,9 +161,9 @@ type Index struct {
 	tags   []int32
 	byID   map[string]uint32
 	free   []uint32
-	hasher Hasher   // used under the write lock
-	group  []uint64 // scratch for one event's hashes
-	sink   uint64   // keeps the warming loads alive
+	hasher blockhash.Hasher // used under the write lock
+	group  []uint64         // scratch for one event's hashes
+	sink   uint64           // keeps the warming loads alive
 
 	scratch sync.Pool
 	st      counters
@@ -435,12 +436,8 @@ func (ix *Index) applyStored(w *worker, ev *event.Event, now uint32, st *ApplySt
 		}
 	} else {
 		for r := range nb * k {
-			l := ix.hasher.local(ev.TokenIDs[r*ix.bs : (r+1)*ix.bs])
-			if hasParent {
-				parent = ChainHash(parent, l)
-			} else {
-				parent, hasParent = l, true
-			}
+			parent = ix.hasher.Next(parent, hasParent, ev.TokenIDs[r*ix.bs:(r+1)*ix.bs])
+			hasParent = true
 			hs = append(hs, parent)
 		}
 	}
@@ -524,7 +521,7 @@ func (ix *Index) warmRemoval(w *worker, hashes []event.Hash) {
 	ix.sink += sink
 }
 
-// Store records hashes (already chained, as from Hasher.Append) as held by
+// Store records hashes (already chained, as from blockhash.Hasher.Append) as held by
 // the worker. Approximate indexes use it for routing decisions, in-process
 // engines for blocks they report directly. Storing again refreshes.
 func (ix *Index) Store(workerID string, hashes []uint64) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/kvevents"
 )
 
@@ -41,9 +42,9 @@ func stored(tokens []int32, from, to int, eng func(int) uint64, blockSize int) k
 }
 
 // own gives the blocks of tokens Tandem's own hashes, as an engine
-// publishing without token ids does (kvcache.XXH3Hasher).
+// publishing without token ids does (kvcache.XXH3Hasher, package blockhash).
 func own(tokens []int32) func(int) uint64 {
-	var h Hasher
+	var h blockhash.Hasher
 	hs := h.Append(nil, 0, false, tokens, bs)
 	return func(i int) uint64 { return hs[i] }
 }
@@ -162,7 +163,7 @@ func TestApplyAndLookup(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got := lookupMap(ix, BlockHashes(tc.query, bs))
+			got := lookupMap(ix, blockhash.Blocks(tc.query, bs))
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Fatalf("lookup = %v, want %v", got, tc.want)
 			}
@@ -219,7 +220,7 @@ func TestPruneKeepsRecentlyUsed(t *testing.T) {
 		}
 	}
 	now = now.Add(time.Second)
-	hot := BlockHashes(seqTokens(0, 4), bs) // the oldest, but used
+	hot := blockhash.Blocks(seqTokens(0, 4), bs) // the oldest, but used
 	if got := lookupMap(ix, hot)["w"]; got != 4 {
 		t.Fatalf("before prune: %d", got)
 	}
@@ -232,7 +233,7 @@ func TestPruneKeepsRecentlyUsed(t *testing.T) {
 	if got := lookupMap(ix, hot)["w"]; got != 4 {
 		t.Fatalf("recently used prompt pruned: %d blocks left", got)
 	}
-	if got := lookupMap(ix, BlockHashes(seqTokens(1, 4), bs))["w"]; got != 0 {
+	if got := lookupMap(ix, blockhash.Blocks(seqTokens(1, 4), bs))["w"]; got != 0 {
 		t.Fatalf("least recently used prompt kept: %d", got)
 	}
 	if got := testutil.ToFloat64(ix.collectorFor(reg, "tandem_kvindex_pruned_blocks_total")); got != 21 {
@@ -270,7 +271,7 @@ func TestPruneSparesSharedPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Minute)
-	if got := len(lookupMap(ix, BlockHashes(shared, bs))); got != nw {
+	if got := len(lookupMap(ix, blockhash.Blocks(shared, bs))); got != nw {
 		t.Fatalf("%d holders before pruning", got)
 	}
 	now = now.Add(time.Second)
@@ -278,13 +279,13 @@ func TestPruneSparesSharedPrefix(t *testing.T) {
 	if _, err := ix.Apply("w1", []kvevents.Event{stored(seqTokens(3, 1), 0, 1, engineHash(101), bs)}); err != nil {
 		t.Fatal(err)
 	}
-	got := lookupMap(ix, BlockHashes(shared, bs))
+	got := lookupMap(ix, blockhash.Blocks(shared, bs))
 	for w := range nw {
 		if got[fmt.Sprint("w", w)] != 4 {
 			t.Fatalf("shared prompt pruned: %v", got)
 		}
 	}
-	if n := lookupMap(ix, BlockHashes(seqTokens(2, 9), bs))["w0"]; n != 0 {
+	if n := lookupMap(ix, blockhash.Blocks(seqTokens(2, 9), bs))["w0"]; n != 0 {
 		t.Fatalf("old prompt kept %d blocks", n)
 	}
 	if err := ix.check(); err != nil {
@@ -302,7 +303,7 @@ func TestTTLExpiry(t *testing.T) {
 	if err := ix.AddWorker("w1", 0); err != nil {
 		t.Fatal(err)
 	}
-	a := BlockHashes(seqTokens(1, 5), bs)
+	a := blockhash.Blocks(seqTokens(1, 5), bs)
 	if err := ix.Store("w0", a); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestRemoveWorkerReusesSlot(t *testing.T) {
 	if err := ix.AddWorker("c", 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := lookupMap(ix, BlockHashes(a, bs)); fmt.Sprint(got) != "map[b:3]" {
+	if got := lookupMap(ix, blockhash.Blocks(a, bs)); fmt.Sprint(got) != "map[b:3]" {
 		t.Fatalf("lookup = %v", got)
 	}
 	if ix.HasWorker("a") || !ix.HasWorker("c") {
@@ -438,7 +439,7 @@ func TestAgainstModel(t *testing.T) {
 						want[fmt.Sprint("w", mw)] = n * k
 					}
 				}
-				got := lookupMap(ix, BlockHashes(prompts[q], bs))
+				got := lookupMap(ix, blockhash.Blocks(prompts[q], bs))
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("step %d: lookup = %v, want %v", step, got, want)
 				}
@@ -448,7 +449,7 @@ func TestAgainstModel(t *testing.T) {
 						wantTags[int32(100+mw)] = int32(n)
 					}
 				}
-				for _, o := range ix.LookupTags(BlockHashes(prompts[q], bs), nil) {
+				for _, o := range ix.LookupTags(blockhash.Blocks(prompts[q], bs), nil) {
 					gotTags[o.Tag] = o.Blocks
 				}
 				if fmt.Sprint(gotTags) != fmt.Sprint(wantTags) {
@@ -491,7 +492,7 @@ func TestConcurrentLookupsAndEvents(t *testing.T) {
 			defer wg.Done()
 			var dst []Overlap
 			for p := range 2000 {
-				dst = ix.Lookup(BlockHashes(seqTokens(p%300, 8), bs), dst[:0])
+				dst = ix.Lookup(blockhash.Blocks(seqTokens(p%300, 8), bs), dst[:0])
 				for _, o := range dst {
 					if o.Blocks < 1 || o.Blocks > 8 {
 						t.Errorf("overlap %+v", o)
@@ -630,7 +631,7 @@ func TestParentZeroIsNone(t *testing.T) {
 	if err != nil || st.StoredEvents != 1 || st.ParentMissing != 0 {
 		t.Fatalf("stats %+v err %v", st, err)
 	}
-	var h Hasher
+	var h blockhash.Hasher
 	if got := lookupMap(ix, h.Append(nil, 0, false, a, bs)); got["w"] != 2 {
 		t.Fatalf("lookup %v, want 2 blocks", got)
 	}

@@ -4,8 +4,8 @@ package kvindex
 // backward-shift deletion, key and value side by side. The index's two
 // hot maps (hash → chain, engine hash → node) churn constantly (every
 // stored block is later removed), and Go's map, whose deletions leave
-// tombstones to be cleaned by rehashing, measured about twice as slow
-// under that churn at a million keys (docs/benchmarks/router.md). Here a
+// tombstones to be cleaned by rehashing, was slower under that churn at a
+// million keys (docs/benchmarks/router.md). Here a
 // lookup is one cache miss and a deletion leaves nothing behind.
 //
 // Key 0 marks an empty slot, so the zero key lives beside the array.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/kvevents"
 )
 
@@ -55,7 +56,7 @@ func TestLowerTiers(t *testing.T) {
 			if _, err := ix.Apply("w0", tc.events); err != nil {
 				t.Fatal(err)
 			}
-			got := lookupMap(ix, BlockHashes(a, bs))
+			got := lookupMap(ix, blockhash.Blocks(a, bs))
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Fatalf("lookup = %v, want %v", got, tc.want)
 			}

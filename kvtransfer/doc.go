@@ -27,14 +27,15 @@
 //     side, is acquired from the worker's budget before it is allocated and
 //     released the moment its bytes are written to the socket or imported.
 //     A transfer that finds the budget spent waits (TCP back-pressure stops
-//     its sender) instead of exceeding it, so eight concurrent transfers of
-//     1.3 GB cost no more memory than the budget.
+//     its sender) instead of exceeding it, so concurrent transfers much
+//     larger than the budget cost no more memory than it
+//     (TestTransferMemoryRSS).
 //   - Link throughput per worker pair (Links): an EWMA over real transfers,
 //     seeded by a short probe the first time a pair is seen, exported as
 //     tandem_kv_link_throughput_bytes_per_second. The disaggregation
 //     decider needs it to price "bytes ÷ link" before choosing remote
-//     prefill: the seed's 1 GbE deployment was 20× slower exactly by that
-//     quotient.
+//     prefill: the seed's 1 GbE deployment was slower exactly by that
+//     quotient (docs/benchmarks.md).
 //   - Failure handling with codes. A transfer that fails or times out
 //     returns an *Error with a diagnostic code (kv_transfer_failed,
 //     kv_transfer_timeout, kv_layout_mismatch, kv_transfer_rejected) and

@@ -353,7 +353,7 @@ func wrapCtx(ctx context.Context, err error) error {
 // blockSizeOf derives the block size from the layout-independent facts a
 // KVPort exposes: engines report it in Info.
 func blockSizeOf(p engine.KVPort) int {
-	if e, ok := p.(interface{ Info() engine.Info }); ok {
+	if e, ok := p.(engine.InfoReporter); ok {
 		return e.Info().BlockSize
 	}
 	return 0

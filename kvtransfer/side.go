@@ -48,6 +48,15 @@ type Side interface {
 	TransferToken(ctx context.Context, sender string, tokens []engine.Token, from int) ([]byte, error)
 }
 
+// TransferKeyResetter is implemented by a Side that caches the key its
+// transfer tokens are minted with: requestplane.Side, a remote worker's,
+// which fetched it from that worker. Asked by disagg's orchestrator when the
+// decode worker rejected a transfer (a worker restarted under the same
+// record has a new key), so the next token is minted with a fresh one.
+type TransferKeyResetter interface {
+	ResetTransferKey()
+}
+
 // Assessment is a worker's view of one prompt.
 type Assessment struct {
 	// CachedTokens is the prefix of all but the prompt's last token that

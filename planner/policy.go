@@ -31,8 +31,8 @@ func ParseRole(s string) (Role, error) {
 // Load is one interval's traffic: requests per second, mean input and
 // output lengths in tokens, the share of input tokens that hit a prefix
 // cache, and ISLTail, the input length at the targets' quantile over the
-// mean (1 when unknown): heavy-tailed prompts (Mooncake's p90 is 2.3× its
-// mean) set the quantile TTFT, not the mean prompt.
+// mean (1 when unknown): heavy-tailed prompts (Mooncake's p90 is well
+// above its mean) set the quantile TTFT, not the mean prompt.
 type Load struct {
 	Rate, ISL, OSL, HitFrac float64
 	ISLTail                 float64

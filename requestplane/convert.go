@@ -21,10 +21,10 @@ import (
 // handed over, not copied: engine.Token is int32, the type protoc-gen-go
 // gives a repeated int32 field, so a prompt of 32k ids costs nothing here.
 // The encoding itself is gRPC's protobuf codec, with no hand-written fast
-// path: BenchmarkCodec and BenchmarkRoundTrip measured protobuf at
-// 1.10-1.45x the earlier hand-written codec's CPU per loopback Generate,
-// with the same end-to-end latency: too little to keep a second wire
-// format (docs/benchmarks/requestplane.md).
+// path: BenchmarkCodec and BenchmarkRoundTrip measured protobuf a little
+// above the earlier hand-written codec's CPU per loopback Generate, with
+// the same end-to-end latency: too little to keep a second wire format
+// (docs/benchmarks/requestplane.md).
 
 // maxTokens bounds a token list taken off the wire (a prompt, stop
 // tokens), so that a peer cannot hand an engine more than any context

@@ -16,6 +16,10 @@ import (
 	"github.com/tandemllm/tandem/tracing"
 )
 
+// A remote worker's Side caches its transfer key, and the orchestrator
+// resets it through this capability (checked at compile time).
+var _ kvtransfer.TransferKeyResetter = (*Side)(nil)
+
 // The disaggregation calls: a frontend's orchestrator asks a worker about
 // a prompt (Assess), about its link to a decode worker (Link), and has a
 // prefill worker run a prefill leg and push the blocks (Prefill). They

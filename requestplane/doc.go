@@ -15,9 +15,8 @@
 //
 // Earlier releases used a hand-written service descriptor and binary
 // codec. BenchmarkCodec and BenchmarkRoundTrip price both in one run:
-// protobuf costs more CPU (10-20% of a loopback round trip of a
-// 512-token prompt and 16 Deltas, 0.1-0.3 ms per 32k-token prompt) and
-// the frontend's added TTFT over the request plane is the same, which is
+// protobuf costs somewhat more CPU per round trip and the frontend's
+// added TTFT over the request plane is the same, which is
 // small beside what serving those requests costs an engine, so no
 // hand-written fast path is kept; docs/benchmarks/requestplane.md has the
 // figures. Peers of those releases are refused with statuses that

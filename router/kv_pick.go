@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvindex"
 )
@@ -50,7 +51,7 @@ type candScore struct {
 // nothing in steady state. Arrays indexed by worker slot are all zero
 // between decisions; touched lists the slots to reset.
 type pickScratch struct {
-	hasher      kvindex.Hasher
+	hasher      blockhash.Hasher
 	hashes      []uint64
 	ov          []kvindex.TagOverlap
 	evOv, apOv  []int32
@@ -408,7 +409,7 @@ func (k *KV) Routed(req *Request, d Decision) {
 			hashes = rp.Hashes
 		}
 	} else {
-		var h kvindex.Hasher
+		var h blockhash.Hasher
 		hashes = h.Append(nil, 0, false, req.Tokens, k.cfg.BlockSize)
 	}
 	if len(hashes) > 0 {
@@ -523,6 +524,6 @@ func (k *KV) BlockSize() int { return k.cfg.BlockSize }
 // PromptHashes are the chained hashes of the whole blocks of tokens at the
 // router's block size (what Routed indexes).
 func (k *KV) PromptHashes(tokens []engine.Token) []uint64 {
-	var h kvindex.Hasher
+	var h blockhash.Hasher
 	return h.Append(nil, 0, false, tokens, k.cfg.BlockSize)
 }

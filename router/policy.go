@@ -19,7 +19,7 @@ type Request struct {
 }
 
 // RemotePrompt is a prompt known by its length and the chained hashes of
-// its whole blocks (kvindex.Hasher, block size BlockSize).
+// its whole blocks (blockhash.Hasher, block size BlockSize).
 type RemotePrompt struct {
 	Len       int
 	BlockSize int

@@ -7,8 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
@@ -106,7 +104,7 @@ func (s *System) startDisagg(cfg *Config, newEngine EngineFactory) error {
 		}
 		d.prefill = append(d.prefill, eng)
 		d.ids = append(d.ids, id)
-		if c, ok := eng.(interface{ Collector() prometheus.Collector }); ok {
+		if c, ok := eng.(engine.MetricsCollector); ok {
 			if err := s.Registry.Register(unchecked{c.Collector()}); err != nil {
 				return fmt.Errorf("serve: %s metrics: %w", id, err)
 			}

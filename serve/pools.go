@@ -235,7 +235,7 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 	id := fmt.Sprintf("worker-%d", i)
 	health.Attach(eng, s.Board, id)
 	if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
-		if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+		if t, ok := eng.(engine.ReplayTokener); ok {
 			s.kv.SetReplayToken(id, t.KVEventsReplayToken())
 		}
 		if err := s.kv.AddWorker(id, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
@@ -244,7 +244,7 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 		}
 	}
 	gen := s.trackWorker(id, eng, eng)
-	if c, ok := eng.(interface{ Collector() prometheus.Collector }); ok {
+	if c, ok := eng.(engine.MetricsCollector); ok {
 		p.mu.Lock()
 		p.members[len(p.members)-1].coll = c.Collector()
 		p.mu.Unlock()

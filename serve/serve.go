@@ -181,7 +181,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
 		}
 		s.engines = append(s.engines, eng)
-		if c, ok := eng.(interface{ Collector() prometheus.Collector }); ok {
+		if c, ok := eng.(engine.MetricsCollector); ok {
 			if err := reg.Register(unchecked{c.Collector()}); err != nil {
 				return nil, fmt.Errorf("serve: worker %d metrics: %w", i, err)
 			}
@@ -236,7 +236,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			// without an endpoint is never subscribed: the policy routes it
 			// by approximation, and raises kv_events_missing once it serves
 			// full blocks, in kv mode.
-			if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+			if t, ok := eng.(engine.ReplayTokener); ok {
 				s.kv.SetReplayToken(w.ID, t.KVEventsReplayToken())
 			}
 			if err := s.kv.AddWorker(w.ID, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
@@ -276,7 +276,7 @@ func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, 
 	info := eng.Info()
 	if info.Kind == "upstream" && i > 0 && info.Model != first.Info().Model {
 		url := func(e engine.Engine) string {
-			if u, ok := e.(interface{ URL() string }); ok {
+			if u, ok := e.(engine.URLReporter); ok {
 				return u.URL()
 			}
 			return "?"

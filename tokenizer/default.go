@@ -33,14 +33,15 @@ const (
 //
 // The ranks come from tiktoken-go-loader's offline loader, but encoding runs
 // on this package's byte-level BPE: tiktoken-go's encoder converts the text
-// to []rune and allocates for every piece, making it 30-70x slower (about
-// 150 µs for a short chat prompt, against a 300 µs budget for the whole
-// frontend). Tests check both agree. Default takes
-// on the order of 100 ms; call it once and share the result.
+// to []rune and allocates for every piece, too slow for the frontend's
+// latency budget (docs/benchmarks.md, "Figures moved out of code
+// comments"). Tests check both agree. Default is costly (it builds the
+// whole vocabulary); call it once and share the result.
 func Default() (*Model, error) {
-	// tiktoken-go-loader embeds four vocabularies and links all of them (3.3 MB
-	// for the three unused): kept, because copying o200k_base into this
-	// repository would commit a file fetched from elsewhere.
+	// tiktoken-go-loader embeds four vocabularies and links all of them
+	// (the three unused cost some MB: docs/benchmarks/layers.md): kept,
+	// because copying o200k_base into this repository would commit a file
+	// fetched from elsewhere.
 	ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe("o200k_base.tiktoken")
 	if err != nil {
 		return nil, fmt.Errorf("load embedded o200k_base: %w", err)

@@ -24,14 +24,14 @@ import (
 //
 // Why not the SDK (go.opentelemetry.io/otel/sdk/trace with the
 // otlptracegrpc exporter), which NewProvider still builds: at sampling 1.0
-// it cost about 30 µs per request against tracing off on the two-core CI
-// machine (BenchmarkTracingCost, which runs both in the same run), against
-// the 20 µs. A CPU profile put half of it on the request's
-// goroutine (the SDK's span start, sampler, id generator and snapshot at
-// End: 1.5 µs and about 10 allocations per span, eight to nine spans per
-// request) and half in the exporter (each span turned into a tree of
-// generated protobuf structs, about 100 allocations per request, then
-// marshalled), which on two cores competes with the requests. Here a span
+// it cost more per request than the target on the two-core CI
+// machine (BenchmarkTracingCost, which runs both in the same run;
+// docs/benchmarks/tracing.md has the figures). A CPU profile put half of it
+// on the request's goroutine (the SDK's span start, sampler, id generator
+// and snapshot at End, several allocations per span and eight to nine
+// spans per request) and half in the exporter (each span turned into a
+// tree of generated protobuf structs, then marshalled), which on two cores
+// competes with the requests. Here a span
 // is one allocation plus its context, and export appends wire bytes to a
 // reused buffer.
 //
@@ -193,7 +193,7 @@ const kidCap = 7
 // Its size is held under a malloc size class (2304 bytes; the test
 // TestLeanFamily checks it): what a sampled request allocates is what it
 // costs inside a real request, where every new cache line is a miss
-// (docs/benchmarks/tracing.md, 2026-12-04).
+// (docs/benchmarks/tracing.md).
 type family struct {
 	kids [kidCap]leanSpan
 	// The kids' attributes, handed out in slices as they are set

@@ -130,12 +130,12 @@ func (t *switchTracer) current(b *providerBox) trace.Tracer {
 // it starts them with another provider's (or passes them through).
 //
 // A switching tracer whose cache holds an older box is resolved here, not
-// answered nil (as it was until 2026-12-05): UseSampled makes a new box on
+// answered nil (as it once was): UseSampled makes a new box on
 // every call, and BenchmarkTracingCost calls it before every request, so
 // the worker's tracer, which is asked only through leanOf (StartCall),
 // never had a fresh cache there and took Start's option-parsing path on
-// every sampled call: about 1 µs and 8 allocations in isolation, 2 µs of
-// the request's p50 on 16 cores (docs/benchmarks/tracing.md). A process
+// every sampled call, a cost visible in the request's p50
+// (docs/benchmarks/tracing.md). A process
 // with one provider took that path on its first call only.
 func leanOf(t trace.Tracer) *leanTracer {
 	switch t := t.(type) {

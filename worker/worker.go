@@ -294,10 +294,7 @@ func (w *Worker) raiseOpenPlanes(rp, metrics string) {
 		}
 	}
 	msgs := map[string]string{}
-	if te, ok := w.eng.(interface {
-		KVEventsTokenIDs() bool
-		KVEventsEndpoint() string
-	}); ok && te.KVEventsTokenIDs() {
+	if te, ok := w.eng.(engine.TokenIDPublisher); ok && te.KVEventsTokenIDs() {
 		open["kv-events"] = strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://")
 		msgs["kv-events"] = "the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)"
 	}
@@ -337,8 +334,8 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	}
 	// The relay reads the engine's sockets as bound (loopback works even
 	// when the record advertises a host name).
-	ee, _ := w.eng.(interface{ KVEventsEndpoint() string })
-	re, _ := w.eng.(interface{ KVEventsReplayEndpoint() string })
+	ee, _ := w.eng.(engine.KVEventsPublisher)
+	re, _ := w.eng.(engine.KVEventsReplayer)
 	endpoint, replay := ee.KVEventsEndpoint(), ""
 	if re != nil {
 		replay = re.KVEventsReplayEndpoint()
@@ -399,10 +396,10 @@ func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Rec
 	if info.BlockSize > 0 {
 		rec.CapacityBlocks = info.KVCapacityTokens / info.BlockSize
 	}
-	if e, ok := eng.(interface{ KVEventsEndpoint() string }); ok {
+	if e, ok := eng.(engine.KVEventsPublisher); ok {
 		rec.KVEvents.Endpoint = e.KVEventsEndpoint()
 	}
-	if e, ok := eng.(interface{ KVEventsReplayEndpoint() string }); ok {
+	if e, ok := eng.(engine.KVEventsReplayer); ok {
 		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
 		rec.KVEvents.ReplayToken = hex.EncodeToString(replayToken(eng))
 	}
@@ -476,7 +473,7 @@ func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
 // vllmProtocol is discovery.ProtocolVLLM for engines that are vLLM
 // servers (engine/upstream), "" otherwise.
 func vllmProtocol(eng engine.Engine) string {
-	if p, ok := eng.(interface{ KVTransferProtocol() string }); ok && p.KVTransferProtocol() == discovery.ProtocolVLLM {
+	if p, ok := eng.(engine.KVTransferProtocolReporter); ok && p.KVTransferProtocol() == discovery.ProtocolVLLM {
 		return discovery.ProtocolVLLM
 	}
 	return ""
@@ -568,7 +565,7 @@ func (p *publishedPeers) allow(ctx context.Context, addr string) error {
 
 func (w *Worker) serveMetrics(addr string) (string, error) {
 	reg := w.reg // process.NewRegistry's: the Go and process collectors are on it
-	if c, ok := w.eng.(interface{ Collector() prometheus.Collector }); ok {
+	if c, ok := w.eng.(engine.MetricsCollector); ok {
 		if err := reg.Register(c.Collector()); err != nil {
 			return "", fmt.Errorf("worker: engine metrics: %w", err)
 		}
@@ -608,7 +605,7 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 
 // replayToken is the engine's KV event replay token (nil: none needed).
 func replayToken(eng engine.Engine) []byte {
-	if t, ok := eng.(interface{ KVEventsReplayToken() []byte }); ok {
+	if t, ok := eng.(engine.ReplayTokener); ok {
 		return t.KVEventsReplayToken()
 	}
 	return nil

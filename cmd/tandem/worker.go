@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -211,7 +212,7 @@ func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engineFlags, log
 
 // kvEndpoint reports where worker 0 publishes KV events, if its engine does.
 func kvEndpoint(sys *serve.System) string {
-	if e, ok := sys.Engine(0).(interface{ KVEventsEndpoint() string }); ok {
+	if e, ok := sys.Engine(0).(engine.KVEventsPublisher); ok {
 		return e.KVEventsEndpoint()
 	}
 	return ""

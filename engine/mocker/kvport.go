@@ -39,8 +39,8 @@ func (e *Engine) KVBlockBytes() int { return e.cfg.BlockSize * e.cfg.KVBytesPerT
 // as the scheduler runs it: with chunked prefill a prompt longer than the
 // step budget is computed in budget-sized chunks, one step each, and every
 // step pays the model's fixed cost and its quadratic term on its own chunk
-// only. Pricing an 87,000-token prompt as one step overstated it by 65%
-// (7.0 s instead of 4.2 s with the seeds' timing).
+// only. Pricing a long prompt as one step overstated it badly
+// (docs/benchmarks/router.md).
 func (e *Engine) EstimatePrefill(n int) float64 {
 	if n <= 0 {
 		return 0

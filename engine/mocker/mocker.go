@@ -16,6 +16,17 @@ import (
 	"github.com/tandemllm/tandem/structured"
 )
 
+// The engine's optional capabilities (package engine), checked at compile
+// time so a renamed method cannot turn one off silently.
+var (
+	_ engine.Engine            = (*Engine)(nil)
+	_ engine.KVEventsPublisher = (*Engine)(nil)
+	_ engine.KVEventsReplayer  = (*Engine)(nil)
+	_ engine.ReplayTokener     = (*Engine)(nil)
+	_ engine.TokenIDPublisher  = (*Engine)(nil)
+	_ engine.MetricsCollector  = (*Engine)(nil)
+)
+
 // ErrEmptyPrompt is returned by Generate for a request without tokens.
 var ErrEmptyPrompt = errors.New("mocker: empty prompt")
 

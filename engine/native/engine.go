@@ -19,6 +19,16 @@ import (
 	"github.com/tandemllm/tandem/structured"
 )
 
+// The engine's optional capabilities (package engine), checked at compile
+// time so a renamed method cannot turn one off silently.
+var (
+	_ engine.Engine            = (*Engine)(nil)
+	_ engine.KVEventsPublisher = (*Engine)(nil)
+	_ engine.KVEventsReplayer  = (*Engine)(nil)
+	_ engine.ReplayTokener     = (*Engine)(nil)
+	_ engine.TokenIDPublisher  = (*Engine)(nil)
+)
+
 // Options tune an Engine. The zero value is usable.
 type Options struct {
 	// Model is the id reported in Info (default "native").

@@ -22,6 +22,16 @@ import (
 	"github.com/tandemllm/tandem/openai"
 )
 
+// The engine's optional capabilities (package engine), checked at compile
+// time so a renamed method cannot turn one off silently.
+var (
+	_ engine.Engine                     = (*Engine)(nil)
+	_ engine.KVEventsPublisher          = (*Engine)(nil)
+	_ engine.KVEventsReplayer           = (*Engine)(nil)
+	_ engine.KVTransferProtocolReporter = (*Engine)(nil)
+	_ engine.URLReporter                = (*Engine)(nil)
+)
+
 // Config configures an upstream engine.
 type Config struct {
 	// URL is the upstream's base URL (http://host:port).

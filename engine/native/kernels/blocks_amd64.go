@@ -42,10 +42,10 @@ func bcastF16(p unsafe.Pointer, k112 archsimd.Float32x8) archsimd.Float32x8 {
 
 // Shifts are done as multiplies by powers of two: archsimd's ShiftAll*
 // take the count in a general register and Go moves it to a vector
-// register with a legacy-SSE MOVQ inside the loop, which measured 90 % of
-// a Q4_K product's time (the SSE/AVX transition). k is a loop-invariant
-// vector of 2^n (left shift) or 2^(16-n) (right shift, the high half of
-// the 16-bit product).
+// register with a legacy-SSE MOVQ inside the loop, which dominated a Q4_K
+// product's time (the SSE/AVX transition; docs/benchmarks/native.md). k is
+// a loop-invariant vector of 2^n (left shift) or 2^(16-n) (right shift,
+// the high half of the 16-bit product).
 func shl16(v archsimd.Uint16x16, k archsimd.Uint16x16) archsimd.Uint16x16 { return v.Mul(k) }
 func shr16(v archsimd.Uint16x16, k archsimd.Uint16x16) archsimd.Uint16x16 { return v.MulHigh(k) }
 

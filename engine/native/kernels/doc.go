@@ -34,8 +34,8 @@
 //     tokens with the row's unpacked weights and scales in registers.
 //   - Scalar float code compiles to legacy SSE, and Go zeroes composite
 //     locals with legacy-SSE MOVUPS. On Intel both are very slow while the
-//     upper halves of the vector registers are dirty (a 3× slowdown of a
-//     whole Q8_0 decode was traced to one zeroed array in a tile loop). So
+//     upper halves of the vector registers are dirty (a whole Q8_0
+//     decode's slowdown was traced to one zeroed array in a tile loop). So
 //     the kernels declare their locals before any vector code, keep results
 //     in vector stores, and clear the upper state (ClearAVXUpperBits) before
 //     any scalar code and before returning.

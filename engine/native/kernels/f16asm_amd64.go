@@ -6,25 +6,20 @@ import "golang.org/x/sys/cpu"
 
 // The one-token F16 product of the AVX-512 level in Go assembly
 // (f16asm_amd64.s). Decode streams every weight once per token and is
-// bound by memory: matF16's buffer path (widen a few rows into a per-thread
-// fp32 buffer, then the fp32 kernel) streamed about 10-19 GB/s from DRAM.
+// bound by memory, and matF16's buffer path (widen a few rows into a
+// per-thread fp32 buffer, then the fp32 kernel) streamed too slowly from DRAM.
 // The assembly widens with VCVTPH2PS (which archsimd lacks) straight into
 // the FMAs, eight rows per pass over the whole row range in one call (then
 // four, then the last rows repeated in a four-row tile), and prefetches a
 // tile ahead (PREFETCHT0, as the Q8_0 and Q6_K assembly do: the hardware
 // prefetchers fall behind several interleaved row streams).
 //
-// Measured on a Zen 5 EPYC (one thread, matrices from DRAM, 2026-12-05,
-// machine not quiet): the next-tile prefetch takes the four-row tile from
-// 17-21 to 24-28 GB/s; prefetching 2-16 KiB further ahead did no better;
-// PREFETCHT1 no better. Eight rows over four: 7-21% less time on
-// 768-column matrices (the 110M shape), even on 1024 and 3072 columns.
-// BenchmarkF16AsmDecode: 1.2-1.5× the buffer path's speed (2-3.7× on
-// 1024×3072). End to end, one thread, decode (tok/s, before → after,
-// alternating binaries, machine busy with other builds): 110M F16 38-65
-// → 44-100, median pair ratio 1.46 over 11 pairs (llama.cpp 87.5 on a
-// quiet machine); Qwen3-0.6B shape F16 7.9-8.6 → 11.7-14.3 (llama.cpp
-// 15.0).
+// The next-tile prefetch raised the four-row tile's bandwidth, where
+// prefetching further ahead or with PREFETCHT1 did not; eight rows per
+// pass beat four on every shape tried; and the assembly beats the buffer
+// path in BenchmarkF16AsmDecode and end to end in decode. The figures, with
+// their commands, are in docs/benchmarks/native.md ("Kernel design
+// figures").
 //
 // Each output is bitwise what the buffer path gives (TestF16AsmBitwise):
 // the same widened values (both widenings are exact for finite halves), the

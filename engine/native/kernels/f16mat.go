@@ -3,8 +3,8 @@ package kernels
 // F16 weight matrices. An F16 GGUF file's matrices used to be widened to
 // F32 at load: twice the resident memory, a copy of the whole file before
 // the first token, and decode, which streams every weight once per token,
-// reading twice the bytes (110M shape, one thread: 45.9 tok/s against
-// llama.cpp's 87.3 on the same F16 file, 2026-12-05). Kept as halves, the
+// reading twice the bytes (about half llama.cpp's decode rate on the same
+// F16 file: docs/benchmarks/native.md). Kept as halves, the
 // matrix is widened f16Tile rows at a time into a per-thread buffer that
 // stays in L1 and multiplied there by the fp32 kernel of the level. So
 // every output is bitwise the fp32 product of the widened weights (the

@@ -75,7 +75,8 @@ func q4kTok8AVX512(acc *[8][8]float32, x unsafe.Pointer, n int, y, d, bs unsafe.
 // 144·n bytes apart) against the Q8_K row at y (scales d, bsums bs),
 // storing each group's four sums at out in hsum4's order (what
 // storeRows stores). One call for a whole row range: a call per four rows
-// (Go's loop, storeRows) cost 5 of a 2048×768 product's 25 µs.
+// (Go's loop, storeRows) cost a fifth of a product's time
+// (BenchmarkQ4KAsm; docs/benchmarks/native.md).
 //
 //go:noescape
 func q4kDecodeAVX512(out *float32, x unsafe.Pointer, rb, groups, n int, y, d, bs unsafe.Pointer)

@@ -26,37 +26,35 @@ import (
 // bcastF16). Every output is therefore bitwise q6kRow512's, whichever
 // kernel (one token, four tokens) computes it; TestQ6KAsmBitwise checks it.
 //
-// Tiles and what was measured (BenchmarkQ6KAsm, 2048×768, one thread,
-// a Zen 5 EPYC, CPU family 26, at about 4 GHz):
+// Tiles, and why (BenchmarkQ6KAsm; the figures are in
+// docs/benchmarks/native.md, "Kernel design figures"):
 //
 //   - Decode runs the whole row range in one call, four weight rows at a
 //     time (the activations loaded once for the four), the sums folded
-//     and stored in the assembly: 1.05× a call per four rows with Go's
-//     storeRows. About 15 cycles per row and super-block, bound by the
-//     vector pipes the multiplies, shifts and VPERMWs share. Read from
-//     memory (the 32000×768 output matrix, 20 MB), the four rows' streams
-//     defeated the hardware prefetcher: 0.79–0.89× archsimd (which reads
-//     one row after another) until the kernel prefetched 8 KiB ahead
-//     (1.4–1.7×; 4 KiB, 12 KiB and 16 KiB did less).
+//     and stored in the assembly, a little faster than a call per four
+//     rows with Go's storeRows. It is bound by the vector pipes the
+//     multiplies, shifts and VPERMWs share. Read from memory (the output
+//     matrix), the four rows' streams defeated the hardware prefetcher
+//     and lost to archsimd (which reads one row after another) until the
+//     kernel prefetched 8 KiB ahead (4 KiB, 12 KiB and 16 KiB did less).
 //   - Prefill runs four weight rows × a token block in one call, eight
 //     tokens per pass and one row at a time (eight zmm integer sums; the
 //     row's unpacked weights and scales serve eight tokens), the sums
-//     folded and stored in the assembly. About 8 cycles per output and
-//     super-block: the 4 VPMADDUBSW + 4 VPDPWSSD, which issue one zmm per
-//     cycle, bound it, also with the weights in memory. Two rows × four
-//     tokens per pass (q6kTile4AVX512, kept for the last two to four
-//     tokens, and for a batch of two to four decodes) measured 1.03–1.07×
-//     slower; with its sums folded in Go (storeCol) a further 1.05×.
+//     folded and stored in the assembly. The 4 VPMADDUBSW + 4 VPDPWSSD,
+//     which issue one zmm per cycle, bound it, also with the weights in
+//     memory. Two rows × four tokens per pass (q6kTile4AVX512, kept for
+//     the last two to four tokens, and for a batch of two to four
+//     decodes) was slower, and slower still with its sums folded in Go
+//     (storeCol).
 //   - Two tokens in one four-token pass rather than two one-token passes:
-//     0.93× in cache (the pass computes four), 1.3× from memory (the
-//     weights read once), once that pass prefetches as decode does
-//     (without: 0.5× the two passes).
-//   - VPDPWSSD against VPMADDWD + VPADDD: 1.05× (prefill), 1.02–1.04×
-//     (decode). VPDPBUSD would sum four products unscaled, and the scale
-//     (one per 16 values) would then cost a VPMULLD per vector.
+//     slower in cache (the pass computes four), faster from memory (the
+//     weights read once), once that pass prefetches as decode does.
+//   - VPDPWSSD against VPMADDWD + VPADDD: a little faster in both.
+//     VPDPBUSD would sum four products unscaled, and the scale (one per 16
+//     values) would then cost a VPMULLD per vector.
 //   - GFNI (VGF2P8AFFINEQB) to place the qh bits and the high nibbles
-//     without shifts and masks: 1.01–1.02× decode, 0.99× prefill; not
-//     worth the extra CPU feature.
+//     without shifts and masks: within noise; not worth the extra CPU
+//     feature.
 
 // q6kAsmOK: the CPU has what the assembly uses (AVX512F, BW and VL, and
 // AVX512_VNNI for VPDPWSSD). Fixed at start-up like level; only the

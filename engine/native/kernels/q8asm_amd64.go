@@ -17,16 +17,15 @@ package kernels
 // tokens; decode (one token) runs 8 × 1, then 4 × 1 for the last rows.
 // 8 × 1 over 4 × 1 halves the per-tile costs (call, scale setup,
 // horizontal sums: a 768-column row is only 24 groups) and shares each
-// activation extension over twice the rows: against the archsimd kernel,
-// BenchmarkQ8Kernels/T1 (weights in L3) went from 1.20-1.26× to
-// 1.49-1.69× in CPU time, BenchmarkQ8AsmDecode (DRAM) from 1.24-1.27× to
-// 1.25-1.32×. The 4 × 4 group step is 4 activation
-// and 4 weight sign-extensions and 16 × (VPMADDWD, VCVTDQ2PS, FMA); it
-// measured 0.33-0.35 ns per row·token·group with the data in cache on this
-// Zen 5 (about one cycle; our reading, not traced: VPMADDWD and the FMA
-// both need a multiply pipe). Wider tiles would only save extensions
-// (6 × 4: 3.42 instead of 3.5 vector instructions per row·token·group) and
-// were not tried. The one-token tiles are bound by memory in decode (each
+// activation extension over twice the rows, which widened its lead over
+// the archsimd kernel with the weights in cache (BenchmarkQ8Kernels/T1)
+// and kept it from DRAM (BenchmarkQ8AsmDecode). The 4 × 4 group step is 4
+// activation and 4 weight sign-extensions and 16 × (VPMADDWD, VCVTDQ2PS,
+// FMA), about one cycle per row·token·group with the data in cache (our
+// reading, not traced: VPMADDWD and the FMA both need a multiply pipe).
+// Wider tiles would only save a few extensions and were not tried
+// (docs/benchmarks/native.md, "Kernel design figures", has the figures).
+// The one-token tiles are bound by memory in decode (each
 // weight read once per token from DRAM); their next-tile prefetch
 // (PREFETCHNEXT in the .s file) is what makes them faster there than the
 // archsimd kernel (BenchmarkQ8AsmDecode).

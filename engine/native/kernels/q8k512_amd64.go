@@ -13,9 +13,9 @@ import (
 // whose activations lie side by side (Q4_K: sub-blocks 2j and 2j+1, the
 // low and high nibbles of the same 32 weight bytes; Q6_K: chunks 0 and 1,
 // and 2 and 3, of a half), so each token's activations are one 64-byte
-// load. Joining two tokens' halves instead cost more than it saved
-// (BenchmarkVectorWidth: 0.86–0.93× the 256-bit rate, against 1.71–1.87×
-// for a plain 64-byte load).
+// load. Joining two tokens' halves instead cost more than it saved: slower
+// than the 256-bit steps, where a plain 64-byte load is faster
+// (BenchmarkVectorWidth; docs/benchmarks/native.md).
 //
 // Bitwise the 256-bit steps' results: VPMADDUBSW and VPMADDWD treat each
 // 256-bit half of a 512-bit vector exactly as the 256-bit instruction

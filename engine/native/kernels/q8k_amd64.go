@@ -226,8 +226,8 @@ func q5kStep2(x, y, bs, y2, bs2 unsafe.Pointer, dx, dx2 archsimd.Float32x8, acc 
 // lanes 0-3 and 4-7, matching VPMADDUBSW's lane order (values 0-15,
 // 16-31).
 // Everything stays in 256-bit registers: Go moves and spills 128-bit
-// vectors with legacy-SSE MOVUPS, which cost a 26× slowdown here on
-// Intel (the SSE/AVX transition).
+// vectors with legacy-SSE MOVUPS, which slowed this many times over on
+// Intel (the SSE/AVX transition; docs/benchmarks/native.md).
 
 func q6kScalesW(x unsafe.Pointer) archsimd.Int16x16 {
 	return archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(x, 192))).ExtendToInt16()

@@ -13,8 +13,8 @@ import (
 // values' bits (for floats that are not NaN, ordering the bits orders the
 // magnitudes), its first occurrence found with a lane mask, then
 // iscale·x rounded to even and clamped to 127 in vector form. The scalar
-// loop cost about 600 ns a super-block, 4 % of a 110M Q4_K_M prefill
-// (profile, 2026-12-05). Called for whole super-blocks only.
+// loop was a visible share of a quantized prefill's profile
+// (docs/benchmarks/native.md). Called for whole super-blocks only.
 func quantizeRowsKAVX512(x []float32, q []int8, d []float32, bs []int16) {
 	// Declared while the vector state is clean (see doc.go).
 	var lanes [16]uint32

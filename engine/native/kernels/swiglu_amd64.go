@@ -7,9 +7,9 @@ import (
 	"unsafe"
 )
 
-// swigluAVX512 is SwiGLU 16 values at a time. The scalar loop's
-// math.Exp cost about 10 ns a value, 7 % of a 110M Q4_K_M prefill
-// (profile, 2026-12-05). silu(v) = v·σ(v) is computed from t = e^−|v|,
+// swigluAVX512 is SwiGLU 16 values at a time: the scalar loop's math.Exp
+// was a visible share of a quantized prefill's profile
+// (docs/benchmarks/native.md). silu(v) = v·σ(v) is computed from t = e^−|v|,
 // which exp16 (x ≤ 0) covers without overflow: σ(v) = 1/(1+t) for v ≥ 0
 // and t/(1+t) below. Within a few ulp of the portable loop, except that
 // exp16 flushes e^v below v = −87.3 to 0 (silu there is below 1e-36 in

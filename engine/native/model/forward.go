@@ -22,9 +22,9 @@ import (
 // bitwise equal within one type. An fp16 layer is laid out head-major,
 // [kv_head][slot][head_dim], so that one head's keys, which attention reads
 // in position order, are one contiguous run of memory per run of
-// consecutive blocks instead of short runs KVDim apart (measured on the
-// 110M shape: slot-major halves decoded slower than fp32, the strided
-// reads costing more than the halved bytes saved). ReadBlock and
+// consecutive blocks instead of short runs KVDim apart (slot-major halves
+// decoded slower than fp32, the strided reads costing more than the halved
+// bytes saved: docs/benchmarks/native.md). ReadBlock and
 // WriteBlock convert to and from the slot-major fp32 layout that KV
 // transfer carries.
 type KVStore struct {

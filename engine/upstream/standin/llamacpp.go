@@ -59,8 +59,8 @@ type LlamaCppOptions struct {
 	// Codec is the server's tokenizer, for POST /tokenize (nil: the route
 	// answers 404, a stand-in that cannot tokenize).
 	Codec Codec
-	// NoCacheN is a build from before timings.cache_n (early 2025, such
-	// as b4700): the stop event's timings carry prompt_n (the prompt
+	// NoCacheN is a build from before timings.cache_n (such as b4700):
+	// the stop event's timings carry prompt_n (the prompt
 	// tokens evaluated) only, and tokens_cached is the slot's n_past,
 	// prompt plus generated tokens, even on a cold prompt
 	// (tools/server/server.cpp, send_final_response of those builds).
