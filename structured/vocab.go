@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/tandemllm/tandem/tokenid"
 )
@@ -19,12 +20,11 @@ const maxTokenBytes = 1 << 10
 
 // Vocab is a model's vocabulary as the mask walk needs it: every token's
 // bytes, sorted, with the common prefix of each with the one before.
-// Immutable after NewVocab; safe for concurrent use.
+// Immutable after NewVocab but for its shape cache (under its own lock);
+// safe for concurrent use.
 type Vocab struct {
 	n      int
 	toks   [][]byte
-	order  []int32  // ids sorted by bytes (tokens with bytes only)
-	lcp    []uint16 // lcp[i]: common prefix of order[i] and order[i-1]
 	maxLen int
 	eos    []tokenid.ID
 	fp     string
@@ -32,12 +32,44 @@ type Vocab struct {
 	// container ('"', '}', ']'): Pick's bias toward short outputs.
 	closers []uint64
 	// plain marks tokens made only of printable ASCII other than '"' and
-	// '\\'; restOrder/restLCP are the other tokens, sorted. A state that
-	// loops to itself on every such byte (inside a free string) allows
-	// every plain token, so its walk covers only the rest.
-	plain     []uint64
-	restOrder []int32
-	restLCP   []uint16
+	// '\\'. A state that loops to itself on every such byte (inside a
+	// free string) allows every plain token, so its walk covers only the
+	// rest.
+	plain []uint64
+	// all is every token with bytes (EOS aside), rest those not plain;
+	// exit those holding exitByte, local the others, localRest those of
+	// local not plain.
+	all, rest, exit, local, localRest tokenList
+	shapes                            shapeCache
+}
+
+// exitByte splits the vocabulary for the shape cache: it ends a JSON
+// string, so the tokens without it (nearly all) are decided by the few
+// states around a string's or a structure's position, and those with it
+// (few) are walked against the whole automaton.
+const exitByte = '"'
+
+// tokenList is a sorted list of token ids with, per token, its common
+// prefix with the one before, and the index of the first token of each
+// first byte (bucket[256] is the length): a walk that finds a first byte
+// dead skips all the tokens that start with it.
+type tokenList struct {
+	order  []int32
+	lcp    []uint16
+	bucket [257]int32
+}
+
+// newTokenList indexes ids, sorted by bytes.
+func (v *Vocab) newTokenList(ids []int32) tokenList {
+	l := tokenList{order: ids, lcp: v.lcps(ids)}
+	i := 0
+	for c := 0; c <= 256; c++ {
+		for i < len(l.order) && int(v.toks[l.order[i]][0]) < c {
+			i++
+		}
+		l.bucket[c] = int32(i)
+	}
+	return l
 }
 
 // plainByte: printable ASCII but '"' and '\\'.
@@ -51,6 +83,7 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		return nil, fmt.Errorf("structured: vocabulary of %d tokens (want 1..%d)", len(tokens), maxVocab)
 	}
 	v := &Vocab{n: len(tokens), toks: make([][]byte, len(tokens))}
+	var all, rest, exit, local, localRest []int32
 	h := sha256.New()
 	var lb [4]byte
 	isEOS := make(map[tokenid.ID]bool, len(eos))
@@ -72,12 +105,12 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		h.Write(t)
 		v.toks[id] = slices.Clone(t)
 		if len(t) > 0 && !isEOS[tokenid.ID(id)] {
-			v.order = append(v.order, int32(id))
+			all = append(all, int32(id))
 			v.maxLen = max(v.maxLen, len(t))
 		}
 	}
 	v.plain = make([]uint64, v.MaskWords())
-	for _, id := range v.order {
+	for _, id := range all {
 		isPlain := true
 		for _, c := range v.toks[id] {
 			if !plainByte(c) {
@@ -87,12 +120,10 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		}
 		if isPlain {
 			v.plain[id>>6] |= 1 << (uint(id) & 63)
-		} else {
-			v.restOrder = append(v.restOrder, id)
 		}
 	}
 	v.closers = make([]uint64, v.MaskWords())
-	for _, id := range v.order {
+	for _, id := range all {
 		if bytes.ContainsAny(v.toks[id], `"}]`) {
 			v.closers[id>>6] |= 1 << (uint(id) & 63)
 		}
@@ -102,10 +133,23 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		h.Write(lb[:])
 	}
 	v.fp = hex.EncodeToString(h.Sum(nil))
-	slices.SortFunc(v.order, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
-	v.lcp = v.lcps(v.order)
-	slices.SortFunc(v.restOrder, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
-	v.restLCP = v.lcps(v.restOrder)
+	slices.SortFunc(all, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
+	for _, id := range all {
+		if v.plain[id>>6]&(1<<(uint(id)&63)) == 0 {
+			rest = append(rest, id)
+		}
+		switch {
+		case bytes.IndexByte(v.toks[id], exitByte) >= 0:
+			exit = append(exit, id)
+		case v.plain[id>>6]&(1<<(uint(id)&63)) != 0:
+			local = append(local, id)
+		default:
+			local = append(local, id)
+			localRest = append(localRest, id)
+		}
+	}
+	v.all, v.rest = v.newTokenList(all), v.newTokenList(rest)
+	v.exit, v.local, v.localRest = v.newTokenList(exit), v.newTokenList(local), v.newTokenList(localRest)
 	return v, nil
 }
 
@@ -154,34 +198,64 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 	return true
 }
 
-// computeMask walks the sorted vocabulary from DFA state st. The caller
-// holds the grammar's lock.
+// computeMask is the mask of DFA state st. The tokens without exitByte
+// come from the shape cache, keyed by st's shape (computed on a miss by a
+// walk over the shape's small table); the tokens with it are walked
+// against the automaton. A state whose shape is too large gets the whole
+// walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
+	key, ok := d.shape(st, maxShapeStates)
+	if !ok {
+		return v.walkMask(d, st, states)
+	}
 	mask := make([]uint64, v.MaskWords())
+	local := v.shapes.get(key)
+	if local == nil {
+		local = v.shapeMask(key)
+		v.shapes.put(string(key), local)
+	}
+	copy(mask, local)
+	walkList(mask, d, st, states, v.toks, &v.exit)
 	if d.states[st].accept {
 		for _, e := range v.eos {
 			mask[e>>6] |= 1 << (uint(e) & 63)
 		}
 	}
-	order, lcps := v.order, v.lcp
+	return mask
+}
+
+// walkMask walks the whole sorted vocabulary from DFA state st.
+func (v *Vocab) walkMask(d *dfa, st int32, states []int32) []uint64 {
+	mask := make([]uint64, v.MaskWords())
+	list := &v.all
 	if v.loopsOnPlain(d, st) {
 		copy(mask, v.plain)
-		if d.states[st].accept {
-			for _, e := range v.eos {
-				mask[e>>6] |= 1 << (uint(e) & 63)
-			}
-		}
-		order, lcps = v.restOrder, v.restLCP
+		list = &v.rest
 	}
+	if d.states[st].accept {
+		for _, e := range v.eos {
+			mask[e>>6] |= 1 << (uint(e) & 63)
+		}
+	}
+	walkList(mask, d, st, states, v.toks, list)
+	return mask
+}
+
+// walkList sets in mask the tokens of l whose bytes all lead somewhere
+// from state st, sharing common prefixes and skipping every token under
+// a dead prefix.
+func walkList(mask []uint64, d *dfa, st int32, states []int32, toks [][]byte, l *tokenList) {
 	states[0] = st
 	valid := 0 // states[0..valid] hold the previous token's live prefix
-	for i, id := range order {
-		t := v.toks[id]
-		l := int(lcps[i])
-		if l > valid {
+	order, lcps := l.order, l.lcp
+	for i := 0; i < len(order); i++ {
+		id := order[i]
+		t := toks[id]
+		k := int(lcps[i])
+		if k > valid {
 			continue // shares the dead prefix of an earlier token
 		}
-		j := l
+		j := k
 		for ; j < len(t); j++ {
 			nx := d.trans[int(states[j])<<8|int(t[j])]
 			if nx > 0 {
@@ -199,7 +273,86 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		valid = j
 		if j == len(t) {
 			mask[id>>6] |= 1 << (uint(id) & 63)
+		} else if j == 0 {
+			i = int(l.bucket[int(t[0])+1]) - 1 // every token with this first byte
+		}
+	}
+}
+
+// shapeMask is the mask of the tokens without exitByte that a shape (see
+// dfa.shape) allows from its first state.
+func (v *Vocab) shapeMask(table []byte) []uint64 {
+	mask := make([]uint64, v.MaskWords())
+	l := &v.local
+	loops := true
+	for c := 0x20; c < 0x7f; c++ {
+		if plainByte(byte(c)) && table[c] != 1 {
+			loops = false
+			break
+		}
+	}
+	if loops {
+		copy(mask, v.plain)
+		l = &v.localRest
+	}
+	states := make([]uint8, v.maxLen+1)
+	valid := 0
+	order, lcps := l.order, l.lcp
+	for i := 0; i < len(order); i++ {
+		id := order[i]
+		t := v.toks[id]
+		k := int(lcps[i])
+		if k > valid {
+			continue
+		}
+		j := k
+		for ; j < len(t); j++ {
+			nx := table[int(states[j])<<8|int(t[j])]
+			if nx == 0 {
+				break
+			}
+			states[j+1] = nx - 1
+		}
+		valid = j
+		if j == len(t) {
+			mask[id>>6] |= 1 << (uint(id) & 63)
+		} else if j == 0 {
+			i = int(l.bucket[int(t[0])+1]) - 1
 		}
 	}
 	return mask
+}
+
+// maxShapeBytes bounds the shape cache of one vocabulary; past it the
+// cache is dropped and shapes are walked again as met.
+const maxShapeBytes = 128 << 20
+
+// shapeCache maps a shape's table to the mask of the tokens without
+// exitByte it allows. It is shared by every grammar bound to the
+// vocabulary: the shapes of string contents and of JSON's punctuation
+// recur across positions and schemas.
+type shapeCache struct {
+	mu    sync.Mutex
+	m     map[string][]uint64
+	bytes int
+}
+
+func (s *shapeCache) get(key []byte) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[string(key)]
+}
+
+func (s *shapeCache) put(key string, mask []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[key]; ok {
+		return
+	}
+	n := len(key) + len(mask)*8
+	if s.m == nil || s.bytes+n > maxShapeBytes {
+		s.m, s.bytes = map[string][]uint64{}, 0
+	}
+	s.m[key] = mask
+	s.bytes += n
 }

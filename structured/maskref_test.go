@@ -1,0 +1,150 @@
+package structured
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// refMask is the mask walk before the shape cache (the whole sorted
+// vocabulary from st, the plain tokens at once where st loops on them):
+// the reference the masks must equal.
+func refMask(v *Vocab, d *dfa, st int32) []uint64 {
+	states := make([]int32, v.maxLen+1)
+	mask := make([]uint64, v.MaskWords())
+	if d.states[st].accept {
+		for _, e := range v.eos {
+			mask[e>>6] |= 1 << (uint(e) & 63)
+		}
+	}
+	order, lcps := v.all.order, v.all.lcp
+	if v.loopsOnPlain(d, st) {
+		copy(mask, v.plain)
+		if d.states[st].accept {
+			for _, e := range v.eos {
+				mask[e>>6] |= 1 << (uint(e) & 63)
+			}
+		}
+		order, lcps = v.rest.order, v.rest.lcp
+	}
+	states[0] = st
+	valid := 0
+	for i, id := range order {
+		t := v.toks[id]
+		l := int(lcps[i])
+		if l > valid {
+			continue
+		}
+		j := l
+		for ; j < len(t); j++ {
+			nx := d.step(states[j], t[j])
+			if nx < 0 {
+				break
+			}
+			states[j+1] = nx
+		}
+		valid = j
+		if j == len(t) {
+			mask[id>>6] |= 1 << (uint(id) & 63)
+		}
+	}
+	return mask
+}
+
+// checkMasksAgainstRef walks c (the mocker's sampling) for up to steps
+// tokens and compares every mask with refMask's.
+func checkMasksAgainstRef(t *testing.T, name string, c *Compiled, rng *rand.Rand, steps int) int {
+	t.Helper()
+	m := c.NewMatcher()
+	n := 0
+	for range steps {
+		mask, err := m.Mask()
+		if errors.Is(err, ErrStateBudget) {
+			return n
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		c.g.dfaMu.Lock()
+		want := refMask(c.v, &c.g.dfa, m.st)
+		c.g.dfaMu.Unlock()
+		if !slices.Equal(mask, want) {
+			for w := range want {
+				if mask[w] != want[w] {
+					t.Fatalf("%s: step %d: mask word %d = %#x, reference %#x", name, n, w, mask[w], want[w])
+				}
+			}
+		}
+		n++
+		id, err := m.Pick(rng.Uint64())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := m.Accept(id); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if m.Done() {
+			return n
+		}
+	}
+	return n
+}
+
+// TestMasksEqualReference: the masks (shape cache and exit-token walk)
+// equal the reference walk's at every state met by random walks of the
+// walk schemas, the other constraint kinds, and a sample of the corpus,
+// over both vocabularies.
+func TestMasksEqualReference(t *testing.T) {
+	others := []struct{ kind, spec string }{
+		{KindJSONObject, ""},
+		{KindRegex, `[a-z"]{2,5}(\d+|"x")`},
+		{KindChoice, `["alpha","beta\"q","γ"]`},
+		{KindGrammar, `root ::= "[" item ("," item)* "]"
+item ::= "\"" [^"\\]* "\"" | [0-9]+`},
+		{KindToolCalls, `{"tools":[{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]}`},
+	}
+	for _, vname := range []string{"o200k", "qwen3"} {
+		t.Run(vname, func(t *testing.T) {
+			var v *Vocab
+			if vname == "o200k" {
+				v = testO200k(t)
+			} else {
+				v = testQwen3(t)
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			steps := 0
+			for i, s := range walkSchemas {
+				g, err := CompileJSONSchema([]byte(s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := Bind(g, v)
+				for range 2 {
+					steps += checkMasksAgainstRef(t, fmt.Sprintf("walk schema %d", i), c, rng, 300)
+				}
+			}
+			for _, o := range others {
+				g, err := CompileSpec(o.kind, o.spec)
+				if err != nil {
+					t.Fatalf("%s: %v", o.kind, err)
+				}
+				steps += checkMasksAgainstRef(t, o.kind, Bind(g, v), rng, 300)
+			}
+			corpus := loadCorpus(t)
+			stride := 1 + len(corpus)/60
+			if testing.Short() {
+				stride = 1 + len(corpus)/10
+			}
+			for i := 0; i < len(corpus); i += stride {
+				g, err := CompileJSONSchema(corpus[i].rooted())
+				if err != nil {
+					continue
+				}
+				steps += checkMasksAgainstRef(t, corpus[i].name, Bind(g, v), rng, 200)
+			}
+			t.Logf("%d masks equal the reference", steps)
+		})
+	}
+}
