@@ -1,17 +1,65 @@
 package structured
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
+
+	"github.com/tandemllm/tandem/tokenid"
 )
 
-// refMask is the mask walk before the shape cache (the whole sorted
-// vocabulary from st, the plain tokens at once where st loops on them):
-// the reference the masks must equal.
+// refOrder is the reference walk's index of a vocabulary: every token
+// with bytes (EOS aside) sorted by bytes, and those not plain, each with
+// its common prefix with the one before.
+type refOrder struct {
+	order, restOrder []int32
+	lcp, restLCP     []uint16
+}
+
+var refOrders sync.Map // *Vocab -> *refOrder
+
+func refOrderOf(v *Vocab) *refOrder {
+	if r, ok := refOrders.Load(v); ok {
+		return r.(*refOrder)
+	}
+	r := &refOrder{}
+	for id, t := range v.toks {
+		if len(t) > 0 && !v.IsEOS(tokenid.ID(id)) {
+			r.order = append(r.order, int32(id))
+		}
+	}
+	slices.SortFunc(r.order, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
+	for _, id := range r.order {
+		if v.plain[id>>6]&(1<<(uint(id)&63)) == 0 {
+			r.restOrder = append(r.restOrder, id)
+		}
+	}
+	lcps := func(order []int32) []uint16 {
+		lcp := make([]uint16, len(order))
+		for i := 1; i < len(order); i++ {
+			a, b := v.toks[order[i-1]], v.toks[order[i]]
+			k := 0
+			for k < len(a) && k < len(b) && a[k] == b[k] {
+				k++
+			}
+			lcp[i] = uint16(k)
+		}
+		return lcp
+	}
+	r.lcp, r.restLCP = lcps(r.order), lcps(r.restOrder)
+	refOrders.Store(v, r)
+	return r
+}
+
+// refMask is the mask walk before the shape cache and the tries (the
+// whole sorted vocabulary from st, the plain tokens at once where st
+// loops on them): the reference the masks must equal.
 func refMask(v *Vocab, d *dfa, st int32) []uint64 {
+	r := refOrderOf(v)
 	states := make([]int32, v.maxLen+1)
 	mask := make([]uint64, v.MaskWords())
 	if d.states[st].accept {
@@ -19,7 +67,7 @@ func refMask(v *Vocab, d *dfa, st int32) []uint64 {
 			mask[e>>6] |= 1 << (uint(e) & 63)
 		}
 	}
-	order, lcps := v.all.order, v.all.lcp
+	order, lcps := r.order, r.lcp
 	if v.loopsOnPlain(d, st) {
 		copy(mask, v.plain)
 		if d.states[st].accept {
@@ -27,7 +75,7 @@ func refMask(v *Vocab, d *dfa, st int32) []uint64 {
 				mask[e>>6] |= 1 << (uint(e) & 63)
 			}
 		}
-		order, lcps = v.rest.order, v.rest.lcp
+		order, lcps = r.restOrder, r.restLCP
 	}
 	states[0] = st
 	valid := 0

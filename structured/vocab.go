@@ -36,11 +36,10 @@ type Vocab struct {
 	// free string) allows every plain token, so its walk covers only the
 	// rest.
 	plain []uint64
-	// all is every token with bytes (EOS aside), rest those not plain;
-	// exit those holding exitByte, local the others, localRest those of
-	// local not plain.
-	all, rest, exit, local, localRest tokenList
-	shapes                            shapeCache
+	// The tokens with bytes (EOS aside) as tries: exit holds those with
+	// exitByte, local the others, localRest those of local not plain.
+	exit, local, localRest trie
+	shapes                 shapeCache
 }
 
 // exitByte splits the vocabulary for the shape cache: it ends a JSON
@@ -49,27 +48,54 @@ type Vocab struct {
 // (few) are walked against the whole automaton.
 const exitByte = '"'
 
-// tokenList is a sorted list of token ids with, per token, its common
-// prefix with the one before, and the index of the first token of each
-// first byte (bucket[256] is the length): a walk that finds a first byte
-// dead skips all the tokens that start with it.
-type tokenList struct {
-	order  []int32
-	lcp    []uint16
-	bucket [257]int32
+// trie is a set of tokens laid out in preorder: node i is one byte, at
+// depth dep (its ancestors are its prefix); end is the index past its
+// subtree, so a walk that finds a node dead skips every token under it;
+// the tokens whose bytes end at node i are ids[tok0 of i : tok0 of i+1]
+// (the last node is a sentinel).
+type trie struct {
+	nodes []trieNode
+	ids   []int32
 }
 
-// newTokenList indexes ids, sorted by bytes.
-func (v *Vocab) newTokenList(ids []int32) tokenList {
-	l := tokenList{order: ids, lcp: v.lcps(ids)}
-	i := 0
-	for c := 0; c <= 256; c++ {
-		for i < len(l.order) && int(v.toks[l.order[i]][0]) < c {
-			i++
+type trieNode struct {
+	end  int32
+	tok0 int32
+	dep  uint16
+	b    byte
+}
+
+// newTrie builds the trie of ids, sorted by bytes.
+func (v *Vocab) newTrie(ids []int32) trie {
+	var tr trie
+	var open []int32 // open[d]: the node at depth d on the current path
+	var prev []byte
+	for _, id := range ids {
+		t := v.toks[id]
+		l := 0
+		for l < len(t) && l < len(prev) && t[l] == prev[l] {
+			l++
 		}
-		l.bucket[c] = int32(i)
+		for j := l; j < len(t); j++ {
+			n := int32(len(tr.nodes))
+			for len(open) > j {
+				tr.nodes[open[len(open)-1]].end = n
+				open = open[:len(open)-1]
+			}
+			tr.nodes = append(tr.nodes, trieNode{tok0: int32(len(tr.ids)), dep: uint16(j), b: t[j]})
+			open = append(open, n)
+		}
+		// The token ends at the newest node: sorted order puts a prefix
+		// before its extensions and equal byte strings together.
+		tr.ids = append(tr.ids, id)
+		prev = t
 	}
-	return l
+	n := int32(len(tr.nodes))
+	for _, o := range open {
+		tr.nodes[o].end = n
+	}
+	tr.nodes = append(tr.nodes, trieNode{end: n + 1, tok0: int32(len(tr.ids))})
+	return tr
 }
 
 // plainByte: printable ASCII but '"' and '\\'.
@@ -83,7 +109,7 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		return nil, fmt.Errorf("structured: vocabulary of %d tokens (want 1..%d)", len(tokens), maxVocab)
 	}
 	v := &Vocab{n: len(tokens), toks: make([][]byte, len(tokens))}
-	var all, rest, exit, local, localRest []int32
+	var all, exit, local, localRest []int32
 	h := sha256.New()
 	var lb [4]byte
 	isEOS := make(map[tokenid.ID]bool, len(eos))
@@ -135,9 +161,6 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 	v.fp = hex.EncodeToString(h.Sum(nil))
 	slices.SortFunc(all, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
 	for _, id := range all {
-		if v.plain[id>>6]&(1<<(uint(id)&63)) == 0 {
-			rest = append(rest, id)
-		}
 		switch {
 		case bytes.IndexByte(v.toks[id], exitByte) >= 0:
 			exit = append(exit, id)
@@ -148,23 +171,8 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 			localRest = append(localRest, id)
 		}
 	}
-	v.all, v.rest = v.newTokenList(all), v.newTokenList(rest)
-	v.exit, v.local, v.localRest = v.newTokenList(exit), v.newTokenList(local), v.newTokenList(localRest)
+	v.exit, v.local, v.localRest = v.newTrie(exit), v.newTrie(local), v.newTrie(localRest)
 	return v, nil
-}
-
-// lcps is each token's common prefix with the one before it in order.
-func (v *Vocab) lcps(order []int32) []uint16 {
-	lcp := make([]uint16, len(order))
-	for i := 1; i < len(order); i++ {
-		a, b := v.toks[order[i-1]], v.toks[order[i]]
-		k := 0
-		for k < len(a) && k < len(b) && a[k] == b[k] {
-			k++
-		}
-		lcp[i] = uint16(k)
-	}
-	return lcp
 }
 
 // Size is the number of token ids (the mask's length in bits).
@@ -215,7 +223,7 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		v.shapes.put(string(key), local)
 	}
 	copy(mask, local)
-	walkList(mask, d, st, states, v.toks, &v.exit)
+	walkTrie(mask, d, st, states, &v.exit)
 	if d.states[st].accept {
 		for _, e := range v.eos {
 			mask[e>>6] |= 1 << (uint(e) & 63)
@@ -224,58 +232,45 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	return mask
 }
 
-// walkMask walks the whole sorted vocabulary from DFA state st.
+// walkMask walks the whole vocabulary from DFA state st.
 func (v *Vocab) walkMask(d *dfa, st int32, states []int32) []uint64 {
 	mask := make([]uint64, v.MaskWords())
-	list := &v.all
+	tr := &v.local
 	if v.loopsOnPlain(d, st) {
 		copy(mask, v.plain)
-		list = &v.rest
+		tr = &v.localRest
 	}
 	if d.states[st].accept {
 		for _, e := range v.eos {
 			mask[e>>6] |= 1 << (uint(e) & 63)
 		}
 	}
-	walkList(mask, d, st, states, v.toks, list)
+	walkTrie(mask, d, st, states, tr)
+	walkTrie(mask, d, st, states, &v.exit)
 	return mask
 }
 
-// walkList sets in mask the tokens of l whose bytes all lead somewhere
-// from state st, sharing common prefixes and skipping every token under
-// a dead prefix.
-func walkList(mask []uint64, d *dfa, st int32, states []int32, toks [][]byte, l *tokenList) {
+// walkTrie sets in mask the tokens of tr whose bytes all lead somewhere
+// from state st.
+func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 	states[0] = st
-	valid := 0 // states[0..valid] hold the previous token's live prefix
-	order, lcps := l.order, l.lcp
-	for i := 0; i < len(order); i++ {
-		id := order[i]
-		t := toks[id]
-		k := int(lcps[i])
-		if k > valid {
-			continue // shares the dead prefix of an earlier token
+	nodes := tr.nodes
+	for i := 0; i < len(nodes)-1; {
+		nd := &nodes[i]
+		s := states[nd.dep]
+		nx := d.trans[int(s)<<8|int(nd.b)]
+		if nx == 0 {
+			nx = d.step(s, nd.b) + 1
 		}
-		j := k
-		for ; j < len(t); j++ {
-			nx := d.trans[int(states[j])<<8|int(t[j])]
-			if nx > 0 {
-				states[j+1] = nx - 1
-				continue
-			}
-			if nx < 0 {
-				break
-			}
-			if nx = d.step(states[j], t[j]); nx < 0 {
-				break
-			}
-			states[j+1] = nx
+		if nx <= 0 {
+			i = int(nd.end)
+			continue
 		}
-		valid = j
-		if j == len(t) {
+		states[nd.dep+1] = nx - 1
+		for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
 			mask[id>>6] |= 1 << (uint(id) & 63)
-		} else if j == 0 {
-			i = int(l.bucket[int(t[0])+1]) - 1 // every token with this first byte
 		}
+		i++
 	}
 }
 
@@ -283,7 +278,7 @@ func walkList(mask []uint64, d *dfa, st int32, states []int32, toks [][]byte, l 
 // dfa.shape) allows from its first state.
 func (v *Vocab) shapeMask(table []byte) []uint64 {
 	mask := make([]uint64, v.MaskWords())
-	l := &v.local
+	tr := &v.local
 	loops := true
 	for c := 0x20; c < 0x7f; c++ {
 		if plainByte(byte(c)) && table[c] != 1 {
@@ -293,32 +288,22 @@ func (v *Vocab) shapeMask(table []byte) []uint64 {
 	}
 	if loops {
 		copy(mask, v.plain)
-		l = &v.localRest
+		tr = &v.localRest
 	}
 	states := make([]uint8, v.maxLen+1)
-	valid := 0
-	order, lcps := l.order, l.lcp
-	for i := 0; i < len(order); i++ {
-		id := order[i]
-		t := v.toks[id]
-		k := int(lcps[i])
-		if k > valid {
+	nodes := tr.nodes
+	for i := 0; i < len(nodes)-1; {
+		nd := &nodes[i]
+		nx := table[int(states[nd.dep])<<8|int(nd.b)]
+		if nx == 0 {
+			i = int(nd.end)
 			continue
 		}
-		j := k
-		for ; j < len(t); j++ {
-			nx := table[int(states[j])<<8|int(t[j])]
-			if nx == 0 {
-				break
-			}
-			states[j+1] = nx - 1
-		}
-		valid = j
-		if j == len(t) {
+		states[nd.dep+1] = nx - 1
+		for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
 			mask[id>>6] |= 1 << (uint(id) & 63)
-		} else if j == 0 {
-			i = int(l.bucket[int(t[0])+1]) - 1
 		}
+		i++
 	}
 	return mask
 }
