@@ -49,6 +49,7 @@ type dfa struct {
 	// being explored, plus one (0: not in it).
 	local    []uint8
 	members  []int32
+	dist     []uint16
 	shapeKey []byte
 	err      error
 }
@@ -246,8 +247,15 @@ func (d *dfa) fill(st int32) {
 	}
 }
 
-// maxShapeStates bounds the states of a shape (local indices are bytes).
-const maxShapeStates = 128
+// Shape bounds: a whole shape has at most maxShapeStates states; past
+// that, the shape cut at one of cutDepths (maxCutStates states at most,
+// the deepest that fits) decides the tokens of at most that many bytes.
+const (
+	maxShapeStates = 64
+	maxCutStates   = 254 // local indices plus one are bytes
+)
+
+var cutDepths = [...]int{16, 8}
 
 // shape explores the states reachable from st on every byte but
 // exitByte and returns their transitions on those bytes, in the order
@@ -255,19 +263,34 @@ const maxShapeStates = 128
 // it leads to (0: dead, and always 0 for exitByte). A token without
 // exitByte is allowed from st exactly when its bytes lead through this
 // table without a 0, so two states with one shape allow the same such
-// tokens. It reports false when more than max states are reachable, when
-// the state budget is near, or on a DFA error. The table is d's scratch,
-// valid until the next call.
-func (d *dfa) shape(st int32, max int) ([]byte, bool) {
+// tokens.
+//
+// With depth > 0 only the states fewer than depth bytes from st get rows
+// (the table is then prefixed by one byte, depth, so that it is never
+// taken for a whole shape): it decides exactly the tokens of at most
+// depth bytes, since such a token reads rows only of states it reaches
+// within depth-1 bytes.
+//
+// It reports false when more than max states are met, when the state
+// budget is near, or on a DFA error. The table is d's scratch, valid
+// until the next call.
+func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
 	if len(d.states)+max > maxStates/2 {
 		return nil, false
 	}
 	members := append(d.members[:0], st)
+	dist := append(d.dist[:0], 0)
 	d.setLocal(st, 1)
 	key := d.shapeKey[:0]
+	if depth > 0 {
+		key = append(key, byte(depth))
+	}
 	ok := true
 	for i := 0; i < len(members) && ok; i++ {
 		m := members[i]
+		if depth > 0 && int(dist[i]) >= depth {
+			break // the rest are as far: no rows
+		}
 		d.fill(m)
 		if d.err != nil {
 			ok = false
@@ -287,6 +310,7 @@ func (d *dfa) shape(st int32, max int) ([]byte, bool) {
 					break
 				}
 				members = append(members, s)
+				dist = append(dist, dist[i]+1)
 				l = uint8(len(members))
 				d.setLocal(s, l)
 			}
@@ -296,7 +320,7 @@ func (d *dfa) shape(st int32, max int) ([]byte, bool) {
 	for _, m := range members {
 		d.local[m] = 0
 	}
-	d.members, d.shapeKey = members, key
+	d.members, d.dist, d.shapeKey = members, dist, key
 	return key, ok
 }
 

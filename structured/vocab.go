@@ -37,8 +37,11 @@ type Vocab struct {
 	// rest.
 	plain []uint64
 	// The tokens with bytes (EOS aside) as tries: exit holds those with
-	// exitByte, local the others, localRest those of local not plain.
+	// exitByte, local the others, localRest those of local not plain;
+	// long[i] and longRest[i] those of local and localRest longer than
+	// cutDepths[i].
 	exit, local, localRest trie
+	long, longRest         [len(cutDepths)]trie
 	shapes                 shapeCache
 }
 
@@ -172,6 +175,18 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		}
 	}
 	v.exit, v.local, v.localRest = v.newTrie(exit), v.newTrie(local), v.newTrie(localRest)
+	longer := func(ids []int32, n int) []int32 {
+		var out []int32
+		for _, id := range ids {
+			if len(v.toks[id]) > n {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	for i, n := range cutDepths {
+		v.long[i], v.longRest[i] = v.newTrie(longer(local, n)), v.newTrie(longer(localRest, n))
+	}
 	return v, nil
 }
 
@@ -208,21 +223,36 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 
 // computeMask is the mask of DFA state st. The tokens without exitByte
 // come from the shape cache, keyed by st's shape (computed on a miss by a
-// walk over the shape's small table); the tokens with it are walked
-// against the automaton. A state whose shape is too large gets the whole
-// walk. The caller holds the grammar's lock.
+// walk over the shape's small table); where the whole shape is too
+// large, the shape cut at a depth gives the short ones and the longer
+// ones are walked against the automaton; the tokens with exitByte (few)
+// are walked against the automaton too. A state whose cut shape is still
+// too large gets the whole walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
-	key, ok := d.shape(st, maxShapeStates)
+	depth, cut := 0, 0
+	key, ok := d.shape(st, maxShapeStates, 0)
+	for ; !ok && cut < len(cutDepths); cut++ {
+		depth = cutDepths[cut]
+		key, ok = d.shape(st, maxCutStates, depth)
+	}
 	if !ok {
 		return v.walkMask(d, st, states)
 	}
-	mask := make([]uint64, v.MaskWords())
 	local := v.shapes.get(key)
 	if local == nil {
-		local = v.shapeMask(key)
+		local = v.shapeMask(key, depth)
 		v.shapes.put(string(key), local)
 	}
-	copy(mask, local)
+	mask := slices.Clone(local)
+	if depth > 0 {
+		// The tokens longer than the cut; the plain ones are in the
+		// cached mask already where the state loops on plain bytes.
+		tr := &v.long[cut-1]
+		if shapeLoops(key[1:]) {
+			tr = &v.longRest[cut-1]
+		}
+		walkTrie(mask, d, st, states, tr)
+	}
 	walkTrie(mask, d, st, states, &v.exit)
 	if d.states[st].accept {
 		for _, e := range v.eos {
@@ -274,19 +304,29 @@ func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 	}
 }
 
-// shapeMask is the mask of the tokens without exitByte that a shape (see
-// dfa.shape) allows from its first state.
-func (v *Vocab) shapeMask(table []byte) []uint64 {
-	mask := make([]uint64, v.MaskWords())
-	tr := &v.local
-	loops := true
+// shapeLoops reports whether a shape's first state loops on every plain
+// byte (then every plain token is allowed: inside a free string).
+func shapeLoops(table []byte) bool {
 	for c := 0x20; c < 0x7f; c++ {
 		if plainByte(byte(c)) && table[c] != 1 {
-			loops = false
-			break
+			return false
 		}
 	}
-	if loops {
+	return true
+}
+
+// shapeMask is the mask of the tokens without exitByte that a shape (see
+// dfa.shape) allows from its first state: with depth > 0 (a cut shape),
+// those of at most depth bytes.
+func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
+	mask := make([]uint64, v.MaskWords())
+	table := key
+	maxDep := uint16(v.maxLen)
+	if depth > 0 {
+		table, maxDep = key[1:], uint16(depth-1)
+	}
+	tr := &v.local
+	if shapeLoops(table) {
 		copy(mask, v.plain)
 		tr = &v.localRest
 	}
@@ -294,6 +334,10 @@ func (v *Vocab) shapeMask(table []byte) []uint64 {
 	nodes := tr.nodes
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
+		if nd.dep > maxDep {
+			i = int(nd.end)
+			continue
+		}
 		nx := table[int(states[nd.dep])<<8|int(nd.b)]
 		if nx == 0 {
 			i = int(nd.end)
