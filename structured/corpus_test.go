@@ -48,7 +48,8 @@ func moduleDir(t testing.TB, mod string) string {
 // loadCorpus gathers the schemas: Kubernetes OpenAPI definitions and
 // components (client-go's and kube-openapi's test data), the CRDs in
 // kube-openapi's test data, and the JSON Schema Test Suite (draft 4) cases
-// with at least one valid instance; duplicates (by content) dropped.
+// with at least one valid instance, duplicates (by content) dropped; and
+// the function-calling schemas of testdata/tools.json.
 func loadCorpus(t testing.TB) []corpusEntry {
 	var out []corpusEntry
 	seen := map[[32]byte]bool{}
@@ -162,6 +163,23 @@ func loadCorpus(t testing.TB) []corpusEntry {
 			out = append(out, corpusEntry{name: filepath.Base(f) + ":" + c.Description, doc: c.Schema, ptr: "#"})
 		}
 	}
+	// Function-calling and structured-output schemas, written here in the
+	// shapes of published tool definitions (testdata/tools.json names
+	// each one's source).
+	raw, err := os.ReadFile(filepath.Join("testdata", "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+	}
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		t.Fatalf("testdata/tools.json: %v", err)
+	}
+	for _, tl := range tools {
+		out = append(out, corpusEntry{name: "tools.json:" + tl.Name, doc: tl.Schema, ptr: "#"})
+	}
 	return out
 }
 
@@ -175,7 +193,8 @@ func (c corpusEntry) rooted() []byte { return c.doc }
 // compiled; each accepted one is walked (the mocker's sampling over the
 // o200k vocabulary) and every output must parse and validate with
 // santhosh-tekuri/jsonschema (formats asserted). Refusals are counted by
-// keyword. Figures for docs/benchmarks.md.
+// keyword (TANDEM_SO_CORPUS_MATCH=substring keeps the schemas whose name
+// holds it). Figures for docs/benchmarks.md.
 func TestCorpus(t *testing.T) {
 	if os.Getenv("TANDEM_SO_CORPUS") == "" {
 		t.Skip("set TANDEM_SO_CORPUS=1 for the full corpus run")
@@ -185,6 +204,9 @@ func TestCorpus(t *testing.T) {
 		walks = n
 	}
 	corpus := loadCorpus(t)
+	if sub := os.Getenv("TANDEM_SO_CORPUS_MATCH"); sub != "" {
+		corpus = slices.DeleteFunc(corpus, func(c corpusEntry) bool { return !strings.Contains(c.name, sub) })
+	}
 	v := testO200k(t)
 	if os.Getenv("TANDEM_SO_CORPUS") == "qwen3" {
 		v = testQwen3(t)
