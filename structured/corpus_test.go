@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -47,7 +48,8 @@ func moduleDir(t testing.TB, mod string) string {
 // loadCorpus gathers the schemas: Kubernetes OpenAPI definitions and
 // components (client-go's and kube-openapi's test data), the CRDs in
 // kube-openapi's test data, and the JSON Schema Test Suite (draft 4) cases
-// with at least one valid instance; duplicates (by content) dropped.
+// with at least one valid instance, duplicates (by content) dropped; and
+// the function-calling schemas of testdata/tools.json.
 func loadCorpus(t testing.TB) []corpusEntry {
 	var out []corpusEntry
 	seen := map[[32]byte]bool{}
@@ -161,6 +163,23 @@ func loadCorpus(t testing.TB) []corpusEntry {
 			out = append(out, corpusEntry{name: filepath.Base(f) + ":" + c.Description, doc: c.Schema, ptr: "#"})
 		}
 	}
+	// Function-calling and structured-output schemas, written here in the
+	// shapes of published tool definitions (testdata/tools.json names
+	// each one's source).
+	raw, err := os.ReadFile(filepath.Join("testdata", "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+	}
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		t.Fatalf("testdata/tools.json: %v", err)
+	}
+	for _, tl := range tools {
+		out = append(out, corpusEntry{name: "tools.json:" + tl.Name, doc: tl.Schema, ptr: "#"})
+	}
 	return out
 }
 
@@ -174,7 +193,8 @@ func (c corpusEntry) rooted() []byte { return c.doc }
 // compiled; each accepted one is walked (the mocker's sampling over the
 // o200k vocabulary) and every output must parse and validate with
 // santhosh-tekuri/jsonschema (formats asserted). Refusals are counted by
-// keyword. Figures for docs/benchmarks.md.
+// keyword (TANDEM_SO_CORPUS_MATCH=substring keeps the schemas whose name
+// holds it). Figures for docs/benchmarks.md.
 func TestCorpus(t *testing.T) {
 	if os.Getenv("TANDEM_SO_CORPUS") == "" {
 		t.Skip("set TANDEM_SO_CORPUS=1 for the full corpus run")
@@ -184,14 +204,19 @@ func TestCorpus(t *testing.T) {
 		walks = n
 	}
 	corpus := loadCorpus(t)
+	if sub := os.Getenv("TANDEM_SO_CORPUS_MATCH"); sub != "" {
+		corpus = slices.DeleteFunc(corpus, func(c corpusEntry) bool { return !strings.Contains(c.name, sub) })
+	}
 	v := testO200k(t)
 	if os.Getenv("TANDEM_SO_CORPUS") == "qwen3" {
 		v = testQwen3(t)
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	rng := rand.New(rand.NewPCG(11, 12))
 	refused := map[string]int{}
 	var compiled, outputs, unterminated int
-	var compileTimes, maskTimes []time.Duration
+	var compileTimes, maskTimes, maskCPU []time.Duration
 	validators := map[string]*jsonschema.Compiler{}
 	for _, c := range corpus {
 		t0 := time.Now()
@@ -235,9 +260,11 @@ func TestCorpus(t *testing.T) {
 			var out []byte
 			done := false
 			for range 3000 {
+				c0 := threadCPU()
 				t0 := time.Now()
 				_, err := m.Mask()
 				maskTimes = append(maskTimes, time.Since(t0))
+				maskCPU = append(maskCPU, threadCPU()-c0)
 				if err != nil {
 					t.Fatalf("%s: %v", c.name, err)
 				}
@@ -275,8 +302,8 @@ func TestCorpus(t *testing.T) {
 	}
 	t.Logf("corpus %d schemas: %d compiled, %d refused; %d outputs validated, %d walks unfinished at 3000 tokens",
 		len(corpus), compiled, len(corpus)-compiled, outputs, unterminated)
-	t.Logf("compile p50 %v p99 %v; mask p50 %v p99 %v over %d steps (cold: each schema's first walk included)",
-		q(compileTimes, 0.5), q(compileTimes, 0.99), q(maskTimes, 0.5), q(maskTimes, 0.99), len(maskTimes))
+	t.Logf("compile p50 %v p99 %v; mask p50 %v p99 %v (thread CPU p50 %v p99 %v) over %d steps (cold: each schema's first walk included)",
+		q(compileTimes, 0.5), q(compileTimes, 0.99), q(maskTimes, 0.5), q(maskTimes, 0.99), q(maskCPU, 0.5), q(maskCPU, 0.99), len(maskTimes))
 	keys := make([]string, 0, len(refused))
 	for k := range refused {
 		keys = append(keys, k)

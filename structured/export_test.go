@@ -20,3 +20,10 @@ func LoadCorpus(t testing.TB) []CorpusSchema {
 	}
 	return out
 }
+
+// reset empties the cache (benchmarks of a process's first schema).
+func (s *shapeCache) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m, s.bytes = nil, 0
+}

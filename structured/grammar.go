@@ -3,6 +3,7 @@ package structured
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 )
 
@@ -20,6 +21,24 @@ func (s byteSet) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
 func (s byteSet) invert() byteSet {
 	return byteSet{^s[0], ^s[1], ^s[2], ^s[3]}
 }
+func (s byteSet) and(t byteSet) byteSet {
+	return byteSet{s[0] & t[0], s[1] & t[1], s[2] & t[2], s[3] & t[3]}
+}
+func (s byteSet) andNot(t byteSet) byteSet {
+	return byteSet{s[0] &^ t[0], s[1] &^ t[1], s[2] &^ t[2], s[3] &^ t[3]}
+}
+
+// first is the smallest byte of a non-empty set.
+func (s byteSet) first() byte {
+	for w, bits := range s {
+		if bits != 0 {
+			return byte(w<<6 | tz64(bits))
+		}
+	}
+	return 0
+}
+
+func tz64(x uint64) int { return bits.TrailingZeros64(x) }
 
 // elem is one element of an alternative: a nonterminal (ref >= 0) or a byte
 // set (ref < 0).

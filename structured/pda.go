@@ -44,7 +44,14 @@ type dfa struct {
 	seen    map[int32]struct{}
 	scratch []int32
 	keybuf  []byte
-	err     error
+	classes []byteSet // fill's scratch
+	// shape's scratch: local[state] is the state's index in the shape
+	// being explored, plus one (0: not in it).
+	local    []uint8
+	members  []int32
+	dist     []uint16
+	shapeKey []byte
+	err      error
 }
 
 func (d *dfa) init(g *Grammar) {
@@ -188,4 +195,145 @@ func (d *dfa) step(st int32, c byte) int32 {
 		d.trans[i] = next + 1
 	}
 	return next
+}
+
+// fill computes every transition of state st not computed yet, one
+// successor per class of bytes that the state's byte sets do not tell
+// apart: the successors are those step gives, at the cost of a few
+// expansions instead of 256.
+func (d *dfa) fill(st int32) {
+	if d.err != nil {
+		return
+	}
+	// Partition the bytes by which of the state's byte sets hold them.
+	classes := d.classes[:0]
+	classes = append(classes, byteSet{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)})
+	for _, s := range d.states[st].stacks {
+		n := &d.g.prog[d.frames[s].pos]
+		if n.kind != nodeTerm {
+			continue
+		}
+		for i, k := 0, len(classes); i < k; i++ {
+			in := classes[i].and(n.set)
+			if in.empty() {
+				continue
+			}
+			out := classes[i].andNot(n.set)
+			if out.empty() {
+				continue
+			}
+			classes[i] = in
+			classes = append(classes, out)
+		}
+	}
+	d.classes = classes
+	base := int(st) << 8
+	for _, cl := range classes {
+		rep := cl.first()
+		t := d.trans[base|int(rep)]
+		if t == 0 {
+			if d.step(st, rep); d.err != nil {
+				return
+			}
+			t = d.trans[base|int(rep)]
+		}
+		for w, bits := range cl {
+			for bits != 0 {
+				c := w<<6 | tz64(bits)
+				bits &= bits - 1
+				d.trans[base|c] = t
+			}
+		}
+	}
+}
+
+// Shape bounds: a whole shape has at most maxShapeStates states; past
+// that, the shape cut at one of cutDepths (maxCutStates states at most,
+// the deepest that fits) decides the tokens of at most that many bytes.
+const (
+	maxShapeStates = 64
+	maxCutStates   = 254 // local indices plus one are bytes
+)
+
+var cutDepths = [...]int{16, 8}
+
+// shape explores the states reachable from st on every byte but
+// exitByte and returns their transitions on those bytes, in the order
+// met: row i (256 bytes) holds, per byte, the index plus one of the state
+// it leads to (0: dead, and always 0 for exitByte). A token without
+// exitByte is allowed from st exactly when its bytes lead through this
+// table without a 0, so two states with one shape allow the same such
+// tokens.
+//
+// With depth > 0 only the states fewer than depth bytes from st get rows
+// (the table is then prefixed by one byte, depth, so that it is never
+// taken for a whole shape): it decides exactly the tokens of at most
+// depth bytes, since such a token reads rows only of states it reaches
+// within depth-1 bytes.
+//
+// It reports false when more than max states are met, when the state
+// budget is near, or on a DFA error. The table is d's scratch, valid
+// until the next call.
+func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
+	if len(d.states)+max > maxStates/2 {
+		return nil, false
+	}
+	members := append(d.members[:0], st)
+	dist := append(d.dist[:0], 0)
+	d.setLocal(st, 1)
+	key := d.shapeKey[:0]
+	if depth > 0 {
+		key = append(key, byte(depth))
+	}
+	ok := true
+	for i := 0; i < len(members) && ok; i++ {
+		m := members[i]
+		if depth > 0 && int(dist[i]) >= depth {
+			break // the rest are as far: no rows
+		}
+		d.fill(m)
+		if d.err != nil {
+			ok = false
+			break
+		}
+		row := d.trans[int(m)<<8 : int(m)<<8+256]
+		for c, t := range row {
+			if t <= 0 || c == exitByte {
+				key = append(key, 0)
+				continue
+			}
+			s := t - 1
+			l := d.getLocal(s)
+			if l == 0 {
+				if len(members) == max {
+					ok = false
+					break
+				}
+				members = append(members, s)
+				dist = append(dist, dist[i]+1)
+				l = uint8(len(members))
+				d.setLocal(s, l)
+			}
+			key = append(key, l)
+		}
+	}
+	for _, m := range members {
+		d.local[m] = 0
+	}
+	d.members, d.dist, d.shapeKey = members, dist, key
+	return key, ok
+}
+
+func (d *dfa) getLocal(s int32) uint8 {
+	if int(s) < len(d.local) {
+		return d.local[s]
+	}
+	return 0
+}
+
+func (d *dfa) setLocal(s int32, l uint8) {
+	if int(s) >= len(d.local) {
+		d.local = append(d.local, make([]uint8, int(s)+1-len(d.local)+len(d.states))...)
+	}
+	d.local[s] = l
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/tandemllm/tandem/tokenid"
 )
@@ -19,12 +20,11 @@ const maxTokenBytes = 1 << 10
 
 // Vocab is a model's vocabulary as the mask walk needs it: every token's
 // bytes, sorted, with the common prefix of each with the one before.
-// Immutable after NewVocab; safe for concurrent use.
+// Immutable after NewVocab but for its shape cache (under its own lock);
+// safe for concurrent use.
 type Vocab struct {
 	n      int
 	toks   [][]byte
-	order  []int32  // ids sorted by bytes (tokens with bytes only)
-	lcp    []uint16 // lcp[i]: common prefix of order[i] and order[i-1]
 	maxLen int
 	eos    []tokenid.ID
 	fp     string
@@ -32,12 +32,73 @@ type Vocab struct {
 	// container ('"', '}', ']'): Pick's bias toward short outputs.
 	closers []uint64
 	// plain marks tokens made only of printable ASCII other than '"' and
-	// '\\'; restOrder/restLCP are the other tokens, sorted. A state that
-	// loops to itself on every such byte (inside a free string) allows
-	// every plain token, so its walk covers only the rest.
-	plain     []uint64
-	restOrder []int32
-	restLCP   []uint16
+	// '\\'. A state that loops to itself on every such byte (inside a
+	// free string) allows every plain token, so its walk covers only the
+	// rest.
+	plain []uint64
+	// The tokens with bytes (EOS aside) as tries: exit holds those with
+	// exitByte, local the others, localRest those of local not plain;
+	// long[i] and longRest[i] those of local and localRest longer than
+	// cutDepths[i].
+	exit, local, localRest trie
+	long, longRest         [len(cutDepths)]trie
+	shapes                 shapeCache
+}
+
+// exitByte splits the vocabulary for the shape cache: it ends a JSON
+// string, so the tokens without it (nearly all) are decided by the few
+// states around a string's or a structure's position, and those with it
+// (few) are walked against the whole automaton.
+const exitByte = '"'
+
+// trie is a set of tokens laid out in preorder: node i is one byte, at
+// depth dep (its ancestors are its prefix); end is the index past its
+// subtree, so a walk that finds a node dead skips every token under it;
+// the tokens whose bytes end at node i are ids[tok0 of i : tok0 of i+1]
+// (the last node is a sentinel).
+type trie struct {
+	nodes []trieNode
+	ids   []int32
+}
+
+type trieNode struct {
+	end  int32
+	tok0 int32
+	dep  uint16
+	b    byte
+}
+
+// newTrie builds the trie of ids, sorted by bytes.
+func (v *Vocab) newTrie(ids []int32) trie {
+	var tr trie
+	var open []int32 // open[d]: the node at depth d on the current path
+	var prev []byte
+	for _, id := range ids {
+		t := v.toks[id]
+		l := 0
+		for l < len(t) && l < len(prev) && t[l] == prev[l] {
+			l++
+		}
+		for j := l; j < len(t); j++ {
+			n := int32(len(tr.nodes))
+			for len(open) > j {
+				tr.nodes[open[len(open)-1]].end = n
+				open = open[:len(open)-1]
+			}
+			tr.nodes = append(tr.nodes, trieNode{tok0: int32(len(tr.ids)), dep: uint16(j), b: t[j]})
+			open = append(open, n)
+		}
+		// The token ends at the newest node: sorted order puts a prefix
+		// before its extensions and equal byte strings together.
+		tr.ids = append(tr.ids, id)
+		prev = t
+	}
+	n := int32(len(tr.nodes))
+	for _, o := range open {
+		tr.nodes[o].end = n
+	}
+	tr.nodes = append(tr.nodes, trieNode{end: n + 1, tok0: int32(len(tr.ids))})
+	return tr
 }
 
 // plainByte: printable ASCII but '"' and '\\'.
@@ -51,6 +112,7 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		return nil, fmt.Errorf("structured: vocabulary of %d tokens (want 1..%d)", len(tokens), maxVocab)
 	}
 	v := &Vocab{n: len(tokens), toks: make([][]byte, len(tokens))}
+	var all, exit, local, localRest []int32
 	h := sha256.New()
 	var lb [4]byte
 	isEOS := make(map[tokenid.ID]bool, len(eos))
@@ -72,12 +134,12 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		h.Write(t)
 		v.toks[id] = slices.Clone(t)
 		if len(t) > 0 && !isEOS[tokenid.ID(id)] {
-			v.order = append(v.order, int32(id))
+			all = append(all, int32(id))
 			v.maxLen = max(v.maxLen, len(t))
 		}
 	}
 	v.plain = make([]uint64, v.MaskWords())
-	for _, id := range v.order {
+	for _, id := range all {
 		isPlain := true
 		for _, c := range v.toks[id] {
 			if !plainByte(c) {
@@ -87,12 +149,10 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		}
 		if isPlain {
 			v.plain[id>>6] |= 1 << (uint(id) & 63)
-		} else {
-			v.restOrder = append(v.restOrder, id)
 		}
 	}
 	v.closers = make([]uint64, v.MaskWords())
-	for _, id := range v.order {
+	for _, id := range all {
 		if bytes.ContainsAny(v.toks[id], `"}]`) {
 			v.closers[id>>6] |= 1 << (uint(id) & 63)
 		}
@@ -102,25 +162,32 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		h.Write(lb[:])
 	}
 	v.fp = hex.EncodeToString(h.Sum(nil))
-	slices.SortFunc(v.order, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
-	v.lcp = v.lcps(v.order)
-	slices.SortFunc(v.restOrder, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
-	v.restLCP = v.lcps(v.restOrder)
-	return v, nil
-}
-
-// lcps is each token's common prefix with the one before it in order.
-func (v *Vocab) lcps(order []int32) []uint16 {
-	lcp := make([]uint16, len(order))
-	for i := 1; i < len(order); i++ {
-		a, b := v.toks[order[i-1]], v.toks[order[i]]
-		k := 0
-		for k < len(a) && k < len(b) && a[k] == b[k] {
-			k++
+	slices.SortFunc(all, func(a, b int32) int { return bytes.Compare(v.toks[a], v.toks[b]) })
+	for _, id := range all {
+		switch {
+		case bytes.IndexByte(v.toks[id], exitByte) >= 0:
+			exit = append(exit, id)
+		case v.plain[id>>6]&(1<<(uint(id)&63)) != 0:
+			local = append(local, id)
+		default:
+			local = append(local, id)
+			localRest = append(localRest, id)
 		}
-		lcp[i] = uint16(k)
 	}
-	return lcp
+	v.exit, v.local, v.localRest = v.newTrie(exit), v.newTrie(local), v.newTrie(localRest)
+	longer := func(ids []int32, n int) []int32 {
+		var out []int32
+		for _, id := range ids {
+			if len(v.toks[id]) > n {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	for i, n := range cutDepths {
+		v.long[i], v.longRest[i] = v.newTrie(longer(local, n)), v.newTrie(longer(localRest, n))
+	}
+	return v, nil
 }
 
 // Size is the number of token ids (the mask's length in bits).
@@ -154,52 +221,167 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 	return true
 }
 
-// computeMask walks the sorted vocabulary from DFA state st. The caller
-// holds the grammar's lock.
+// computeMask is the mask of DFA state st. The tokens without exitByte
+// come from the shape cache, keyed by st's shape (computed on a miss by a
+// walk over the shape's small table); where the whole shape is too
+// large, the shape cut at a depth gives the short ones and the longer
+// ones are walked against the automaton; the tokens with exitByte (few)
+// are walked against the automaton too. A state whose cut shape is still
+// too large gets the whole walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
-	mask := make([]uint64, v.MaskWords())
+	depth, cut := 0, 0
+	key, ok := d.shape(st, maxShapeStates, 0)
+	for ; !ok && cut < len(cutDepths); cut++ {
+		depth = cutDepths[cut]
+		key, ok = d.shape(st, maxCutStates, depth)
+	}
+	if !ok {
+		return v.walkMask(d, st, states)
+	}
+	local := v.shapes.get(key)
+	if local == nil {
+		local = v.shapeMask(key, depth)
+		v.shapes.put(string(key), local)
+	}
+	mask := slices.Clone(local)
+	if depth > 0 {
+		// The tokens longer than the cut; the plain ones are in the
+		// cached mask already where the state loops on plain bytes.
+		tr := &v.long[cut-1]
+		if shapeLoops(key[1:]) {
+			tr = &v.longRest[cut-1]
+		}
+		walkTrie(mask, d, st, states, tr)
+	}
+	walkTrie(mask, d, st, states, &v.exit)
 	if d.states[st].accept {
 		for _, e := range v.eos {
 			mask[e>>6] |= 1 << (uint(e) & 63)
 		}
 	}
-	order, lcps := v.order, v.lcp
+	return mask
+}
+
+// walkMask walks the whole vocabulary from DFA state st.
+func (v *Vocab) walkMask(d *dfa, st int32, states []int32) []uint64 {
+	mask := make([]uint64, v.MaskWords())
+	tr := &v.local
 	if v.loopsOnPlain(d, st) {
 		copy(mask, v.plain)
-		if d.states[st].accept {
-			for _, e := range v.eos {
-				mask[e>>6] |= 1 << (uint(e) & 63)
-			}
-		}
-		order, lcps = v.restOrder, v.restLCP
+		tr = &v.localRest
 	}
+	if d.states[st].accept {
+		for _, e := range v.eos {
+			mask[e>>6] |= 1 << (uint(e) & 63)
+		}
+	}
+	walkTrie(mask, d, st, states, tr)
+	walkTrie(mask, d, st, states, &v.exit)
+	return mask
+}
+
+// walkTrie sets in mask the tokens of tr whose bytes all lead somewhere
+// from state st.
+func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 	states[0] = st
-	valid := 0 // states[0..valid] hold the previous token's live prefix
-	for i, id := range order {
-		t := v.toks[id]
-		l := int(lcps[i])
-		if l > valid {
-			continue // shares the dead prefix of an earlier token
+	nodes := tr.nodes
+	for i := 0; i < len(nodes)-1; {
+		nd := &nodes[i]
+		s := states[nd.dep]
+		nx := d.trans[int(s)<<8|int(nd.b)]
+		if nx == 0 {
+			nx = d.step(s, nd.b) + 1
 		}
-		j := l
-		for ; j < len(t); j++ {
-			nx := d.trans[int(states[j])<<8|int(t[j])]
-			if nx > 0 {
-				states[j+1] = nx - 1
-				continue
-			}
-			if nx < 0 {
-				break
-			}
-			if nx = d.step(states[j], t[j]); nx < 0 {
-				break
-			}
-			states[j+1] = nx
+		if nx <= 0 {
+			i = int(nd.end)
+			continue
 		}
-		valid = j
-		if j == len(t) {
+		states[nd.dep+1] = nx - 1
+		for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
 			mask[id>>6] |= 1 << (uint(id) & 63)
 		}
+		i++
+	}
+}
+
+// shapeLoops reports whether a shape's first state loops on every plain
+// byte (then every plain token is allowed: inside a free string).
+func shapeLoops(table []byte) bool {
+	for c := 0x20; c < 0x7f; c++ {
+		if plainByte(byte(c)) && table[c] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// shapeMask is the mask of the tokens without exitByte that a shape (see
+// dfa.shape) allows from its first state: with depth > 0 (a cut shape),
+// those of at most depth bytes.
+func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
+	mask := make([]uint64, v.MaskWords())
+	table := key
+	maxDep := uint16(v.maxLen)
+	if depth > 0 {
+		table, maxDep = key[1:], uint16(depth-1)
+	}
+	tr := &v.local
+	if shapeLoops(table) {
+		copy(mask, v.plain)
+		tr = &v.localRest
+	}
+	states := make([]uint8, v.maxLen+1)
+	nodes := tr.nodes
+	for i := 0; i < len(nodes)-1; {
+		nd := &nodes[i]
+		if nd.dep > maxDep {
+			i = int(nd.end)
+			continue
+		}
+		nx := table[int(states[nd.dep])<<8|int(nd.b)]
+		if nx == 0 {
+			i = int(nd.end)
+			continue
+		}
+		states[nd.dep+1] = nx - 1
+		for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
+			mask[id>>6] |= 1 << (uint(id) & 63)
+		}
+		i++
 	}
 	return mask
+}
+
+// maxShapeBytes bounds the shape cache of one vocabulary; past it the
+// cache is dropped and shapes are walked again as met.
+const maxShapeBytes = 128 << 20
+
+// shapeCache maps a shape's table to the mask of the tokens without
+// exitByte it allows. It is shared by every grammar bound to the
+// vocabulary: the shapes of string contents and of JSON's punctuation
+// recur across positions and schemas.
+type shapeCache struct {
+	mu    sync.Mutex
+	m     map[string][]uint64
+	bytes int
+}
+
+func (s *shapeCache) get(key []byte) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[string(key)]
+}
+
+func (s *shapeCache) put(key string, mask []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[key]; ok {
+		return
+	}
+	n := len(key) + len(mask)*8
+	if s.m == nil || s.bytes+n > maxShapeBytes {
+		s.m, s.bytes = map[string][]uint64{}, 0
+	}
+	s.m[key] = mask
+	s.bytes += n
 }
