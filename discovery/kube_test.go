@@ -3,9 +3,12 @@ package discovery
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,5 +304,48 @@ func TestKubeAPIErrors(t *testing.T) {
 			t.Fatal("discovery_unavailable not raised for a failing watch")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestKubeRelistOnGone: a watch answered 410 Gone (the version was
+// compacted away) lists again and carries on from the new list; served by
+// a stand-in API server, since a real one compacts only on its schedule.
+func TestKubeRelistOnGone(t *testing.T) {
+	r1, r2 := testRecord("w1"), testRecord("w2")
+	pod := func(r Record) string {
+		b, _ := r.Marshal()
+		a, _ := json.Marshal(string(b))
+		return `{"metadata":{"name":"` + r.ID + `","labels":{"app.kubernetes.io/component":"tandem-worker"},"annotations":{"` + DefaultAnnotation + `":` + string(a) + `}},` +
+			`"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}`
+	}
+	var lists atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") == "" && lists.Add(1) == 1:
+			_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"10"},"items":[`+pod(r1)+`]}`)
+		case q.Get("watch") == "":
+			_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"20"},"items":[`+pod(r1)+`,`+pod(r2)+`]}`)
+		case q.Get("resourceVersion") == "10":
+			w.WriteHeader(http.StatusGone)
+			_, _ = io.WriteString(w, `{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}`)
+		default:
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	}))
+	t.Cleanup(srv.Close) // after the watch's own cleanup ends its stream
+	api, err := NewClientsForConfig(&kubeapi.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKube(KubeConfig{Clients: api, Namespace: kubeNS, Selector: kubeSel, Common: Common{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, k)
+	w.waitFor(10*time.Second, "w1 and w2 after the re-list", func() bool { return len(w.live) == 2 })
+	if n := lists.Load(); n != 2 {
+		t.Fatalf("%d lists, want 2", n)
 	}
 }
