@@ -5,41 +5,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/backoff"
+	"github.com/tandemllm/tandem/internal/kubeapi"
 )
 
 // DefaultAnnotation holds a worker's record on its pod.
 const DefaultAnnotation = "tandem.dev/worker-record"
 
-// KubeClients are the two API groups the backend uses. A full
-// kubernetes.Interface (or client-go's fake clientset) provides both; asking
-// for only these keeps the other API groups out of the binary.
-type KubeClients interface {
-	CoreV1() corev1client.CoreV1Interface
-	DiscoveryV1() discoveryv1client.DiscoveryV1Interface
-}
-
 // KubeConfig configures the kube backend.
 type KubeConfig struct {
 	Common
-	Clients KubeClients
+	// Clients reaches the API server (NewInClusterClients,
+	// NewKubeconfigClients or NewClientsForConfig).
+	Clients *kubeapi.Client
 	// Namespace of the workers' pods (default: this pod's, from
 	// POD_NAMESPACE).
 	Namespace string
@@ -56,17 +42,20 @@ type KubeConfig struct {
 	PodName string
 	// Annotation carries the record (default DefaultAnnotation).
 	Annotation string
-	// Resync re-delivers the informers' caches (default 5 minutes).
+	// Resync recomputes the live set from the caches (default 5 minutes).
 	Resync time.Duration
 }
 
 // Kube is the Kubernetes backend: workers are pods selected by label, each
 // with its record in an annotation it writes on its own pod; readiness
-// comes from the Service's EndpointSlices; watchers use client-go
-// informers. The pod's lifetime is the lease: a dead pod leaves its
-// EndpointSlices (not ready) at once and the API with its deletion.
+// comes from the Service's EndpointSlices; watchers list and watch both
+// (resourceVersion, bookmarks, a re-list on 410 Gone) over the lean
+// internal/kubeapi client. The pod's lifetime is the lease: a dead pod
+// leaves its EndpointSlices (not ready) at once and the API with its
+// deletion.
 type Kube struct {
 	cfg KubeConfig
+	sel kubeapi.Selector
 
 	mu     sync.Mutex
 	leases map[*kubeLease]struct{}
@@ -95,24 +84,17 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 5 * time.Minute
 	}
-	if _, err := labels.Parse(cfg.Selector); err != nil {
+	sel, err := kubeapi.ParseSelector(cfg.Selector)
+	if err != nil {
 		return nil, fmt.Errorf("discovery: kube selector %q: %w", cfg.Selector, err)
 	}
-	return &Kube{cfg: cfg, leases: map[*kubeLease]struct{}{}}, nil
+	return &Kube{cfg: cfg, sel: sel, leases: map[*kubeLease]struct{}{}}, nil
 }
-
-type inClusterClients struct {
-	core corev1client.CoreV1Interface
-	disc discoveryv1client.DiscoveryV1Interface
-}
-
-func (c inClusterClients) CoreV1() corev1client.CoreV1Interface                { return c.core }
-func (c inClusterClients) DiscoveryV1() discoveryv1client.DiscoveryV1Interface { return c.disc }
 
 // NewInClusterClients builds the clients from the pod's service account.
-func NewInClusterClients() (KubeClients, error) {
-	rc, err := rest.InClusterConfig()
-	if errors.Is(err, rest.ErrNotInCluster) {
+func NewInClusterClients() (*kubeapi.Client, error) {
+	rc, err := kubeapi.InClusterConfig()
+	if errors.Is(err, kubeapi.ErrNotInCluster) {
 		return nil, fmt.Errorf("discovery: kube: not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig FILE to reach a cluster from outside, or another --discovery (file, etcd, nats): %w", err)
 	}
 	if err != nil {
@@ -123,25 +105,21 @@ func NewInClusterClients() (KubeClients, error) {
 
 // NewKubeconfigClients builds the clients from a kubeconfig file (a
 // process outside the cluster, or a test against a real API server).
-func NewKubeconfigClients(path string) (KubeClients, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
+func NewKubeconfigClients(path string) (*kubeapi.Client, error) {
+	rc, err := kubeapi.BuildConfigFromFlags("", path)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: kubeconfig %s: %w", path, err)
 	}
 	return NewClientsForConfig(rc)
 }
 
-// NewClientsForConfig builds the clients from a REST config.
-func NewClientsForConfig(rc *rest.Config) (KubeClients, error) {
-	core, err := corev1client.NewForConfig(rc)
+// NewClientsForConfig builds the clients from a connection config.
+func NewClientsForConfig(rc *kubeapi.Config) (*kubeapi.Client, error) {
+	c, err := kubeapi.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: kube client: %w", err)
 	}
-	disc, err := discoveryv1client.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("discovery: kube client: %w", err)
-	}
-	return inClusterClients{core: core, disc: disc}, nil
+	return c, nil
 }
 
 // Register implements Registry by writing the record into this worker's
@@ -186,7 +164,9 @@ func (k *Kube) annotate(ctx context.Context, val *[]byte) error {
 	if err != nil {
 		return fmt.Errorf("discovery: kube patch: %w", err)
 	}
-	_, err = k.cfg.Clients.CoreV1().Pods(k.cfg.Namespace).Patch(ctx, k.cfg.PodName, types.MergePatchType, patch, metav1.PatchOptions{})
+	err = k.cfg.Clients.Do(ctx, kubeapi.Request{Method: http.MethodPatch,
+		Path: "/api/v1/namespaces/" + url.PathEscape(k.cfg.Namespace) + "/pods/" + url.PathEscape(k.cfg.PodName),
+		Body: patch, ContentType: kubeapi.MergePatch}, nil)
 	if err != nil {
 		return fmt.Errorf("discovery: kube: annotate pod %s/%s: %w", k.cfg.Namespace, k.cfg.PodName, err)
 	}
@@ -211,43 +191,190 @@ func (l *kubeLease) Revoke(ctx context.Context) error {
 	return err
 }
 
-// Watch implements Registry with two informers, pods and EndpointSlices;
-// every change recomputes the live set from their caches.
+// kubeMeta is the part of an object's metadata the backend reads.
+type kubeMeta struct {
+	Name              string            `json:"name"`
+	ResourceVersion   string            `json:"resourceVersion"`
+	Labels            map[string]string `json:"labels"`
+	Annotations       map[string]string `json:"annotations"`
+	DeletionTimestamp *string           `json:"deletionTimestamp"`
+}
+
+// kubePod is the part of a core/v1 Pod the backend reads.
+type kubePod struct {
+	Metadata kubeMeta `json:"metadata"`
+	Status   struct {
+		Phase      string `json:"phase"`
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+// kubeSlice is the part of a discovery/v1 EndpointSlice the backend reads.
+type kubeSlice struct {
+	Metadata  kubeMeta `json:"metadata"`
+	Endpoints []struct {
+		Conditions struct {
+			Ready       *bool `json:"ready"`
+			Terminating *bool `json:"terminating"`
+		} `json:"conditions"`
+		TargetRef *struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"targetRef"`
+	} `json:"endpoints"`
+}
+
+func (p *kubePod) meta() *kubeMeta   { return &p.Metadata }
+func (s *kubeSlice) meta() *kubeMeta { return &s.Metadata }
+
+// kubeObject is what a kubeCache holds.
+type kubeObject[T any] interface {
+	*T
+	meta() *kubeMeta
+}
+
+// kubeCache follows one collection as client-go's reflector does: list,
+// then watch from the list's resourceVersion (bookmarks keep it fresh),
+// watch again when the server ends the stream, list again on 410 Gone, and
+// retry failures with backoff, raising discovery_unavailable meanwhile.
+type kubeCache[T any, P kubeObject[T]] struct {
+	k        *Kube
+	path     string
+	selector string
+
+	mu    sync.Mutex
+	items map[string]P
+}
+
+func newKubeCache[T any, P kubeObject[T]](k *Kube, path, selector string) *kubeCache[T, P] {
+	return &kubeCache[T, P]{k: k, path: path, selector: selector, items: map[string]P{}}
+}
+
+func (c *kubeCache[T, P]) list() []P {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]P, 0, len(c.items))
+	for _, it := range c.items {
+		out = append(out, it)
+	}
+	return out
+}
+
+// run follows the collection until ctx ends; synced is closed after the
+// first complete list, notify called after every change.
+func (c *kubeCache[T, P]) run(ctx context.Context, synced chan<- struct{}, notify func()) {
+	bo := backoff.Backoff{Base: 800 * time.Millisecond, Max: 30 * time.Second}
+	rv := ""
+	first := true
+	failed := false
+	fail := func(err error) {
+		failed = true
+		c.k.cfg.Board.Raise(DiagUnavailable, "kube", health.Error,
+			"Kubernetes API watch failed; keeping the last known workers: "+err.Error())
+		backoff.Sleep(ctx, bo.Next())
+	}
+	for ctx.Err() == nil {
+		if rv == "" {
+			items := map[string]P{}
+			v, err := c.k.cfg.Clients.List(ctx, c.path, c.selector, func(raw json.RawMessage) error {
+				var o P = new(T)
+				if err := json.Unmarshal(raw, o); err != nil {
+					return err
+				}
+				items[o.meta().Name] = o
+				return nil
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				fail(err)
+				continue
+			}
+			c.mu.Lock()
+			c.items = items
+			c.mu.Unlock()
+			rv = v
+			if first {
+				first = false
+				close(synced)
+			}
+			notify()
+		}
+		w, err := c.k.cfg.Clients.Watch(ctx, c.path, c.selector, rv)
+		if ctx.Err() != nil {
+			return
+		}
+		if kubeapi.IsStatus(err, http.StatusGone) {
+			rv = ""
+			continue
+		}
+		if err != nil {
+			fail(err)
+			continue
+		}
+		bo.Reset()
+		if failed {
+			failed = false
+			notify() // the board's unavailable clears with the next live set
+		}
+		err = c.follow(w, &rv, notify)
+		_ = w.Close()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case kubeapi.IsStatus(err, http.StatusGone):
+			rv = ""
+		case err != nil:
+			fail(err)
+		}
+	}
+}
+
+// follow applies one watch stream's events until it ends (nil at the
+// server's timeout).
+func (c *kubeCache[T, P]) follow(w *kubeapi.Watcher, rv *string, notify func()) error {
+	for {
+		e, err := w.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var o P = new(T)
+		if err := json.Unmarshal(e.Object, o); err != nil {
+			return fmt.Errorf("discovery: kube watch %s: %w", c.path, err)
+		}
+		m := o.meta()
+		if m.ResourceVersion != "" {
+			*rv = m.ResourceVersion
+		}
+		switch e.Type {
+		case kubeapi.Added, kubeapi.Modified:
+			c.mu.Lock()
+			c.items[m.Name] = o
+			c.mu.Unlock()
+		case kubeapi.Deleted:
+			c.mu.Lock()
+			delete(c.items, m.Name)
+			c.mu.Unlock()
+		default: // BOOKMARK: only the version moves
+			continue
+		}
+		notify()
+	}
+}
+
+// Watch implements Registry by following pods and EndpointSlices; every
+// change recomputes the live set from both caches.
 func (k *Kube) Watch(ctx context.Context, fn func(Event)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sel, _ := labels.Parse(k.cfg.Selector)
-	ns := k.cfg.Namespace
-	pods := k.cfg.Clients.CoreV1().Pods(ns)
-	// The WatchList semantics wrapper lets clients that cannot stream a
-	// list (client-go's fake, older API servers) fall back to list+watch.
-	podInf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = k.cfg.Selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = k.cfg.Selector
-			return pods.Watch(ctx, o)
-		},
-	}, k.cfg.Clients), &corev1.Pod{}, k.cfg.Resync, cache.Indexers{})
-	informers := []cache.SharedIndexInformer{podInf}
-	var sliceInf cache.SharedIndexInformer
-	if k.cfg.Service != "" {
-		slices := k.cfg.Clients.DiscoveryV1().EndpointSlices(ns)
-		svcSel := discoveryv1.LabelServiceName + "=" + k.cfg.Service
-		sliceInf = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.LabelSelector = svcSel
-				return slices.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.LabelSelector = svcSel
-				return slices.Watch(ctx, o)
-			},
-		}, k.cfg.Clients), &discoveryv1.EndpointSlice{}, k.cfg.Resync, cache.Indexers{})
-		informers = append(informers, sliceInf)
-	}
+	ns := url.PathEscape(k.cfg.Namespace)
 	wake := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -255,53 +382,58 @@ func (k *Kube) Watch(ctx context.Context, fn func(Event)) error {
 		default:
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
+	pods := newKubeCache[kubePod](k, "/api/v1/namespaces/"+ns+"/pods", k.cfg.Selector)
+	var slices *kubeCache[kubeSlice, *kubeSlice]
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var syncs []chan struct{}
+	start := func(run func(chan<- struct{})) {
+		ch := make(chan struct{})
+		syncs = append(syncs, ch)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(ch)
+		}()
 	}
-	for _, inf := range informers {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return fmt.Errorf("discovery: kube informer: %w", err)
+	start(func(ch chan<- struct{}) { pods.run(ctx, ch, notify) })
+	if k.cfg.Service != "" {
+		// kubernetes.io/service-name is the label the EndpointSlice
+		// controller puts on a Service's slices.
+		slices = newKubeCache[kubeSlice](k, "/apis/discovery.k8s.io/v1/namespaces/"+ns+"/endpointslices",
+			"kubernetes.io/service-name="+k.cfg.Service)
+		start(func(ch chan<- struct{}) { slices.run(ctx, ch, notify) })
+	}
+	for _, ch := range syncs {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil
 		}
-		// A failing watch keeps the informer retrying with backoff; the
-		// board says so meanwhile (cleared on the next event or resync).
-		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			k.cfg.Board.Raise(DiagUnavailable, "kube", health.Error,
-				"Kubernetes API watch failed; keeping the last known workers: "+err.Error())
-		})
-		go inf.RunWithContext(ctx)
 	}
-	synced := make([]cache.InformerSynced, len(informers))
-	for i, inf := range informers {
-		synced[i] = inf.HasSynced
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return nil // ctx ended
-	}
+	resync := time.NewTicker(k.cfg.Resync)
+	defer resync.Stop()
 	v := newView(fn)
 	invalid := map[string]bool{}
 	for {
 		k.cfg.Board.Clear(DiagUnavailable, "kube", DiagRecovered, "Kubernetes API watch working again")
-		v.replace(k.live(podInf, sliceInf, sel, invalid))
+		v.replace(k.live(pods, slices, invalid))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
+		case <-resync.C:
 		}
 	}
 }
 
-// live computes the live set from the informers' caches.
-func (k *Kube) live(podInf, sliceInf cache.SharedIndexInformer, sel labels.Selector, invalid map[string]bool) map[string]Record {
+// live computes the live set from the caches.
+func (k *Kube) live(pods *kubeCache[kubePod, *kubePod], slices *kubeCache[kubeSlice, *kubeSlice], invalid map[string]bool) map[string]Record {
 	var ready map[string]bool // pod name → ready in some slice
-	if sliceInf != nil {
+	if slices != nil {
 		ready = map[string]bool{}
-		for _, o := range sliceInf.GetStore().List() {
-			s, ok := o.(*discoveryv1.EndpointSlice)
-			if !ok {
-				continue
-			}
+		for _, s := range slices.list() {
 			for _, ep := range s.Endpoints {
 				if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" {
 					continue
@@ -318,34 +450,34 @@ func (k *Kube) live(podInf, sliceInf cache.SharedIndexInformer, sel labels.Selec
 	}
 	out := map[string]Record{}
 	seen := map[string]bool{}
-	for _, o := range podInf.GetStore().List() {
-		p, ok := o.(*corev1.Pod)
-		if !ok || !sel.Matches(labels.Set(p.Labels)) {
+	for _, p := range pods.list() {
+		if !k.sel.Matches(p.Metadata.Labels) {
 			continue
 		}
-		val, has := p.Annotations[k.cfg.Annotation]
+		name := p.Metadata.Name
+		val, has := p.Metadata.Annotations[k.cfg.Annotation]
 		if !has {
 			continue // not registered (yet, or any more)
 		}
-		seen[p.Name] = true
+		seen[name] = true
 		r, err := UnmarshalRecord([]byte(val))
-		if err == nil && r.ID != p.Name {
+		if err == nil && r.ID != name {
 			err = fmt.Errorf("record id %q is not the pod name", r.ID)
 		}
 		if err != nil {
-			invalid[p.Name] = true
-			k.cfg.Board.Raise(DiagRecordInvalid, "pod:"+p.Name, health.Warn, "ignoring an invalid discovery record: "+err.Error())
+			invalid[name] = true
+			k.cfg.Board.Raise(DiagRecordInvalid, "pod:"+name, health.Warn, "ignoring an invalid discovery record: "+err.Error())
 			continue
 		}
-		if invalid[p.Name] {
-			delete(invalid, p.Name)
-			k.cfg.Board.Clear(DiagRecordInvalid, "pod:"+p.Name, "", "")
+		if invalid[name] {
+			delete(invalid, name)
+			k.cfg.Board.Clear(DiagRecordInvalid, "pod:"+name, "", "")
 		}
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		if p.Metadata.DeletionTimestamp != nil || p.Status.Phase != "Running" {
 			continue
 		}
 		if ready != nil {
-			if !ready[p.Name] {
+			if !ready[name] {
 				continue
 			}
 		} else if !podReady(p) {
@@ -362,10 +494,10 @@ func (k *Kube) live(podInf, sliceInf cache.SharedIndexInformer, sel labels.Selec
 	return out
 }
 
-func podReady(p *corev1.Pod) bool {
+func podReady(p *kubePod) bool {
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+		if c.Type == "Ready" {
+			return c.Status == "True"
 		}
 	}
 	return false

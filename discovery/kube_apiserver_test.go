@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/kubetest"
@@ -26,7 +28,7 @@ func TestKubeDiscoveryLatency(t *testing.T) {
 		t.Skip("set TANDEM_KUBE_BENCH=1 to measure kube discovery latency")
 	}
 	s := kubetest.Start(t, nil, "few", "many")
-	clients, err := NewClientsForConfig(s.Config())
+	clients, err := NewClientsForConfig(s.APIConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +118,16 @@ func TestKubeEndpointSliceMode(t *testing.T) {
 	const ns = "eps"
 	s := kubetest.Start(t, nil, ns)
 	s.StartControllerManager(t, "endpointslice")
-	clients, err := NewClientsForConfig(s.Config())
+	clients, err := NewClientsForConfig(s.APIConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	core := clients.CoreV1()
+	core, err := corev1client.NewForConfig(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The controller skips pods on a Node it cannot find; nothing runs on
 	// this one, it only has to exist.
 	if _, err := core.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{}); err != nil {
@@ -198,7 +203,7 @@ func TestKubeEndpointSliceMode(t *testing.T) {
 	}
 	setReady(true)
 	expect(EventPut, "ready in the controller's EndpointSlice")
-	sl, err := clients.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=workers"})
+	sl, err := discoveryv1client.NewForConfigOrDie(s.Config()).EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=workers"})
 	if err != nil || len(sl.Items) == 0 || sl.Items[0].Labels["endpointslice.kubernetes.io/managed-by"] != "endpointslice-controller.k8s.io" {
 		t.Fatalf("EndpointSlices %+v, %v: want the controller's", sl, err)
 	}

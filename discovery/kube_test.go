@@ -2,21 +2,27 @@ package discovery
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/kubeapi"
+	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
 const (
@@ -25,24 +31,75 @@ const (
 	kubeService = "tandem-workers"
 )
 
-func kubePod(name string, ready bool, record *Record) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeNS, Labels: map[string]string{"app.kubernetes.io/component": "tandem-worker"}},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
+// kubeFixture is a real kube-apiserver with client-go's typed clients to
+// set the scene (the backend under test uses its own client).
+type kubeFixture struct {
+	t     *testing.T
+	s     *kubetest.Server
+	core  corev1client.CoreV1Interface
+	disc  discoveryv1client.DiscoveryV1Interface
+	api   *kubeapi.Client
+	ctx   context.Context
+	users []string
+}
+
+func newKubeFixture(t *testing.T, users ...string) *kubeFixture {
+	t.Helper()
+	s := kubetest.Start(t, users, kubeNS)
+	f := &kubeFixture{t: t, s: s, users: users}
+	var err error
+	if f.core, err = corev1client.NewForConfig(s.Config()); err != nil {
+		t.Fatal(err)
 	}
-	st := corev1.ConditionFalse
-	if ready {
-		st = corev1.ConditionTrue
+	if f.disc, err = discoveryv1client.NewForConfig(s.Config()); err != nil {
+		t.Fatal(err)
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	if f.api, err = NewClientsForConfig(s.APIConfig()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	f.ctx = ctx
+	return f
+}
+
+// pod creates a worker pod (its record, if any, in the annotation) and
+// sets its status as a kubelet would.
+func (f *kubeFixture) pod(name string, ready bool, record *Record, labels map[string]string) {
+	f.t.Helper()
+	if labels == nil {
+		labels = map[string]string{"app.kubernetes.io/component": "tandem-worker"}
+	}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x"}}}}
 	if record != nil {
 		b, _ := record.Marshal()
 		p.Annotations = map[string]string{DefaultAnnotation: string(b)}
 	}
-	return p
+	p, err := f.core.Pods(kubeNS).Create(f.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.setReady(p, ready)
 }
 
-func kubeSlice(ready map[string]bool) *discoveryv1.EndpointSlice {
+func (f *kubeFixture) setReady(p *corev1.Pod, ready bool) {
+	f.t.Helper()
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	if _, err := f.core.Pods(kubeNS).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// slice writes the Service's one EndpointSlice: pod name → ready, and
+// the names in terminating marked terminating.
+func (f *kubeFixture) slice(ready map[string]bool, terminating ...string) {
+	f.t.Helper()
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: kubeService + "-abc", Namespace: kubeNS, Labels: map[string]string{discoveryv1.LabelServiceName: kubeService}},
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -54,41 +111,54 @@ func kubeSlice(ready map[string]bool) *discoveryv1.EndpointSlice {
 	slices.Sort(names)
 	for _, n := range names {
 		r := ready[n]
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+		ep := discoveryv1.Endpoint{
 			Addresses:  []string{"10.0.0.1"},
 			Conditions: discoveryv1.EndpointConditions{Ready: &r},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: n, Namespace: kubeNS},
-		})
+		}
+		if slices.Contains(terminating, n) {
+			term := true
+			ep.Conditions.Terminating = &term
+		}
+		s.Endpoints = append(s.Endpoints, ep)
 	}
-	return s
+	api := f.disc.EndpointSlices(kubeNS)
+	old, err := api.Get(f.ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		if _, err := api.Create(f.ctx, s, metav1.CreateOptions{}); err != nil {
+			f.t.Fatal(err)
+		}
+		return
+	}
+	s.ResourceVersion = old.ResourceVersion
+	if _, err := api.Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
-func newKube(t *testing.T, cs *fake.Clientset, pod, service string, board *health.Board) *Kube {
-	t.Helper()
-	k, err := NewKube(KubeConfig{Clients: cs, Namespace: kubeNS, Selector: kubeSel, Service: service, PodName: pod,
+func (f *kubeFixture) newKube(clients *kubeapi.Client, pod, service string, board *health.Board) *Kube {
+	f.t.Helper()
+	k, err := NewKube(KubeConfig{Clients: clients, Namespace: kubeNS, Selector: kubeSel, Service: service, PodName: pod,
 		Common: Common{Board: board, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
 	return k
 }
 
 // TestKubeWatch follows pods and EndpointSlices through the states a
-// worker pod goes through, against client-go's fake clientset.
+// worker pod goes through, against a real kube-apiserver.
 func TestKubeWatch(t *testing.T) {
-	ctx := context.Background()
+	f := newKubeFixture(t)
+	ctx := f.ctx
 	r1, r2 := testRecord("w1"), testRecord("w2")
-	other := kubePod("web", true, nil)
-	other.Labels = map[string]string{"app": "web"}
-	cs := fake.NewClientset(
-		kubePod("w1", true, &r1),
-		kubePod("w2", true, &r2),
-		kubePod("w3", true, nil), // not registered yet
-		other,
-		kubeSlice(map[string]bool{"w1": true, "w2": false, "w3": true}),
-	)
+	f.pod("w1", true, &r1, nil)
+	f.pod("w2", true, &r2, nil)
+	f.pod("w3", true, nil, nil) // not registered yet
+	f.pod("web", true, nil, map[string]string{"app": "web"})
+	f.slice(map[string]bool{"w1": true, "w2": false, "w3": true})
 	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
-	w := startWatch(t, newKube(t, cs, "", kubeService, board))
+	w := startWatch(t, f.newKube(f.api, "", kubeService, board))
 	w.waitFor(10*time.Second, "sync", func() bool { return w.synced })
 	expect := func(what string, ids ...string) {
 		t.Helper()
@@ -103,14 +173,11 @@ func TestKubeWatch(t *testing.T) {
 	}
 	expect("w1 only (w2 not ready, w3 unregistered)", "w1")
 
-	slicesAPI := cs.DiscoveryV1().EndpointSlices(kubeNS)
-	if _, err := slicesAPI.Update(ctx, kubeSlice(map[string]bool{"w1": true, "w2": true, "w3": true}), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.slice(map[string]bool{"w1": true, "w2": true, "w3": true})
 	expect("w2 ready", "w1", "w2")
 
 	// w3 registers itself: the record goes into its own pod's annotation.
-	k3 := newKube(t, cs, "w3", kubeService, nil)
+	k3 := f.newKube(f.api, "w3", kubeService, nil)
 	if _, err := k3.Register(ctx, testRecord("w1")); err == nil {
 		t.Fatal("registered under an id that is not the pod name")
 	}
@@ -121,19 +188,14 @@ func TestKubeWatch(t *testing.T) {
 	expect("w3 registered", "w1", "w2", "w3")
 
 	// A failing readiness probe takes w1 out; a terminating w2 too.
-	term := true
-	sl := kubeSlice(map[string]bool{"w1": false, "w2": true, "w3": true})
-	sl.Endpoints[1].Conditions.Terminating = &term
-	if _, err := slicesAPI.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.slice(map[string]bool{"w1": false, "w2": true, "w3": true}, "w2")
 	expect("w1 unready, w2 terminating", "w3")
 
 	if err := l3.Revoke(ctx); err != nil {
 		t.Fatal(err)
 	}
 	expect("w3 revoked", []string{}...)
-	p, err := cs.CoreV1().Pods(kubeNS).Get(ctx, "w3", metav1.GetOptions{})
+	p, err := f.core.Pods(kubeNS).Get(ctx, "w3", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,19 +203,22 @@ func TestKubeWatch(t *testing.T) {
 		t.Fatal("annotation left after Revoke")
 	}
 
-	if _, err := slicesAPI.Update(ctx, kubeSlice(map[string]bool{"w1": true, "w2": true}), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.slice(map[string]bool{"w1": true, "w2": true})
 	expect("w1 and w2 ready again", "w1", "w2")
-	if err := cs.CoreV1().Pods(kubeNS).Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
+	if err := f.core.Pods(kubeNS).Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("w1 deleted", "w2")
 
 	// A broken annotation is reported, not fatal.
-	bad := kubePod("w4", true, nil)
-	bad.Annotations = map[string]string{DefaultAnnotation: "{oops"}
-	if _, err := cs.CoreV1().Pods(kubeNS).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+	bad := testRecord("w4")
+	f.pod("w4", true, &bad, nil)
+	p4, err := f.core.Pods(kubeNS).Get(ctx, "w4", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p4.Annotations[DefaultAnnotation] = "{oops"
+	if _, err := f.core.Pods(kubeNS).Update(ctx, p4, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -168,36 +233,119 @@ func TestKubeWatch(t *testing.T) {
 // TestKubeWatchWithoutService: with no Service, the pod's own Ready
 // condition decides.
 func TestKubeWatchWithoutService(t *testing.T) {
+	f := newKubeFixture(t)
 	r1, r2 := testRecord("w1"), testRecord("w2")
-	cs := fake.NewClientset(kubePod("w1", true, &r1), kubePod("w2", false, &r2))
-	w := startWatch(t, newKube(t, cs, "", "", nil))
+	f.pod("w1", true, &r1, nil)
+	f.pod("w2", false, &r2, nil)
+	w := startWatch(t, f.newKube(f.api, "", "", nil))
 	w.waitFor(10*time.Second, "w1 only", func() bool { return w.synced && len(w.live) == 1 && w.live["w1"].ID == "w1" })
-	if _, err := cs.CoreV1().Pods(kubeNS).UpdateStatus(context.Background(), kubePod("w2", true, &r2), metav1.UpdateOptions{}); err != nil {
+	p, err := f.core.Pods(kubeNS).Get(f.ctx, "w2", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.setReady(p, true)
 	w.waitFor(10*time.Second, "w2 ready", func() bool { return len(w.live) == 2 })
 }
 
 // TestKubeAPIErrors: a registration the API refuses fails with the cause;
-// a failing watch raises discovery_unavailable.
+// a failing watch raises discovery_unavailable. The identities are real
+// RBAC subjects: one with no rights, one that may list pods but not watch
+// them.
 func TestKubeAPIErrors(t *testing.T) {
+	const lister = "tandem-test-lister"
+	f := newKubeFixture(t, lister)
 	r1 := testRecord("w1")
-	cs := fake.NewClientset(kubePod("w1", true, &r1))
-	denied := errors.New("pods is forbidden")
-	cs.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, denied })
-	if _, err := newKube(t, cs, "w1", "", nil).Register(context.Background(), testRecord("w1")); !errors.Is(err, denied) {
-		t.Fatalf("Register error %v, want it to wrap the API's", err)
+	f.pod("w1", true, &r1, nil)
+	stranger, err := NewClientsForConfig(f.s.APIConfigFor(kubetest.StrangerUser))
+	if err != nil {
+		t.Fatal(err)
 	}
-	cs.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) { return true, nil, denied })
-	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = newKube(t, cs, "", "", board).Watch(ctx, func(Event) {}) }()
+	if _, err := f.newKube(stranger, "w1", "", nil).Register(f.ctx, testRecord("w1")); !kubeapi.IsStatus(err, http.StatusForbidden) {
+		t.Fatalf("Register error %v, want it to wrap the API's 403", err)
+	}
+
+	rbac, err := rbacv1client.NewForConfig(f.s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.Roles(kubeNS).Create(f.ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "list-pods"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(kubeNS).Create(f.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "list-pods"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "list-pods"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: lister}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	listOnly, err := NewClientsForConfig(f.s.APIConfigFor(lister))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The binding reaches the authorizer's cache shortly: wait until the
+	// list works, so that what fails below is the watch.
 	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := listOnly.List(f.ctx, "/api/v1/namespaces/"+kubeNS+"/pods", kubeSel, func(json.RawMessage) error { return nil })
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list with the Role: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	board := health.NewBoard(slog.New(slog.DiscardHandler), nil)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	go func() { _ = f.newKube(listOnly, "", "", board).Watch(ctx, func(Event) {}) }()
+	deadline = time.Now().Add(10 * time.Second)
 	for !board.IsActive(DiagUnavailable, "kube") {
 		if time.Now().After(deadline) {
 			t.Fatal("discovery_unavailable not raised for a failing watch")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestKubeRelistOnGone: a watch answered 410 Gone (the version was
+// compacted away) lists again and carries on from the new list; served by
+// a stand-in API server, since a real one compacts only on its schedule.
+func TestKubeRelistOnGone(t *testing.T) {
+	r1, r2 := testRecord("w1"), testRecord("w2")
+	pod := func(r Record) string {
+		b, _ := r.Marshal()
+		a, _ := json.Marshal(string(b))
+		return `{"metadata":{"name":"` + r.ID + `","labels":{"app.kubernetes.io/component":"tandem-worker"},"annotations":{"` + DefaultAnnotation + `":` + string(a) + `}},` +
+			`"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}`
+	}
+	var lists atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") == "" && lists.Add(1) == 1:
+			_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"10"},"items":[`+pod(r1)+`]}`)
+		case q.Get("watch") == "":
+			_, _ = io.WriteString(w, `{"metadata":{"resourceVersion":"20"},"items":[`+pod(r1)+`,`+pod(r2)+`]}`)
+		case q.Get("resourceVersion") == "10":
+			w.WriteHeader(http.StatusGone)
+			_, _ = io.WriteString(w, `{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}`)
+		default:
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	}))
+	t.Cleanup(srv.Close) // after the watch's own cleanup ends its stream
+	api, err := NewClientsForConfig(&kubeapi.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := NewKube(KubeConfig{Clients: api, Namespace: kubeNS, Selector: kubeSel, Common: Common{Logger: slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, k)
+	w.waitFor(10*time.Second, "w1 and w2 after the re-list", func() bool { return len(w.live) == 2 })
+	if n := lists.Load(); n != 2 {
+		t.Fatalf("%d lists, want 2", n)
 	}
 }

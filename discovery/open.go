@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/kubeapi"
 )
 
 // Config selects and configures a backend; it is what the --discovery*
@@ -66,7 +68,7 @@ func Open(cfg Config, c Common) (Registry, error) {
 	case "etcd":
 		return NewEtcd(EtcdConfig{Common: c, Endpoints: cfg.EtcdEndpoints, Prefix: cfg.Prefix, Auth: cfg.EtcdAuth})
 	case "kube":
-		var clients KubeClients
+		var clients *kubeapi.Client
 		var err error
 		if cfg.Kubeconfig != "" {
 			clients, err = NewKubeconfigClients(cfg.Kubeconfig)

@@ -135,7 +135,7 @@ func TestDiscoveryToFirstRoute(t *testing.T) {
 		t.Logf("kube backend left out: %v", err)
 	} else {
 		s := kubetest.Start(t, nil, ns)
-		clients, err := discovery.NewClientsForConfig(s.Config())
+		clients, err := discovery.NewClientsForConfig(s.APIConfig())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	clientcmd "github.com/tandemllm/tandem/internal/kubeapi"
+	rest "github.com/tandemllm/tandem/internal/kubeapi"
 )
 
 // kubeRESTConfig is the API server config of a --kubeconfig file, else of

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/tandemllm/tandem/internal/etcdtest"
+	"github.com/tandemllm/tandem/internal/kubeapi"
 )
 
 // Version is the kube-apiserver version the tests run against; it must
@@ -98,6 +99,14 @@ func (s *Server) ConfigFor(user string) *rest.Config {
 		Burst:           2000,
 		Timeout:         30 * time.Second,
 	}
+}
+
+// APIConfig is Config for the lean internal/kubeapi client.
+func (s *Server) APIConfig() *kubeapi.Config { return s.APIConfigFor(AdminUser) }
+
+// APIConfigFor is ConfigFor for the lean internal/kubeapi client.
+func (s *Server) APIConfigFor(user string) *kubeapi.Config {
+	return &kubeapi.Config{Host: s.URL, BearerToken: s.tokens[user], CAData: s.caData, Timeout: 30 * time.Second}
 }
 
 // Token returns a user's bearer token.

@@ -11,54 +11,54 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
-	"k8s.io/client-go/rest"
-
-	"github.com/tandemllm/tandem/api/v1alpha1"
+	"github.com/tandemllm/tandem/internal/kubeapi"
 )
+
+// fieldManager names the planner in the objects' managed fields.
+var fieldManager = url.Values{"fieldManager": {"tandem-planner"}}
 
 // TandemDeployment scales the pools of one TandemDeployment object; pool
 // names are the object's pool names.
 type TandemDeployment struct {
-	Client    dynamic.Interface
+	Client    *kubeapi.Client
 	Namespace string
 	Name      string
 }
 
-// NewTandemDeployment builds the actuator from a REST config.
-func NewTandemDeployment(cfg *rest.Config, namespace, name string) (*TandemDeployment, error) {
-	c, err := dynamic.NewForConfig(cfg)
+// NewTandemDeployment builds the actuator from a connection config.
+func NewTandemDeployment(cfg *kubeapi.Config, namespace, name string) (*TandemDeployment, error) {
+	c, err := kubeapi.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("planner/kube: %w", err)
 	}
 	return &TandemDeployment{Client: c, Namespace: namespace, Name: name}, nil
 }
 
-func (t *TandemDeployment) res() dynamic.ResourceInterface {
-	return t.Client.Resource(v1alpha1.GroupVersion.WithResource("tandemdeployments")).Namespace(t.Namespace)
+// path is the object's URL path (group tandem.dev, version v1alpha1:
+// api/v1alpha1's GroupVersion).
+func (t *TandemDeployment) path() string {
+	return "/apis/tandem.dev/v1alpha1/namespaces/" + url.PathEscape(t.Namespace) + "/tandemdeployments/" + url.PathEscape(t.Name)
 }
 
-func (t *TandemDeployment) pools(ctx context.Context) ([]v1alpha1.PoolSpec, error) {
-	u, err := t.res().Get(ctx, t.Name, metav1.GetOptions{})
-	if err != nil {
+// poolSpec is the part of api/v1alpha1's PoolSpec the planner reads.
+type poolSpec struct {
+	Name     string `json:"name"`
+	Replicas int32  `json:"replicas"`
+}
+
+func (t *TandemDeployment) pools(ctx context.Context) ([]poolSpec, error) {
+	var obj struct {
+		Spec struct {
+			Pools []poolSpec `json:"pools"`
+		} `json:"spec"`
+	}
+	if err := t.Client.Do(ctx, kubeapi.Request{Method: http.MethodGet, Path: t.path()}, &obj); err != nil {
 		return nil, fmt.Errorf("planner/kube: get tandemdeployment %s/%s: %w", t.Namespace, t.Name, err)
 	}
-	b, err := json.Marshal(u.Object["spec"])
-	if err != nil {
-		return nil, fmt.Errorf("planner/kube: %w", err)
-	}
-	var spec struct {
-		Pools []v1alpha1.PoolSpec `json:"pools"`
-	}
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, fmt.Errorf("planner/kube: tandemdeployment %s/%s spec: %w", t.Namespace, t.Name, err)
-	}
-	return spec.Pools, nil
+	return obj.Spec.Pools, nil
 }
 
 // Replicas implements planner.Actuator.
@@ -96,7 +96,8 @@ func (t *TandemDeployment) Scale(ctx context.Context, pool string, n int) error 
 		{"op": "test", "path": fmt.Sprintf("/spec/pools/%d/name", i), "value": pool},
 		{"op": "replace", "path": fmt.Sprintf("/spec/pools/%d/replicas", i), "value": n},
 	})
-	if _, err := t.res().Patch(ctx, t.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "tandem-planner"}); err != nil {
+	if err := t.Client.Do(ctx, kubeapi.Request{Method: http.MethodPatch, Path: t.path(), Query: fieldManager,
+		Body: patch, ContentType: kubeapi.JSONPatch}, nil); err != nil {
 		return fmt.Errorf("planner/kube: patch tandemdeployment %s/%s pool %s: %w", t.Namespace, t.Name, pool, err)
 	}
 	return nil
@@ -105,31 +106,46 @@ func (t *TandemDeployment) Scale(ctx context.Context, pool string, n int) error 
 // Deployments scales plain Deployments through their scale subresource,
 // for fleets not run by the operator: pool name → Deployment name.
 type Deployments struct {
-	// Client is the apps/v1 typed client only, not the whole clientset:
-	// only what the planner uses is linked into tandem.
-	Client    appsv1client.AppsV1Interface
+	Client    *kubeapi.Client
 	Namespace string
 	Pools     map[string]string
 }
 
-// NewDeployments builds the actuator from a REST config.
-func NewDeployments(cfg *rest.Config, namespace string, pools map[string]string) (*Deployments, error) {
+// NewDeployments builds the actuator from a connection config.
+func NewDeployments(cfg *kubeapi.Config, namespace string, pools map[string]string) (*Deployments, error) {
 	if len(pools) == 0 {
 		return nil, errors.New("planner/kube: no deployments")
 	}
-	c, err := appsv1client.NewForConfig(cfg)
+	c, err := kubeapi.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("planner/kube: %w", err)
 	}
 	return &Deployments{Client: c, Namespace: namespace, Pools: pools}, nil
 }
 
+func (d *Deployments) scalePath(name string) string {
+	return "/apis/apps/v1/namespaces/" + url.PathEscape(d.Namespace) + "/deployments/" + url.PathEscape(name) + "/scale"
+}
+
+// scale is an autoscaling/v1 Scale.
+type scale struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Spec struct {
+		Replicas int32 `json:"replicas"`
+	} `json:"spec"`
+}
+
 // Replicas implements planner.Actuator.
 func (d *Deployments) Replicas(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
 	for pool, name := range d.Pools {
-		s, err := d.Client.Deployments(d.Namespace).GetScale(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		var s scale
+		if err := d.Client.Do(ctx, kubeapi.Request{Method: http.MethodGet, Path: d.scalePath(name)}, &s); err != nil {
 			return nil, fmt.Errorf("planner/kube: get scale of deployment %s/%s: %w", d.Namespace, name, err)
 		}
 		out[pool] = int(s.Spec.Replicas)
@@ -146,11 +162,14 @@ func (d *Deployments) Scale(ctx context.Context, pool string, n int) error {
 	if n < 0 || n > 1<<20 {
 		return fmt.Errorf("planner/kube: pool %s: %d replicas out of range", pool, n)
 	}
-	s := &autoscalingv1.Scale{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.Namespace},
-		Spec:       autoscalingv1.ScaleSpec{Replicas: int32(n)},
+	s := scale{APIVersion: "autoscaling/v1", Kind: "Scale"}
+	s.Metadata.Name, s.Metadata.Namespace = name, d.Namespace
+	s.Spec.Replicas = int32(n)
+	body, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("planner/kube: %w", err)
 	}
-	if _, err := d.Client.Deployments(d.Namespace).UpdateScale(ctx, name, s, metav1.UpdateOptions{FieldManager: "tandem-planner"}); err != nil {
+	if err := d.Client.Do(ctx, kubeapi.Request{Method: http.MethodPut, Path: d.scalePath(name), Query: fieldManager, Body: body}, nil); err != nil {
 		return fmt.Errorf("planner/kube: scale deployment %s/%s to %d: %w", d.Namespace, name, n, err)
 	}
 	return nil

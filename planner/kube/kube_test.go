@@ -2,13 +2,13 @@ package kube
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/tandemllm/tandem/api/v1alpha1"
+	"github.com/tandemllm/tandem/internal/kubeapi"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
@@ -58,7 +59,7 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 		t.Fatalf("create TandemDeployment: %v", err)
 	}
 
-	a, err := NewTandemDeployment(s.Config(), ns, "llm")
+	a, err := NewTandemDeployment(s.APIConfig(), ns, "llm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 	if _, err := kc.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDeployments(s.Config(), ns, map[string]string{"agg": "workers"})
+	d, err := NewDeployments(s.APIConfig(), ns, map[string]string{"agg": "workers"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +128,12 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 
 	// A stranger (authenticated, no RBAC grant) can neither read nor
 	// patch.
-	sa, _ := NewTandemDeployment(s.ConfigFor(kubetest.StrangerUser), ns, "llm")
-	if err := sa.Scale(ctx, "decode", 1); !apierrors.IsForbidden(err) {
+	sa, _ := NewTandemDeployment(s.APIConfigFor(kubetest.StrangerUser), ns, "llm")
+	if err := sa.Scale(ctx, "decode", 1); !kubeapi.IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("stranger's patch: %v, want Forbidden", err)
 	}
-	sd, _ := NewDeployments(s.ConfigFor(kubetest.StrangerUser), ns, map[string]string{"agg": "workers"})
-	if err := sd.Scale(ctx, "agg", 1); !apierrors.IsForbidden(err) {
+	sd, _ := NewDeployments(s.APIConfigFor(kubetest.StrangerUser), ns, map[string]string{"agg": "workers"})
+	if err := sd.Scale(ctx, "agg", 1); !kubeapi.IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("stranger's scale: %v, want Forbidden", err)
 	}
 }
