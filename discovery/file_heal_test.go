@@ -141,9 +141,10 @@ func TestFileRevokedLeavesAtOnce(t *testing.T) {
 	}
 }
 
-// Finding 6 of issue 12: a symlink to /dev/zero drove the frontend to
-// 3.4 GB, a FIFO froze discovery, a 200 MB file cost 570 MB, and 5,000
-// junk files made 5,000 diagnostics and series. None of them is read now;
+// Finding 6 of issue 12: a symlink to /dev/zero drove the frontend's
+// memory up without bound, a FIFO froze discovery, a large file cost more
+// than its size, and every junk file made a diagnostic and a series
+// (docs/benchmarks.md has the figures). None of them is read now;
 // they are counted in one metric and one diagnostic.
 func TestFileJunkIsNeverRead(t *testing.T) {
 	dir := t.TempDir()

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Finding 7 of issue 12: 12 control frames of 64 MiB took a decode worker
-// from 63 MB to 850 MB, outside its 512 MiB --transfer-budget. Each frame
+// Finding 7 of issue 12: large control frames took a decode worker's
+// memory far past its --transfer-budget (docs/benchmarks.md). Each frame
 // is now reserved from the budget before it is allocated: past the budget
 // the connection waits, then is closed, and the budget is never exceeded.
 func TestControlFramesBoundedByBudget(t *testing.T) {

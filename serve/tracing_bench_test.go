@@ -89,9 +89,9 @@ func BenchmarkTracingCost(b *testing.B) {
 	// The modes take turns in a new random order each iteration. In a
 	// fixed order (or a rotated one, which keeps who follows whom) the
 	// mode after the SDK's paid for its garbage and wake-ups: off, first,
-	// came out 4–7 µs slower than a second copy of itself, run after run,
-	// which hid that much of every mode's cost. A fixed seed keeps runs
-	// comparable.
+	// came out slower than a second copy of itself, run after run, which
+	// hid that much of every mode's cost (docs/benchmarks.md, "Figures
+	// behind tests' bounds"). A fixed seed keeps runs comparable.
 	order := rand.New(rand.NewPCG(1, 2))
 	for b.Loop() {
 		for _, i := range order.Perm(len(modes)) {
@@ -109,7 +109,7 @@ func BenchmarkTracingCost(b *testing.B) {
 	// the sampled mode's spans flushed to the collector inside its
 	// block): unlike latency, a count that a loaded machine does not blur.
 	// (Process CPU time per block was tried too: on 16 cores the
-	// scheduler's spinning threads swamp it, ±150 µs a request.)
+	// scheduler's spinning threads swamp it.)
 	allocs := make([]uint64, len(modes))
 	const block, blocks = 50, 6
 	for range blocks {

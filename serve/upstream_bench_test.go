@@ -19,7 +19,8 @@ import (
 // the front is `tandem serve --engine upstream` pointed at it. Requests
 // alternate between the server directly and through the front, so noise
 // hits both; added = TTFT through the front − TTFT direct: Tandem's
-// frontend, router and the extra HTTP hop. Dynamo's frontend added 13 ms.
+// frontend, router and the extra HTTP hop (docs/benchmarks.md sets it
+// beside Dynamo's frontend).
 func BenchmarkUpstreamOverhead(b *testing.B) {
 	// The seeds measured 512-token prompts and 128 output tokens; the
 	// short case isolates the fixed cost.

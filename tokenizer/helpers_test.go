@@ -9,8 +9,8 @@ import (
 	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
-// Construction is the slow part of these tests (o200k: ~0.3 s, Qwen3's
-// 11 MB tokenizer.json: ~1 s, several times that under -race), so each model
+// Construction is the slow part of these tests (Qwen3's tokenizer.json
+// most of all, several times slower under -race), so each model
 // is built once per test binary and shared; the types are immutable.
 var (
 	defaultOnce  sync.Once

@@ -76,7 +76,7 @@ func TestSeedExperiment(t *testing.T) {
 	// wall time × speedup, so a scheduling delay of 1 ms on a loaded
 	// machine (CI runs every package's tests at once on two cores) reads
 	// as 20 ms of model time at 20, enough to misprice a queue and route a
-	// re-request away (4 of 60 in one CI run). A run here is ~3 s of model
+	// re-request away (docs/benchmarks.md). A run here is ~3 s of model
 	// time, so the lower speedup costs well under a second each.
 	const concSpeedup = 4
 	for _, conc := range []int{4, 8} {

@@ -25,8 +25,8 @@ package kernels
 // reading, not traced: VPMADDWD and the FMA both need a multiply pipe).
 // Wider tiles would only save a few extensions and were not tried
 // (docs/benchmarks/native.md, "Kernel design figures", has the figures).
-// The one-token tiles are bound by memory in decode (each
-// weight read once per token from DRAM); their next-tile prefetch
+// The one-token tiles are bound by memory in decode (each weight read once
+// per token from DRAM); their next-tile prefetch
 // (PREFETCHNEXT in the .s file) is what makes them faster there than the
 // archsimd kernel (BenchmarkQ8AsmDecode).
 //

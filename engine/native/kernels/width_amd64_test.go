@@ -39,7 +39,7 @@ func BenchmarkVectorWidth(b *testing.B) {
 	var t256, t512, tJoin time.Duration
 	var s8 archsimd.Int32x8
 	var s16 archsimd.Int32x16
-	const reps = 256 // calls per clock reading (a call is ~50-150 ns)
+	const reps = 256 // calls per clock reading (one call is too short to time alone)
 	for b.Loop() {
 		s := time.Now()
 		for range reps {
