@@ -286,7 +286,7 @@ func newBenchSyntheticCmd(b *benchFlags) *cobra.Command {
 	f.StringVar(&out, "output", "128", "max_tokens, same forms as --input")
 	f.Float64Var(&ratio, "prefix-ratio", 0, "fraction of every prompt that is one prefix shared by all requests")
 	f.BoolVar(&tokenIDs, "token-ids", false, "completions endpoint: send prompts as token ids (exact lengths)")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos so outputs are exactly --output; OpenAI itself rejects ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -317,7 +317,7 @@ func newBenchMultiTurnCmd(b *benchFlags) *cobra.Command {
 	f.StringVar(&out, "output", "128", "max_tokens per turn")
 	f.IntVar(&system, "system-words", 0, "words of a system prompt shared by every conversation")
 	f.DurationVar(&think, "think", 0, "pause between a reply and the next turn")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -543,7 +543,7 @@ tokenizers, approximate on others). Arrivals follow the timestamps divided by --
 	f.IntVar(&tr.Vocab.Lo, "vocab-lo", 1000, "smallest token id in token-id prompts")
 	f.IntVar(&tr.Vocab.Hi, "vocab-hi", 30000, "token ids in prompts are below this")
 	f.Float64Var(&speedup, "speedup", 1, "divide the trace's timestamps by this")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos so outputs match the trace)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 

@@ -217,7 +217,7 @@ server reported, and what the server's /metrics counted; the HTML report draws t
 	f.StringVar(&out, "output", "512", "max_tokens (the seed's sweep: 512)")
 	f.Float64Var(&ratio, "prefix-ratio", 0, "fraction of every prompt that is one shared prefix (when the sweep is not over it)")
 	f.BoolVar(&tokenIDs, "token-ids", false, "completions endpoint: send prompts as token ids (exact lengths)")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -253,7 +253,7 @@ in order and, with --requests beyond the file's length, again from the top.`,
 	f := cmd.Flags()
 	f.StringVar(&file, "file", "", "JSONL dataset")
 	f.IntVar(&defOut, "output", 128, "max_tokens for lines without their own")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -16,7 +17,7 @@ import (
 func newFrontendCmd() *cobra.Command {
 	cfg := frontend.DefaultConfig()
 	var rf routerFlags
-	var disc discoveryFlags
+	disc := discovery.DefaultConfig()
 	var modelDir string
 	var auth clientAuthFlags
 	var tf tracingFlags
@@ -52,7 +53,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 		ctx := cmd.Context()
 		base := process.New(log, nil, nil)
 		metrics, board := base.Registry, base.Board
-		reg, err := disc.open(board, log)
+		reg, err := discovery.Open(disc, discovery.Common{Board: board, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -62,7 +63,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "Tandem %s frontend\n  url:       %s/v1\n  model:     %s\n  router:    %s\n  discovery: %s\n",
-			version, f.URL(), model.Name, routerDescription(cfg.RouterMode, cfg.KV), disc.describe())
+			version, f.URL(), model.Name, routerDescription(cfg.RouterMode, cfg.KV), disc.Describe())
 		if u := f.NATSURL(); u != "" {
 			fmt.Fprintf(cmd.OutOrStdout(), "  events:    nats %s\n", u)
 		}
@@ -84,17 +85,17 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.StringVar(&modelDir, "model", "", "tokenizer directory of the served model (HF tokenizer.json + tokenizer_config.json, or llama2.c); empty: the built-in tandem-mock")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
+	process.AddDrainFlag(f, &cfg.DrainTimeout)
 	registerFrontendFlags(cmd, &cfg.Frontend)
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
-	f.StringVar(&cfg.Disagg, "disagg", cfg.Disagg, "disaggregated prefill for workers registered with --role decode: auto (price local vs remote per request), always or never")
-	f.Float64Var(&cfg.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
-	f.DurationVar(&cfg.LegTimeout, "disagg-leg-timeout", disagg.DefaultLegTimeout, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally")
+	disagg.AddModeFlag(f, &cfg.Disagg) // for workers registered with --role decode
+	disagg.AddInterferenceWeightFlag(f, &cfg.InterferenceWeight)
+	disagg.AddLegTimeoutFlag(f, &cfg.LegTimeout)
 	rf.register(cmd, cfg.RouterMode)
 	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
-	registerMTLS(cmd, &cfg.MTLS)
+	cfg.MTLS.AddFlags(cmd.Flags())
 	tf.register(cmd, "tandem-frontend")
-	disc.register(cmd)
-	registerEventPlane(cmd, &cfg.EventPlane)
+	disc.AddFlags(cmd.Flags())
+	cfg.EventPlane.AddFlags(cmd.Flags())
 	return cmd
 }

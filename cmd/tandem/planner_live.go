@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/planner"
@@ -221,7 +222,7 @@ func newPlannerRunFlags(c *cobra.Command) func(cmd *cobra.Command) error {
 	f.StringVar(&keyFile, "metrics-key-file", "", "file holding the bearer key for a frontend run with --protect-metrics")
 	f.StringVar(&caURL, "metrics-ca", "", "PEM CA that https metrics endpoints chain to")
 	f.StringVar(&actuator, "actuator", "tandemdeployment", "how pools are scaled: tandemdeployment (patch a TandemDeployment's pool replicas), deployment (Deployments' scale subresource), local (start and stop `tandem worker` processes here)")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (empty: in-cluster)")
+	discovery.AddKubeconfigFlag(f, &kubeconfig)
 	f.StringVar(&ns, "namespace", "default", "the namespace of the TandemDeployment or Deployments")
 	f.StringVar(&name, "name", "", "--actuator tandemdeployment: the TandemDeployment's name")
 	f.StringArrayVar(&deployments, "deployment", nil, "--actuator deployment: POOL=DEPLOYMENT (repeat)")
@@ -250,7 +251,7 @@ func newPlannerRunFlags(c *cobra.Command) func(cmd *cobra.Command) error {
 		var act planner.Actuator
 		switch actuator {
 		case "tandemdeployment", "deployment":
-			rc, err := kubeRESTConfig("planner --actuator "+actuator, kubeconfig,
+			rc, err := kube.RESTConfig("planner --actuator "+actuator, kubeconfig,
 				", or --actuator local --local-worker POOL=ARGS to scale `tandem worker` processes on this machine")
 			if err != nil {
 				return err

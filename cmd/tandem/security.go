@@ -3,7 +3,6 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/httpapi"
 )
 
@@ -34,13 +33,4 @@ func (c *clientAuthFlags) apply() error {
 	}
 	c.fe.APIKeys = k
 	return nil
-}
-
-// registerMTLS adds the cluster identity flags shared by frontend and
-// worker.
-func registerMTLS(cmd *cobra.Command, m *authn.Files) {
-	f := cmd.Flags()
-	f.StringVar(&m.CA, "mtls-ca", "", "mutual TLS between frontend and workers: PEM of the cluster CA (tandem certs init); peers must chain to it")
-	f.StringVar(&m.Cert, "mtls-cert", "", "mutual TLS: this process's PEM certificate (role frontend or worker)")
-	f.StringVar(&m.Key, "mtls-key", "", "mutual TLS: this process's PEM private key")
 }

@@ -35,7 +35,7 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of in-process workers")
 	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
+	process.AddDrainFlag(f, &cfg.DrainTimeout)
 	f.StringVar(&cfg.ServedModelName, "served-model-name", "", "the model's name on the OpenAI API (empty: the tokenizer's, or with --engine upstream the name the servers' /v1/models lists)")
 	registerFrontendFlags(cmd, &cfg.Frontend)
 	s.auth.register(cmd, &cfg.Frontend, &cfg.TLS)

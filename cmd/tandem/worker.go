@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -23,7 +24,7 @@ func newWorkerCmd() *cobra.Command {
 	cfg.Workers = 1
 	wcfg := worker.DefaultConfig() // the fleet mode
 	var eng engineFlags
-	var disc discoveryFlags
+	disc := discovery.DefaultConfig()
 	var tf tracingFlags
 	var auth clientAuthFlags
 	cmd := &cobra.Command{
@@ -67,7 +68,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			eng.vllmCompatible = true
 			return runOpenAIWorker(cmd, cfg, &eng, log)
 		}
-		return runFleetWorker(cmd, wcfg, &eng, &disc, log)
+		return runFleetWorker(cmd, wcfg, &eng, disc, log)
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "openai-addr", "", "serve the OpenAI API here like a vLLM server (no fleet, no discovery)")
@@ -91,20 +92,20 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.DurationVar(&cl.Idle, "conn-idle-timeout", cl.Idle, "a connection that reads nothing this long is closed (0: the KV transfer port's 10 minutes, no bound elsewhere)")
 	f.StringVar(&wcfg.MetricsAddr, "metrics-addr", "", "serve the engine's /metrics and the worker's /health here (empty: nowhere)")
 	f.DurationVar(&wcfg.DeregisterDelay, "deregister-delay", wcfg.DeregisterDelay, "on SIGTERM, how long to keep taking requests after deregistering, while frontends hear of it")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM")
+	process.AddDrainFlag(f, &cfg.DrainTimeout)
 	eng.register(cmd)
-	disc.register(cmd)
-	registerEventPlane(cmd, &wcfg.EventPlane)
+	disc.AddFlags(cmd.Flags())
+	wcfg.EventPlane.AddFlags(cmd.Flags())
 	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
-	registerMTLS(cmd, &wcfg.MTLS)
+	wcfg.MTLS.AddFlags(cmd.Flags())
 	tf.register(cmd, "tandem-worker")
 	f.StringVar(&wcfg.TransferPeers, "transfer-peers", worker.PeersDiscovery, "--role prefill: where KV may be sent: discovery (only transfer addresses published in discovery) or any (whatever address a frontend names; unsafe)")
 	return cmd
 }
 
 // runFleetWorker serves one engine on the request plane and registers it.
-func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, disc *discoveryFlags, log *slog.Logger) error {
-	if wcfg.ID == "" && disc.cfg.Backend == "kube" {
+func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, disc discovery.Config, log *slog.Logger) error {
+	if wcfg.ID == "" && disc.Backend == "kube" {
 		wcfg.ID = os.Getenv("POD_NAME") // the kube backend keys records by pod
 	}
 	if wcfg.ID == "" {
@@ -143,7 +144,7 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	}
 	ctx := cmd.Context()
 	board := health.NewBoard(log, nil)
-	reg, err := disc.open(board, log)
+	reg, err := discovery.Open(disc, discovery.Common{Board: board, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	}
 	rec := w.Record()
 	fmt.Fprintf(cmd.OutOrStdout(), "Tandem worker %s (%s engine, %s)\n  request-plane: %s\n  model:         %s\n  kv-layout:     %s\n  discovery:     %s\n",
-		rec.ID, rec.Engine, rec.Role, rec.RequestPlane, rec.Model, rec.KVLayout.Fingerprint(), disc.describe())
+		rec.ID, rec.Engine, rec.Role, rec.RequestPlane, rec.Model, rec.KVLayout.Fingerprint(), disc.Describe())
 	if rec.KVEvents.Endpoint != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "  kv-events:     %s\n", rec.KVEvents.Endpoint)
 	}
