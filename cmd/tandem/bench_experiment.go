@@ -65,7 +65,7 @@ func (s *serveSetup) resources() map[string]float64 {
 		w = d.PrefillWorkers + dec
 	}
 	if s.eng.kind == "upstream" {
-		w = len(s.eng.up.urls) + len(s.eng.up.prefill)
+		w = len(s.eng.up.URLs) + len(s.eng.up.Prefill)
 	}
 	out := map[string]float64{"workers": float64(w)}
 	if s.eng.kind == "mocker" {

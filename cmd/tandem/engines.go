@@ -46,7 +46,7 @@ type engineFlags struct {
 	threads        int
 	kvType         string
 	script         string // --mocker-script
-	up             upstreamFlags
+	up             upstream.Fleet
 	tiers          tierFlags
 	// chatTemplate is --chat-template: a template file in place of the
 	// model's own (applied in chattemplate.go).
@@ -111,36 +111,12 @@ func (t *tierFlags) mockerTiers() (mocker.TierConfig, error) {
 		HostLatency: t.hostLat, DiskLatency: t.diskLat}, nil
 }
 
-// upstreamFlags configure --engine upstream: workers that are vLLM (or
-// vLLM-compatible) servers.
-type upstreamFlags struct {
-	urls    []string // one worker each
-	prefill []string // vLLM P/D prefill servers (serve)
-	events  []string // the servers' KV event endpoints, in --upstream order
-	model   string
-	apiKey  string
-	api     string
-	replay  []string // the servers' KV event replay endpoints, in --upstream order
-	// targets are the workers the servers make (resolveTargets: one per
-	// SGLang attention-DP rank); empty: one per --upstream.
-	targets         []upstreamTarget
-	metricsInterval time.Duration
-	guidedFields    bool
-}
-
 func (e *engineFlags) register(cmd *cobra.Command) {
 	e.mock = mocker.DefaultConfig()
 	e.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
 	f := cmd.Flags()
 	f.StringVar(&e.kind, "engine", "mocker", "engine: mocker (simulated vLLM-class GPU worker), native (real Go transformer) or upstream (vLLM servers: --upstream)")
-	f.StringArrayVar(&e.up.urls, "upstream", nil, "upstream: base URL of a vLLM (or vLLM-compatible) server; repeat for one worker per server")
-	f.StringArrayVar(&e.up.events, "upstream-kv-events", nil, "upstream: ZMQ KV event endpoint of each --upstream server, in order (vLLM --kv-events-config), for --router-mode kv")
-	f.StringVar(&e.up.model, "upstream-model", "", "upstream: the servers' model name (empty: the first /v1/models lists)")
-	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
-	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) sglang (SGLang's native /generate: token prompts, meta_info cached_tokens, one worker per attention-DP rank) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
-	f.DurationVar(&e.up.metricsInterval, "upstream-metrics-interval", upstream.DefaultMetricsInterval, "upstream: how often each server's /metrics is scraped for its load (vllm:*, sglang:*, llamacpp:*; llama-server without --metrics: /slots); negative: never")
-	f.BoolVar(&e.up.guidedFields, "upstream-guided-fields", false, "upstream: send structured outputs as vLLM's older guided_json/guided_regex/guided_choice/guided_grammar fields instead of structured_outputs (vLLM releases before structured_outputs)")
-	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
+	e.up.AddFlags(f)
 	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
@@ -232,7 +208,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 				KVOffloadHostBytes: tiers.HostBytes, KVOffloadDiskBytes: tiers.DiskBytes, KVOffloadDiskDir: e.tiers.diskDir, KVOffloadDiskShared: e.tiers.diskShared})
 		}, nil
 	case "upstream":
-		if err := e.up.check(); err != nil {
+		if err := e.up.Check(); err != nil {
 			return nil, nil, err
 		}
 		return model, e.upstreamFactory(model.Tokenizer), nil
@@ -240,24 +216,11 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker, native or upstream)", e.kind)
 }
 
-func (u *upstreamFlags) check() error {
-	if len(u.urls) == 0 {
-		return errors.New("--engine upstream needs --upstream URL (one per server)")
-	}
-	if len(u.events) > len(u.urls) {
-		return fmt.Errorf("%d --upstream-kv-events for %d --upstream servers", len(u.events), len(u.urls))
-	}
-	if len(u.replay) > len(u.events) {
-		return fmt.Errorf("%d --upstream-kv-events-replay for %d --upstream-kv-events", len(u.replay), len(u.events))
-	}
-	return nil
-}
-
 // upstreamFactory returns worker i's engine: the --upstream servers, then
 // the --upstream-prefill ones.
 func (e *engineFlags) upstreamFactory(codec upstream.Codec) serve.EngineFactory {
 	return func(i int) (engine.Engine, error) {
-		cfg, err := e.up.config(i)
+		cfg, err := e.up.Config(i)
 		if err != nil {
 			return nil, err
 		}

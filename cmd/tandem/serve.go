@@ -40,7 +40,7 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	registerFrontendFlags(cmd, &cfg.Frontend)
 	s.auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	s.eng.register(cmd)
-	f.StringArrayVar(&s.eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
+	s.eng.up.AddPrefillFlag(f)
 	s.rf.register(cmd, cfg.RouterMode)
 	registerDisaggFlags(cmd, cfg)
 	return s
@@ -53,11 +53,11 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 		return nil, "", err
 	}
 	if s.eng.kind == "upstream" {
-		if err := s.eng.up.resolveTargets(context.Background()); err != nil {
+		if err := s.eng.up.ResolveTargets(context.Background()); err != nil {
 			return nil, "", err
 		}
-		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.up.workers(), len(s.eng.up.prefill)
-	} else if len(s.eng.up.prefill) > 0 {
+		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.up.Workers(), len(s.eng.up.Prefill)
+	} else if len(s.eng.up.Prefill) > 0 {
 		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
 	}
 	if err := s.rf.apply(&s.cfg.RouterMode, &s.cfg.KV); err != nil {
@@ -94,8 +94,8 @@ func newServeCmd() *cobra.Command {
 			return err
 		}
 		defer stopTracing()
-		if learn.base == "" && auto.on {
-			learn.base = auto.pf.profile // unlearned cells: the planner's own profile
+		if learn.Base == "" && auto.on {
+			learn.Base = auto.pf.profile // unlearned cells: the planner's own profile
 		}
 		if err := learn.attach(setup); err != nil {
 			return err
@@ -104,12 +104,15 @@ func newServeCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		learn.start(log, sys.Board)
-		defer learn.finish(log)
+		if err := learn.start(log, sys.Board); err != nil {
+			_ = sys.Shutdown(context.Background())
+			return err
+		}
+		defer learn.finish()
 		cfg := setup.cfg
 		printBanner(cmd.OutOrStdout(), sys, model, routerDescription(cfg.RouterMode, cfg.KV))
 		ctx := cmd.Context()
-		auto.pf.profileSource = learn.source(log)
+		auto.pf.profileSource = learn.source()
 		waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
 		if err != nil {
 			_ = sys.Shutdown(context.Background())
@@ -127,13 +130,13 @@ func newServeCmd() *cobra.Command {
 		if err := process.Drain(log, cfg.DrainTimeout, sys.Shutdown); err != nil {
 			return err
 		}
-		learn.finish(log) // after the drain: its steps count
+		learn.finish() // after the drain: its steps count
 		return nil
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
 	auto.register(cmd)
-	learn.register(cmd)
+	learn.AddFlags(cmd.Flags())
 	return cmd
 }
 

@@ -125,17 +125,17 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	if d, err := cmd.Flags().GetDuration("drain-timeout"); err == nil {
 		wcfg.DrainTimeout = d
 	}
-	if eng.kind == "upstream" && len(eng.up.urls) != 1 {
-		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.up.urls))
+	if eng.kind == "upstream" && len(eng.up.URLs) != 1 {
+		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.up.URLs))
 	}
-	if eng.kind == "upstream" && eng.up.api == upstream.APISGLang {
-		if err := eng.up.resolveTargets(cmd.Context()); err != nil {
+	if eng.kind == "upstream" && eng.up.API == upstream.APISGLang {
+		if err := eng.up.ResolveTargets(cmd.Context()); err != nil {
 			return err
 		}
-		if n := eng.up.workers(); n > 1 {
+		if n := eng.up.Workers(); n > 1 {
 			// One fleet worker is one routable target; an SGLang server
 			// with N attention-DP ranks is N of them.
-			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.up.urls[0], n)
+			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.up.URLs[0], n)
 		}
 	}
 	model, factory, err := eng.build(log)
