@@ -42,7 +42,6 @@ func TestLearnProfileWriteDiagnostic(t *testing.T) {
 	}
 }
 
-
 // TestLearnWriterLifecycle: Finish stops the ticker and writes once more,
 // a second Finish does nothing, and a writer needs a learner, a file and a
 // positive interval.
