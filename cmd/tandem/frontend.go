@@ -11,15 +11,16 @@ import (
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
 func newFrontendCmd() *cobra.Command {
 	cfg := frontend.DefaultConfig()
-	var rf routerFlags
+	rf := router.Settings{Mode: cfg.RouterMode}
 	disc := discovery.DefaultConfig()
 	var modelDir string
-	var auth clientAuthFlags
+	var keyFile string
 	var tf tracingFlags
 	cmd := &cobra.Command{
 		Use:   "frontend",
@@ -40,10 +41,11 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		defer stopTracing()
-		if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
+		if err := rf.Resolve(); err != nil {
 			return err
 		}
-		if err := auth.apply(); err != nil {
+		cfg.RouterMode, cfg.KV = rf.Mode, rf.KV
+		if err := cfg.Frontend.LoadKeyFile(keyFile); err != nil {
 			return err
 		}
 		model, err := tokenizer.Load(modelDir)
@@ -86,13 +88,13 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.StringVar(&modelDir, "model", "", "tokenizer directory of the served model (HF tokenizer.json + tokenizer_config.json, or llama2.c); empty: the built-in tandem-mock")
 	process.AddDrainFlag(f, &cfg.DrainTimeout)
-	registerFrontendFlags(cmd, &cfg.Frontend)
+	cfg.Frontend.AddFlags(f)
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
 	disagg.AddModeFlag(f, &cfg.Disagg) // for workers registered with --role decode
 	disagg.AddInterferenceWeightFlag(f, &cfg.InterferenceWeight)
 	disagg.AddLegTimeoutFlag(f, &cfg.LegTimeout)
-	rf.register(cmd, cfg.RouterMode)
-	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
+	rf.AddFlags(f)
+	cfg.Frontend.AddAuthFlags(f, &keyFile, &cfg.TLS)
 	cfg.MTLS.AddFlags(cmd.Flags())
 	tf.register(cmd, "tandem-frontend")
 	disc.AddFlags(cmd.Flags())

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/serve"
 )
 
@@ -21,10 +22,11 @@ import (
 // experiments start servers through it, so a started variant is exactly
 // the `tandem serve` with the same flags.
 type serveSetup struct {
-	cfg  serve.Config
-	eng  engineFlags
-	rf   routerFlags
-	auth clientAuthFlags
+	cfg serve.Config
+	eng engineFlags
+	rf  router.Settings
+	// keyFile is --api-key-file, read at start.
+	keyFile string
 }
 
 // newServeSetup registers the flags of `tandem serve` on cmd.
@@ -37,11 +39,12 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
 	process.AddDrainFlag(f, &cfg.DrainTimeout)
 	f.StringVar(&cfg.ServedModelName, "served-model-name", "", "the model's name on the OpenAI API (empty: the tokenizer's, or with --engine upstream the name the servers' /v1/models lists)")
-	registerFrontendFlags(cmd, &cfg.Frontend)
-	s.auth.register(cmd, &cfg.Frontend, &cfg.TLS)
+	cfg.Frontend.AddFlags(f)
+	cfg.Frontend.AddAuthFlags(f, &s.keyFile, &cfg.TLS)
 	s.eng.register(cmd)
 	s.eng.up.AddPrefillFlag(f)
-	s.rf.register(cmd, cfg.RouterMode)
+	s.rf.Mode = cfg.RouterMode
+	s.rf.AddFlags(f)
 	registerDisaggFlags(cmd, cfg)
 	return s
 }
@@ -60,10 +63,11 @@ func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
 	} else if len(s.eng.up.Prefill) > 0 {
 		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
 	}
-	if err := s.rf.apply(&s.cfg.RouterMode, &s.cfg.KV); err != nil {
+	if err := s.rf.Resolve(); err != nil {
 		return nil, "", err
 	}
-	if err := s.auth.apply(); err != nil {
+	s.cfg.RouterMode, s.cfg.KV = s.rf.Mode, s.rf.KV
+	if err := s.cfg.Frontend.LoadKeyFile(s.keyFile); err != nil {
 		return nil, "", err
 	}
 	sys, err := serve.Start(s.cfg, model, factory, log)

@@ -26,7 +26,7 @@ func newWorkerCmd() *cobra.Command {
 	var eng engineFlags
 	disc := discovery.DefaultConfig()
 	var tf tracingFlags
-	var auth clientAuthFlags
+	var keyFile string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker: registered in a fleet (default), or with --openai-addr serving the OpenAI API like vLLM",
@@ -57,7 +57,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cmd.Flags().Changed("rp-addr") {
 				return errors.New("--openai-addr and --rp-addr exclude each other: a worker either serves the OpenAI API itself or joins a fleet")
 			}
-			if err := auth.apply(); err != nil {
+			if err := cfg.Frontend.LoadKeyFile(keyFile); err != nil {
 				return err
 			}
 			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS, cfg.VLLMPD.ConnLimits = wcfg.TransferBudget, wcfg.MTLS, wcfg.ConnLimits
@@ -96,7 +96,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	eng.register(cmd)
 	disc.AddFlags(cmd.Flags())
 	wcfg.EventPlane.AddFlags(cmd.Flags())
-	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
+	cfg.Frontend.AddAuthFlags(f, &keyFile, &cfg.TLS)
 	wcfg.MTLS.AddFlags(cmd.Flags())
 	tf.register(cmd, "tandem-worker")
 	f.StringVar(&wcfg.TransferPeers, "transfer-peers", worker.PeersDiscovery, "--role prefill: where KV may be sent: discovery (only transfer addresses published in discovery) or any (whatever address a frontend names; unsafe)")
