@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/bench"
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/serve"
 )
@@ -414,11 +415,11 @@ the per-mode table. A mode the router does not support is an error row.`,
 // --kv-capacity-tokens N --router-mode MODE`.
 func benchServerStarter(log *slog.Logger, workers, capacity int, speedup float64) bench.ServerStarter {
 	return func(ctx context.Context, mode string) (string, func(), error) {
-		eng := engineFlags{kind: "mocker", mock: mocker.DefaultConfig(), timing: "qwen3-0.6b", kvEvents: "on", kvFormat: "map"}
-		eng.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-		eng.mock.KVCapacityTokens = capacity
-		eng.mock.Speedup = speedup
-		model, factory, err := eng.build(log)
+		eng := engines.Config{Kind: "mocker", Mock: mocker.DefaultConfig(), Timing: "qwen3-0.6b", KVEvents: "on", KVFormat: "map"}
+		eng.Mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+		eng.Mock.KVCapacityTokens = capacity
+		eng.Mock.Speedup = speedup
+		model, factory, err := eng.Build(log)
 		if err != nil {
 			return "", nil, err
 		}

@@ -64,12 +64,12 @@ func (s *serveSetup) resources() map[string]float64 {
 		}
 		w = d.PrefillWorkers + dec
 	}
-	if s.eng.kind == "upstream" {
-		w = len(s.eng.up.URLs) + len(s.eng.up.Prefill)
+	if s.eng.Kind == "upstream" {
+		w = len(s.eng.Up.URLs) + len(s.eng.Up.Prefill)
 	}
 	out := map[string]float64{"workers": float64(w)}
-	if s.eng.kind == "mocker" {
-		out["kv_capacity_tokens"] = float64(s.eng.mock.KVCapacityTokens)
+	if s.eng.Kind == "mocker" {
+		out["kv_capacity_tokens"] = float64(s.eng.Mock.KVCapacityTokens)
 	}
 	return out
 }

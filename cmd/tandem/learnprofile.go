@@ -27,10 +27,10 @@ func (l *learnFlags) attach(s *serveSetup) error {
 	if l.File == "" {
 		return nil
 	}
-	if s.eng.kind != "mocker" {
-		return fmt.Errorf("--learn-profile needs --engine mocker (only the mocker reports its steps), not %q", s.eng.kind)
+	if s.eng.Kind != "mocker" {
+		return fmt.Errorf("--learn-profile needs --engine mocker (only the mocker reports its steps), not %q", s.eng.Kind)
 	}
-	m := &s.eng.mock
+	m := &s.eng.Mock
 	if m.Instant {
 		return errors.New("--learn-profile with --instant: steps take no time, there is nothing to learn")
 	}
@@ -45,12 +45,12 @@ func (l *learnFlags) attach(s *serveSetup) error {
 		}
 	} else {
 		tm := mocker.DynamoTiming()
-		if s.eng.timing == "qwen3-0.6b" {
+		if s.eng.Timing == "qwen3-0.6b" {
 			tm = mocker.Qwen3_0_6BTiming()
 		}
 		base = sim.WorkerSpec{Timing: tm, KVCapacityTokens: m.KVCapacityTokens, MaxNumSeqs: m.MaxNumSeqs,
 			MaxNumBatchedTokens: m.MaxNumBatchedTokens}.Profile()
-		base.Worker = "mocker --timing " + s.eng.timing
+		base.Worker = "mocker --timing " + s.eng.Timing
 	}
 	// The mocker at --speedup S sleeps 1/S of its model time: scale the
 	// wall durations back to the model's.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/serve"
@@ -23,7 +24,7 @@ import (
 // the `tandem serve` with the same flags.
 type serveSetup struct {
 	cfg serve.Config
-	eng engineFlags
+	eng engines.Config
 	rf  router.Settings
 	// keyFile is --api-key-file, read at start.
 	keyFile string
@@ -41,8 +42,8 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	f.StringVar(&cfg.ServedModelName, "served-model-name", "", "the model's name on the OpenAI API (empty: the tokenizer's, or with --engine upstream the name the servers' /v1/models lists)")
 	cfg.Frontend.AddFlags(f)
 	cfg.Frontend.AddAuthFlags(f, &s.keyFile, &cfg.TLS)
-	s.eng.register(cmd)
-	s.eng.up.AddPrefillFlag(f)
+	s.eng.AddFlags(cmd.Flags())
+	s.eng.Up.AddPrefillFlag(f)
 	s.rf.Mode = cfg.RouterMode
 	s.rf.AddFlags(f)
 	registerDisaggFlags(cmd, cfg)
@@ -51,16 +52,16 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 
 // start builds the engines and starts the system.
 func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
-	model, factory, err := s.eng.build(log)
+	model, factory, err := s.eng.Build(log)
 	if err != nil {
 		return nil, "", err
 	}
-	if s.eng.kind == "upstream" {
-		if err := s.eng.up.ResolveTargets(context.Background()); err != nil {
+	if s.eng.Kind == "upstream" {
+		if err := s.eng.Up.ResolveTargets(context.Background()); err != nil {
 			return nil, "", err
 		}
-		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.up.Workers(), len(s.eng.up.Prefill)
-	} else if len(s.eng.up.Prefill) > 0 {
+		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.Up.Workers(), len(s.eng.Up.Prefill)
+	} else if len(s.eng.Up.Prefill) > 0 {
 		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
 	}
 	if err := s.rf.Resolve(); err != nil {

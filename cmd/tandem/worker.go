@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -23,7 +24,7 @@ func newWorkerCmd() *cobra.Command {
 	cfg := serve.DefaultConfig() // the --openai-addr (vLLM-compatible) mode
 	cfg.Workers = 1
 	wcfg := worker.DefaultConfig() // the fleet mode
-	var eng engineFlags
+	var eng engines.Config
 	disc := discovery.DefaultConfig()
 	var tf tracingFlags
 	var keyFile string
@@ -65,7 +66,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
 			}
-			eng.vllmCompatible = true
+			eng.VLLMCompatible = true
 			return runOpenAIWorker(cmd, cfg, &eng, log)
 		}
 		return runFleetWorker(cmd, wcfg, &eng, disc, log)
@@ -83,7 +84,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&cfg.VLLMPD.ListenHost, "kv-transfer-listen-host", "", "with --kv-transfer-params: where the KV transfer node listens (default 127.0.0.1)")
 	f.StringVar(&wcfg.KVTransferAddr, "kv-transfer-addr", wcfg.KVTransferAddr, "--role decode: where the KV transfer node receives blocks from prefill workers (port 0: any free port)")
 	wcfg.TransferBudget = kvtransfer.DefaultBudget
-	f.Var((*byteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
+	f.Var((*engines.ByteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
 	f.DurationVar(&wcfg.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: bound on one KV transfer; a failed transfer falls back to local prefill")
 	cl := &wcfg.ConnLimits
 	f.IntVar(&cl.MaxConns, "conn-max", cl.MaxConns, "open connections each of the worker's ports (request plane, KV transfer, metrics, vLLM P/D side channel) admits (0: no cap); past it a connection is closed at accept")
@@ -93,7 +94,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&wcfg.MetricsAddr, "metrics-addr", "", "serve the engine's /metrics and the worker's /health here (empty: nowhere)")
 	f.DurationVar(&wcfg.DeregisterDelay, "deregister-delay", wcfg.DeregisterDelay, "on SIGTERM, how long to keep taking requests after deregistering, while frontends hear of it")
 	process.AddDrainFlag(f, &cfg.DrainTimeout)
-	eng.register(cmd)
+	eng.AddFlags(cmd.Flags())
 	disc.AddFlags(cmd.Flags())
 	wcfg.EventPlane.AddFlags(cmd.Flags())
 	cfg.Frontend.AddAuthFlags(f, &keyFile, &cfg.TLS)
@@ -104,7 +105,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 }
 
 // runFleetWorker serves one engine on the request plane and registers it.
-func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, disc discovery.Config, log *slog.Logger) error {
+func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engines.Config, disc discovery.Config, log *slog.Logger) error {
 	if wcfg.ID == "" && disc.Backend == "kube" {
 		wcfg.ID = os.Getenv("POD_NAME") // the kube backend keys records by pod
 	}
@@ -116,29 +117,29 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 		wcfg.ID = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	wcfg.Version = version
-	wcfg.KVEventsFormat = eng.kvFormat
-	if wcfg.EventPlane.Plane == "nats" && eng.mock.KVEvents.ReplayEndpoint == "" {
+	wcfg.KVEventsFormat = eng.KVFormat
+	if wcfg.EventPlane.Plane == "nats" && eng.Mock.KVEvents.ReplayEndpoint == "" {
 		// The relay joins the engine's PUB socket after the engine starts;
 		// replay gives it what ZMQ drops meanwhile.
-		eng.mock.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
+		eng.Mock.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
 	}
 	if d, err := cmd.Flags().GetDuration("drain-timeout"); err == nil {
 		wcfg.DrainTimeout = d
 	}
-	if eng.kind == "upstream" && len(eng.up.URLs) != 1 {
-		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.up.URLs))
+	if eng.Kind == "upstream" && len(eng.Up.URLs) != 1 {
+		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.Up.URLs))
 	}
-	if eng.kind == "upstream" && eng.up.API == upstream.APISGLang {
-		if err := eng.up.ResolveTargets(cmd.Context()); err != nil {
+	if eng.Kind == "upstream" && eng.Up.API == upstream.APISGLang {
+		if err := eng.Up.ResolveTargets(cmd.Context()); err != nil {
 			return err
 		}
-		if n := eng.up.Workers(); n > 1 {
+		if n := eng.Up.Workers(); n > 1 {
 			// One fleet worker is one routable target; an SGLang server
 			// with N attention-DP ranks is N of them.
-			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.up.URLs[0], n)
+			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.Up.URLs[0], n)
 		}
 	}
-	model, factory, err := eng.build(log)
+	model, factory, err := eng.Build(log)
 	if err != nil {
 		return err
 	}
@@ -186,8 +187,8 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 
 // runOpenAIWorker is the vLLM-compatible mode: one engine behind its own
 // OpenAI server.
-func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engineFlags, log *slog.Logger) error {
-	model, factory, err := eng.build(log)
+func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engines.Config, log *slog.Logger) error {
+	model, factory, err := eng.Build(log)
 	if err != nil {
 		return err
 	}
