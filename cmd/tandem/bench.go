@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,9 +14,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/bench"
-	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/serve/launch"
 )
 
 // benchFlags are the flags every bench workload shares: targets, load
@@ -408,34 +405,8 @@ the per-mode table. A mode the router does not support is an error row.`,
 }
 
 // benchServerStarter starts the servers of `bench prefix-reuse
-// --start-server`: the whole system in process, the mocker calibrated to
-// the seed's Qwen3-0.6B worker, KV events on (the kv mode needs them).
-// The engine comes from the same flags-to-factory code `tandem serve`
-// uses, so a started server is exactly `tandem serve --timing qwen3-0.6b
-// --kv-capacity-tokens N --router-mode MODE`.
-func benchServerStarter(log *slog.Logger, workers, capacity int, speedup float64) bench.ServerStarter {
-	return func(ctx context.Context, mode string) (string, func(), error) {
-		eng := engines.Config{Kind: "mocker", Mock: mocker.DefaultConfig(), Timing: "qwen3-0.6b", KVEvents: "on", KVFormat: "map"}
-		eng.Mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-		eng.Mock.KVCapacityTokens = capacity
-		eng.Mock.Speedup = speedup
-		model, factory, err := eng.Build(log)
-		if err != nil {
-			return "", nil, err
-		}
-		cfg := serve.DefaultConfig()
-		cfg.HTTPAddr, cfg.Workers, cfg.RouterMode = "127.0.0.1:0", workers, mode
-		sys, err := serve.Start(cfg, model, factory, log)
-		if err != nil {
-			return "", nil, err
-		}
-		return sys.URL(), func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = sys.Shutdown(sctx)
-		}, nil
-	}
-}
+// --start-server`.
+var benchServerStarter = launch.ModeStarter
 
 func splitList(s string) []string {
 	var out []string

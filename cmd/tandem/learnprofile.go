@@ -9,6 +9,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/planner"
 	"github.com/tandemllm/tandem/planner/sim"
+	"github.com/tandemllm/tandem/serve/launch"
 )
 
 // learnFlags are `tandem serve --learn-profile`: a planner.ProfileLearner
@@ -23,14 +24,14 @@ type learnFlags struct {
 
 // attach builds the learner and sets it as the step observer of the
 // engines setup will build. It does nothing without --learn-profile.
-func (l *learnFlags) attach(s *serveSetup) error {
+func (l *learnFlags) attach(s *launch.Setup) error {
 	if l.File == "" {
 		return nil
 	}
-	if s.eng.Kind != "mocker" {
-		return fmt.Errorf("--learn-profile needs --engine mocker (only the mocker reports its steps), not %q", s.eng.Kind)
+	if s.Engine.Kind != "mocker" {
+		return fmt.Errorf("--learn-profile needs --engine mocker (only the mocker reports its steps), not %q", s.Engine.Kind)
 	}
-	m := &s.eng.Mock
+	m := &s.Engine.Mock
 	if m.Instant {
 		return errors.New("--learn-profile with --instant: steps take no time, there is nothing to learn")
 	}
@@ -45,12 +46,12 @@ func (l *learnFlags) attach(s *serveSetup) error {
 		}
 	} else {
 		tm := mocker.DynamoTiming()
-		if s.eng.Timing == "qwen3-0.6b" {
+		if s.Engine.Timing == "qwen3-0.6b" {
 			tm = mocker.Qwen3_0_6BTiming()
 		}
 		base = sim.WorkerSpec{Timing: tm, KVCapacityTokens: m.KVCapacityTokens, MaxNumSeqs: m.MaxNumSeqs,
 			MaxNumBatchedTokens: m.MaxNumBatchedTokens}.Profile()
-		base.Worker = "mocker --timing " + s.eng.Timing
+		base.Worker = "mocker --timing " + s.Engine.Timing
 	}
 	// The mocker at --speedup S sleeps 1/S of its model time: scale the
 	// wall durations back to the model's.

@@ -5,35 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/serve/launch"
 )
 
-// serveSetup is the configuration of `tandem serve`: its flags and how
-// to start the system they describe. `tandem bench --serve` and bench
-// experiments start servers through it, so a started variant is exactly
-// the `tandem serve` with the same flags.
-type serveSetup struct {
-	cfg serve.Config
-	eng engines.Config
-	rf  router.Settings
-	// keyFile is --api-key-file, read at start.
-	keyFile string
-}
-
-// newServeSetup registers the flags of `tandem serve` on cmd.
-func newServeSetup(cmd *cobra.Command) *serveSetup {
-	s := &serveSetup{cfg: serve.DefaultConfig()}
-	cfg := &s.cfg
+// newServeSetup registers the flags of `tandem serve` on cmd: serve's
+// own, then each part's (the frontend's limits and client auth, the
+// engines, the router, disaggregation).
+func newServeSetup(cmd *cobra.Command) *launch.Setup {
+	s := launch.New()
+	cfg := &s.Config
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of in-process workers")
@@ -41,45 +29,16 @@ func newServeSetup(cmd *cobra.Command) *serveSetup {
 	process.AddDrainFlag(f, &cfg.DrainTimeout)
 	f.StringVar(&cfg.ServedModelName, "served-model-name", "", "the model's name on the OpenAI API (empty: the tokenizer's, or with --engine upstream the name the servers' /v1/models lists)")
 	cfg.Frontend.AddFlags(f)
-	cfg.Frontend.AddAuthFlags(f, &s.keyFile, &cfg.TLS)
-	s.eng.AddFlags(cmd.Flags())
-	s.eng.Up.AddPrefillFlag(f)
-	s.rf.Mode = cfg.RouterMode
-	s.rf.AddFlags(f)
+	cfg.Frontend.AddAuthFlags(f, &s.KeyFile, &cfg.TLS)
+	s.Engine.AddFlags(f)
+	s.Engine.Up.AddPrefillFlag(f)
+	s.Router.AddFlags(f)
 	registerDisaggFlags(cmd, cfg)
 	return s
 }
 
-// start builds the engines and starts the system.
-func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
-	model, factory, err := s.eng.Build(log)
-	if err != nil {
-		return nil, "", err
-	}
-	if s.eng.Kind == "upstream" {
-		if err := s.eng.Up.ResolveTargets(context.Background()); err != nil {
-			return nil, "", err
-		}
-		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.Up.Workers(), len(s.eng.Up.Prefill)
-	} else if len(s.eng.Up.Prefill) > 0 {
-		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
-	}
-	if err := s.rf.Resolve(); err != nil {
-		return nil, "", err
-	}
-	s.cfg.RouterMode, s.cfg.KV = s.rf.Mode, s.rf.KV
-	if err := s.cfg.Frontend.LoadKeyFile(s.keyFile); err != nil {
-		return nil, "", err
-	}
-	sys, err := serve.Start(s.cfg, model, factory, log)
-	if err != nil {
-		return nil, "", err
-	}
-	return sys, model.Name, nil
-}
-
 func newServeCmd() *cobra.Command {
-	var setup *serveSetup
+	var setup *launch.Setup
 	var tf tracingFlags
 	var auto autoscaleFlags // planner_live.go
 	var learn learnFlags    // learnprofile.go
@@ -105,7 +64,7 @@ func newServeCmd() *cobra.Command {
 		if err := learn.attach(setup); err != nil {
 			return err
 		}
-		sys, model, err := setup.start(log)
+		sys, model, err := setup.Start(log)
 		if err != nil {
 			return err
 		}
@@ -114,7 +73,7 @@ func newServeCmd() *cobra.Command {
 			return err
 		}
 		defer learn.finish()
-		cfg := setup.cfg
+		cfg := setup.Config
 		printBanner(cmd.OutOrStdout(), sys, model, routerDescription(cfg.RouterMode, cfg.KV))
 		ctx := cmd.Context()
 		auto.pf.profileSource = learn.source()
