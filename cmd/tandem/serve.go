@@ -59,7 +59,7 @@ func newServeCmd() *cobra.Command {
 		}
 		defer stopTracing()
 		if learn.Base == "" && auto.on {
-			learn.Base = auto.pf.profile // unlearned cells: the planner's own profile
+			learn.Base = auto.pf.Profile // unlearned cells: the planner's own profile
 		}
 		if err := learn.attach(setup); err != nil {
 			return err
@@ -76,7 +76,7 @@ func newServeCmd() *cobra.Command {
 		cfg := setup.Config
 		printBanner(cmd.OutOrStdout(), sys, model, routerDescription(cfg.RouterMode, cfg.KV))
 		ctx := cmd.Context()
-		auto.pf.profileSource = learn.source()
+		auto.pf.ProfileSource = learn.source()
 		waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
 		if err != nil {
 			_ = sys.Shutdown(context.Background())
