@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/serve/launch"
 )
 
 // benchFlags are the flags every bench workload shares: targets, load
@@ -286,7 +284,7 @@ func newBenchSyntheticCmd(b *benchFlags) *cobra.Command {
 	f.StringVar(&out, "output", "128", "max_tokens, same forms as --input")
 	f.Float64Var(&ratio, "prefix-ratio", 0, "fraction of every prompt that is one prefix shared by all requests")
 	f.BoolVar(&tokenIDs, "token-ids", false, "completions endpoint: send prompts as token ids (exact lengths)")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos so outputs are exactly --output; OpenAI itself rejects ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -317,7 +315,7 @@ func newBenchMultiTurnCmd(b *benchFlags) *cobra.Command {
 	f.StringVar(&out, "output", "128", "max_tokens per turn")
 	f.IntVar(&system, "system-words", 0, "words of a system prompt shared by every conversation")
 	f.DurationVar(&think, "think", 0, "pause between a reply and the next turn")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -407,34 +405,8 @@ the per-mode table. A mode the router does not support is an error row.`,
 }
 
 // benchServerStarter starts the servers of `bench prefix-reuse
-// --start-server`: the whole system in process, the mocker calibrated to
-// the seed's Qwen3-0.6B worker, KV events on (the kv mode needs them).
-// The engine comes from the same flags-to-factory code `tandem serve`
-// uses, so a started server is exactly `tandem serve --timing qwen3-0.6b
-// --kv-capacity-tokens N --router-mode MODE`.
-func benchServerStarter(log *slog.Logger, workers, capacity int, speedup float64) bench.ServerStarter {
-	return func(ctx context.Context, mode string) (string, func(), error) {
-		eng := engineFlags{kind: "mocker", mock: mocker.DefaultConfig(), timing: "qwen3-0.6b", kvEvents: "on", kvFormat: "map"}
-		eng.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-		eng.mock.KVCapacityTokens = capacity
-		eng.mock.Speedup = speedup
-		model, factory, err := eng.build(log)
-		if err != nil {
-			return "", nil, err
-		}
-		cfg := serve.DefaultConfig()
-		cfg.HTTPAddr, cfg.Workers, cfg.RouterMode = "127.0.0.1:0", workers, mode
-		sys, err := serve.Start(cfg, model, factory, log)
-		if err != nil {
-			return "", nil, err
-		}
-		return sys.URL(), func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = sys.Shutdown(sctx)
-		}, nil
-	}
-}
+// --start-server`.
+var benchServerStarter = launch.ModeStarter
 
 func splitList(s string) []string {
 	var out []string
@@ -543,7 +515,7 @@ tokenizers, approximate on others). Arrivals follow the timestamps divided by --
 	f.IntVar(&tr.Vocab.Lo, "vocab-lo", 1000, "smallest token id in token-id prompts")
 	f.IntVar(&tr.Vocab.Hi, "vocab-hi", 30000, "token ids in prompts are below this")
 	f.Float64Var(&speedup, "speedup", 1, "divide the trace's timestamps by this")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos so outputs match the trace)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/serve"
 )
@@ -15,10 +16,10 @@ import (
 func startDisaggServer(t *testing.T, mode string) string {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	eng := engineFlags{kind: "mocker", mock: mocker.DefaultConfig(), timing: "qwen3-0.6b", kvEvents: "on", kvFormat: "map"}
-	eng.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-	eng.mock.Speedup = 10
-	model, factory, err := eng.build(log)
+	eng := engines.Config{Kind: "mocker", Mock: mocker.DefaultConfig(), Timing: "qwen3-0.6b", KVEvents: "on", KVFormat: "map"}
+	eng.Mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+	eng.Mock.Speedup = 10
+	model, factory, err := eng.Build(log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/bench"
+	"github.com/tandemllm/tandem/serve/launch"
 )
 
 // resourceFlags are the `tandem serve` flags that change what a deployment
@@ -23,7 +24,7 @@ import (
 var resourceFlags = []string{"workers", "prefill-workers", "decode-workers", "kv-capacity-tokens", "upstream", "upstream-prefill"}
 
 // parseServe parses `tandem serve` flags into a setup without starting it.
-func parseServe(args []string) (*serveSetup, error) {
+func parseServe(args []string) (*launch.Setup, error) {
 	cmd := &cobra.Command{Use: "serve"}
 	setup := newServeSetup(cmd)
 	f := cmd.Flags()
@@ -34,7 +35,7 @@ func parseServe(args []string) (*serveSetup, error) {
 		return nil, fmt.Errorf("serve flags %q: stray arguments %q", strings.Join(args, " "), f.Args())
 	}
 	if !f.Changed("http-addr") {
-		setup.cfg.HTTPAddr = "127.0.0.1:0" // a fresh port per started server
+		setup.Config.HTTPAddr = "127.0.0.1:0" // a fresh port per started server
 	}
 	return setup, nil
 }
@@ -53,42 +54,13 @@ func flagArgs(m map[string]string) []string {
 	return out
 }
 
-// resources is what a started system uses: its workers (prefill and decode
-// together) and each worker's KV capacity.
-func (s *serveSetup) resources() map[string]float64 {
-	w := s.cfg.Workers
-	if d := s.cfg.Disagg; d.PrefillWorkers > 0 {
-		dec := d.DecodeWorkers
-		if dec == 0 {
-			dec = s.cfg.Workers
-		}
-		w = d.PrefillWorkers + dec
-	}
-	if s.eng.kind == "upstream" {
-		w = len(s.eng.up.urls) + len(s.eng.up.prefill)
-	}
-	out := map[string]float64{"workers": float64(w)}
-	if s.eng.kind == "mocker" {
-		out["kv_capacity_tokens"] = float64(s.eng.mock.KVCapacityTokens)
-	}
-	return out
-}
-
 // startServe starts an in-process `tandem serve` with args.
 func startServe(ctx context.Context, log *slog.Logger, args []string) (string, func(), error) {
 	setup, err := parseServe(args)
 	if err != nil {
 		return "", nil, err
 	}
-	sys, _, err := setup.start(log)
-	if err != nil {
-		return "", nil, err
-	}
-	return sys.URL(), func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = sys.Shutdown(sctx)
-	}, nil
+	return launch.Serve(ctx, log, setup)
 }
 
 // startTargets starts the --serve servers and adds them to the targets.
@@ -217,7 +189,7 @@ server reported, and what the server's /metrics counted; the HTML report draws t
 	f.StringVar(&out, "output", "512", "max_tokens (the seed's sweep: 512)")
 	f.Float64Var(&ratio, "prefix-ratio", 0, "fraction of every prompt that is one shared prefix (when the sweep is not over it)")
 	f.BoolVar(&tokenIDs, "token-ids", false, "completions endpoint: send prompts as token ids (exact lengths)")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -253,7 +225,7 @@ in order and, with --requests beyond the file's length, again from the top.`,
 	f := cmd.Flags()
 	f.StringVar(&file, "file", "", "JSONL dataset")
 	f.IntVar(&defOut, "output", 128, "max_tokens for lines without their own")
-	f.BoolVar(&honorEOS, "honor-eos", false, "let the model stop early (default sends ignore_eos)")
+	bench.AddHonorEOSFlag(f, &honorEOS)
 	return cmd
 }
 
@@ -290,7 +262,7 @@ first's, the whole interval above it.`,
 				if err != nil {
 					return nil, err
 				}
-				return s.resources(), nil
+				return s.Resources(), nil
 			}, resourceFlags)
 			if err != nil {
 				return err

@@ -271,11 +271,11 @@ func TestServeResources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := s.resources(); r["workers"] != tc.workers || r["kv_capacity_tokens"] <= 0 {
+		if r := s.Resources(); r["workers"] != tc.workers || r["kv_capacity_tokens"] <= 0 {
 			t.Errorf("%v: resources %v, want %v workers", tc.args, r, tc.workers)
 		}
-		if s.cfg.HTTPAddr != "127.0.0.1:0" {
-			t.Errorf("%v: a started server listens on %s, want a fresh loopback port", tc.args, s.cfg.HTTPAddr)
+		if s.Config.HTTPAddr != "127.0.0.1:0" {
+			t.Errorf("%v: a started server listens on %s, want a fresh loopback port", tc.args, s.Config.HTTPAddr)
 		}
 	}
 	if _, err := parseServe([]string{"--no-such-flag"}); err == nil {

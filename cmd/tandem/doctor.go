@@ -23,7 +23,7 @@ var errChecksFailed = errors.New("doctor: checks failed")
 func newDoctorCmd() *cobra.Command {
 	var (
 		cfg     doctor.Config
-		disc    discoveryFlags
+		disc    = discovery.DefaultConfig()
 		mtls    authn.Files
 		output  string
 		asJSON  bool
@@ -82,16 +82,16 @@ Exit status 1 when a check fails. docs/operations.md lists the checks.`,
 			// certificates and present workers'.
 			cfg.WorkerTLS = cl.Client(authn.RoleWorker)
 		}
-		if disc.cfg.Backend != "none" {
+		if disc.Backend != "none" {
 			// The doctor's own board: a backend it cannot reach is a
 			// failing check, not a log line.
-			reg, err := disc.open(health.NewBoard(log, nil), log)
+			reg, err := discovery.Open(disc, discovery.Common{Board: health.NewBoard(log, nil), Logger: log})
 			if err != nil {
 				return err
 			}
 			defer reg.Close()
 			cfg.Registry = reg
-			cfg.DiscoveryFix = discoveryFix(&disc)
+			cfg.DiscoveryFix = discoveryFix(disc)
 		}
 		rep, err := doctor.Run(cmd.Context(), cfg)
 		if err != nil {
@@ -126,20 +126,20 @@ Exit status 1 when a check fails. docs/operations.md lists the checks.`,
 	f.DurationVar(&cfg.ProbeTimeout, "probe-timeout", 60*time.Second, "bound on each probe request")
 	f.DurationVar(&cfg.MaxFrontendTTFT, "max-frontend-ttft", 50*time.Millisecond, "frontend.ttft_added warns when the frontend adds more than this to the engine's TTFT")
 	f.StringVar(&cfg.SameHost, "same-host", "auto", "look for leftover tandem processes and ports on this host (/proc): on, off, or auto (on when --frontend is a loopback address)")
-	registerMTLS(cmd, &mtls)
-	disc.register(cmd)
+	mtls.AddFlags(cmd.Flags())
+	disc.AddFlags(cmd.Flags())
 	f.Lookup("discovery").Usage = "the deployment's discovery backend: file, etcd, kube, or none (read only the frontend)"
 	return cmd
 }
 
 // discoveryFix says how to delete a stale record on the backend; {id} is
 // the worker.
-func discoveryFix(d *discoveryFlags) string {
-	switch d.cfg.Backend {
+func discoveryFix(d discovery.Config) string {
+	switch d.Backend {
 	case "file":
-		return "remove " + filepath.Join(d.cfg.Dir, "{id}.json") + " (watchers drop it within one poll)"
+		return "remove " + filepath.Join(d.Dir, "{id}.json") + " (watchers drop it within one poll)"
 	case "etcd":
-		return "delete its key: etcdctl del " + d.cfg.Prefix + "workers/{id} (or wait --lease-ttl for its lease to expire)"
+		return "delete its key: etcdctl del " + d.Prefix + "workers/{id} (or wait --lease-ttl for its lease to expire)"
 	case "kube":
 		return "delete the pod whose " + discovery.DefaultAnnotation + " annotation names {id}, or remove the annotation"
 	}

@@ -8,17 +8,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/disagg"
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
 func newFrontendCmd() *cobra.Command {
 	cfg := frontend.DefaultConfig()
-	var rf routerFlags
-	var disc discoveryFlags
+	rf := router.Settings{Mode: cfg.RouterMode}
+	disc := discovery.DefaultConfig()
 	var modelDir string
-	var auth clientAuthFlags
+	var keyFile string
 	var tf tracingFlags
 	cmd := &cobra.Command{
 		Use:   "frontend",
@@ -39,10 +41,11 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		defer stopTracing()
-		if err := rf.apply(&cfg.RouterMode, &cfg.KV); err != nil {
+		if err := rf.Resolve(); err != nil {
 			return err
 		}
-		if err := auth.apply(); err != nil {
+		cfg.RouterMode, cfg.KV = rf.Mode, rf.KV
+		if err := cfg.Frontend.LoadKeyFile(keyFile); err != nil {
 			return err
 		}
 		model, err := tokenizer.Load(modelDir)
@@ -52,7 +55,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 		ctx := cmd.Context()
 		base := process.New(log, nil, nil)
 		metrics, board := base.Registry, base.Board
-		reg, err := disc.open(board, log)
+		reg, err := discovery.Open(disc, discovery.Common{Board: board, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -62,7 +65,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "Tandem %s frontend\n  url:       %s/v1\n  model:     %s\n  router:    %s\n  discovery: %s\n",
-			version, f.URL(), model.Name, routerDescription(cfg.RouterMode, cfg.KV), disc.describe())
+			version, f.URL(), model.Name, routerDescription(cfg.RouterMode, cfg.KV), disc.Describe())
 		if u := f.NATSURL(); u != "" {
 			fmt.Fprintf(cmd.OutOrStdout(), "  events:    nats %s\n", u)
 		}
@@ -84,18 +87,18 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.StringVar(&modelDir, "model", "", "tokenizer directory of the served model (HF tokenizer.json + tokenizer_config.json, or llama2.c); empty: the built-in tandem-mock")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
-	registerFrontendFlags(cmd, &cfg.Frontend)
+	process.AddDrainFlag(f, &cfg.DrainTimeout)
+	cfg.Frontend.AddFlags(f)
 	cfg.Dispatch.AddFlags(f)
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
-	f.StringVar(&cfg.Disagg, "disagg", cfg.Disagg, "disaggregated prefill for workers registered with --role decode: auto (price local vs remote per request), always or never")
-	f.Float64Var(&cfg.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
-	f.DurationVar(&cfg.LegTimeout, "disagg-leg-timeout", disagg.DefaultLegTimeout, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally")
-	rf.register(cmd, cfg.RouterMode)
-	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
-	registerMTLS(cmd, &cfg.MTLS)
+	disagg.AddModeFlag(f, &cfg.Disagg) // for workers registered with --role decode
+	disagg.AddInterferenceWeightFlag(f, &cfg.InterferenceWeight)
+	disagg.AddLegTimeoutFlag(f, &cfg.LegTimeout)
+	rf.AddFlags(f)
+	cfg.Frontend.AddAuthFlags(f, &keyFile, &cfg.TLS)
+	cfg.MTLS.AddFlags(cmd.Flags())
 	tf.register(cmd, "tandem-frontend")
-	disc.register(cmd)
-	registerEventPlane(cmd, &cfg.EventPlane)
+	disc.AddFlags(cmd.Flags())
+	cfg.EventPlane.AddFlags(cmd.Flags())
 	return cmd
 }

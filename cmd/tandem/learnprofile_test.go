@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -20,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/planner"
 	"github.com/tandemllm/tandem/planner/sim"
 )
@@ -151,30 +149,6 @@ func TestServeLearnProfile(t *testing.T) {
 	}
 }
 
-// TestLearnProfileWriteDiagnostic: a profile that cannot be written
-// raises profile_learn_write_failed; the next good write clears it.
-func TestLearnProfileWriteDiagnostic(t *testing.T) {
-	learner, err := planner.NewProfileLearner(planner.LearnConfig{Base: sim.WorkerSpec{}.Profile()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	board := health.NewBoard(log, nil)
-	l := &learnFlags{file: filepath.Join(t.TempDir(), "missing", "p.json"), learner: learner, board: board}
-	l.write(log)
-	if !board.IsActive(codeLearnWriteFailed, "learn-profile") {
-		t.Fatal("a failed write raised nothing")
-	}
-	l.file = filepath.Join(t.TempDir(), "p.json")
-	l.write(log)
-	if board.IsActive(codeLearnWriteFailed, "learn-profile") {
-		t.Fatal("a good write did not clear the diagnostic")
-	}
-	if _, err := planner.LoadProfile(l.file); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestLearnProfileFlagErrors: each bad combination is refused before
 // anything starts, naming the flag.
 func TestLearnProfileFlagErrors(t *testing.T) {
@@ -194,7 +168,7 @@ func TestLearnProfileFlagErrors(t *testing.T) {
 			cmd := &cobra.Command{Use: "serve"}
 			setup := newServeSetup(cmd)
 			var l learnFlags
-			l.register(cmd)
+			l.AddFlags(cmd.Flags())
 			if err := cmd.ParseFlags(append([]string{"--learn-profile", filepath.Join(t.TempDir(), "p.json")}, strings.Fields(tc.args)...)); err != nil {
 				t.Fatal(err)
 			}

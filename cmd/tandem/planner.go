@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/planner"
 	"github.com/tandemllm/tandem/planner/sim"
 )
@@ -26,7 +27,7 @@ func newPlannerSimulateCmd() *cobra.Command {
 	var (
 		trace, profile    string
 		speedup           float64
-		disagg            bool
+		disaggMode        string
 		ttft, itl, q      float64
 		interval, startup time.Duration
 		maxReplicas       int
@@ -47,7 +48,7 @@ func newPlannerSimulateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := sim.Config{HashBlock: sim.MooncakeBlock, Disagg: disagg, Startup: startup, Interval: interval,
+			cfg := sim.Config{HashBlock: sim.MooncakeBlock, Disagg: disaggMode == string(disagg.Always), Startup: startup, Interval: interval,
 				Targets: planner.Targets{TTFTMs: ttft, ITLMs: itl, Quantile: q}}
 			prof := cfg.Worker.Profile()
 			if profile != "" {
@@ -71,7 +72,8 @@ func newPlannerSimulateCmd() *cobra.Command {
 	f.StringVar(&trace, "trace", "", "Mooncake JSONL trace (empty: the synthetic day, low → 5× → low in 10 minutes)")
 	f.StringVar(&profile, "profile", "", "planner profile JSON (empty: derived from the mocker's qwen3-0.6b timing)")
 	f.Float64Var(&speedup, "speedup", 6, "divide the trace's timestamps by this")
-	f.BoolVar(&disagg, "disagg", false, "prefill and decode pools (default: one aggregated pool)")
+	disagg.AddModeFlag(f, &disaggMode)
+	f.Lookup("disagg").Usage = "always (or true): prefill and decode pools; auto or never (or false): one aggregated pool (a simulated pool prices no requests)"
 	f.Float64Var(&ttft, "ttft-target", 500, "TTFT target, ms")
 	f.Float64Var(&itl, "itl-target", 25, "ITL target (a request's mean gap), ms")
 	f.Float64Var(&q, "quantile", 0.9, "the targets' quantile (0.9 = p90, 0.99 = p99)")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/planner"
@@ -213,9 +214,9 @@ type liveRec struct {
 }
 
 func (a *liveArm) run(ctx context.Context, log *slog.Logger) error {
-	eng := engineFlags{kind: "mocker", mock: mocker.DefaultConfig(), timing: "qwen3-0.6b", kvEvents: "on", kvFormat: "map"}
-	eng.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-	model, factory, err := eng.build(log)
+	eng := engines.Config{Kind: "mocker", Mock: mocker.DefaultConfig(), Timing: "qwen3-0.6b", KVEvents: "on", KVFormat: "map"}
+	eng.Mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+	model, factory, err := eng.Build(log)
 	if err != nil {
 		return err
 	}

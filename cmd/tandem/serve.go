@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -14,68 +13,33 @@ import (
 
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/serve/launch"
 )
 
-// serveSetup is the configuration of `tandem serve`: its flags and how
-// to start the system they describe. `tandem bench --serve` and bench
-// experiments start servers through it, so a started variant is exactly
-// the `tandem serve` with the same flags.
-type serveSetup struct {
-	cfg  serve.Config
-	eng  engineFlags
-	rf   routerFlags
-	auth clientAuthFlags
-}
-
-// newServeSetup registers the flags of `tandem serve` on cmd.
-func newServeSetup(cmd *cobra.Command) *serveSetup {
-	s := &serveSetup{cfg: serve.DefaultConfig()}
-	cfg := &s.cfg
+// newServeSetup registers the flags of `tandem serve` on cmd: serve's
+// own, then each part's (the frontend's limits and client auth, the
+// engines, the router, disaggregation).
+func newServeSetup(cmd *cobra.Command) *launch.Setup {
+	s := launch.New()
+	cfg := &s.Config
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the OpenAI-compatible HTTP server")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of in-process workers")
 	f.StringVar(&cfg.RequestPlane, "request-plane", cfg.RequestPlane, "how the frontend reaches workers: inproc or grpc (loopback)")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
+	process.AddDrainFlag(f, &cfg.DrainTimeout)
 	f.StringVar(&cfg.ServedModelName, "served-model-name", "", "the model's name on the OpenAI API (empty: the tokenizer's, or with --engine upstream the name the servers' /v1/models lists)")
-	registerFrontendFlags(cmd, &cfg.Frontend)
+	cfg.Frontend.AddFlags(f)
 	cfg.Dispatch.AddFlags(f)
-	s.auth.register(cmd, &cfg.Frontend, &cfg.TLS)
-	s.eng.register(cmd)
-	f.StringArrayVar(&s.eng.up.prefill, "upstream-prefill", nil, "upstream: a vLLM prefill server (NixlConnector); with any, the router drives vLLM's P/D protocol: prefill leg here, decode leg on the --upstream server it picks")
-	s.rf.register(cmd, cfg.RouterMode)
+	cfg.Frontend.AddAuthFlags(f, &s.KeyFile, &cfg.TLS)
+	s.Engine.AddFlags(f)
+	s.Engine.Up.AddPrefillFlag(f)
+	s.Router.AddFlags(f)
 	registerDisaggFlags(cmd, cfg)
 	return s
 }
 
-// start builds the engines and starts the system.
-func (s *serveSetup) start(log *slog.Logger) (*serve.System, string, error) {
-	model, factory, err := s.eng.build(log)
-	if err != nil {
-		return nil, "", err
-	}
-	if s.eng.kind == "upstream" {
-		if err := s.eng.up.resolveTargets(context.Background()); err != nil {
-			return nil, "", err
-		}
-		s.cfg.Workers, s.cfg.PDPrefillWorkers = s.eng.up.workers(), len(s.eng.up.prefill)
-	} else if len(s.eng.up.prefill) > 0 {
-		return nil, "", errors.New("--upstream-prefill needs --engine upstream")
-	}
-	if err := s.rf.apply(&s.cfg.RouterMode, &s.cfg.KV); err != nil {
-		return nil, "", err
-	}
-	if err := s.auth.apply(); err != nil {
-		return nil, "", err
-	}
-	sys, err := serve.Start(s.cfg, model, factory, log)
-	if err != nil {
-		return nil, "", err
-	}
-	return sys, model.Name, nil
-}
-
 func newServeCmd() *cobra.Command {
-	var setup *serveSetup
+	var setup *launch.Setup
 	var tf tracingFlags
 	var auto autoscaleFlags // planner_live.go
 	var learn learnFlags    // learnprofile.go
@@ -95,22 +59,25 @@ func newServeCmd() *cobra.Command {
 			return err
 		}
 		defer stopTracing()
-		if learn.base == "" && auto.on {
-			learn.base = auto.pf.profile // unlearned cells: the planner's own profile
+		if learn.Base == "" && auto.on {
+			learn.Base = auto.pf.Profile // unlearned cells: the planner's own profile
 		}
 		if err := learn.attach(setup); err != nil {
 			return err
 		}
-		sys, model, err := setup.start(log)
+		sys, model, err := setup.Start(log)
 		if err != nil {
 			return err
 		}
-		learn.start(log, sys.Board)
-		defer learn.finish(log)
-		cfg := setup.cfg
+		if err := learn.start(log, sys.Board); err != nil {
+			_ = sys.Shutdown(context.Background())
+			return err
+		}
+		defer learn.finish()
+		cfg := setup.Config
 		printBanner(cmd.OutOrStdout(), sys, model, routerDescription(cfg.RouterMode, cfg.KV))
 		ctx := cmd.Context()
-		auto.pf.profileSource = learn.source(log)
+		auto.pf.ProfileSource = learn.source()
 		waitPlanner, err := auto.start(ctx, sys, log, cmd.OutOrStdout())
 		if err != nil {
 			_ = sys.Shutdown(context.Background())
@@ -128,13 +95,13 @@ func newServeCmd() *cobra.Command {
 		if err := process.Drain(log, cfg.DrainTimeout, sys.Shutdown); err != nil {
 			return err
 		}
-		learn.finish(log) // after the drain: its steps count
+		learn.finish() // after the drain: its steps count
 		return nil
 	}
 	setup = newServeSetup(cmd)
 	tf.register(cmd, "tandem")
 	auto.register(cmd)
-	learn.register(cmd)
+	learn.AddFlags(cmd.Flags())
 	return cmd
 }
 

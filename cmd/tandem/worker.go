@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/kvtransfer"
@@ -23,10 +25,10 @@ func newWorkerCmd() *cobra.Command {
 	cfg := serve.DefaultConfig() // the --openai-addr (vLLM-compatible) mode
 	cfg.Workers = 1
 	wcfg := worker.DefaultConfig() // the fleet mode
-	var eng engineFlags
-	var disc discoveryFlags
+	var eng engines.Config
+	disc := discovery.DefaultConfig()
 	var tf tracingFlags
-	var auth clientAuthFlags
+	var keyFile string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker: registered in a fleet (default), or with --openai-addr serving the OpenAI API like vLLM",
@@ -57,7 +59,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cmd.Flags().Changed("rp-addr") {
 				return errors.New("--openai-addr and --rp-addr exclude each other: a worker either serves the OpenAI API itself or joins a fleet")
 			}
-			if err := auth.apply(); err != nil {
+			if err := cfg.Frontend.LoadKeyFile(keyFile); err != nil {
 				return err
 			}
 			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS, cfg.VLLMPD.ConnLimits = wcfg.TransferBudget, wcfg.MTLS, wcfg.ConnLimits
@@ -65,10 +67,10 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
 			}
-			eng.vllmCompatible = true
+			eng.VLLMCompatible = true
 			return runOpenAIWorker(cmd, cfg, &eng, log)
 		}
-		return runFleetWorker(cmd, wcfg, &eng, &disc, log)
+		return runFleetWorker(cmd, wcfg, &eng, disc, log)
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.HTTPAddr, "openai-addr", "", "serve the OpenAI API here like a vLLM server (no fleet, no discovery)")
@@ -83,7 +85,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&cfg.VLLMPD.ListenHost, "kv-transfer-listen-host", "", "with --kv-transfer-params: where the KV transfer node listens (default 127.0.0.1)")
 	f.StringVar(&wcfg.KVTransferAddr, "kv-transfer-addr", wcfg.KVTransferAddr, "--role decode: where the KV transfer node receives blocks from prefill workers (port 0: any free port)")
 	wcfg.TransferBudget = kvtransfer.DefaultBudget
-	f.Var((*byteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
+	f.Var((*engines.ByteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
 	f.DurationVar(&wcfg.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: bound on one KV transfer; a failed transfer falls back to local prefill")
 	cl := &wcfg.ConnLimits
 	f.IntVar(&cl.MaxConns, "conn-max", cl.MaxConns, "open connections each of the worker's ports (request plane, KV transfer, metrics, vLLM P/D side channel) admits (0: no cap); past it a connection is closed at accept")
@@ -92,20 +94,20 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.DurationVar(&cl.Idle, "conn-idle-timeout", cl.Idle, "a connection that reads nothing this long is closed (0: the KV transfer port's 10 minutes, no bound elsewhere)")
 	f.StringVar(&wcfg.MetricsAddr, "metrics-addr", "", "serve the engine's /metrics and the worker's /health here (empty: nowhere)")
 	f.DurationVar(&wcfg.DeregisterDelay, "deregister-delay", wcfg.DeregisterDelay, "on SIGTERM, how long to keep taking requests after deregistering, while frontends hear of it")
-	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM")
-	eng.register(cmd)
-	disc.register(cmd)
-	registerEventPlane(cmd, &wcfg.EventPlane)
-	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
-	registerMTLS(cmd, &wcfg.MTLS)
+	process.AddDrainFlag(f, &cfg.DrainTimeout)
+	eng.AddFlags(cmd.Flags())
+	disc.AddFlags(cmd.Flags())
+	wcfg.EventPlane.AddFlags(cmd.Flags())
+	cfg.Frontend.AddAuthFlags(f, &keyFile, &cfg.TLS)
+	wcfg.MTLS.AddFlags(cmd.Flags())
 	tf.register(cmd, "tandem-worker")
 	f.StringVar(&wcfg.TransferPeers, "transfer-peers", worker.PeersDiscovery, "--role prefill: where KV may be sent: discovery (only transfer addresses published in discovery) or any (whatever address a frontend names; unsafe)")
 	return cmd
 }
 
 // runFleetWorker serves one engine on the request plane and registers it.
-func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, disc *discoveryFlags, log *slog.Logger) error {
-	if wcfg.ID == "" && disc.cfg.Backend == "kube" {
+func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engines.Config, disc discovery.Config, log *slog.Logger) error {
+	if wcfg.ID == "" && disc.Backend == "kube" {
 		wcfg.ID = os.Getenv("POD_NAME") // the kube backend keys records by pod
 	}
 	if wcfg.ID == "" {
@@ -116,35 +118,35 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 		wcfg.ID = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	wcfg.Version = version
-	wcfg.KVEventsFormat = eng.kvFormat
-	if wcfg.EventPlane.Plane == "nats" && eng.mock.KVEvents.ReplayEndpoint == "" {
+	wcfg.KVEventsFormat = eng.KVFormat
+	if wcfg.EventPlane.Plane == "nats" && eng.Mock.KVEvents.ReplayEndpoint == "" {
 		// The relay joins the engine's PUB socket after the engine starts;
 		// replay gives it what ZMQ drops meanwhile.
-		eng.mock.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
+		eng.Mock.KVEvents.ReplayEndpoint = "tcp://127.0.0.1:0"
 	}
 	if d, err := cmd.Flags().GetDuration("drain-timeout"); err == nil {
 		wcfg.DrainTimeout = d
 	}
-	if eng.kind == "upstream" && len(eng.up.urls) != 1 {
-		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.up.urls))
+	if eng.Kind == "upstream" && len(eng.Up.URLs) != 1 {
+		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.Up.URLs))
 	}
-	if eng.kind == "upstream" && eng.up.api == upstream.APISGLang {
-		if err := eng.up.resolveTargets(cmd.Context()); err != nil {
+	if eng.Kind == "upstream" && eng.Up.API == upstream.APISGLang {
+		if err := eng.Up.ResolveTargets(cmd.Context()); err != nil {
 			return err
 		}
-		if n := eng.up.workers(); n > 1 {
+		if n := eng.Up.Workers(); n > 1 {
 			// One fleet worker is one routable target; an SGLang server
 			// with N attention-DP ranks is N of them.
-			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.up.urls[0], n)
+			return fmt.Errorf("--upstream %s has %d attention-DP ranks, and a fleet worker fronts one: use tandem serve --engine upstream, which makes a worker per rank", eng.Up.URLs[0], n)
 		}
 	}
-	model, factory, err := eng.build(log)
+	model, factory, err := eng.Build(log)
 	if err != nil {
 		return err
 	}
 	ctx := cmd.Context()
 	board := health.NewBoard(log, nil)
-	reg, err := disc.open(board, log)
+	reg, err := discovery.Open(disc, discovery.Common{Board: board, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -160,7 +162,7 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 	}
 	rec := w.Record()
 	fmt.Fprintf(cmd.OutOrStdout(), "Tandem worker %s (%s engine, %s)\n  request-plane: %s\n  model:         %s\n  kv-layout:     %s\n  discovery:     %s\n",
-		rec.ID, rec.Engine, rec.Role, rec.RequestPlane, rec.Model, rec.KVLayout.Fingerprint(), disc.describe())
+		rec.ID, rec.Engine, rec.Role, rec.RequestPlane, rec.Model, rec.KVLayout.Fingerprint(), disc.Describe())
 	if rec.KVEvents.Endpoint != "" {
 		fmt.Fprintf(cmd.OutOrStdout(), "  kv-events:     %s\n", rec.KVEvents.Endpoint)
 	}
@@ -186,8 +188,8 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engineFlags, di
 
 // runOpenAIWorker is the vLLM-compatible mode: one engine behind its own
 // OpenAI server.
-func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engineFlags, log *slog.Logger) error {
-	model, factory, err := eng.build(log)
+func runOpenAIWorker(cmd *cobra.Command, cfg serve.Config, eng *engines.Config, log *slog.Logger) error {
+	model, factory, err := eng.Build(log)
 	if err != nil {
 		return err
 	}

@@ -1,53 +1,66 @@
-package main
+// Package engines chooses and builds the engine of in-process workers
+// from one configuration (the --engine, --model and engine flags that
+// `tandem serve` and `tandem worker` share): the mocker, the native Go
+// transformer, or upstream servers. A command registers the flags with
+// AddFlags and gets a worker factory from Build.
+package engines
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tandemllm/tandem/internal/connlimit"
 	"log/slog"
 	"math"
-	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/native"
 	nativemodel "github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/engine/upstream"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/kvevents"
-	"github.com/tandemllm/tandem/serve"
 	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
-// engineFlags are the flags that choose and configure the engine of
-// in-process workers; `serve` and `worker` share them.
-type engineFlags struct {
-	kind        string
-	modelDir    string
-	mock        mocker.Config
-	timing      string
-	kvEvents    string
-	kvFormat    string
+// Factory builds worker i's engine.
+type Factory = func(i int) (engine.Engine, error)
+
+// Config chooses and configures the engine of in-process workers; its
+// fields are flags (AddFlags). Use it by pointer: it keeps the native
+// model it loaded once for every worker.
+type Config struct {
+	// Kind is --engine: mocker, native or upstream.
+	Kind string
+	// ModelDir is --model (empty: the built-in tandem-mock).
+	ModelDir string
+	// Mock is the mocker's configuration (--block-size and the mocker
+	// flags; its KVEvents the --kv-events-* settings of both engines).
+	Mock mocker.Config
+	// Timing is --timing: dynamo or qwen3-0.6b.
+	Timing string
+	// KVEvents is --kv-events (on or off); KVFormat --kv-events-format.
+	KVEvents    string
+	KVFormat    string
 	kvEventsOff int
 	kvTokenIDs  bool
-	// vllmCompatible: the worker stands in for a vLLM server
+	// VLLMCompatible: the worker stands in for a vLLM server
 	// (--openai-addr).
-	vllmCompatible bool
+	VLLMCompatible bool
 	replayAllow    []string
 	replayLimits   connlimit.Limits // the replay socket's caps
 	threads        int
 	kvType         string
 	script         string // --mocker-script
-	up             upstreamFlags
-	tiers          tierFlags
+	// Up is --engine upstream's servers.
+	Up    upstream.Fleet
+	tiers tierFlags
 	// chatTemplate is --chat-template: a template file in place of the
 	// model's own (applied in chattemplate.go).
 	chatTemplate string
@@ -71,7 +84,7 @@ type tierFlags struct {
 }
 
 // parseByteSize reads "123", "64GiB", "1.5TB" (decimal and binary suffixes).
-func parseByteSize(s string) (int64, error) {
+func ParseByteSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	if t == "" || t == "0" {
 		return 0, nil
@@ -96,11 +109,11 @@ func parseByteSize(s string) (int64, error) {
 // mockerTiers converts the flags for the mocker (sizes only; nothing is
 // written to --kv-offload-disk-dir by a simulated engine).
 func (t *tierFlags) mockerTiers() (mocker.TierConfig, error) {
-	host, err := parseByteSize(t.host)
+	host, err := ParseByteSize(t.host)
 	if err != nil {
 		return mocker.TierConfig{}, fmt.Errorf("--kv-offload-host-bytes: %w", err)
 	}
-	disk, err := parseByteSize(t.disk)
+	disk, err := ParseByteSize(t.disk)
 	if err != nil {
 		return mocker.TierConfig{}, fmt.Errorf("--kv-offload-disk-bytes: %w", err)
 	}
@@ -111,53 +124,19 @@ func (t *tierFlags) mockerTiers() (mocker.TierConfig, error) {
 		HostLatency: t.hostLat, DiskLatency: t.diskLat}, nil
 }
 
-// upstreamFlags configure --engine upstream: workers that are vLLM (or
-// vLLM-compatible) servers.
-type upstreamFlags struct {
-	urls    []string // one worker each
-	prefill []string // vLLM P/D prefill servers (serve)
-	events  []string // the servers' KV event endpoints, in --upstream order
-	model   string
-	apiKey  string
-	api     string
-	replay  []string // the servers' KV event replay endpoints, in --upstream order
-	// targets are the workers the servers make (resolveTargets: one per
-	// SGLang attention-DP rank); empty: one per --upstream.
-	targets         []upstreamTarget
-	metricsInterval time.Duration
-	guidedFields    bool
-}
-
-func (e *engineFlags) register(cmd *cobra.Command) {
-	e.mock = mocker.DefaultConfig()
-	e.mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-	f := cmd.Flags()
-	f.StringVar(&e.kind, "engine", "mocker", "engine: mocker (simulated vLLM-class GPU worker), native (real Go transformer) or upstream (vLLM servers: --upstream)")
-	f.StringArrayVar(&e.up.urls, "upstream", nil, "upstream: base URL of a vLLM (or vLLM-compatible) server; repeat for one worker per server")
-	f.StringArrayVar(&e.up.events, "upstream-kv-events", nil, "upstream: ZMQ KV event endpoint of each --upstream server, in order (vLLM --kv-events-config), for --router-mode kv")
-	f.StringVar(&e.up.model, "upstream-model", "", "upstream: the servers' model name (empty: the first /v1/models lists)")
-	f.StringVar(&e.up.apiKey, "upstream-api-key", "", "upstream: API key sent to the servers")
-	f.StringVar(&e.up.api, "upstream-api", "vllm", "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) sglang (SGLang's native /generate: token prompts, meta_info cached_tokens, one worker per attention-DP rank) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
-	f.DurationVar(&e.up.metricsInterval, "upstream-metrics-interval", upstream.DefaultMetricsInterval, "upstream: how often each server's /metrics is scraped for its load (vllm:*, sglang:*, llamacpp:*; llama-server without --metrics: /slots); negative: never")
-	f.BoolVar(&e.up.guidedFields, "upstream-guided-fields", false, "upstream: send structured outputs as vLLM's older guided_json/guided_regex/guided_choice/guided_grammar fields instead of structured_outputs (vLLM releases before structured_outputs)")
-	f.StringArrayVar(&e.up.replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
-	f.StringVar(&e.modelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
+func (e *Config) AddFlags(f *pflag.FlagSet) {
+	e.Mock = mocker.DefaultConfig()
+	e.Mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
+	f.StringVar(&e.Kind, "engine", "mocker", "engine: mocker (simulated vLLM-class GPU worker), native (real Go transformer) or upstream (vLLM servers: --upstream)")
+	e.Up.AddFlags(f)
+	f.StringVar(&e.ModelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
-	f.Var((*byteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker (e.g. 512MiB, 2GiB; 0: 256 MiB, and always room for one full context)")
+	f.Var((*ByteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker (e.g. 512MiB, 2GiB; 0: 256 MiB, and always room for one full context)")
 	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
-	m := &e.mock
-	f.IntVar(&m.BlockSize, "block-size", m.BlockSize, "KV block size in tokens (mocker; upstream: the servers' --block-size)")
-	f.IntVar(&m.KVCapacityTokens, "kv-capacity-tokens", m.KVCapacityTokens, "mocker: KV cache capacity per worker, in tokens (the seed's GPU worker: 14816)")
-	f.IntVar(&m.MaxNumSeqs, "max-num-seqs", m.MaxNumSeqs, "mocker: sequences per scheduler step")
-	f.IntVar(&m.MaxNumBatchedTokens, "max-num-batched-tokens", m.MaxNumBatchedTokens, "mocker: tokens per scheduler step (chunked prefill)")
-	f.IntVar(&m.KVBytesPerToken, "kv-bytes-per-token", m.KVBytesPerToken, "mocker: KV bytes per token of the simulated model (Qwen3-0.6B: 114688)")
-	f.Float64Var(&m.Speedup, "speedup", m.Speedup, "mocker: divide every simulated time by this")
-	f.BoolVar(&m.Instant, "instant", false, "mocker: zero simulated time (for overhead benchmarks)")
-	f.Uint64Var(&m.Seed, "seed", 0, "mocker: seed of the generated text")
-	f.IntVar(&m.MaxNaturalTokens, "max-natural-tokens", 0, "mocker: end sequences with EOS after a seeded length up to this (0: run to max_tokens)")
+	e.Mock.AddFlags(f)
 	f.StringVar(&e.script, "mocker-script", "", `mocker: a reply script (JSON {"rules":[{"when":"substring of the last user message","reply":"exact text"}]}): the first matching rule's reply is written, then EOS, so a random engine can write a tool call`)
-	f.StringVar(&e.timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
+	f.StringVar(&e.Timing, "timing", "dynamo", "mocker: timing model: dynamo (Dynamo's polynomial) or qwen3-0.6b (the seed's GPU: ~80 ms miss, ~15 ms hit at 1,500 tokens)")
 	f.StringVar(&e.tiers.host, "kv-offload-host-bytes", "0", "KV offload: host-memory tier (G2) size, e.g. 64GiB: blocks evicted from the engine's pool go there and are onboarded on a prefix hit instead of recomputed (0: off)")
 	f.StringVar(&e.tiers.disk, "kv-offload-disk-bytes", "0", "KV offload: disk tier (G3) size, e.g. 500GB: blocks evicted from the host tier (or the pool, without one) go there (0: off)")
 	f.StringVar(&e.tiers.diskDir, "kv-offload-disk-dir", "", "KV offload: directory under which the native engine writes the disk tier's files (one fresh subdirectory per worker, removed at exit; default: the system's temporary directory); the mocker only models the disk's time")
@@ -166,28 +145,28 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&e.tiers.diskBW, "kv-offload-disk-bandwidth", mocker.DefaultDiskBandwidth, "mocker: simulated disk read bandwidth, bytes/s (NVMe class)")
 	f.DurationVar(&e.tiers.hostLat, "kv-offload-host-latency", mocker.DefaultHostLatency, "mocker: simulated latency of one host↔GPU copy")
 	f.DurationVar(&e.tiers.diskLat, "kv-offload-disk-latency", mocker.DefaultDiskLatency, "mocker: simulated latency of one disk read")
-	f.StringVar(&e.kvEvents, "kv-events", "on", "publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
-	f.StringVar(&e.kvFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
-	f.StringVar(&m.KVEvents.Endpoint, "kv-events-endpoint", m.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
-	f.StringVar(&m.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "auto", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (auto: the PUB endpoint's host, any free port; off: no replay, so a gap in the stream is a loss)")
+	f.StringVar(&e.KVEvents, "kv-events", "on", "publish vLLM KV events over ZMQ: on or off (off: a worker that silently publishes nothing)")
+	f.StringVar(&e.KVFormat, "kv-events-format", "map", "KV events: event encoding: map (current vLLM) or array (legacy positional)")
+	f.StringVar(&e.Mock.KVEvents.Endpoint, "kv-events-endpoint", e.Mock.KVEvents.Endpoint, "KV events: ZMQ PUB bind address; worker i binds port+i (port 0: any free port)")
+	f.StringVar(&e.Mock.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "auto", "KV events: ZMQ ROUTER replay bind address; worker i binds port+i (auto: the PUB endpoint's host, any free port; off: no replay, so a gap in the stream is a loss)")
 	e.replayLimits = kvevents.DefaultReplayLimits()
 	f.IntVar(&e.replayLimits.MaxConns, "kv-events-replay-max-conns", e.replayLimits.MaxConns, "KV events: open connections the replay socket accepts (a replay is one short exchange; past it a connection is closed at accept, tandem_listener_refused_total, listener_capped)")
 	f.IntVar(&e.replayLimits.MaxPerSource, "kv-events-replay-max-per-source", e.replayLimits.MaxPerSource, "KV events: open replay connections from one source address")
 	f.DurationVar(&e.replayLimits.Handshake, "kv-events-replay-handshake-timeout", e.replayLimits.Handshake, "KV events: how long a replay connection may live (the zmq4 socket reads one greeting at a time, so a silent connection would stall the others)")
 	f.StringSliceVar(&e.replayAllow, "kv-events-replay-allow", nil, "KV events: source networks (CIDRs or addresses) whose routers may connect to the replay socket; without it, while events carry token ids, the replay socket binds loopback only (auto) or refuses a wider --kv-events-replay-endpoint")
-	f.StringVar(&m.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
+	f.StringVar(&e.Mock.KVEvents.Topic, "kv-events-topic", "", "KV events: ZMQ topic")
 	f.BoolVar(&e.kvTokenIDs, "kv-events-token-ids", true, "KV events: include token ids (vLLM's events do); false publishes Tandem's block hashes only, so a subscriber learns no prompt (the router then needs --router-block-size equal to the engine's)")
 	f.IntVar(&e.kvEventsOff, "kv-events-off", 0, "KV events: the first N workers publish no KV events (to test the router's detection)")
 }
 
-// build loads the model's tokenizer and returns a factory for worker i.
-func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFactory, error) {
+// Build loads the model's tokenizer and returns a factory for worker i.
+func (e *Config) Build(log *slog.Logger) (*tokenizer.Model, Factory, error) {
 	model, err := e.servedModel(log)
 	if err != nil {
 		return nil, nil, err
 	}
-	if e.script != "" && e.kind != "mocker" {
-		return nil, nil, fmt.Errorf("--mocker-script is for --engine mocker, not %s", e.kind)
+	if e.script != "" && e.Kind != "mocker" {
+		return nil, nil, fmt.Errorf("--mocker-script is for --engine mocker, not %s", e.Kind)
 	}
 	// Token byte strings for structured outputs, built once and shared
 	// by every worker of the process.
@@ -195,7 +174,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 	if err != nil {
 		return nil, nil, err
 	}
-	switch e.kind {
+	switch e.Kind {
 	case "mocker":
 		cfg, err := e.mockerConfig(model, log)
 		if err != nil {
@@ -204,7 +183,7 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 		cfg.TokenBytes = vocab
 		return model, func(i int) (engine.Engine, error) { return e.newMocker(cfg, i) }, nil
 	case "native":
-		if e.modelDir == "" {
+		if e.ModelDir == "" {
 			return nil, nil, fmt.Errorf("--engine native needs --model PATH (a GGUF file, a Hugging Face directory, or a llama2.c checkpoint directory)")
 		}
 		events, err := e.eventsConfig()
@@ -232,42 +211,29 @@ func (e *engineFlags) build(log *slog.Logger) (*tokenizer.Model, serve.EngineFac
 				KVOffloadHostBytes: tiers.HostBytes, KVOffloadDiskBytes: tiers.DiskBytes, KVOffloadDiskDir: e.tiers.diskDir, KVOffloadDiskShared: e.tiers.diskShared})
 		}, nil
 	case "upstream":
-		if err := e.up.check(); err != nil {
+		if err := e.Up.Check(); err != nil {
 			return nil, nil, err
 		}
 		return model, e.upstreamFactory(model.Tokenizer), nil
 	}
-	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker, native or upstream)", e.kind)
-}
-
-func (u *upstreamFlags) check() error {
-	if len(u.urls) == 0 {
-		return errors.New("--engine upstream needs --upstream URL (one per server)")
-	}
-	if len(u.events) > len(u.urls) {
-		return fmt.Errorf("%d --upstream-kv-events for %d --upstream servers", len(u.events), len(u.urls))
-	}
-	if len(u.replay) > len(u.events) {
-		return fmt.Errorf("%d --upstream-kv-events-replay for %d --upstream-kv-events", len(u.replay), len(u.events))
-	}
-	return nil
+	return nil, nil, fmt.Errorf("unknown --engine %q (want mocker, native or upstream)", e.Kind)
 }
 
 // upstreamFactory returns worker i's engine: the --upstream servers, then
 // the --upstream-prefill ones.
-func (e *engineFlags) upstreamFactory(codec upstream.Codec) serve.EngineFactory {
+func (e *Config) upstreamFactory(codec upstream.Codec) Factory {
 	return func(i int) (engine.Engine, error) {
-		cfg, err := e.up.config(i)
+		cfg, err := e.Up.Config(i)
 		if err != nil {
 			return nil, err
 		}
-		cfg.BlockSize, cfg.Codec = e.mock.BlockSize, codec
+		cfg.BlockSize, cfg.Codec = e.Mock.BlockSize, codec
 		return upstream.New(context.Background(), cfg)
 	}
 }
 
-func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mocker.Config, error) {
-	cfg := e.mock
+func (e *Config) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mocker.Config, error) {
+	cfg := e.Mock
 	cfg.Model = model.Name
 	cfg.Logger = log
 	cfg.EOS = model.Tokenizer.EOS()
@@ -287,38 +253,38 @@ func (e *engineFlags) mockerConfig(model *tokenizer.Model, log *slog.Logger) (mo
 		}
 		cfg.Script = sc
 	}
-	switch e.timing {
+	switch e.Timing {
 	case "dynamo":
 		cfg.Timing = mocker.DynamoTiming()
 	case "qwen3-0.6b":
 		cfg.Timing = mocker.Qwen3_0_6BTiming()
 	default:
-		return cfg, fmt.Errorf("unknown --timing %q (want dynamo or qwen3-0.6b)", e.timing)
+		return cfg, fmt.Errorf("unknown --timing %q (want dynamo or qwen3-0.6b)", e.Timing)
 	}
 	cfg.KVEvents, err = e.eventsConfig()
 	return cfg, err
 }
 
 // eventsConfig parses the KV event flags, which both engines share.
-func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
-	ev := e.mock.KVEvents
-	switch e.kvEvents {
+func (e *Config) eventsConfig() (kvevents.EngineConfig, error) {
+	ev := e.Mock.KVEvents
+	switch e.KVEvents {
 	case "on":
 		ev.Enabled = true
 	case "off":
 		ev.Enabled = false
 	default:
-		return ev, fmt.Errorf("--kv-events must be on or off, not %q", e.kvEvents)
+		return ev, fmt.Errorf("--kv-events must be on or off, not %q", e.KVEvents)
 	}
 	var err error
-	if ev.Format, err = kvevents.ParseFormat(e.kvFormat); err != nil {
+	if ev.Format, err = kvevents.ParseFormat(e.KVFormat); err != nil {
 		return ev, fmt.Errorf("--kv-events-format: %w", err)
 	}
 	ev.OmitTokenIDs = !e.kvTokenIDs
 	// Past batches with token ids are prompts: Tandem's workers answer
 	// replay history only with their token (in discovery); a worker that
 	// stands in for vLLM (--openai-addr) answers anyone, as vLLM does.
-	ev.ReplayAuth = !e.vllmCompatible
+	ev.ReplayAuth = !e.VLLMCompatible
 	if ev.ReplayAllow, err = kvevents.ParseAllow(e.replayAllow); err != nil {
 		return ev, fmt.Errorf("--kv-events-replay-allow: %w", err)
 	}
@@ -330,7 +296,7 @@ func (e *engineFlags) eventsConfig() (kvevents.EngineConfig, error) {
 	return ev, nil
 }
 
-func (e *engineFlags) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
+func (e *Config) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
 	cfg.EngineLabel = fmt.Sprint(i)
 	cfg.Seed += uint64(i)
 	var err error
@@ -340,67 +306,40 @@ func (e *engineFlags) newMocker(cfg mocker.Config, i int) (engine.Engine, error)
 	return mocker.New(cfg)
 }
 
-// autoReplay is the replay endpoint beside pub: the same host, any free
-// port (tcp), or a sibling name (inproc).
-func autoReplay(pub string) string {
-	if rest, ok := strings.CutPrefix(pub, "tcp://"); ok {
-		if host, _, err := net.SplitHostPort(rest); err == nil {
-			return "tcp://" + net.JoinHostPort(host, "0")
-		}
-	}
-	if strings.HasPrefix(pub, "inproc://") {
-		return pub + "_replay"
-	}
-	return ""
-}
-
-// loopbackReplay moves a tcp replay endpoint whose host is not a loopback
-// address to 127.0.0.1 (any free port).
-func loopbackReplay(ep string) string {
-	rest, ok := strings.CutPrefix(ep, "tcp://")
-	if !ok {
-		return ep
-	}
-	host, _, err := net.SplitHostPort(rest)
-	if err != nil {
-		return ep
-	}
-	if a, err := netip.ParseAddr(host); (err == nil && a.IsLoopback()) || host == "localhost" {
-		return ep
-	}
-	return "tcp://127.0.0.1:0"
-}
-
 // eventsFor gives worker i its KV event settings: off for the first
-// --kv-events-off workers, and its own ports (base port + i) otherwise.
-func (e *engineFlags) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.EngineConfig, error) {
+// --kv-events-off workers, and its own ports otherwise
+// (kvevents.ForWorker).
+func (e *Config) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.EngineConfig, error) {
 	if i < e.kvEventsOff {
 		ev.Enabled = false
 	}
-	if !ev.Enabled {
-		return ev, nil
-	}
-	var err error
-	if ev.Endpoint, err = kvevents.OffsetEndpointPort(ev.Endpoint, i); err != nil {
-		return ev, fmt.Errorf("--kv-events-endpoint: %w", err)
-	}
-	switch ev.ReplayEndpoint {
-	case "off", "":
-		ev.ReplayEndpoint = ""
-	case "auto":
-		// On by default: Tandem owns this publisher, and replay is what
-		// turns a dropped batch or a reconnect into no loss at all. Past
-		// batches with token ids are prompts: without
-		// --kv-events-replay-allow the socket stays on loopback, where
-		// the worker's own relay reads it.
-		ev.ReplayEndpoint = autoReplay(ev.Endpoint)
-		if !ev.OmitTokenIDs && len(ev.ReplayAllow) == 0 {
-			ev.ReplayEndpoint = loopbackReplay(ev.ReplayEndpoint)
-		}
-	default:
-		if ev.ReplayEndpoint, err = kvevents.OffsetEndpointPort(ev.ReplayEndpoint, i); err != nil {
-			return ev, fmt.Errorf("--kv-events-replay-endpoint: %w", err)
+	return kvevents.ForWorker(ev, i)
+}
+
+// ByteSize is a flag holding a byte count with an optional binary or
+// decimal unit suffix.
+type ByteSize int64
+
+func (b *ByteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *ByteSize) Type() string   { return "bytes" }
+
+func (b *ByteSize) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	num := strings.TrimSpace(s)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
 		}
 	}
-	return ev, nil
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("%q is not a positive size (e.g. 512MiB)", s)
+	}
+	*b = ByteSize(v * float64(mult))
+	return nil
 }

@@ -1,19 +1,19 @@
-package main
+package httpapi
 
 import (
+	"strconv"
 	"strings"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/chatparse"
-	"github.com/tandemllm/tandem/httpapi"
 )
 
-// registerFrontendFlags adds the flags of the OpenAI frontend shared by
-// `tandem serve` and `tandem frontend`: request limits, admission control
-// and the HTTP server's bounds.
-func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
-	f := cmd.Flags()
+// AddFlags registers the flags of the OpenAI frontend shared by `tandem
+// serve` and `tandem frontend`, with c's values as defaults (start from
+// DefaultConfig): request limits, admission control, retries, parsers,
+// the responses store and the HTTP server's bounds.
+func (c *Config) AddFlags(f *pflag.FlagSet) {
 	f.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	f.IntVar(&c.MaxTokensDefault, "max-tokens-default", c.MaxTokensDefault, "tokens generated for a request that sets no max_tokens (0: up to the context length)")
 	f.IntVar(&c.MaxTokensLimit, "max-tokens-limit", c.MaxTokensLimit, "largest max_tokens a request may ask for (0: the context length)")
@@ -41,6 +41,29 @@ func registerFrontendFlags(cmd *cobra.Command, c *httpapi.Config) {
 	f.Int64Var(&h.BodyBudget, "body-budget-bytes", h.BodyBudget, "request-body bytes held in memory at once across the server (0: no budget); past it a request gets 503")
 }
 
+// AddAuthFlags registers the OpenAI server's client authentication
+// (docs/security.md): --api-key-file into keyFile (LoadKeyFile reads it),
+// --protect-metrics, and --tls-cert, --tls-key into tls.
+func (c *Config) AddAuthFlags(f *pflag.FlagSet, keyFile *string, tls *TLSFiles) {
+	f.StringVar(keyFile, "api-key-file", "", "file of API keys, one a line (# comments): every /v1 request needs \"Authorization: Bearer <key>\"; /health and /live stay open")
+	f.BoolVar(&c.ProtectMetrics, "protect-metrics", false, "with --api-key-file: /metrics needs a key too")
+	f.StringVar(&tls.Cert, "tls-cert", "", "serve the OpenAI API over HTTPS with this PEM certificate chain (with --tls-key)")
+	f.StringVar(&tls.Key, "tls-key", "", "PEM private key of --tls-cert")
+}
+
+// LoadKeyFile sets APIKeys from an --api-key-file (empty: none).
+func (c *Config) LoadKeyFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	k, err := LoadAPIKeys(path)
+	if err != nil {
+		return err
+	}
+	c.APIKeys = k
+	return nil
+}
+
 // parserFlag is a parser name, checked when the flag is parsed.
 type parserFlag struct {
 	p     *string
@@ -66,3 +89,26 @@ func (f *parserFlag) Set(v string) error {
 }
 
 func (f *parserFlag) Type() string { return "string" }
+
+// notBool is a boolean flag stored negated, for a Config field whose zero
+// value is the default-on behaviour (NoAccessLog behind --access-log).
+type notBool struct{ p *bool }
+
+func (n notBool) String() string {
+	if n.p == nil {
+		return "true"
+	}
+	return strconv.FormatBool(!*n.p)
+}
+
+func (n notBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*n.p = !v
+	return nil
+}
+
+func (notBool) Type() string     { return "bool" }
+func (notBool) IsBoolFlag() bool { return true }

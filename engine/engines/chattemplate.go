@@ -1,4 +1,4 @@
-package main
+package engines
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // servedModel loads the tokenizer side of --model with --chat-template
 // applied, and says in the log when the model has no chat template (chat
 // requests then fail with the fix instead of sending raw text).
-func (e *engineFlags) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
+func (e *Config) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 	var src string
 	if e.chatTemplate != "" {
 		var err error
@@ -22,12 +22,12 @@ func (e *engineFlags) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 	}
 	var model *tokenizer.Model
 	var err error
-	if e.kind == "native" && e.modelDir != "" {
+	if e.Kind == "native" && e.ModelDir != "" {
 		// GGUF files carry their tokenizer and template; HF directories
 		// have theirs. A file is read once, for the tokenizer and for
 		// every worker (nativeModel).
-		if st, serr := os.Stat(e.modelDir); serr == nil && st.IsDir() {
-			model, err = native.ServedModelTemplate(e.modelDir, src)
+		if st, serr := os.Stat(e.ModelDir); serr == nil && st.IsDir() {
+			model, err = native.ServedModelTemplate(e.ModelDir, src)
 		} else {
 			var l *native.Loaded
 			if l, err = e.nativeModel(); err == nil {
@@ -35,7 +35,7 @@ func (e *engineFlags) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 			}
 		}
 	} else {
-		model, err = tokenizer.Load(e.modelDir)
+		model, err = tokenizer.Load(e.ModelDir)
 		if err == nil && src != "" {
 			if model.Template, err = tokenizer.NewChatTemplate(src, tokenizer.SpecialsOf(model.Tokenizer)); err != nil {
 				err = fmt.Errorf("--chat-template %s: %w", e.chatTemplate, err)
@@ -54,11 +54,11 @@ func (e *engineFlags) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 // nativeModel reads --model once: every native worker of the process runs
 // on the same weights (a GGUF's one read-only mapping), since the model is
 // read-only after loading and each engine keeps its own state and KV cache.
-func (e *engineFlags) nativeModel() (*native.Loaded, error) {
+func (e *Config) nativeModel() (*native.Loaded, error) {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	if e.loaded == nil {
-		l, err := native.LoadModel(e.modelDir)
+		l, err := native.LoadModel(e.ModelDir)
 		if err != nil {
 			return nil, err
 		}

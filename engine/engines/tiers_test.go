@@ -1,4 +1,4 @@
-package main
+package engines
 
 import "testing"
 
@@ -12,9 +12,9 @@ func TestParseByteSize(t *testing.T) {
 		{"512 MiB", 512 << 20, true}, {"10B", 10, true},
 		{"-1GiB", 0, false}, {"lots", 0, false}, {"1e30", 0, false}, {"NaN", 0, false},
 	} {
-		got, err := parseByteSize(tc.in)
+		got, err := ParseByteSize(tc.in)
 		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
-			t.Errorf("parseByteSize(%q) = %d, %v; want %d (ok %v)", tc.in, got, err, tc.want, tc.ok)
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }

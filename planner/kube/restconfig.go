@@ -1,4 +1,4 @@
-package main
+package kube
 
 import (
 	"errors"
@@ -8,11 +8,13 @@ import (
 	rest "github.com/tandemllm/tandem/internal/kubeapi"
 )
 
-// kubeRESTConfig is the API server config of a --kubeconfig file, else of
+// RESTConfig is the API server config of a --kubeconfig file, else of
 // the pod's service account. Outside a pod the error names the flag to
 // pass (and otherwise, another way to run) instead of client-go's bare
-// "unable to load in-cluster configuration".
-func kubeRESTConfig(who, kubeconfig, otherwise string) (*rest.Config, error) {
+// "unable to load in-cluster configuration". who names the caller in
+// errors (e.g. "planner --actuator deployment"); otherwise is appended to
+// the not-in-a-pod error (", or ..." naming another way to run).
+func RESTConfig(who, kubeconfig, otherwise string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
