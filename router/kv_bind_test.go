@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/kvevents/follow"
 )
 
 // TestKVBoundSocketRoutesByTopic: with --kv-events-bind the policy binds one
@@ -58,5 +59,13 @@ func TestKVBoundEndpointNeedsBind(t *testing.T) {
 	f := newKVFixture(t, false, 0, nil)
 	if err := f.kv.AddWorker("w", "topic:a", "", 0); err == nil {
 		t.Fatal("accepted")
+	}
+}
+
+// TestBoundPrefixIsFollowers: the router's name for a topic endpoint is the
+// follower's, which parses it.
+func TestBoundPrefixIsFollowers(t *testing.T) {
+	if BoundPrefix != follow.BoundPrefix {
+		t.Fatalf("router.BoundPrefix %q, follow.BoundPrefix %q", BoundPrefix, follow.BoundPrefix)
 	}
 }
