@@ -4,8 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	clientcmd "github.com/tandemllm/tandem/internal/kubeapi"
-	rest "github.com/tandemllm/tandem/internal/kubeapi"
+	"github.com/tandemllm/tandem/internal/kubeapi"
 )
 
 // RESTConfig is the API server config of a --kubeconfig file, else of
@@ -14,16 +13,16 @@ import (
 // "unable to load in-cluster configuration". who names the caller in
 // errors (e.g. "planner --actuator deployment"); otherwise is appended to
 // the not-in-a-pod error (", or ..." naming another way to run).
-func RESTConfig(who, kubeconfig, otherwise string) (*rest.Config, error) {
+func RESTConfig(who, kubeconfig, otherwise string) (*kubeapi.Config, error) {
 	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		rc, err := kubeapi.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("%s: --kubeconfig %s: %w", who, kubeconfig, err)
 		}
 		return rc, nil
 	}
-	rc, err := rest.InClusterConfig()
-	if errors.Is(err, rest.ErrNotInCluster) {
+	rc, err := kubeapi.InClusterConfig()
+	if errors.Is(err, kubeapi.ErrNotInCluster) {
 		return nil, fmt.Errorf("%s: not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST is unset), so there is no service account to reach the API server with: pass --kubeconfig FILE (e.g. ~/.kube/config)%s", who, otherwise)
 	}
 	if err != nil {
