@@ -88,9 +88,6 @@ func New(cfg Config, r *router.Router, board *health.Board, reg prometheus.Regis
 	return d
 }
 
-// Config returns the configuration the Dispatcher runs with.
-func (d *Dispatcher) Config() Config { return d.cfg }
-
 // AddModel creates model's series of the retry and migration counters, so
 // that they read 0 before the first event.
 func (d *Dispatcher) AddModel(model string) {
