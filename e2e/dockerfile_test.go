@@ -44,9 +44,10 @@ func dockerBuildLine(t *testing.T) string {
 // TestDockerfileBuild builds the binary with the Dockerfile's own command line
 // and checks what the image promises: a static executable (no ELF interpreter,
 // no shared libraries, so distroless/static can run it) whose `version` prints
-// the stamped version and commit. It is a full -trimpath build (minutes on 2
-// cores), so it is built only with the dockerfile tag (.ci/run: go test
-// -tags dockerfile -run TestDockerfileBuild ./e2e).
+// the stamped version and commit. It is a full -trimpath build of every
+// package, too slow for every go test run, so it is built only with the
+// dockerfile tag (.ci/run: go test -tags dockerfile -run TestDockerfileBuild
+// ./e2e).
 func TestDockerfileBuild(t *testing.T) {
 	line := dockerBuildLine(t)
 	out := t.TempDir()

@@ -131,7 +131,7 @@ func TestDocsEnginesCommandLines(t *testing.T) {
 	t.Cleanup(func() { lc.Close() })
 	subst["http://llama-0:8080"] = lc.URL()
 	optional := regexp.MustCompile(`\s*\[[^\]]*\]`)
-	lines := docsCommandLines(t, filepath.Join("..", "..", "docs", "engines.md"))
+	lines := docsCommandLines(t, filepath.Join("..", "docs", "engines.md"))
 	if len(lines) < 6 {
 		t.Fatalf("%d tandem command lines in docs/engines.md", len(lines))
 	}

@@ -67,7 +67,7 @@ func nodeClientsDir(t *testing.T) string {
 	if d := os.Getenv("TANDEM_NODE_CLIENTS"); d != "" {
 		return d
 	}
-	src, err := os.ReadFile("../../scripts/install-node-clients.sh")
+	src, err := os.ReadFile("../scripts/install-node-clients.sh")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestPlannerScalesTandemDeployment(t *testing.T) {
 	}
 	const ns = "serving"
 	s := kubetest.Start(t, nil, ns)
-	s.InstallCRDs(t, "../../deploy/crd/tandem.dev_tandemdeployments.yaml")
+	s.InstallCRDs(t, "../deploy/crd/tandem.dev_tandemdeployments.yaml")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	td := &v1alpha1.TandemDeployment{

@@ -13,9 +13,9 @@ import (
 )
 
 // -secure (go test ./e2e -run TestMultiProcess -args -secure) runs this
-// package's multi-process tests with
-// every protection on: mutual TLS between frontend and workers, API keys
-// and HTTPS on the OpenAI servers, NATS with a token and mutual TLS. The processes get the flags from
+// package's multi-process tests with every protection on: mutual TLS
+// between frontend and workers, API keys and HTTPS on the OpenAI servers,
+// NATS with a token and mutual TLS. The processes get the flags from
 // secureArgs; the tests' HTTP clients present the key and trust the CA
 // through http.DefaultTransport (setUpSecure) and testTransport.
 var secure struct {
