@@ -69,6 +69,7 @@ func freePort(t *testing.T) int {
 // tokenizer, optional [--flag VALUE] groups left out). One of them
 // (publishing into Tandem from other hosts) used to be refused.
 func TestDocsEnginesCommandLines(t *testing.T) {
+	skipShort(t)
 	root := os.Getenv("TANDEM_CACHE")
 	if root == "" {
 		home, _ := os.UserHomeDir()

@@ -19,6 +19,7 @@ import (
 // tandemdeployment` against a live `tandem serve` and a real API server
 // raises a pool below its --pool minimum by patching the object.
 func TestPlannerScalesTandemDeployment(t *testing.T) {
+	skipShort(t)
 	if secure.on {
 		t.Skip("plain HTTP test")
 	}
