@@ -5,6 +5,10 @@
 // observability, the official API clients, the planner against live
 // servers.
 //
-// Heavy tests skip under -short; tests that need an external tool skip
-// when it is absent. docs/testing.md lists the switches.
+// Under -short every test skips and the binary is not built; a test that
+// needs an external tool (Jaeger, Prometheus, node, a kube-apiserver)
+// skips when it is absent. The rss, netns and dockerfile build tags add
+// the tests too heavy or too intrusive for every run, and -secure runs the
+// multi-process tests with every protection on. docs/testing.md lists the
+// switches.
 package e2e
