@@ -3,7 +3,7 @@
 # distribution with an in-memory store and the query UI/API) from the Go
 # module proxy and caches it at ~/.cache/tandem/bin/jaeger-$VERSION, for the
 # tracing test that reads a disaggregated request's trace back from Jaeger's
-# query API (cmd/tandem TestJaegerTrace; TANDEM_JAEGER points at the binary).
+# query API (e2e TestJaegerTrace; TANDEM_JAEGER points at the binary).
 # The build happens in a throwaway module outside the repository so that
 # Jaeger's dependency tree never enters Tandem's go.mod.
 #

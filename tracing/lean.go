@@ -43,7 +43,7 @@ import (
 // kinds, status codes, the parent-is-remote flags). Links are counted as
 // dropped: no Tandem span has one. TestLeanMatchesSDK checks what a
 // collector receives against what the SDK's exporter sends for the same
-// spans; TestJaegerTrace (cmd/tandem) has a real Jaeger read it back.
+// spans; TestJaegerTrace (e2e) has a real Jaeger read it back.
 type Provider struct {
 	embedded.TracerProvider
 	// bound is the SDK's TraceIDRatioBased threshold: a root is sampled

@@ -1,7 +1,7 @@
 package tracing
 
 // Span names, one per step of a request. Jaeger shows them in this order
-// for a disaggregated request (TestJaegerTrace in cmd/tandem checks it).
+// for a disaggregated request (TestJaegerTrace in e2e checks it).
 const (
 	SpanHTTP       = "http.request"  // frontend: the whole request, from the first byte read
 	SpanTemplate   = "template"      // frontend: the chat template rendered

@@ -85,16 +85,6 @@ func TestRouterDescription(t *testing.T) {
 	}
 }
 
-// TestServeBannerPrefill: a disaggregated serve's banner lists its prefill
-// workers and the router's cost function.
-func TestServeBannerPrefill(t *testing.T) {
-	p := startProc(t, "serve", "serve --http-addr 127.0.0.1:0 --prefill-workers 1 --decode-workers 1 --disagg auto --router-mode kv --instant",
-		regexp.MustCompile(`prefill: (1 × mocker engine)`))
-	if p.line != "1 × mocker engine" {
-		t.Fatalf("banner prefill line %q", p.line)
-	}
-}
-
 // TestStepProgress: progress lines name the step, the total and an ETA,
 // and the last step is always printed.
 func TestStepProgress(t *testing.T) {

@@ -72,8 +72,8 @@ func TestPlannerLiveExperiment(t *testing.T) {
 			// it can serve four times over.
 			speed, keep := 6.0, int(envFloat(t, "TANDEM_PLANNER_LIVE_MOONCAKE_KEEP", 6))
 			// Requests longer than the mocker's context are left out:
-			// every arm refuses them alike (145 of the 2,006 kept
-			// before this cap), so they only lower every attainment.
+			// every arm refuses them alike (docs/benchmarks/planner.md
+			// counts them), so they only lower every attainment.
 			tr, err := sim.LoadMooncakeFile(path, speed, mocker.DefaultContextLength)
 			if err != nil {
 				t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"

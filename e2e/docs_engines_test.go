@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -69,6 +69,7 @@ func freePort(t *testing.T) int {
 // tokenizer, optional [--flag VALUE] groups left out). One of them
 // (publishing into Tandem from other hosts) used to be refused.
 func TestDocsEnginesCommandLines(t *testing.T) {
+	skipShort(t)
 	root := os.Getenv("TANDEM_CACHE")
 	if root == "" {
 		home, _ := os.UserHomeDir()
@@ -131,7 +132,7 @@ func TestDocsEnginesCommandLines(t *testing.T) {
 	t.Cleanup(func() { lc.Close() })
 	subst["http://llama-0:8080"] = lc.URL()
 	optional := regexp.MustCompile(`\s*\[[^\]]*\]`)
-	lines := docsCommandLines(t, filepath.Join("..", "..", "docs", "engines.md"))
+	lines := docsCommandLines(t, filepath.Join("..", "docs", "engines.md"))
 	if len(lines) < 6 {
 		t.Fatalf("%d tandem command lines in docs/engines.md", len(lines))
 	}

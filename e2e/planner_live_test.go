@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 // on it, SIGTERMs it and waits: the stream finishes whole and the worker
 // exits cleanly.
 func TestLocalSupervisorDrainsWorker(t *testing.T) {
+	skipShort(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	sup := &local.Supervisor{Binary: os.Args[0], StopTimeout: time.Minute, Output: os.Stderr,
-		Pools: map[string]local.Pool{"agg": {Args: []string{"-test.run=^$"},
-			Env: []string{"TANDEM_AS_MAIN=1", "TANDEM_ARGS=worker --engine mocker --openai-addr " + addr + " --id {id} --drain-timeout 30s"}}}}
+	sup := &local.Supervisor{Binary: tandemBin, StopTimeout: time.Minute, Output: os.Stderr,
+		Pools: map[string]local.Pool{"agg": {Args: strings.Fields("worker --engine mocker --openai-addr " + addr + " --id {id} --drain-timeout 30s")}}}
 	t.Cleanup(func() { _ = sup.Close(context.Background()) })
 	ctx := context.Background()
 	if err := sup.Scale(ctx, "agg", 1); err != nil {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -19,12 +19,13 @@ import (
 // tandemdeployment` against a live `tandem serve` and a real API server
 // raises a pool below its --pool minimum by patching the object.
 func TestPlannerScalesTandemDeployment(t *testing.T) {
+	skipShort(t)
 	if secure.on {
 		t.Skip("plain HTTP test")
 	}
 	const ns = "serving"
 	s := kubetest.Start(t, nil, ns)
-	s.InstallCRDs(t, "../../deploy/crd/tandem.dev_tandemdeployments.yaml")
+	s.InstallCRDs(t, "../deploy/crd/tandem.dev_tandemdeployments.yaml")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	td := &v1alpha1.TandemDeployment{

@@ -1,78 +1,15 @@
-package main
+package e2e
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// TestMain lets the test binary act as the tandem binary: the CLI tests
-// start it as a real subprocess, so flags, the banner and signal handling
-// are tested as a user meets them.
-func TestMain(m *testing.M) {
-	if os.Getenv("TANDEM_AS_MAIN") == "1" {
-		os.Args = append([]string{"tandem"}, strings.Fields(os.Getenv("TANDEM_ARGS"))...)
-		main()
-		os.Exit(0)
-	}
-	cleanup, err := setUpSecure()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "secure test mode:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
-
-type proc struct {
-	cmd   *exec.Cmd
-	out   *bufio.Reader
-	url   string
-	model string // the banner's model line, when it has one
-}
-
-func startTandem(t *testing.T, args string) *proc {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	p := &proc{cmd: cmd, out: bufio.NewReader(stdout)}
-	urlRE := regexp.MustCompile(`url:\s+(https?://\S+)/v1`)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		line, err := p.out.ReadString('\n')
-		if err != nil {
-			t.Fatalf("tandem exited before its banner: %v", err)
-		}
-		if m := urlRE.FindStringSubmatch(line); m != nil {
-			p.url = m[1]
-			if next, err := p.out.ReadString('\n'); err == nil {
-				if name, ok := strings.CutPrefix(strings.TrimSpace(next), "model:"); ok {
-					p.model = strings.TrimSpace(name)
-				}
-			}
-			go func() { _, _ = io.Copy(io.Discard, p.out) }()
-			return p
-		}
-	}
-	t.Fatal("no banner within 30s")
-	return nil
-}
 
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	p := startTandem(t, "serve --http-addr 127.0.0.1:0 --workers 2 --drain-timeout 10s")
@@ -142,5 +79,15 @@ func TestWorkerIsVLLMCompatible(t *testing.T) {
 		if !strings.Contains(string(b), name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
+	}
+}
+
+// TestServeBannerPrefill: a disaggregated serve's banner lists its prefill
+// workers and the router's cost function.
+func TestServeBannerPrefill(t *testing.T) {
+	p := startProc(t, "serve", "serve --http-addr 127.0.0.1:0 --prefill-workers 1 --decode-workers 1 --disagg auto --router-mode kv --instant",
+		regexp.MustCompile(`prefill: (1 × mocker engine)`))
+	if p.line != "1 × mocker engine" {
+		t.Fatalf("banner prefill line %q", p.line)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -23,8 +23,8 @@ import (
 	"github.com/tandemllm/tandem/internal/etcdtest"
 )
 
-// osProc is a tandem subcommand running as its own OS process (the test
-// binary re-executed as main, see TestMain).
+// osProc is a tandem subcommand running as its own OS process (the
+// binary TestMain built).
 type osProc struct {
 	name string
 	cmd  *exec.Cmd
@@ -45,14 +45,15 @@ func startProc(t *testing.T, name, args string, ready *regexp.Regexp, env ...str
 // "ip netns exec NS").
 func startProcWith(t *testing.T, name, args string, ready *regexp.Regexp, wrap []string, env ...string) *osProc {
 	t.Helper()
+	skipShort(t)
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append(slices.Clone(wrap), os.Args[0], "-test.run=^$")
+	argv := append(append(slices.Clone(wrap), tandemBin), strings.Fields(secureArgs(args))...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), env...), "TANDEM_AS_MAIN=1", "TANDEM_ARGS="+secureArgs(args))
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logf
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

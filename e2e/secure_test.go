@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"crypto/tls"
@@ -12,9 +12,10 @@ import (
 	"github.com/tandemllm/tandem/authn"
 )
 
-// TANDEM_TEST_SECURE=1 runs this package's multi-process tests with
-// every protection on: mutual TLS between frontend and workers, API keys
-// and HTTPS on the OpenAI servers, NATS with a token and mutual TLS. The processes get the flags from
+// -secure (go test ./e2e -run TestMultiProcess -args -secure) runs this
+// package's multi-process tests with every protection on: mutual TLS
+// between frontend and workers, API keys and HTTPS on the OpenAI servers,
+// NATS with a token and mutual TLS. The processes get the flags from
 // secureArgs; the tests' HTTP clients present the key and trust the CA
 // through http.DefaultTransport (setUpSecure) and testTransport.
 var secure struct {
@@ -27,10 +28,10 @@ var secure struct {
 
 const testAPIKey = "tk-multiprocess-test-key-0001"
 
-// setUpSecure makes the certificates and key file (TestMain). It returns
-// a cleanup.
-func setUpSecure() (func(), error) {
-	if os.Getenv("TANDEM_TEST_SECURE") != "1" || os.Getenv("TANDEM_AS_MAIN") == "1" {
+// setUpSecure makes the certificates and key file (TestMain) when on. It
+// returns a cleanup.
+func setUpSecure(on bool) (func(), error) {
+	if !on {
 		return func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", "tandem-secure-test-")

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func startKubeCluster(t *testing.T, pods []string) *kubeCluster {
 	)
 	groups := "|system:serviceaccounts,system:serviceaccounts:" + kubeNS
 	s := kubetest.Start(t, []string{frontendSA + groups, workerSA + groups}, kubeNS)
-	s.ApplyIn(t, kubeNS, "../../deploy/kubernetes/rbac.yaml")
+	s.ApplyIn(t, kubeNS, "../deploy/kubernetes/rbac.yaml")
 	core, err := corev1client.NewForConfig(s.Config())
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
-//go:build linux
+//go:build linux && netns
 
-package main
+package e2e
 
 import (
 	"context"
@@ -19,12 +19,10 @@ import (
 // TestAttacksNetns is TestAttacks with the workers in a network namespace
 // of their own and the attacker in another, joined by a veth pair: the
 // stranger is on another host as far as the kernel can tell. It needs
-// root and ip (iproute2), so it runs only with TANDEM_NETNS_TESTS=1
-// (.ci/run does).
+// root and ip (iproute2) and changes the host's network set-up, so it is
+// built only with the netns tag (.ci/run: go test -tags netns -run
+// TestAttacksNetns ./e2e).
 func TestAttacksNetns(t *testing.T) {
-	if os.Getenv("TANDEM_NETNS_TESTS") != "1" {
-		t.Skip("set TANDEM_NETNS_TESTS=1 to run the attacks across network namespaces (needs root and ip)")
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}

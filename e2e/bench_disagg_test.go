@@ -1,39 +1,22 @@
-package main
+package e2e
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/tandemllm/tandem/engine/engines"
-	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/serve"
 )
 
 // startDisaggServer starts `tandem serve --timing qwen3-0.6b` with 2
 // workers in total: aggregated (mode "") or 1 prefill + 1 decode.
 func startDisaggServer(t *testing.T, mode string) string {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	eng := engines.Config{Kind: "mocker", Mock: mocker.DefaultConfig(), Timing: "qwen3-0.6b", KVEvents: "on", KVFormat: "map"}
-	eng.Mock.KVEvents.Endpoint = "tcp://127.0.0.1:0"
-	eng.Mock.Speedup = 10
-	model, factory, err := eng.Build(log)
-	if err != nil {
-		t.Fatal(err)
+	args := "serve --http-addr 127.0.0.1:0 --router-mode kv --timing qwen3-0.6b --speedup 10 --kv-events on --kv-events-format map " +
+		"--kv-events-endpoint tcp://127.0.0.1:0 --log-level error"
+	if mode == "" {
+		args += " --workers 2"
+	} else {
+		args += " --prefill-workers 1 --decode-workers 1 --disagg " + mode
 	}
-	cfg := serve.DefaultConfig()
-	cfg.HTTPAddr, cfg.Workers, cfg.RouterMode = "127.0.0.1:0", 2, "kv"
-	if mode != "" {
-		cfg.Disagg = serve.DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: mode}
-	}
-	sys, err := serve.Start(cfg, model, factory, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sys.Shutdown(context.Background()) })
-	return sys.URL()
+	return startTandem(t, args).url
 }
 
 func TestBenchDisaggTTFT(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -137,7 +137,7 @@ func (c *obsCluster) scrapeWorker(t *testing.T, id string) string {
 
 func repoFile(t *testing.T, parts ...string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join(append([]string{"..", ".."}, parts...)...))
+	p, err := filepath.Abs(filepath.Join(append([]string{".."}, parts...)...))
 	if err != nil {
 		t.Fatal(err)
 	}
