@@ -17,9 +17,10 @@ import (
 // conn is one worker's request-plane client, counting the streams in
 // flight so that a departed worker's connection closes only after they end:
 // closing it at once would cut the streams of a worker that is draining
-// cleanly.
+// cleanly. Over the in-process transport it holds the worker itself.
 type conn struct {
-	c *requestplane.Client
+	c     *requestplane.Client // nil in process
+	local *requestplane.Local  // nil over gRPC
 
 	mu      sync.Mutex
 	active  int
@@ -28,15 +29,40 @@ type conn struct {
 	queue   *requestplane.QueueWatch // an upstream worker's queue reports; nil until asked
 }
 
-// watchQueue follows the worker's engine queue reports (an upstream
-// server's other clients), once per connection; nil once it is closed.
-func (c *conn) watchQueue(ctx context.Context) *requestplane.QueueWatch {
+// queueReport is the worker's engine queue report for the router: in
+// process the engine's own; over gRPC, for a server Tandem does not own
+// (which may have other clients), a watch of the reports its worker
+// relays, once per connection. nil: none.
+func (c *conn) queueReport(ctx context.Context, rec discovery.Record) engine.QueueReporter {
+	if c.local != nil {
+		q, _ := c.local.Engine.(engine.QueueReporter)
+		return q
+	}
+	if rec.Engine != "upstream" {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.queue == nil && !c.closed {
 		c.queue = c.c.WatchQueue(ctx)
 	}
+	if c.queue == nil {
+		return nil
+	}
 	return c.queue
+}
+
+// info is the worker as the router sees it: in process the engine's own
+// info (and timing model), otherwise what its record says.
+func (c *conn) info(rec discovery.Record) (engine.Info, engine.PrefillEstimator) {
+	if c.local != nil {
+		info := c.local.Engine.Info()
+		info.Model = rec.Model
+		timing, _ := c.local.Engine.(engine.PrefillEstimator)
+		return info, timing
+	}
+	return engine.Info{Kind: rec.Engine, Model: rec.Model, BlockSize: rec.KVLayout.BlockSize, ContextLength: rec.ContextLength,
+		KVCapacityTokens: rec.CapacityBlocks * rec.KVLayout.BlockSize}, nil
 }
 
 // shut stops the queue watch, then closes the connection (the watch
@@ -48,10 +74,20 @@ func (c *conn) shut() {
 	if q != nil {
 		q.Close()
 	}
-	_ = c.c.Close()
+	if c.c != nil {
+		_ = c.c.Close()
+	}
 }
 
+// dial reaches a worker over its transport: an in-process address
+// resolves to the worker itself, any other is dialled over gRPC.
 func dial(addr string, cluster *authn.Cluster) (*conn, error) {
+	if l, ok, err := requestplane.LookupLocal(addr); ok {
+		if err != nil {
+			return nil, err
+		}
+		return &conn{local: l}, nil
+	}
 	var opts []grpc.DialOption
 	if cluster != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cluster.Client(authn.RoleWorker))))
@@ -68,7 +104,11 @@ func dial(addr string, cluster *authn.Cluster) (*conn, error) {
 // when the stream stops counting.
 func (c *conn) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
 	c.hold()
-	s, err := c.c.Generate(ctx, req)
+	var gen engine.Generator = c.c
+	if c.local != nil {
+		gen = c.local.Gen
+	}
+	s, err := gen.Generate(ctx, req)
 	if err != nil {
 		c.release()
 		return nil, err
@@ -125,6 +165,9 @@ func (c *conn) close() {
 // calls count as streams, so a draining prefill worker finishes the legs
 // it is running before its connection closes.
 func (c *conn) side(rec discovery.Record) kvtransfer.Side {
+	if c.local != nil {
+		return c.local.Side
+	}
 	return &countedSide{Side: requestplane.NewSide(c.c, requestplane.SideDesc{
 		ID: rec.ID, Layout: rec.KVLayout.EngineLayout, BlockSize: rec.KVLayout.BlockSize,
 		BlockBytes: rec.KVTransfer.BlockBytes, TransferAddr: rec.KVTransfer.Addr,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
@@ -53,13 +54,8 @@ type Config struct {
 	ShareLoad bool
 	// DrainTimeout bounds in-flight requests on shutdown.
 	DrainTimeout time.Duration
-	// Disagg is --disagg (auto, always or never): how requests to decode
-	// workers use the prefill workers.
-	Disagg string
-	// InterferenceWeight is the disagg decider's w (0: its default).
-	InterferenceWeight float64
-	// LegTimeout bounds a remote prefill leg (0: disagg's default).
-	LegTimeout time.Duration
+	// Disagg is how requests to decode workers use the prefill workers.
+	Disagg DisaggConfig
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
 	TLS httpapi.TLSFiles
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
@@ -72,7 +68,34 @@ type Config struct {
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(),
-		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: string(disagg.Auto)}
+		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: DefaultDisaggConfig()}
+}
+
+// DisaggConfig is the frontend's part in disaggregated prefill, the same
+// in every command that routes (tandem frontend, tandem serve).
+type DisaggConfig struct {
+	// Mode is --disagg: auto (price local vs remote per request), always
+	// or never.
+	Mode string
+	// InterferenceWeight is the decider's w (--disagg-interference-weight;
+	// 0: its default).
+	InterferenceWeight float64
+	// LegTimeout bounds a remote prefill leg, transfer included
+	// (--disagg-leg-timeout; 0: disagg's default).
+	LegTimeout time.Duration
+}
+
+// DefaultDisaggConfig returns the flag defaults.
+func DefaultDisaggConfig() DisaggConfig {
+	return DisaggConfig{Mode: string(disagg.Auto), InterferenceWeight: 1, LegTimeout: disagg.DefaultLegTimeout}
+}
+
+// AddFlags registers --disagg, --disagg-interference-weight and
+// --disagg-leg-timeout with c's values as defaults.
+func (c *DisaggConfig) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Mode, "disagg", c.Mode, "disaggregated prefill: auto (price local vs remote per request), always or never")
+	fs.Float64Var(&c.InterferenceWeight, "disagg-interference-weight", c.InterferenceWeight, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
+	fs.DurationVar(&c.LegTimeout, "disagg-leg-timeout", c.LegTimeout, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally")
 }
 
 // Diagnostic codes raised by the frontend about workers it refuses.
@@ -186,11 +209,11 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	f.ctx, f.cancel = context.WithCancel(ctx)
-	mode, err := disagg.ParseMode(cfg.Disagg)
+	mode, err := disagg.ParseMode(cfg.Disagg.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, LegTimeout: cfg.LegTimeout, Board: board,
+	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.Disagg.InterferenceWeight, LegTimeout: cfg.Disagg.LegTimeout, Board: board,
 		Logger: f.log, Registerer: reg, OnDecision: opts.OnDecision})
 	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: mode == disagg.Always, Logger: f.log, Registerer: reg})
 	defer func() {
@@ -412,19 +435,8 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		mm.ContextLength = f.ctxLen
 		f.Frontend.AddModel(&mm)
 	}
-	var queue engine.QueueReporter
-	if rec.Engine == "upstream" {
-		// A server Tandem does not own may have other clients: its own
-		// queue report (its /metrics, relayed by the worker) counts
-		// them. Tandem's engines see only what the routers send.
-		if q := m.conn.watchQueue(f.ctx); q != nil {
-			queue = q
-		}
-	}
-	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: queue, Info: engine.Info{
-		Kind: rec.Engine, Model: rec.Model, BlockSize: rec.KVLayout.BlockSize, ContextLength: rec.ContextLength,
-		KVCapacityTokens: rec.CapacityBlocks * rec.KVLayout.BlockSize,
-	}})
+	info, timing := m.conn.info(rec)
+	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: m.conn.queueReport(f.ctx, rec), Timing: timing, Info: info})
 	f.log.Info("worker added", "worker", rec.ID, "role", rec.Role, "request_plane", rec.RequestPlane,
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
 }
@@ -445,6 +457,11 @@ func (f *Process) followLocked(rec discovery.Record) {
 	}
 	if f.KV.Name() == "kv-approx" {
 		endpoint, replay = "", ""
+	}
+	if endpoint == "" && f.evs == nil && f.KV.Name() == "kv" {
+		// Not followed: the policy routes the worker by approximation and,
+		// once it serves full blocks, raises kv_events_missing.
+		return
 	}
 	if tok, err := hex.DecodeString(rec.KVEvents.ReplayToken); err == nil && len(tok) > 0 {
 		f.KV.SetReplayToken(rec.ID, tok)
@@ -617,6 +634,9 @@ func (f *Process) Members() []string {
 
 // URL is the frontend's base URL.
 func (f *Process) URL() string { return f.scheme + f.lis.Addr().String() }
+
+// Addr is the OpenAI API's listening address.
+func (f *Process) Addr() net.Addr { return f.lis.Addr() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
 // if that fails for good.

@@ -3,6 +3,7 @@
 package serve
 
 import (
+	"github.com/tandemllm/tandem/frontend"
 	"math"
 	"sync"
 	"testing"
@@ -68,8 +69,8 @@ func TestDisaggSlowLink(t *testing.T) {
 		return res
 	}
 	agg := run(DisaggConfig{})
-	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: "auto"})
-	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: "always"})
+	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "auto"}})
+	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "always"}})
 
 	af, uf, lf := bench.Median(agg.fresh), bench.Median(auto.fresh), bench.Median(always.fresh)
 	ap, up, lp := bench.Median(agg.follow), bench.Median(auto.follow), bench.Median(always.follow)

@@ -6,11 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/kvtransfer"
 )
@@ -100,38 +97,6 @@ func (s *System) wrapVLLMPD(id string, eng engine.Engine, gen engine.Generator) 
 	s.pd.peers.Add(w.SideChannelAddr())
 	s.pd.workers = append(s.pd.workers, w)
 	return w, nil
-}
-
-// startProxy starts the engines that run vLLM P/D prefill legs (indexes
-// after the decode workers', as for --prefill-workers) and the proxy that
-// drives them; Start wraps every worker with it.
-func (s *System) startProxy(cfg Config, newEngine EngineFactory) error {
-	s.proxy = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: cfg.Disagg.Mode == string(disagg.Always), Logger: s.log, Registerer: s.Registry})
-	for j := range cfg.PDPrefillWorkers {
-		eng, err := newEngine(cfg.Workers + j)
-		if err != nil {
-			return fmt.Errorf("serve: prefill worker %d: %w", j, err)
-		}
-		id := fmt.Sprintf("prefill-%d", j)
-		s.pdPre, s.pdIDs = append(s.pdPre, eng), append(s.pdIDs, id)
-		health.Attach(eng, s.Board, id)
-		s.proxy.AddPrefill(id, eng)
-	}
-	return nil
-}
-
-// prefillHealth lists the prefill workers for /health (fixed at start).
-func (s *System) prefillHealth(model string) []httpapi.PrefillWorker {
-	var out []httpapi.PrefillWorker
-	if s.dis != nil {
-		for i, id := range s.dis.ids {
-			out = append(out, httpapi.PrefillWorker{ID: id, Model: model, Engine: s.dis.prefill[i].Info().Kind, Protocol: "tandem"})
-		}
-	}
-	for j, e := range s.pdPre {
-		out = append(out, httpapi.PrefillWorker{ID: s.pdIDs[j], Model: model, Engine: e.Info().Kind, Protocol: "vllm"})
-	}
-	return out
 }
 
 func (s *System) stopVLLMPD() {

@@ -90,6 +90,9 @@ type Config struct {
 	// elsewhere, or a link shaped the way a real network is (tandem
 	// doctor's slow-link test).
 	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TransferListen, if set, creates the KV transfer node's listener (nil:
+	// net.Listen), e.g. to put it in another network namespace (tests).
+	TransferListen func(network, addr string) (net.Listener, error)
 	// ConnLimits bound every port the worker listens on (the request
 	// plane, the KV transfer node, the metrics port): --conn-max,
 	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
@@ -127,6 +130,21 @@ type Options struct {
 	// Board receives diagnostics; nil creates one.
 	Board  *health.Board
 	Logger *slog.Logger
+	// Metrics is the registry of the worker's own series (KV transfer,
+	// listeners) and, with MetricsAddr, what /metrics serves; nil creates
+	// one. Workers of one process share the process's.
+	Metrics *prometheus.Registry
+	// TransferMetrics, if set, are the KV transfer series the process's
+	// workers share on one registry (nil: the worker's own on Metrics).
+	TransferMetrics *kvtransfer.Metrics
+	// InProcess picks the in-process transport: no listener, the worker is
+	// served under an inproc:// address (requestplane.RegisterLocal) that
+	// only a frontend node of this process resolves. Otherwise the gRPC
+	// request plane listens on RequestPlaneAddr.
+	InProcess bool
+	// Wrap, if set, wraps what the in-process transport serves (the
+	// engine), e.g. to answer vLLM's P/D protocol.
+	Wrap func(gen engine.Generator) (engine.Generator, error)
 }
 
 // Worker is a running worker process's serving side.
@@ -138,7 +156,9 @@ type Worker struct {
 	board *health.Board
 	rec   discovery.Record
 
-	grpc     *requestplane.Server
+	grpc     *requestplane.Server // nil in process
+	gate     *gate                // the in-process transport; nil on gRPC
+	withdraw func()               // ends the in-process address
 	served   chan error
 	reg      *prometheus.Registry
 	metrics  *http.Server
@@ -156,8 +176,10 @@ type Worker struct {
 	relayStop  context.CancelFunc
 	relayDone  chan struct{}
 
-	stopOnce sync.Once
-	stopErr  error
+	stopOnce  sync.Once
+	stopErr   error
+	deregOnce sync.Once
+	deregErr  error
 }
 
 // Start serves eng on the request plane and registers it. model is the
@@ -192,7 +214,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	}
 	// The board publishes on the worker's /metrics (--metrics-addr) unless
 	// the caller brought its own.
-	base := process.New(opts.Logger, nil, opts.Board)
+	base := process.New(opts.Logger, opts.Metrics, opts.Board)
 	log, board := base.Log, base.Board
 	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
 		served: make(chan error, 1), reg: base.Registry, tls: cluster}
@@ -204,38 +226,13 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	}
 	// An upstream server's reachability shows on the worker's /health.
 	health.Attach(eng, board, cfg.ID)
-	side, err := w.startTransfer(role)
+	side, err := w.startTransfer(role, opts.TransferMetrics)
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
-	if err != nil {
-		w.closeNode()
-		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
-	}
-	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
-	// pings connected clients, whose answers keep them from idling out.
-	rpLim := cfg.ConnLimits
-	var gopts []grpc.ServerOption
-	if rpLim.Handshake > 0 {
-		gopts = append(gopts, grpc.ConnectionTimeout(rpLim.Handshake))
-	}
-	if rpLim.Idle > 0 {
-		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpLim.Idle / 2, Timeout: min(rpLim.Idle/2, 20*time.Second)}))
-	}
-	rpLim.Handshake = 0
-	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
-	if cluster != nil {
-		// Only frontends call a worker: Generate, and the disaggregation
-		// calls that make it send or hand out its transfer key.
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cluster.Server(authn.RoleFrontend))))
-	}
-	w.grpc = requestplane.NewServer(eng, side, model.Tokenizer.VocabSize(), gopts...)
-	health.Attach(w.grpc, board, cfg.ID)
-	go func() { w.served <- w.grpc.Serve(lis) }()
 	defer func() {
 		if err != nil {
-			w.grpc.Stop()
+			w.stopPlane()
 			w.closeNode()
 			if w.metrics != nil {
 				_ = w.metrics.Close()
@@ -243,6 +240,15 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 			w.stopRelay()
 		}
 	}()
+	var rpAddr string
+	if opts.InProcess {
+		rpAddr, err = w.serveLocal(side, opts.Wrap)
+	} else {
+		rpAddr, err = w.serveGRPC(side, model.Tokenizer.VocabSize())
+	}
+	if err != nil {
+		return nil, err
+	}
 	metricsAddr := ""
 	if cfg.MetricsAddr != "" {
 		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
@@ -250,10 +256,13 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		metricsAddr = advertise(metricsAddr, host)
 	}
-	w.raiseOpenPlanes(lis.Addr().String(), metricsAddr)
+	w.raiseOpenPlanes(rpAddr, metricsAddr)
 	w.rec = Record(cfg, eng, model)
 	w.rec.Role = role
-	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
+	w.rec.RequestPlane = rpAddr
+	if !opts.InProcess {
+		w.rec.RequestPlane = advertise(rpAddr, host)
+	}
 	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
 		w.rec.KVTransfer = discovery.KVTransfer{Addr: advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
@@ -273,10 +282,69 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	}
 	// Ready: grpc.health.v1 on the request plane says SERVING from here
 	// until the drain starts.
-	w.grpc.SetServing(true)
+	if w.grpc != nil {
+		w.grpc.SetServing(true)
+	}
 	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
 	return w, nil
+}
+
+// serveLocal serves the worker in process: a drain gate in front of the
+// engine (or of what opts.Wrap made of it) under an inproc:// address.
+func (w *Worker) serveLocal(side kvtransfer.Side, wrap func(engine.Generator) (engine.Generator, error)) (string, error) {
+	gen := engine.Generator(w.eng)
+	if wrap != nil {
+		var err error
+		if gen, err = wrap(gen); err != nil {
+			return "", err
+		}
+	}
+	w.gate = &gate{Generator: gen}
+	addr, withdraw := requestplane.RegisterLocal(w.cfg.ID, &requestplane.Local{Gen: w.gate, Side: side, Engine: w.eng})
+	w.withdraw = withdraw
+	return addr, nil
+}
+
+// serveGRPC serves the worker on the gRPC request plane (not yet
+// SERVING: Start says so once the record is published).
+func (w *Worker) serveGRPC(side kvtransfer.Side, vocab int) (string, error) {
+	cfg, board := w.cfg, w.board
+	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
+	if err != nil {
+		return "", fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
+	}
+	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
+	// pings connected clients, whose answers keep them from idling out.
+	rpLim := cfg.ConnLimits
+	var gopts []grpc.ServerOption
+	if rpLim.Handshake > 0 {
+		gopts = append(gopts, grpc.ConnectionTimeout(rpLim.Handshake))
+	}
+	if rpLim.Idle > 0 {
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpLim.Idle / 2, Timeout: min(rpLim.Idle/2, 20*time.Second)}))
+	}
+	rpLim.Handshake = 0
+	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
+	if w.tls != nil {
+		// Only frontends call a worker: Generate, and the disaggregation
+		// calls that make it send or hand out its transfer key.
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(w.tls.Server(authn.RoleFrontend))))
+	}
+	w.grpc = requestplane.NewServer(w.eng, side, vocab, gopts...)
+	health.Attach(w.grpc, board, cfg.ID)
+	go func() { w.served <- w.grpc.Serve(lis) }()
+	return lis.Addr().String(), nil
+}
+
+// stopPlane stops the request plane at once (a failed start).
+func (w *Worker) stopPlane() {
+	if w.grpc != nil {
+		w.grpc.Stop()
+	}
+	if w.withdraw != nil {
+		w.withdraw()
+	}
 }
 
 // raiseOpenPlanes raises plane_unauthenticated for each listener bound
@@ -288,7 +356,10 @@ func (w *Worker) raiseOpenPlanes(rp, metrics string) {
 	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
 	open := map[string]string{}
 	if w.tls == nil {
-		open["request-plane"], open["metrics"] = rp, metrics
+		open["metrics"] = metrics
+		if w.grpc != nil {
+			open["request-plane"] = rp
+		}
 		if w.node != nil {
 			open["kv-transfer"] = w.node.Addr()
 		}
@@ -430,7 +501,7 @@ func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 // startTransfer gives prefill and decode workers their transfer-plane node
 // (a decode worker's listens) and returns the worker's part in
 // disaggregation, served on the request plane; nil for aggregated workers.
-func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
+func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics) (kvtransfer.Side, error) {
 	if role == discovery.RoleAggregated {
 		return nil, nil
 	}
@@ -451,9 +522,12 @@ func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
 		go w.watchPeers(ctx)
 		allow = w.peers.allow
 	}
+	if metrics == nil {
+		metrics = kvtransfer.NewMetrics(w.reg)
+	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
-		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log,
-		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial,
+		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: metrics, Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial, Listen: w.cfg.TransferListen,
 		ConnLimits: w.cfg.ConnLimits, ConnMetrics: w.connMetrics()})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -674,14 +748,27 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return w.stopErr
 }
 
+// Deregister revokes the record, so frontends stop routing here while the
+// worker still serves (Shutdown begins with it; once is enough).
+func (w *Worker) Deregister(ctx context.Context) error {
+	w.deregOnce.Do(func() {
+		// Health checks hear of the drain first, with the registry.
+		if w.grpc != nil {
+			w.grpc.SetServing(false)
+		}
+		if err := w.lease.Revoke(ctx); err != nil {
+			w.deregErr = fmt.Errorf("worker: deregister: %w", err)
+		}
+		w.log.Info("deregistered; draining")
+	})
+	return w.deregErr
+}
+
 func (w *Worker) shutdown(ctx context.Context) error {
 	var errs []error
-	// Health checks hear of the drain first, with the registry.
-	w.grpc.SetServing(false)
-	if err := w.lease.Revoke(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("worker: deregister: %w", err))
+	if err := w.Deregister(ctx); err != nil {
+		errs = append(errs, err)
 	}
-	w.log.Info("deregistered; draining")
 	if w.cfg.DeregisterDelay > 0 {
 		t := time.NewTimer(w.cfg.DeregisterDelay)
 		select {
@@ -690,15 +777,20 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		}
 		t.Stop()
 	}
-	stopped := make(chan struct{})
-	go func() { w.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
-		w.grpc.Stop()
-		<-stopped
-		errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
+	if w.gate != nil {
+		w.drainGate(ctx)
+		w.withdraw()
+	} else {
+		stopped := make(chan struct{})
+		go func() { w.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
+			w.grpc.Stop()
+			<-stopped
+			errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
+		}
 	}
 	w.stopRelay()
 	w.closeNode()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/tandemllm/tandem/frontend"
 	"log/slog"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func startDisaggServer(t *testing.T, mode string) string {
 	cfg := serve.DefaultConfig()
 	cfg.HTTPAddr, cfg.Workers, cfg.RouterMode = "127.0.0.1:0", 2, "kv"
 	if mode != "" {
-		cfg.Disagg = serve.DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: mode}
+		cfg.Disagg = serve.DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: mode}}
 	}
 	sys, err := serve.Start(cfg, model, factory, log)
 	if err != nil {

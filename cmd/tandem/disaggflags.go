@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/serve"
 )
@@ -14,19 +15,17 @@ import (
 // registerDisaggFlags adds the disaggregated-prefill flags of `tandem serve`.
 func registerDisaggFlags(cmd *cobra.Command, cfg *serve.Config) {
 	d := &cfg.Disagg
-	d.Mode = "auto"
+	d.DisaggConfig = frontend.DefaultDisaggConfig()
 	d.TransferBudget = kvtransfer.DefaultBudget
 	f := cmd.Flags()
 	f.IntVar(&d.PrefillWorkers, "prefill-workers", 0, "in-process prefill workers (> 0 enables disaggregated prefill over loopback TCP)")
 	f.IntVar(&d.DecodeWorkers, "decode-workers", 0, "in-process decode workers when --prefill-workers > 0 (0: --workers)")
-	f.StringVar(&d.Mode, "disagg", d.Mode, "disaggregated prefill: auto (price local vs remote per request), always or never")
+	d.DisaggConfig.AddFlags(f)
 	f.Var((*byteSize)(&d.TransferBudget), "transfer-budget", "per-worker KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
 	f.DurationVar(&d.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "bound on one KV transfer; a failed transfer falls back to local prefill")
 	// Two bounds, two names, the same in every command: --transfer-timeout
 	// bounds one KV transfer (serve, worker), --disagg-leg-timeout the whole
 	// remote leg, prefill plus transfer (serve, frontend).
-	f.DurationVar(&d.LegTimeout, "disagg-leg-timeout", 0, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally (0: --transfer-timeout; the same flag as tandem frontend's)")
-	f.Float64Var(&d.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
 }
 
 // byteSize is a flag holding a byte count with an optional binary or

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -87,9 +86,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long in-flight requests may take to finish on SIGTERM/Ctrl-C")
 	registerFrontendFlags(cmd, &cfg.Frontend)
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
-	f.StringVar(&cfg.Disagg, "disagg", cfg.Disagg, "disaggregated prefill for workers registered with --role decode: auto (price local vs remote per request), always or never")
-	f.Float64Var(&cfg.InterferenceWeight, "disagg-interference-weight", 1, "weight of each running decode a local prefill would stall, in the disagg decider's cost")
-	f.DurationVar(&cfg.LegTimeout, "disagg-leg-timeout", disagg.DefaultLegTimeout, "bound on a remote prefill leg (prefill + KV transfer); past it the request prefills locally")
+	cfg.Disagg.AddFlags(f)
 	rf.register(cmd, cfg.RouterMode)
 	auth.register(cmd, &cfg.Frontend, &cfg.TLS)
 	registerMTLS(cmd, &cfg.MTLS)
