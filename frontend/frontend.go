@@ -30,6 +30,7 @@ import (
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -175,7 +176,7 @@ type Process struct {
 
 type member struct {
 	rec  discovery.Record
-	conn *conn
+	conn *requestplane.Conn
 }
 
 // Start serves the frontend for model and follows the registry. It
@@ -371,10 +372,10 @@ func (f *Process) admitLocked(rec discovery.Record) {
 	if old != nil && old.rec.RequestPlane == rec.RequestPlane {
 		m.conn = old.conn
 	} else if old != nil && old.conn != nil {
-		old.conn.retire()
+		old.conn.Retire()
 	}
 	if m.conn == nil {
-		c, err := dial(rec.RequestPlane, f.cluster)
+		c, err := requestplane.Connect(rec.RequestPlane, f.cluster)
 		if err != nil {
 			f.Board.Raise(DiagWorkerRefused, rec.ID, health.Error, "cannot set up the worker's request plane: "+err.Error())
 			return
@@ -395,7 +396,7 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		if vllm {
 			f.PD.AddPrefill(rec.ID, m.conn)
 		} else {
-			f.Disagg.AddPrefill(m.conn.side(rec))
+			f.Disagg.AddPrefill(m.conn.Side(rec))
 		}
 		f.log.Info("prefill worker added", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint(), "kv_protocol", rec.KVTransfer.Protocol)
 		return
@@ -416,7 +417,7 @@ func (f *Process) admitLocked(rec discovery.Record) {
 				"decode worker publishes no KV transfer address; it prefills every prompt itself")
 		} else {
 			f.Board.Clear(DiagNoTransferAddr, rec.ID, "", "")
-			gen = f.Disagg.Wrap(m.conn.side(rec), m.conn)
+			gen = f.Disagg.Wrap(m.conn.Side(rec), m.conn)
 		}
 	}
 	if f.KV != nil {
@@ -435,8 +436,8 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		mm.ContextLength = f.ctxLen
 		f.Frontend.AddModel(&mm)
 	}
-	info, timing := m.conn.info(rec)
-	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: m.conn.queueReport(f.ctx, rec), Timing: timing, Info: info})
+	info, timing := m.conn.Info(rec)
+	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: m.conn.QueueReport(f.ctx, rec), Timing: timing, Info: info})
 	f.log.Info("worker added", "worker", rec.ID, "role", rec.Role, "request_plane", rec.RequestPlane,
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
 }
@@ -611,7 +612,7 @@ func (f *Process) removeLocked(id, why string) {
 	}
 	f.Board.ClearSubject(id)
 	if m.conn != nil {
-		m.conn.retire()
+		m.conn.Retire()
 	}
 	f.log.Info("worker removed", "worker", id, "reason", why)
 }
@@ -672,7 +673,7 @@ func (f *Process) Shutdown(ctx context.Context) error {
 	f.mu.Lock()
 	for _, m := range f.members {
 		if m.conn != nil {
-			m.conn.close()
+			m.conn.Close()
 		}
 	}
 	f.mu.Unlock()

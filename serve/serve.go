@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/frontend"
@@ -54,7 +55,7 @@ type Config struct {
 	// value is aggregated serving.
 	Disagg DisaggConfig
 	// VLLMPD makes workers answer vLLM's kv_transfer_params protocol
-	// (serve/vllmpd.go); exclusive with Disagg, which moves KV itself.
+	// (vllmpd.Host); exclusive with Disagg, which moves KV itself.
 	VLLMPD VLLMPDConfig
 	// PDPrefillWorkers > 0 puts vLLM's P/D proxy in the router
 	// (disagg/vllmpd.Proxy): the factory's engines
@@ -71,6 +72,9 @@ func DefaultConfig() Config {
 		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(),
 	}
 }
+
+// VLLMPDConfig makes every worker answer vLLM's P/D protocol.
+type VLLMPDConfig = vllmpd.HostConfig
 
 // EngineFactory builds the engine of worker i (0-based).
 type EngineFactory func(i int) (engine.Engine, error)
@@ -100,7 +104,7 @@ type System struct {
 	done     <-chan error
 	model    *tokenizer.Model
 	transfer *kvtransfer.Metrics // the transfer nodes' shared series
-	pd       *vllmpdState        // nil unless VLLMPD is enabled
+	pd       *vllmpd.Host        // nil unless VLLMPD is enabled
 
 	mu      sync.Mutex
 	engines []engine.Engine // the routed workers' (Engine(i))
@@ -136,6 +140,11 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	// exports the same vllm: families, told apart by their engine label,
 	// and a worker that leaves the pool takes its series along.
 	_ = s.Registry.Register(unchecked{engineCollector{s}})
+	if cfg.VLLMPD.Enabled {
+		if s.pd, err = vllmpd.NewHost(cfg.VLLMPD, s.Board, s.Registry, log); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
 	role, ids, prefillRole, prefillN := s.shape(&cfg)
 	// Prefill engines come first, with indexes after the routed workers',
 	// so seeds and ports never collide.
@@ -242,8 +251,8 @@ func (s *System) startNode(n *node, role discovery.Role) error {
 	wc.MTLS = c.MTLSWorker
 	opts := worker.Options{Registry: s.disc, Board: s.Board, Logger: s.log, Metrics: s.Registry, TransferMetrics: s.transfer,
 		InProcess: c.RequestPlane != "grpc"}
-	if c.VLLMPD.Enabled {
-		opts.Wrap = func(gen engine.Generator) (engine.Generator, error) { return s.wrapVLLMPD(n.id, n.eng, gen) }
+	if s.pd != nil {
+		opts.Wrap = func(gen engine.Generator) (engine.Generator, error) { return s.pd.Wrap(n.id, n.eng, gen) }
 	}
 	w, err := worker.Start(context.Background(), wc, n.eng, s.model, opts)
 	if err != nil {
@@ -373,7 +382,9 @@ func (s *System) stop(ctx context.Context) {
 			s.log.Warn("stopping worker", "worker", n.id, "err", err)
 		}
 	}
-	s.stopVLLMPD()
+	if s.pd != nil {
+		s.pd.Close()
+	}
 	_ = s.disc.Close()
 }
 

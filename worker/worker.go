@@ -105,11 +105,6 @@ const (
 	PeersAny       = "any"
 )
 
-// peerWait is how long a send to an address discovery has not shown this
-// worker yet waits for it: a frontend may hear of a new decode worker
-// before this worker's watch does.
-const peerWait = 2 * time.Second
-
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -168,7 +163,6 @@ type Worker struct {
 	connOnce sync.Once
 
 	tls        *authn.Cluster
-	peers      *publishedPeers
 	watchStop  context.CancelFunc
 	nats       *nats.Conn
 	natsServer *eventplane.Server
@@ -516,11 +510,9 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 	}
 	var allow func(context.Context, string) error
 	if role == discovery.RolePrefill && w.cfg.TransferPeers != PeersAny {
-		w.peers = newPublishedPeers()
 		ctx, cancel := context.WithCancel(context.Background())
 		w.watchStop = cancel
-		go w.watchPeers(ctx)
-		allow = w.peers.allow
+		allow = discovery.WatchTransferAddrs(ctx, w.disc, w.log).Allow
 	}
 	if metrics == nil {
 		metrics = kvtransfer.NewMetrics(w.reg)
@@ -562,81 +554,6 @@ func (w *Worker) closeNode() {
 	}
 	if w.node != nil {
 		_ = w.node.Close()
-	}
-}
-
-// watchPeers keeps the set of KV transfer addresses discovery publishes,
-// the only destinations a prefill worker sends to.
-func (w *Worker) watchPeers(ctx context.Context) {
-	for ctx.Err() == nil {
-		addrs := map[string]string{} // id → address
-		err := w.disc.Watch(ctx, func(e discovery.Event) {
-			switch e.Type {
-			case discovery.EventPut:
-				if a := e.Record.KVTransfer.Addr; a != "" {
-					addrs[e.Record.ID] = a
-				} else {
-					delete(addrs, e.Record.ID)
-				}
-			case discovery.EventDelete:
-				delete(addrs, e.Record.ID)
-			default:
-				return
-			}
-			w.peers.set(addrs)
-		})
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("watching discovery for KV transfer peers failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
-}
-
-// publishedPeers is the set of transfer addresses discovery publishes.
-type publishedPeers struct {
-	mu      sync.Mutex
-	addrs   map[string]bool
-	changed chan struct{} // closed and replaced on every change
-}
-
-func newPublishedPeers() *publishedPeers {
-	return &publishedPeers{addrs: map[string]bool{}, changed: make(chan struct{})}
-}
-
-func (p *publishedPeers) set(byID map[string]string) {
-	m := make(map[string]bool, len(byID))
-	for _, a := range byID {
-		m[a] = true
-	}
-	p.mu.Lock()
-	p.addrs = m
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// allow is kvtransfer.Config.AllowPeer: addr must be published, or
-// become so within peerWait.
-func (p *publishedPeers) allow(ctx context.Context, addr string) error {
-	t := time.NewTimer(peerWait)
-	defer t.Stop()
-	for {
-		p.mu.Lock()
-		ok, ch := p.addrs[addr], p.changed
-		p.mu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return fmt.Errorf("%s is not a KV transfer address published in discovery", addr)
-		case <-ctx.Done():
-			return fmt.Errorf("%s is not a KV transfer address published in discovery: %w", addr, ctx.Err())
-		}
 	}
 }
 
