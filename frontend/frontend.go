@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
@@ -142,9 +141,8 @@ type Process struct {
 	evs   eventSource
 	log   *slog.Logger
 
-	nats       *nats.Conn
-	natsServer *eventplane.Server
-	share      *router.LoadShare // nil unless load is shared
+	nats  *eventplane.Conn  // nil on zmq
+	share *router.LoadShare // nil unless load is shared
 
 	Metrics  *prometheus.Registry
 	Board    *health.Board
@@ -271,13 +269,13 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 	}
 	f.KV, _ = p.(*router.KV)
 	if f.KV != nil && f.KV.Name() == "kv" && f.nats != nil {
-		f.evs = eventplane.NewSource(f.nats, f.cfg.EventPlane.SubjectPrefix, log)
+		f.evs = eventplane.NewSource(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix, log)
 	}
 	if f.nats != nil && f.cfg.ShareLoad {
 		var id [6]byte
 		_, _ = rand.Read(id[:])
 		host, _ := os.Hostname()
-		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
+		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
 		return f.share, nil
 	}
 	return p, nil
@@ -287,19 +285,11 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 // if asked) and, in kv mode, prepares the subscription side.
 func (f *Process) connectNATS(log *slog.Logger) error {
 	ep := f.cfg.EventPlane
-	url := ep.NATS
-	if url == "embedded" {
-		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
-		if err != nil {
-			return fmt.Errorf("fleet: %w", err)
-		}
-		if authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
-			f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
-				"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
-		}
-		f.natsServer, url = srv, srv.URL()
+	if ep.NATS == "embedded" && authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
+		f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
+			"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
 	}
-	nc, err := eventplane.ConnectWith(f.ctx, url, "tandem-frontend", ep.Auth, f.Board, log)
+	nc, err := eventplane.Open(f.ctx, ep, "tandem-frontend", f.Board, log)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
@@ -317,17 +307,14 @@ func (f *Process) closeNATS() {
 	if f.nats != nil {
 		f.nats.Close()
 	}
-	if f.natsServer != nil {
-		f.natsServer.Shutdown()
-	}
 }
 
 // NATSURL is the event plane's server URL ("" on zmq): the embedded
 // server's when the frontend runs one.
 func (f *Process) NATSURL() string {
 	switch {
-	case f.natsServer != nil:
-		return f.natsServer.URL()
+	case f.nats != nil && f.nats.Embedded() != nil:
+		return f.nats.Embedded().URL()
 	case f.nats != nil:
 		return f.cfg.EventPlane.NATS
 	}

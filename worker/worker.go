@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -151,9 +150,8 @@ type Worker struct {
 	board *health.Board
 	rec   discovery.Record
 
-	grpc     *requestplane.Server // nil in process
-	gate     *gate                // the in-process transport; nil on gRPC
-	withdraw func()               // ends the in-process address
+	grpc     *requestplane.Server      // nil in process
+	local    *requestplane.LocalServer // nil on gRPC
 	served   chan error
 	reg      *prometheus.Registry
 	metrics  *http.Server
@@ -162,13 +160,12 @@ type Worker struct {
 	connM    *connlimit.Metrics
 	connOnce sync.Once
 
-	tls        *authn.Cluster
-	watchStop  context.CancelFunc
-	nats       *nats.Conn
-	natsServer *eventplane.Server
-	relay      *eventplane.Relay
-	relayStop  context.CancelFunc
-	relayDone  chan struct{}
+	tls       *authn.Cluster
+	watchStop context.CancelFunc
+	nats      *eventplane.Conn
+	relay     *eventplane.Relay
+	relayStop context.CancelFunc
+	relayDone chan struct{}
 
 	stopOnce  sync.Once
 	stopErr   error
@@ -294,10 +291,8 @@ func (w *Worker) serveLocal(side kvtransfer.Side, wrap func(engine.Generator) (e
 			return "", err
 		}
 	}
-	w.gate = &gate{Generator: gen}
-	addr, withdraw := requestplane.RegisterLocal(w.cfg.ID, &requestplane.Local{Gen: w.gate, Side: side, Engine: w.eng})
-	w.withdraw = withdraw
-	return addr, nil
+	w.local = requestplane.ServeLocal(w.cfg.ID, gen, side, w.eng)
+	return w.local.Addr(), nil
 }
 
 // serveGRPC serves the worker on the gRPC request plane (not yet
@@ -336,8 +331,8 @@ func (w *Worker) stopPlane() {
 	if w.grpc != nil {
 		w.grpc.Stop()
 	}
-	if w.withdraw != nil {
-		w.withdraw()
+	if w.local != nil {
+		w.local.Stop()
 	}
 }
 
@@ -382,17 +377,8 @@ func (w *Worker) raiseOpenPlanes(rp, metrics string) {
 // the engine's events from its loopback ZMQ socket.
 func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	ep := w.cfg.EventPlane
-	url := ep.NATS
-	if url == "embedded" {
-		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
-		if err != nil {
-			return fmt.Errorf("worker: %w", err)
-		}
-		w.natsServer, url = srv, srv.URL()
-	}
-	nc, err := eventplane.ConnectWith(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, ep.Auth, w.board, log)
+	nc, err := eventplane.Open(context.WithoutCancel(ctx), ep, "tandem-worker-"+w.cfg.ID, w.board, log)
 	if err != nil {
-		w.stopRelay()
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.nats = nc
@@ -408,7 +394,7 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	if re != nil {
 		replay = re.KVEventsReplayEndpoint()
 	}
-	w.relay, err = eventplane.NewRelay(nc, eventplane.RelayConfig{
+	w.relay, err = eventplane.NewRelay(nc.Conn, eventplane.RelayConfig{
 		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
 		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
 	})
@@ -444,10 +430,6 @@ func (w *Worker) stopRelay() {
 		_ = w.nats.FlushTimeout(time.Second)
 		w.nats.Close()
 		w.nats = nil
-	}
-	if w.natsServer != nil {
-		w.natsServer.Shutdown()
-		w.natsServer = nil
 	}
 }
 
@@ -694,9 +676,14 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		}
 		t.Stop()
 	}
-	if w.gate != nil {
-		w.drainGate(ctx)
-		w.withdraw()
+	if w.local != nil {
+		start := time.Now()
+		if cut := w.local.Drain(ctx); cut > 0 {
+			// Logged, not raised: the worker is gone from its frontend's
+			// board with its record.
+			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", DiagDrainTimeout,
+				"streams", cut, "waited", time.Since(start))
+		}
 	} else {
 		stopped := make(chan struct{})
 		go func() { w.grpc.GracefulStop(); close(stopped) }()
