@@ -130,6 +130,9 @@ type Options struct {
 	// OnDecision, if set, hears every disaggregation decision (tests,
 	// benchmarks).
 	OnDecision func(disagg.Decision)
+	// QuietOpenAPI raises no plane_unauthenticated for an OpenAI API
+	// exposed without API keys (tandem serve, which never raised it).
+	QuietOpenAPI bool
 }
 
 // Process is a running frontend process.
@@ -245,7 +248,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil {
+	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil && !opts.QuietOpenAPI {
 		board.Raise(authn.DiagOpenPlane, "openai-api", health.Warn,
 			"the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served", "addr", f.lis.Addr().String())
 	}

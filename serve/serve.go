@@ -280,7 +280,7 @@ func (s *System) startFrontend() error {
 		fc.Frontend.TrustClientKVTransferParams = true
 	}
 	fe, err := frontend.Start(context.Background(), fc, s.model, frontend.Options{Registry: s.disc, Board: s.Board, Metrics: s.Registry,
-		Logger: s.log, OnDecision: c.Disagg.OnDecision})
+		Logger: s.log, OnDecision: c.Disagg.OnDecision, QuietOpenAPI: true})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

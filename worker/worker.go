@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -245,23 +244,27 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
 			return nil, err
 		}
-		metricsAddr = advertise(metricsAddr, host)
+		metricsAddr = discovery.Advertise(metricsAddr, host)
 	}
-	w.raiseOpenPlanes(rpAddr, metricsAddr)
+	if !opts.InProcess {
+		// A process's own in-process workers are not planes of their own
+		// (tandem serve never raised these).
+		w.raiseOpenPlanes(rpAddr, metricsAddr)
+	}
 	w.rec = Record(cfg, eng, model)
 	w.rec.Role = role
 	w.rec.RequestPlane = rpAddr
 	if !opts.InProcess {
-		w.rec.RequestPlane = advertise(rpAddr, host)
+		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
 	}
 	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
-		w.rec.KVTransfer = discovery.KVTransfer{Addr: advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
+		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
 	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
 		w.rec.KVTransfer.Protocol = p
 	}
-	w.rec.KVEvents.Endpoint = advertiseURL(w.rec.KVEvents.Endpoint, host)
-	w.rec.KVEvents.ReplayEndpoint = advertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
+	w.rec.KVEvents.Endpoint = discovery.AdvertiseURL(w.rec.KVEvents.Endpoint, host)
+	w.rec.KVEvents.ReplayEndpoint = discovery.AdvertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
 	if cfg.EventPlane.Plane == "nats" && w.rec.KVEvents.Endpoint != "" {
 		if err := w.startRelay(ctx, log); err != nil {
 			return nil, err
@@ -345,10 +348,7 @@ func (w *Worker) raiseOpenPlanes(rp, metrics string) {
 	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
 	open := map[string]string{}
 	if w.tls == nil {
-		open["metrics"] = metrics
-		if w.grpc != nil {
-			open["request-plane"] = rp
-		}
+		open["request-plane"], open["metrics"] = rp, metrics
 		if w.node != nil {
 			open["kv-transfer"] = w.node.Addr()
 		}
@@ -416,7 +416,7 @@ func loopback(endpoint string) string {
 	if endpoint == "" {
 		return ""
 	}
-	return advertiseURL(endpoint, "127.0.0.1")
+	return discovery.AdvertiseURL(endpoint, "127.0.0.1")
 }
 
 func (w *Worker) stopRelay() {
@@ -606,31 +606,6 @@ func establishOnRequest(c net.Conn, st http.ConnState) {
 	if st == http.StateActive {
 		connlimit.Established(c)
 	}
-}
-
-// advertise turns a bound host:port into one others can dial.
-func advertise(addr, host string) string {
-	h, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(h); h == "" || h == "*" || (ip != nil && ip.IsUnspecified()) {
-		h = host
-	}
-	return net.JoinHostPort(h, p)
-}
-
-// advertiseURL does the same for a ZMQ endpoint ("tcp://*:5557").
-func advertiseURL(endpoint, host string) string {
-	if endpoint == "" {
-		return ""
-	}
-	u, err := url.Parse(strings.Replace(endpoint, "://*:", "://0.0.0.0:", 1))
-	if err != nil || u.Host == "" {
-		return endpoint
-	}
-	u.Host = advertise(u.Host, host)
-	return u.String()
 }
 
 // Record returns the published record.
