@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/tandemllm/tandem/frontend"
 	"net/http"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 

@@ -3,7 +3,6 @@
 package serve
 
 import (
-	"github.com/tandemllm/tandem/frontend"
 	"math"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 )
 
 // TestDisaggSlowLink is the slow-link proof: the prefill worker's KV

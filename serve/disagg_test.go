@@ -3,7 +3,6 @@ package serve
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/tandemllm/tandem/frontend"
 	"io"
 	"net/http"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/tandemllm/tandem/frontend"
 	"io"
 	"net/http"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/tracing"
 )
 

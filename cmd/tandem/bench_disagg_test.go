@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"github.com/tandemllm/tandem/frontend"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/serve"
 )
 
