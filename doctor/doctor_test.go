@@ -53,7 +53,7 @@ func newDeployment(t *testing.T, edit func(*frontend.Config)) *deployment {
 	d := &deployment{t: t, model: model, dir: t.TempDir(), ws: map[string]*worker.Worker{}}
 	d.reg = newFile(t, d.dir)
 	cfg := frontend.DefaultConfig()
-	cfg.HTTPAddr, cfg.RouterMode, cfg.Disagg = "127.0.0.1:0", "kv", "auto"
+	cfg.HTTPAddr, cfg.RouterMode, cfg.Disagg.Mode = "127.0.0.1:0", "kv", "auto"
 	cfg.KV.Seed = 1
 	if edit != nil {
 		edit(&cfg)

@@ -29,9 +29,9 @@ func BenchmarkDisaggDecisionOverhead(b *testing.B) {
 }
 
 func decisionOverhead(b *testing.B, mode string) {
-	h := newHarnessWith(b, mode, func(c *Config) { c.Disagg = "never" }, Options{})
+	h := newHarnessWith(b, mode, func(c *Config) { c.Disagg.Mode = "never" }, Options{})
 	cfg := DefaultConfig()
-	cfg.HTTPAddr, cfg.Disagg, cfg.RouterMode, cfg.KV.Seed = "127.0.0.1:0", "auto", mode, 1
+	cfg.HTTPAddr, cfg.Disagg.Mode, cfg.RouterMode, cfg.KV.Seed = "127.0.0.1:0", "auto", mode, 1
 	auto, err := Start(context.Background(), cfg, h.model, Options{Registry: h.reg, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)

@@ -16,12 +16,7 @@ import (
 
 	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
-	"github.com/tandemllm/tandem/discovery"
-	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/engine/upstream"
-	"github.com/tandemllm/tandem/serve"
-	"github.com/tandemllm/tandem/worker"
 )
 
 type decisions struct {
@@ -63,7 +58,7 @@ func waitDiag(t *testing.T, h *harness, code, subject string, want bool) {
 // and the decode worker then finds them cached.
 func TestDisaggAcrossWorkers(t *testing.T) {
 	var ds decisions
-	h := newHarnessWith(t, "round-robin", func(c *Config) { c.Disagg = "always" }, Options{OnDecision: ds.add})
+	h := newHarnessWith(t, "round-robin", func(c *Config) { c.Disagg.Mode = "always" }, Options{OnDecision: ds.add})
 	h.startRole("d0", "decode", 100, nil)
 	h.waitMembers("d0")
 	waitDiag(t, h, DiagNoPrefill, "fleet", true)
@@ -125,7 +120,7 @@ func TestDisaggAcrossWorkers(t *testing.T) {
 // is passed over by the decider, and the request is prefilled locally.
 func TestDisaggPrefillUnreachable(t *testing.T) {
 	var ds decisions
-	h := newHarnessWith(t, "round-robin", func(c *Config) { c.Disagg = "always" }, Options{OnDecision: ds.add})
+	h := newHarnessWith(t, "round-robin", func(c *Config) { c.Disagg.Mode = "always" }, Options{OnDecision: ds.add})
 	h.startRole("d0", "decode", 100, nil)
 	p0 := h.startRole("p0", "prefill", 100, nil)
 	h.waitMembers("d0", "p0")
@@ -213,7 +208,7 @@ func TestDisaggFleetSeedCase(t *testing.T) {
 	}
 	run := func(t *testing.T, mode string, roles ...string) (ttft []float64, moved, full int64) {
 		var ds decisions
-		h := newHarnessWith(t, "kv", func(c *Config) { c.Disagg = mode }, Options{OnDecision: ds.add})
+		h := newHarnessWith(t, "kv", func(c *Config) { c.Disagg.Mode = mode }, Options{OnDecision: ds.add})
 		var names []string
 		for i, r := range roles {
 			id := fmt.Sprintf("%s-%d", r, i)
@@ -302,78 +297,4 @@ func prefillOnHealth(t *testing.T, h *harness) string {
 		out = append(out, p.ID+":"+p.Protocol)
 	}
 	return strings.Join(out, ",")
-}
-
-// vllmServer is a stand-in for a vLLM server with a NixlConnector:
-// Tandem's vLLM-compatible mode playing both roles of vLLM's P/D protocol.
-func vllmServer(t *testing.T, h *harness) *serve.System {
-	t.Helper()
-	cfg := serve.DefaultConfig()
-	cfg.HTTPAddr, cfg.Workers, cfg.VLLMPD.Enabled = "127.0.0.1:0", 1, true
-	sys, err := serve.Start(cfg, h.model, func(int) (engine.Engine, error) {
-		mc := mocker.DefaultConfig()
-		mc.Model, mc.EOS, mc.Vocabulary = h.model.Name, h.model.Tokenizer.EOS(), h.model.Tokenizer.Encode(mocker.DefaultText)
-		mc.KVEvents.Enabled, mc.Speedup, mc.KVBytesPerToken = false, 100, 2048
-		return mocker.New(mc)
-	}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sys.Shutdown(context.Background()) })
-	return sys
-}
-
-// startUpstream runs a fleet worker that fronts the server at url.
-func (h *harness) startUpstream(id, role, url string) *worker.Worker {
-	h.t.Helper()
-	e, err := upstream.New(context.Background(), upstream.Config{URL: url})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	cfg := worker.DefaultConfig()
-	cfg.ID, cfg.DeregisterDelay, cfg.Role = id, 0, role
-	w, err := worker.Start(context.Background(), cfg, e, h.model, worker.Options{Registry: h.reg, Logger: quiet})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
-	return w
-}
-
-// TestVLLMProtocolAcrossWorkers: workers that are vLLM servers (fleet
-// workers fronting vLLM-compatible servers, record kv_transfer.protocol
-// "vllm") are paired by vLLM's own protocol: the frontend's proxy runs the
-// prefill leg on the prefill server and hands the kv_transfer_params it
-// returns, across the request plane, to the decode leg on the server the
-// router picked, which then holds the prompt's blocks.
-func TestVLLMProtocolAcrossWorkers(t *testing.T) {
-	h := newHarness(t, "round-robin")
-	p, d := vllmServer(t, h), vllmServer(t, h)
-	pw := h.startUpstream("p0", "prefill", p.URL())
-	h.startUpstream("d0", "decode", d.URL())
-	h.waitMembers("d0", "p0")
-	if got := pw.Record().KVTransfer.Protocol; got != discovery.ProtocolVLLM {
-		t.Fatalf("prefill record protocol %q", got)
-	}
-	waitDiag(t, h, DiagNoPrefill, "fleet", false)
-	if got := prefillOnHealth(t, h); got != "p0:vllm" {
-		t.Fatalf("/health prefill workers %q", got)
-	}
-	ids := make([]int32, 700)
-	for i := range ids {
-		ids[i] = int32(1000 + i*37%40000)
-	}
-	_, cached := completeIDs(t, h.fe.URL(), ids)
-	if cached < 699/16*16 {
-		t.Fatalf("decode server cached %d of 700 prompt tokens: the prefill leg's KV did not reach it", cached)
-	}
-	resp, err := http.Get(h.fe.URL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), `tandem_vllmpd_prefill_legs_total{result="ok"} 1`) {
-		t.Fatalf("prefill legs:\n%s", body)
-	}
 }

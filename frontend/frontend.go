@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/disagg"
@@ -30,6 +30,7 @@ import (
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/kvevents/follow"
 	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -56,13 +57,8 @@ type Config struct {
 	ShareLoad bool
 	// DrainTimeout bounds in-flight requests on shutdown.
 	DrainTimeout time.Duration
-	// Disagg is --disagg (auto, always or never): how requests to decode
-	// workers use the prefill workers.
-	Disagg string
-	// InterferenceWeight is the disagg decider's w (0: its default).
-	InterferenceWeight float64
-	// LegTimeout bounds a remote prefill leg (0: disagg's default).
-	LegTimeout time.Duration
+	// Disagg is how requests to decode workers use the prefill workers.
+	Disagg DisaggConfig
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
 	TLS httpapi.TLSFiles
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
@@ -75,7 +71,34 @@ type Config struct {
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
-		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: string(disagg.Auto)}
+		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: DefaultDisaggConfig()}
+}
+
+// DisaggConfig is the frontend's part in disaggregated prefill, the same
+// in every command that routes (tandem frontend, tandem serve).
+type DisaggConfig struct {
+	// Mode is --disagg: auto (price local vs remote per request), always
+	// or never.
+	Mode string
+	// InterferenceWeight is the decider's w (--disagg-interference-weight;
+	// 0: its default).
+	InterferenceWeight float64
+	// LegTimeout bounds a remote prefill leg, transfer included
+	// (--disagg-leg-timeout; 0: disagg's default).
+	LegTimeout time.Duration
+}
+
+// DefaultDisaggConfig returns the flag defaults.
+func DefaultDisaggConfig() DisaggConfig {
+	return DisaggConfig{Mode: string(disagg.Auto), InterferenceWeight: 1}
+}
+
+// AddFlags registers --disagg, --disagg-interference-weight and
+// --disagg-leg-timeout, each from disagg's one definition of the flag.
+func (c *DisaggConfig) AddFlags(fs *pflag.FlagSet) {
+	disagg.AddModeFlag(fs, &c.Mode)
+	disagg.AddInterferenceWeightFlag(fs, &c.InterferenceWeight)
+	disagg.AddLegTimeoutFlag(fs, &c.LegTimeout)
 }
 
 // Diagnostic codes raised by the frontend about workers it refuses.
@@ -102,6 +125,9 @@ type Options struct {
 	// OnDecision, if set, hears every disaggregation decision (tests,
 	// benchmarks).
 	OnDecision func(disagg.Decision)
+	// QuietOpenAPI raises no plane_unauthenticated for an OpenAI API
+	// exposed without API keys (tandem serve, which never raised it).
+	QuietOpenAPI bool
 }
 
 // Process is a running frontend process.
@@ -113,9 +139,8 @@ type Process struct {
 	evs   follow.Source // the KV policy fed from the event plane (NATS)
 	log   *slog.Logger
 
-	nats       *nats.Conn
-	natsServer *eventplane.Server
-	share      *router.LoadShare // nil unless load is shared
+	nats  *eventplane.Conn  // nil on zmq
+	share *router.LoadShare // nil unless load is shared
 
 	Metrics  *prometheus.Registry
 	Board    *health.Board
@@ -147,7 +172,7 @@ type Process struct {
 
 type member struct {
 	rec  discovery.Record
-	conn *conn
+	conn *requestplane.Conn
 }
 
 // Start serves the frontend for model and follows the registry. It
@@ -181,11 +206,11 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	f.ctx, f.cancel = context.WithCancel(ctx)
-	mode, err := disagg.ParseMode(cfg.Disagg)
+	mode, err := disagg.ParseMode(cfg.Disagg.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.InterferenceWeight, LegTimeout: cfg.LegTimeout, Board: board,
+	f.Disagg = disagg.New(disagg.Config{Mode: mode, InterferenceWeight: cfg.Disagg.InterferenceWeight, LegTimeout: cfg.Disagg.LegTimeout, Board: board,
 		Logger: f.log, Registerer: reg, OnDecision: opts.OnDecision})
 	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: mode == disagg.Always, Logger: f.log, Registerer: reg})
 	defer func() {
@@ -218,7 +243,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil {
+	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil && !opts.QuietOpenAPI {
 		board.Raise(authn.DiagOpenPlane, "openai-api", health.Warn,
 			"the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served", "addr", f.lis.Addr().String())
 	}
@@ -250,13 +275,13 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 	}
 	f.KV, _ = p.(*router.KV)
 	if f.KV != nil && f.KV.Name() == "kv" && f.nats != nil {
-		f.evs = eventplane.NewSource(f.nats, f.cfg.EventPlane.SubjectPrefix, log)
+		f.evs = eventplane.NewSource(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix, log)
 	}
 	if f.nats != nil && f.cfg.ShareLoad {
 		var id [6]byte
 		_, _ = rand.Read(id[:])
 		host, _ := os.Hostname()
-		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
+		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
 		return f.share, nil
 	}
 	return p, nil
@@ -266,19 +291,11 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 // if asked) and, in kv mode, prepares the subscription side.
 func (f *Process) connectNATS(log *slog.Logger) error {
 	ep := f.cfg.EventPlane
-	url := ep.NATS
-	if url == "embedded" {
-		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
-		if err != nil {
-			return fmt.Errorf("fleet: %w", err)
-		}
-		if authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
-			f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
-				"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
-		}
-		f.natsServer, url = srv, srv.URL()
+	if ep.NATS == "embedded" && authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
+		f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
+			"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
 	}
-	nc, err := eventplane.ConnectWith(f.ctx, url, "tandem-frontend", ep.Auth, f.Board, log)
+	nc, err := eventplane.Open(f.ctx, ep, "tandem-frontend", f.Board, log)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
@@ -296,17 +313,14 @@ func (f *Process) closeNATS() {
 	if f.nats != nil {
 		f.nats.Close()
 	}
-	if f.natsServer != nil {
-		f.natsServer.Shutdown()
-	}
 }
 
 // NATSURL is the event plane's server URL ("" on zmq): the embedded
 // server's when the frontend runs one.
 func (f *Process) NATSURL() string {
 	switch {
-	case f.natsServer != nil:
-		return f.natsServer.URL()
+	case f.nats != nil && f.nats.Embedded() != nil:
+		return f.nats.Embedded().URL()
 	case f.nats != nil:
 		return f.cfg.EventPlane.NATS
 	}
@@ -351,10 +365,10 @@ func (f *Process) admitLocked(rec discovery.Record) {
 	if old != nil && old.rec.RequestPlane == rec.RequestPlane {
 		m.conn = old.conn
 	} else if old != nil && old.conn != nil {
-		old.conn.retire()
+		old.conn.Retire()
 	}
 	if m.conn == nil {
-		c, err := dial(rec.RequestPlane, f.cluster)
+		c, err := requestplane.Connect(rec.RequestPlane, f.cluster)
 		if err != nil {
 			f.Board.Raise(DiagWorkerRefused, rec.ID, health.Error, "cannot set up the worker's request plane: "+err.Error())
 			return
@@ -375,7 +389,7 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		if vllm {
 			f.PD.AddPrefill(rec.ID, m.conn)
 		} else {
-			f.Disagg.AddPrefill(m.conn.side(rec))
+			f.Disagg.AddPrefill(m.conn.Side(rec))
 		}
 		f.log.Info("prefill worker added", "worker", rec.ID, "kv_layout", rec.KVLayout.Fingerprint(), "kv_protocol", rec.KVTransfer.Protocol)
 		return
@@ -396,7 +410,7 @@ func (f *Process) admitLocked(rec discovery.Record) {
 				"decode worker publishes no KV transfer address; it prefills every prompt itself")
 		} else {
 			f.Board.Clear(DiagNoTransferAddr, rec.ID, "", "")
-			gen = f.Disagg.Wrap(m.conn.side(rec), m.conn)
+			gen = f.Disagg.Wrap(m.conn.Side(rec), m.conn)
 		}
 	}
 	if f.KV != nil {
@@ -415,19 +429,8 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		mm.ContextLength = f.ctxLen
 		f.Frontend.AddModel(&mm)
 	}
-	var queue engine.QueueReporter
-	if rec.Engine == "upstream" {
-		// A server Tandem does not own may have other clients: its own
-		// queue report (its /metrics, relayed by the worker) counts
-		// them. Tandem's engines see only what the routers send.
-		if q := m.conn.watchQueue(f.ctx); q != nil {
-			queue = q
-		}
-	}
-	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: queue, Info: engine.Info{
-		Kind: rec.Engine, Model: rec.Model, BlockSize: rec.KVLayout.BlockSize, ContextLength: rec.ContextLength,
-		KVCapacityTokens: rec.CapacityBlocks * rec.KVLayout.BlockSize,
-	}})
+	info, timing := m.conn.Info(rec)
+	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: m.conn.QueueReport(f.ctx, rec), Timing: timing, Info: info})
 	f.log.Info("worker added", "worker", rec.ID, "role", rec.Role, "request_plane", rec.RequestPlane,
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
 }
@@ -448,6 +451,11 @@ func (f *Process) followLocked(rec discovery.Record) {
 	}
 	if f.KV.Name() == "kv-approx" {
 		endpoint, replay = "", ""
+	}
+	if endpoint == "" && f.evs == nil && f.KV.Name() == "kv" {
+		// Not followed: the policy routes the worker by approximation and,
+		// once it serves full blocks, raises kv_events_missing.
+		return
 	}
 	if tok, err := hex.DecodeString(rec.KVEvents.ReplayToken); err == nil && len(tok) > 0 {
 		f.KV.SetReplayToken(rec.ID, tok)
@@ -597,7 +605,7 @@ func (f *Process) removeLocked(id, why string) {
 	}
 	f.Board.ClearSubject(id)
 	if m.conn != nil {
-		m.conn.retire()
+		m.conn.Retire()
 	}
 	f.log.Info("worker removed", "worker", id, "reason", why)
 }
@@ -620,6 +628,9 @@ func (f *Process) Members() []string {
 
 // URL is the frontend's base URL.
 func (f *Process) URL() string { return f.scheme + f.lis.Addr().String() }
+
+// Addr is the OpenAI API's listening address.
+func (f *Process) Addr() net.Addr { return f.lis.Addr() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
 // if that fails for good.
@@ -655,7 +666,7 @@ func (f *Process) Shutdown(ctx context.Context) error {
 	f.mu.Lock()
 	for _, m := range f.members {
 		if m.conn != nil {
-			m.conn.close()
+			m.conn.Close()
 		}
 	}
 	f.mu.Unlock()

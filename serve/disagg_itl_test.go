@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -129,7 +130,7 @@ func TestDisaggWinsITLUnderLongPrompts(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.RouterMode = "kv"
-			cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: mode}
+			cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: mode}}
 			// The mocker's timing is wall-clock sleeps, so a loaded 2-core CI
 			// box can stall either side at random: the property must hold
 			// in one of three paired runs (baseline re-measured each time),

@@ -11,6 +11,7 @@ import (
 	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/frontend"
 )
 
 // TestDisaggSlowLink is the slow-link proof: the prefill worker's KV
@@ -68,8 +69,8 @@ func TestDisaggSlowLink(t *testing.T) {
 		return res
 	}
 	agg := run(DisaggConfig{})
-	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: "auto"})
-	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Mode: "always"})
+	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "auto"}})
+	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "always"}})
 
 	af, uf, lf := bench.Median(agg.fresh), bench.Median(auto.fresh), bench.Median(always.fresh)
 	ap, up, lp := bench.Median(agg.follow), bench.Median(auto.follow), bench.Median(always.follow)

@@ -6,173 +6,38 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/engine/routed"
-	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/router"
-	"github.com/tandemllm/tandem/tokenizer"
 )
 
 // The in-process pool: `tandem serve` grows and shrinks its workers at
 // runtime (the planner's in-process actuator). A worker that leaves is
-// taken out of the router first, so it gets no new request, and is closed
-// only once its streams in flight have finished (or DrainTimeout passed),
-// so scaling down fails no request. Scaling to zero keeps the model
-// registered with the frontend: /v1/models still lists it and requests get
-// 503 with Retry-After until a worker is back.
+// deregistered first, so the frontend node takes it out of the router and
+// it gets no new request, and is stopped only once its streams in flight
+// have finished (or DrainTimeout passed), so scaling down fails no request.
+// Scaling to zero keeps the model registered with the frontend: /v1/models
+// still lists it and requests get 503 with Retry-After until a worker is
+// back.
 
-// poolState is the runtime pool: every routed worker with its stream
-// counter, the factory and model that new workers are built from.
+// poolState is what workers added at runtime are built from.
 type poolState struct {
-	scale sync.Mutex // one scale operation at a time
-
-	mu      sync.Mutex
-	members []*member
-	next    int // the factory index of the next worker
+	scale   sync.Mutex // one scale operation at a time
+	next    int        // the factory index of the next worker
 	factory EngineFactory
-	model   *tokenizer.Model
 	// external: the workers front servers this process does not start
 	// (engine/upstream), so the pool cannot grow them.
 	external bool
 }
 
-type member struct {
-	id  string
-	eng engine.Engine
-	gen *tracked
-	// coll is the engine's collector when it was added at runtime (the
-	// started workers' are registered directly).
-	coll prometheus.Collector
-}
-
-// tracked counts a worker's streams in flight, which removal waits for.
-// Once closed it refuses new streams with engine.ErrUnavailable: a
-// request the router picked this worker for just before it left is
-// retried on another worker by the frontend instead of failing.
-type tracked struct {
-	engine.Generator
-	n      atomic.Int64
-	mu     sync.Mutex
-	closed bool
-}
-
-// closeIfIdle closes the gate if no stream is in flight.
-func (t *tracked) closeIfIdle() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n.Load() > 0 {
-		return false
-	}
-	t.closed = true
-	return true
-}
-
-func (t *tracked) Generate(ctx context.Context, req *engine.Request) (engine.Stream, error) {
-	return t.GenerateRouted(ctx, routed.Request{Req: req})
-}
-
-// GenerateRouted passes the router's decision on to the wrapped Generator.
-func (t *tracked) GenerateRouted(ctx context.Context, req routed.Request) (engine.Stream, error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, fmt.Errorf("%w: the worker left its pool", engine.ErrUnavailable)
-	}
-	t.n.Add(1)
-	t.mu.Unlock()
-	st, err := routed.Generate(ctx, t.Generator, req)
-	if err != nil {
-		t.n.Add(-1)
-		return nil, err
-	}
-	ts := &trackedStream{Stream: st}
-	ts.release = func() { ts.once.Do(func() { t.n.Add(-1) }) }
-	// A client that leaves stops reading: its cancelled context ends the
-	// stream as far as the drain is concerned (the engine stops it within
-	// its 100 ms contract).
-	ts.stop = context.AfterFunc(ctx, ts.release)
-	return ts, nil
-}
-
-type trackedStream struct {
-	engine.Stream
-	once    sync.Once
-	release func()
-	stop    func() bool
-}
-
-func (s *trackedStream) Recv() (engine.Delta, error) {
-	d, err := s.Stream.Recv()
-	if err != nil || d.Finish != engine.FinishNone {
-		s.stop()
-		s.release()
-	}
-	return d, err
-}
-
-// trackWorker wraps a started worker's generator so that its removal can
-// wait for its streams, and records it in the pool.
-func (s *System) trackWorker(id string, eng engine.Engine, gen engine.Generator) engine.Generator {
-	if s.pool == nil {
-		s.pool = &poolState{}
-	}
-	t := &tracked{Generator: gen}
-	s.pool.mu.Lock()
-	s.pool.members = append(s.pool.members, &member{id: id, eng: eng, gen: t})
-	s.pool.mu.Unlock()
-	return t
-}
-
-// setPoolFactory records what workers added at runtime are built from: the
-// factory (indices after the started workers) and the frontend's model.
-func (s *System) setPoolFactory(f EngineFactory, model *tokenizer.Model, next int) {
-	if s.pool == nil {
-		s.pool = &poolState{}
-	}
-	s.pool.factory, s.pool.model, s.pool.next = f, model, next
-	s.pool.external = len(s.engines) > 0 && s.engines[0].Info().Kind == "upstream"
-	if s.Registry != nil {
-		// Collectors of runtime workers are gathered through one
-		// registered collector, since an unchecked collector cannot be
-		// unregistered when its worker leaves.
-		_ = s.Registry.Register(unchecked{poolCollector{s.pool}})
-	}
-}
-
-type poolCollector struct{ p *poolState }
-
-func (c poolCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	c.p.mu.Lock()
-	var cs []prometheus.Collector
-	for _, m := range c.p.members {
-		if m.coll != nil {
-			cs = append(cs, m.coll)
-		}
-	}
-	c.p.mu.Unlock()
-	for _, x := range cs {
-		x.Collect(ch)
-	}
-}
-
 // PoolWorkers returns the ids of the routed workers (not those draining).
 func (s *System) PoolWorkers() []string {
-	if s.pool == nil {
-		return nil
-	}
-	s.pool.mu.Lock()
-	defer s.pool.mu.Unlock()
-	out := make([]string, 0, len(s.pool.members))
-	for _, m := range s.pool.members {
-		out = append(out, m.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.routed))
+	for _, n := range s.routed {
+		out = append(out, n.id)
 	}
 	return out
 }
@@ -186,6 +51,11 @@ var ErrPoolFixed = errors.New("serve: this system's pool cannot be resized at ru
 // maxPoolWorkers bounds a runtime pool.
 const maxPoolWorkers = 4096
 
+// memberWait bounds how long the pool waits for the frontend node to hear
+// of a worker that joined or left (the in-process registry tells it at
+// once).
+const memberWait = 30 * time.Second
+
 // ScalePool grows or shrinks the routed workers to n. Growth builds
 // engines from the factory and routes to each once built; shrinking
 // removes the newest workers first, each taken out of the router, drained
@@ -195,11 +65,8 @@ func (s *System) ScalePool(ctx context.Context, n int) error {
 	if n < 0 || n > maxPoolWorkers {
 		return fmt.Errorf("serve: pool size %d out of 0..%d", n, maxPoolWorkers)
 	}
-	p := s.pool
-	if p == nil || p.factory == nil {
-		return ErrPoolFixed
-	}
-	if p.external || s.dis != nil || s.pd != nil || s.proxy != nil || (s.cfg.RequestPlane != "" && s.cfg.RequestPlane != "inproc") {
+	p := &s.pool
+	if p.factory == nil || p.external || s.cfg.Disagg.Enabled() || s.cfg.VLLMPD.Enabled || s.cfg.PDPrefillWorkers > 0 || s.cfg.RequestPlane == "grpc" {
 		return ErrPoolFixed
 	}
 	p.scale.Lock()
@@ -221,107 +88,73 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("serve: add worker: %w", err)
 	}
-	p := s.pool
-	p.mu.Lock()
-	i := p.next
-	p.next++
-	p.mu.Unlock()
-	eng, err := p.factory(i)
+	i := s.pool.next
+	s.pool.next++
+	eng, err := s.pool.factory(i)
 	if err != nil {
 		return fmt.Errorf("serve: worker %d: %w", i, err)
 	}
+	n := &node{id: fmt.Sprintf("worker-%d", i), eng: eng}
+	if err := s.startNode(n, discovery.RoleAggregated); err != nil {
+		_ = eng.Close()
+		return err
+	}
 	info := eng.Info()
-	info.Model = p.model.Name
-	id := fmt.Sprintf("worker-%d", i)
-	health.Attach(eng, s.Board, id)
-	if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
-		if t, ok := eng.(engine.ReplayTokener); ok {
-			s.kv.SetReplayToken(id, t.KVEventsReplayToken())
-		}
-		if err := s.kv.AddWorker(id, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
-			_ = eng.Close()
-			return fmt.Errorf("serve: worker %s: %w", id, err)
-		}
+	info.Model = s.model.Name
+	s.mu.Lock()
+	s.routed, s.engines = append(s.routed, n), append(s.engines, eng)
+	s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Info: info})
+	s.mu.Unlock()
+	if err := s.awaitMember(ctx, n.id, true); err != nil {
+		return err
 	}
-	gen := s.trackWorker(id, eng, eng)
-	if c, ok := eng.(engine.MetricsCollector); ok {
-		p.mu.Lock()
-		p.members[len(p.members)-1].coll = c.Collector()
-		p.mu.Unlock()
-	}
-	timing, _ := eng.(engine.PrefillEstimator)
-	queue, _ := eng.(engine.QueueReporter)
-	s.Router.AddWorker(router.Worker{ID: id, Model: p.model.Name, Gen: gen, Info: info, Timing: timing, Queue: queue})
-	s.log.Info("pool worker added", "worker", id, "pool_size", s.PoolSize())
+	s.log.Info("pool worker added", "worker", n.id, "pool_size", s.PoolSize())
 	return nil
 }
 
 func (s *System) removePoolWorker(ctx context.Context) error {
-	p := s.pool
-	p.mu.Lock()
-	if len(p.members) == 0 {
-		p.mu.Unlock()
+	s.mu.Lock()
+	if len(s.routed) == 0 {
+		s.mu.Unlock()
 		return nil
 	}
-	m := p.members[len(p.members)-1]
-	p.members = p.members[:len(p.members)-1]
-	p.mu.Unlock()
+	n := s.routed[len(s.routed)-1]
+	s.routed = s.routed[:len(s.routed)-1]
+	s.engines = slices.DeleteFunc(s.engines, func(x engine.Engine) bool { return x == n.eng })
+	s.Workers = slices.DeleteFunc(s.Workers, func(w WorkerInfo) bool { return w.ID == n.id })
+	s.mu.Unlock()
+	start := time.Now()
 	// Out of the router first: from here on no request is routed to it.
-	s.Router.RemoveWorker(m.id)
-	if s.kv != nil {
-		s.kv.RemoveWorker(m.id)
+	if err := n.w.Deregister(ctx); err != nil {
+		s.log.Warn("deregistering a pool worker", "worker", n.id, "err", err)
+	}
+	if err := s.awaitMember(ctx, n.id, false); err != nil {
+		s.log.Warn("the frontend still routes to a removed pool worker; draining it anyway", "worker", n.id, "err", err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
 	defer cancel()
-	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-drain:
-	for !m.gen.closeIfIdle() {
-		select {
-		case <-dctx.Done():
-			s.log.Warn("pool worker drain timed out: closing it with streams in flight", "diagnostic_code", process.DiagDrainTimeout,
-				"worker", m.id, "streams", m.gen.n.Load(), "waited", time.Since(start))
-			m.gen.mu.Lock()
-			m.gen.closed = true
-			m.gen.mu.Unlock()
-			break drain
-		case <-tick.C:
-		}
+	if err := n.w.Shutdown(dctx); err != nil {
+		s.log.Warn("stopping removed worker", "worker", n.id, "err", err)
 	}
-	s.forgetEngine(m)
-	if err := m.eng.Close(); err != nil {
-		s.log.Warn("closing removed worker's engine", "worker", m.id, "err", err)
-	}
-	s.log.Info("pool worker removed", "worker", m.id, "drained_in", time.Since(start), "pool_size", s.PoolSize())
+	s.log.Info("pool worker removed", "worker", n.id, "drained_in", time.Since(start), "pool_size", s.PoolSize())
 	return nil
 }
 
-// forgetEngine drops a started worker's engine from the list Shutdown
-// closes, so it is closed once.
-func (s *System) forgetEngine(m *member) {
-	s.pool.mu.Lock()
-	defer s.pool.mu.Unlock()
-	s.engines = slices.DeleteFunc(s.engines, func(x engine.Engine) bool { return x == m.eng })
-	s.Workers = slices.DeleteFunc(s.Workers, func(w WorkerInfo) bool { return w.ID == m.id })
-}
-
-// closePool closes the engines of workers added at runtime (Shutdown).
-func (s *System) closePool() {
-	if s.pool == nil {
-		return
-	}
-	s.pool.mu.Lock()
-	ms := slices.Clone(s.pool.members)
-	s.pool.mu.Unlock()
-	for _, m := range ms {
-		if slices.Contains(s.engines, m.eng) {
-			continue // closed with the started workers
-		}
-		if err := m.eng.Close(); err != nil {
-			s.log.Warn("closing engine", "err", err)
+// awaitMember waits until the frontend node holds worker id (in) or no
+// longer does.
+func (s *System) awaitMember(ctx context.Context, id string, in bool) error {
+	ctx, cancel := context.WithTimeout(ctx, memberWait)
+	defer cancel()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for slices.Contains(s.fe.Members(), id) != in {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("serve: worker %s: the frontend did not follow its registration: %w", id, ctx.Err())
+		case <-tick.C:
 		}
 	}
+	return nil
 }
 
 // PoolActuator is the pool as the planner's Actuator (`tandem serve

@@ -1,30 +1,32 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
+	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
-	"github.com/tandemllm/tandem/kvevents/follow"
+	"github.com/tandemllm/tandem/internal/connlimit"
+	"github.com/tandemllm/tandem/kvtransfer"
 	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/requestplane"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
+	"github.com/tandemllm/tandem/worker"
 )
 
 // Config configures a one-process system.
@@ -56,10 +58,10 @@ type Config struct {
 	// value is aggregated serving.
 	Disagg DisaggConfig
 	// VLLMPD makes workers answer vLLM's kv_transfer_params protocol
-	// (serve/vllmpd.go); exclusive with Disagg, which moves KV itself.
+	// (vllmpd.Host); exclusive with Disagg, which moves KV itself.
 	VLLMPD VLLMPDConfig
 	// PDPrefillWorkers > 0 puts vLLM's P/D proxy in the router
-	// (disagg/vllmpd.Proxy, serve/vllmpd.go): the factory's engines
+	// (disagg/vllmpd.Proxy): the factory's engines
 	// Workers..Workers+PDPrefillWorkers-1 run the prefill legs, the workers
 	// are the decode servers. For upstream vLLM servers (engine/upstream);
 	// exclusive with Disagg and VLLMPD.
@@ -74,6 +76,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// VLLMPDConfig makes every worker answer vLLM's P/D protocol.
+type VLLMPDConfig = vllmpd.HostConfig
+
 // EngineFactory builds the engine of worker i (0-based).
 type EngineFactory func(i int) (engine.Engine, error)
 
@@ -84,7 +89,10 @@ type WorkerInfo struct {
 	Info engine.Info
 }
 
-// System is a running one-process Tandem.
+// System is a running one-process Tandem: N worker nodes and one frontend
+// node (the same assembly as `tandem worker` and `tandem frontend`) over
+// an in-process discovery registry and, by default, the in-process
+// transport.
 type System struct {
 	cfg      Config
 	log      *slog.Logger
@@ -94,178 +102,216 @@ type System struct {
 	Frontend *httpapi.Server
 	Workers  []WorkerInfo
 
-	http    *http.Server
-	lis     net.Listener
-	scheme  string
-	served  chan error
-	engines []engine.Engine
-	kv      *router.KV // the kv policy, when the router mode is kv or kv-approx
-	grpcs   []*requestplane.Server
-	clients []*requestplane.Client
-	dis     *disaggState    // nil unless Disagg is enabled
-	pd      *vllmpdState    // nil unless VLLMPD is enabled
-	proxy   *vllmpd.Proxy   // nil unless PDPrefillWorkers > 0
-	pdPre   []engine.Engine // the proxy's prefill engines
-	pdIDs   []string        // and their worker ids
-	pool    *poolState      // the routed workers, resizable at runtime (serve/pools.go)
+	disc     *discovery.Mem
+	fe       *frontend.Process
+	done     <-chan error
+	model    *tokenizer.Model
+	transfer *kvtransfer.Metrics // the transfer nodes' shared series
+	pd       *vllmpd.Host        // nil unless VLLMPD is enabled
+
+	mu      sync.Mutex
+	engines []engine.Engine // the routed workers' (Engine(i))
+	routed  []*node         // the routed workers, in start order
+	prefill []*node         // prefill workers (Disagg or PDPrefillWorkers)
+	pool    poolState       // what runtime workers are built from (serve/pools.go)
 }
 
-// eventSource is implemented by engines that publish KV events over ZMQ.
-type eventSource interface {
-	KVEventsEndpoint() string
-	KVEventsReplayEndpoint() string
+// node is one worker node of the system.
+type node struct {
+	id  string
+	eng engine.Engine
+	w   *worker.Worker
 }
 
 // Start builds and starts the system. On error everything already started
 // is stopped.
 func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slog.Logger) (_ *System, err error) {
-	if cfg.Workers < 1 {
-		return nil, fmt.Errorf("serve: need at least one worker, got %d", cfg.Workers)
-	}
-	base := process.New(log, nil, nil)
-	reg := base.Registry
-	s := &System{cfg: cfg, log: log, Registry: reg, served: make(chan error, 1)}
-	defer func() {
-		if err != nil {
-			s.stopWorkers(context.Background())
-		}
-	}()
-	s.Board = base.Board
-	kvcfg := cfg.KV
-	kvcfg.Board, kvcfg.Logger, kvcfg.Registerer = s.Board, log, reg
-	if cfg.RouterMode == "kv" { // the policy follows its workers' KV event streams
-		fol, err := follow.New(context.Background(), follow.Config{Topic: kvcfg.Topic, Bind: kvcfg.Bind, BindAllow: kvcfg.BindAllow,
-			ReplayTimeout: kvcfg.ReplayTimeout, DialTimeout: kvcfg.DialTimeout, Logger: log, Registerer: reg})
-		if err != nil {
-			return nil, err
-		}
-		kvcfg.Streams = fol
-	}
-	policy, err := router.NewPolicy(context.Background(), cfg.RouterMode, kvcfg)
-	if err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s.kv, _ = policy.(*router.KV)
-	s.Router = router.New(policy, reg)
-	fc := cfg.Frontend
+	base := process.New(log, nil, nil)
+	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem()}
+	defer func() {
+		if err != nil {
+			if s.fe != nil {
+				_ = s.fe.Shutdown(context.Background())
+			}
+			s.stop(context.Background())
+		}
+	}()
+	// One collector gathers the engines' metrics: every worker of a process
+	// exports the same vllm: families, told apart by their engine label,
+	// and a worker that leaves the pool takes its series along.
+	_ = s.Registry.Register(unchecked{engineCollector{s}})
 	if cfg.VLLMPD.Enabled {
-		// A vLLM-compatible worker: its client is the P/D proxy, which
-		// builds kv_transfer_params; the worker pulls only from peers it
-		// was told to trust (VLLMPDConfig.Peers).
-		fc.TrustClientKVTransferParams = true
-	}
-	s.Frontend = httpapi.New(fc, dispatch.New(cfg.Dispatch, s.Router, s.Board, reg, log), s.Board, reg, log)
-
-	if cfg.Disagg.Enabled() && cfg.VLLMPD.Enabled {
-		return nil, errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
-	}
-	if cfg.PDPrefillWorkers > 0 && (cfg.Disagg.Enabled() || cfg.VLLMPD.Enabled) {
-		return nil, errors.New("serve: vLLM P/D prefill workers exclude --prefill-workers and the worker side of the vLLM P/D protocol")
-	}
-	if cfg.Disagg.Enabled() {
-		if err := s.startDisagg(&cfg, newEngine); err != nil {
-			return nil, err
+		if s.pd, err = vllmpd.NewHost(cfg.VLLMPD, s.Board, s.Registry, log); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
 		}
 	}
-	if cfg.PDPrefillWorkers > 0 {
-		if err := s.startProxy(cfg, newEngine); err != nil {
-			return nil, err
+	role, ids, prefillRole, prefillN := s.shape(&cfg)
+	// Prefill engines come first, with indexes after the routed workers',
+	// so seeds and ports never collide.
+	var preEngines []engine.Engine
+	for j := range prefillN {
+		eng, err := newEngine(cfg.Workers + j)
+		if err != nil {
+			return nil, fmt.Errorf("serve: prefill-%d: %w", j, err)
 		}
+		preEngines = append(preEngines, eng)
+		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
 	}
-	if pw := s.prefillHealth(model.Name); len(pw) > 0 {
-		s.Frontend.SetPrefillWorkers(func() []httpapi.PrefillWorker { return pw })
-	}
-	for i := 0; i < cfg.Workers; i++ {
+	var engines []engine.Engine
+	for i := range cfg.Workers {
 		eng, err := newEngine(i)
 		if err != nil {
 			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
 		}
-		s.engines = append(s.engines, eng)
-		if c, ok := eng.(engine.MetricsCollector); ok {
-			if err := reg.Register(unchecked{c.Collector()}); err != nil {
-				return nil, fmt.Errorf("serve: worker %d metrics: %w", i, err)
-			}
-		}
-		info := eng.Info()
-		if model, err = servedModel(cfg.ServedModelName, model, eng, s.engines[0], i); err != nil {
+		engines = append(engines, eng)
+		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
+		if model, err = servedModel(cfg.ServedModelName, model, eng, engines[0], i); err != nil {
 			return nil, err
 		}
-		if i == 0 {
-			// A tokenizer directory may not state the context length
-			// (llama2.c has none); the engine knows it.
-			if model.ContextLength == 0 || (info.ContextLength > 0 && info.ContextLength < model.ContextLength) {
-				m := *model
-				m.ContextLength = info.ContextLength
-				model = &m
-			}
-			s.Frontend.AddModel(model)
+	}
+	// A tokenizer directory may not state the context length (llama2.c has
+	// none); the engine knows it.
+	if info := engines[0].Info(); model.ContextLength == 0 || (info.ContextLength > 0 && info.ContextLength < model.ContextLength) {
+		m := *model
+		m.ContextLength = info.ContextLength
+		model = &m
+	}
+	s.model, s.engines = model, engines
+	for _, n := range s.prefill {
+		if err := s.startNode(n, prefillRole); err != nil {
+			return nil, err
 		}
+	}
+	for _, n := range s.routed {
+		if err := s.startNode(n, role); err != nil {
+			return nil, err
+		}
+		info := n.eng.Info()
 		info.Model = model.Name
-		w := WorkerInfo{ID: fmt.Sprintf("worker-%d", i), Info: info}
-		if i < len(cfg.WorkerIDs) {
-			w.ID = cfg.WorkerIDs[i]
-		}
-		health.Attach(eng, s.Board, w.ID)
-		gen := engine.Generator(eng)
-		if cfg.RequestPlane == "grpc" {
-			if gen, w.Addr, err = s.serveGRPC(eng, model.Tokenizer.VocabSize()); err != nil {
-				return nil, err
-			}
-		} else if cfg.RequestPlane != "inproc" && cfg.RequestPlane != "" {
-			return nil, fmt.Errorf("serve: unknown request plane %q (want inproc or grpc)", cfg.RequestPlane)
-		}
-		if s.dis != nil {
-			if gen, err = s.wrapDecode(w.ID, eng, gen); err != nil {
-				return nil, err
-			}
-		}
-		if cfg.VLLMPD.Enabled {
-			if gen, err = s.wrapVLLMPD(w.ID, eng, gen); err != nil {
-				return nil, err
-			}
-		}
-		if s.proxy != nil && cfg.Disagg.Mode != string(disagg.Never) {
-			gen = s.proxy.Wrap(w.ID, gen, info.BlockSize)
-		}
-		gen = s.trackWorker(w.ID, eng, gen) // serve/pools.go: removal drains
-		s.Workers = append(s.Workers, w)
-		if src, ok := eng.(eventSource); ok && s.kv != nil && src.KVEventsEndpoint() != "" {
-			// Subscribe before the router may pick the worker: until its
-			// stream is connected the policy tracks it by approximation, so
-			// even the first requests are routed on what it holds. A worker
-			// without an endpoint is never subscribed: the policy routes it
-			// by approximation, and raises kv_events_missing once it serves
-			// full blocks, in kv mode.
-			if t, ok := eng.(engine.ReplayTokener); ok {
-				s.kv.SetReplayToken(w.ID, t.KVEventsReplayToken())
-			}
-			if err := s.kv.AddWorker(w.ID, src.KVEventsEndpoint(), src.KVEventsReplayEndpoint(), info.BlockSize); err != nil {
-				return nil, fmt.Errorf("serve: worker %s: %w", w.ID, err)
-			}
-		}
-		timing, _ := eng.(engine.PrefillEstimator)
-		queue, _ := eng.(engine.QueueReporter)
-		s.Router.AddWorker(router.Worker{ID: w.ID, Model: model.Name, Gen: gen, Info: info, Timing: timing, Queue: queue})
+		s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Addr: s.addr(n), Info: info})
 	}
-	s.setPoolFactory(newEngine, model, cfg.Workers)
-
-	s.waitProbes()
-	tc, err := httpapi.ServerTLS(cfg.TLS)
-	if err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engines[0].Info().Kind == "upstream"}
+	if err := s.startFrontend(); err != nil {
+		return nil, err
 	}
-	s.lis, err = net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("serve: listen %s: %w", cfg.HTTPAddr, err)
-	}
-	var lis net.Listener
-	s.http, lis = s.Frontend.NewHTTPServer(s.lis)
-	s.scheme = "http://"
-	if tc != nil {
-		s.scheme = "https://"
-	}
-	go func() { s.served <- httpapi.Serve(s.http, lis, tc) }()
 	return s, nil
+}
+
+// check refuses configurations that cannot run.
+func (c *Config) check() error {
+	if c.Disagg.DecodeWorkers > 0 && c.Disagg.Enabled() {
+		c.Workers = c.Disagg.DecodeWorkers
+	}
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("serve: need at least one worker, got %d", c.Workers)
+	case c.Disagg.Enabled() && c.VLLMPD.Enabled:
+		return errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
+	case c.PDPrefillWorkers > 0 && (c.Disagg.Enabled() || c.VLLMPD.Enabled):
+		return errors.New("serve: vLLM P/D prefill workers exclude --prefill-workers and the worker side of the vLLM P/D protocol")
+	case c.RequestPlane != "inproc" && c.RequestPlane != "grpc" && c.RequestPlane != "":
+		return fmt.Errorf("serve: unknown request plane %q (want inproc or grpc)", c.RequestPlane)
+	case c.VLLMPD.Enabled && c.RequestPlane == "grpc":
+		return errors.New("serve: the vLLM P/D protocol's worker side needs the in-process request plane")
+	}
+	return nil
+}
+
+// shape names the routed workers and their role, and the prefill workers'.
+func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillRole discovery.Role, prefillN int) {
+	role, prefillRole = discovery.RoleAggregated, discovery.RolePrefill
+	prefix := "worker"
+	switch {
+	case cfg.Disagg.Enabled():
+		role, prefix, prefillN = discovery.RoleDecode, "decode", cfg.Disagg.PrefillWorkers
+		s.transfer = kvtransfer.NewMetrics(s.Registry)
+	case cfg.PDPrefillWorkers > 0:
+		role, prefillN = discovery.RoleDecode, cfg.PDPrefillWorkers
+	}
+	for i := range cfg.Workers {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if i < len(cfg.WorkerIDs) {
+			id = cfg.WorkerIDs[i]
+		}
+		ids = append(ids, id)
+	}
+	return role, ids, prefillRole, prefillN
+}
+
+// startNode starts the worker node of n's engine and registers it.
+func (s *System) startNode(n *node, role discovery.Role) error {
+	c := s.cfg
+	dc := c.Disagg
+	wc := worker.DefaultConfig()
+	wc.ID, wc.Role, wc.AdvertiseHost, wc.DeregisterDelay, wc.TransferPeers = n.id, string(role), "127.0.0.1", 0, worker.PeersAny
+	// Loopback ports of one process are not capped.
+	wc.ConnLimits, wc.RequestPlaneAddr = connlimit.Limits{}, "127.0.0.1:0"
+	wc.KVTransferAddr = cmp.Or(dc.ListenHost, "127.0.0.1") + ":0"
+	wc.TransferBudget, wc.TransferTimeout, wc.TransferListen, wc.TransferDial = dc.TransferBudget, dc.TransferTimeout, dc.TransferListen, dc.TransferDial
+	wc.MTLS = c.MTLSWorker
+	opts := worker.Options{Registry: s.disc, Board: s.Board, Logger: s.log, Metrics: s.Registry, TransferMetrics: s.transfer,
+		InProcess: c.RequestPlane != "grpc"}
+	if s.pd != nil {
+		opts.Wrap = func(gen engine.Generator) (engine.Generator, error) { return s.pd.Wrap(n.id, n.eng, gen) }
+	}
+	w, err := worker.Start(context.Background(), wc, n.eng, s.model, opts)
+	if err != nil {
+		return fmt.Errorf("serve: %s: %w", n.id, err)
+	}
+	n.w = w
+	return nil
+}
+
+// startFrontend starts the frontend node over the system's registry and
+// waits until it routes to every worker started so far.
+func (s *System) startFrontend() error {
+	c := s.cfg
+	fc := frontend.DefaultConfig()
+	fc.HTTPAddr, fc.RouterMode, fc.KV, fc.Frontend, fc.Dispatch, fc.TLS, fc.DrainTimeout = c.HTTPAddr, c.RouterMode, c.KV, c.Frontend, c.Dispatch, c.TLS, c.DrainTimeout
+	fc.Disagg = c.Disagg.DisaggConfig
+	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.TransferTimeout)
+	if c.RequestPlane == "grpc" {
+		fc.MTLS = c.MTLS
+	}
+	if c.VLLMPD.Enabled {
+		// A vLLM-compatible worker: its client is the P/D proxy, which
+		// builds kv_transfer_params; the worker pulls only from peers it
+		// was told to trust (VLLMPDConfig.Peers).
+		fc.Frontend.TrustClientKVTransferParams = true
+	}
+	fe, err := frontend.Start(context.Background(), fc, s.model, frontend.Options{Registry: s.disc, Board: s.Board, Metrics: s.Registry,
+		Logger: s.log, OnDecision: c.Disagg.OnDecision, QuietOpenAPI: true})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	s.fe, s.Router, s.Frontend, s.done = fe, fe.Router, fe.Frontend, fe.Done()
+	select {
+	case <-fe.Synced():
+	case <-time.After(time.Minute):
+		return errors.New("serve: the frontend never heard of its workers")
+	}
+	if c.Disagg.Enabled() {
+		// The link probes the decode workers started finish before the
+		// first request is priced (bounded: a link that cannot be probed
+		// now is probed on first use).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := fe.Disagg.Probed(ctx); err != nil {
+			s.log.Warn("KV link probes still running at start-up; they finish in the background", "err", err)
+		}
+	}
+	return nil
+}
+
+// addr is n's request-plane address ("" in process).
+func (s *System) addr(n *node) string {
+	if s.cfg.RequestPlane != "grpc" {
+		return ""
+	}
+	return n.w.Record().RequestPlane
 }
 
 // servedModel names the model: --served-model-name if given, else for an
@@ -298,91 +344,71 @@ func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, 
 	return &m, nil
 }
 
-func (s *System) serveGRPC(eng engine.Engine, vocab int) (engine.Generator, string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", fmt.Errorf("serve: request plane listen: %w", err)
-	}
-	var sopts []grpc.ServerOption
-	var copts []grpc.DialOption
-	if s.cfg.MTLS.Enabled() {
-		cli, err := authn.Load(s.cfg.MTLS)
-		if err != nil {
-			return nil, "", fmt.Errorf("serve: %w", err)
-		}
-		srv, err := authn.Load(s.cfg.MTLSWorker)
-		if err != nil {
-			return nil, "", fmt.Errorf("serve: %w", err)
-		}
-		sopts = append(sopts, grpc.Creds(credentials.NewTLS(srv.Server(authn.RoleFrontend))))
-		copts = append(copts, grpc.WithTransportCredentials(credentials.NewTLS(cli.Client(authn.RoleWorker))))
-	}
-	srv := requestplane.NewServer(eng, nil, vocab, sopts...)
-	srv.SetServing(true)
-	s.grpcs = append(s.grpcs, srv)
-	go func() { _ = srv.Serve(lis) }()
-	c, err := requestplane.Dial(lis.Addr().String(), copts...)
-	if err != nil {
-		return nil, "", err
-	}
-	s.clients = append(s.clients, c)
-	return c, lis.Addr().String(), nil
+// Engine returns the engine of worker i.
+func (s *System) Engine(i int) engine.Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engines[i]
 }
 
-// Engine returns the engine of worker i.
-func (s *System) Engine(i int) engine.Engine { return s.engines[i] }
-
 // URL is the frontend's base URL.
-func (s *System) URL() string { return s.scheme + s.lis.Addr().String() }
+func (s *System) URL() string { return s.fe.URL() }
 
 // Addr is the frontend's listening address.
-func (s *System) Addr() net.Addr { return s.lis.Addr() }
+func (s *System) Addr() net.Addr { return s.fe.Addr() }
 
 // Done yields the HTTP server's exit error once it stops serving.
-func (s *System) Done() <-chan error { return s.served }
+func (s *System) Done() <-chan error { return s.done }
 
 // Shutdown drains: /health turns 503, the listener stops accepting, and
 // in-flight requests get until ctx ends to finish. Then workers stop.
 func (s *System) Shutdown(ctx context.Context) error {
-	s.Frontend.SetDraining()
-	err := process.ShutdownHTTP(ctx, s.http, s.log)
-	s.stopWorkers(ctx)
+	err := s.fe.Shutdown(ctx)
+	s.stop(ctx)
 	return err
 }
 
-func (s *System) stopWorkers(ctx context.Context) {
-	if s.kv != nil {
-		s.kv.Close()
-	}
-	for _, c := range s.clients {
-		_ = c.Close()
-	}
-	s.stopDisagg()
-	s.stopVLLMPD()
-	for _, e := range s.pdPre {
-		if err := e.Close(); err != nil {
-			s.log.Warn("closing prefill engine", "err", err)
+// stop stops every worker node (their engines close with them), or closes
+// the engines of those never started, then the registry.
+func (s *System) stop(ctx context.Context) {
+	s.mu.Lock()
+	nodes := append(slices.Clone(s.prefill), s.routed...)
+	s.mu.Unlock()
+	for _, n := range nodes {
+		var err error
+		if n.w != nil {
+			err = n.w.Shutdown(ctx)
+		} else {
+			err = n.eng.Close()
+		}
+		if err != nil {
+			s.log.Warn("stopping worker", "worker", n.id, "err", err)
 		}
 	}
-	for _, g := range s.grpcs {
-		stopped := make(chan struct{})
-		go func() { g.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			g.Stop()
-		}
+	if s.pd != nil {
+		s.pd.Close()
 	}
-	s.closePool()
-	for _, e := range s.engines {
-		if err := e.Close(); err != nil {
-			s.log.Warn("closing engine", "err", err)
+	_ = s.disc.Close()
+}
+
+// engineCollector gathers the live workers' engine metrics.
+type engineCollector struct{ s *System }
+
+func (c engineCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	nodes := append(slices.Clone(c.s.prefill), c.s.routed...)
+	c.s.mu.Unlock()
+	for _, n := range nodes {
+		if x, ok := n.eng.(interface{ Collector() prometheus.Collector }); ok {
+			x.Collector().Collect(ch)
 		}
 	}
 }
 
-// unchecked registers an engine's collector without its descriptors: every
-// worker of a process exports the same vllm: metric families, told apart by
+// unchecked registers a collector without its descriptors: every worker
+// of a process exports the same vllm: metric families, told apart by
 // their engine label, which a checked registration would refuse as
 // duplicates.
 type unchecked struct{ prometheus.Collector }

@@ -9,13 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -90,6 +88,9 @@ type Config struct {
 	// elsewhere, or a link shaped the way a real network is (tandem
 	// doctor's slow-link test).
 	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TransferListen, if set, creates the KV transfer node's listener (nil:
+	// net.Listen), e.g. to put it in another network namespace (tests).
+	TransferListen func(network, addr string) (net.Listener, error)
 	// ConnLimits bound every port the worker listens on (the request
 	// plane, the KV transfer node, the metrics port): --conn-max,
 	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
@@ -101,11 +102,6 @@ const (
 	PeersDiscovery = "discovery"
 	PeersAny       = "any"
 )
-
-// peerWait is how long a send to an address discovery has not shown this
-// worker yet waits for it: a frontend may hear of a new decode worker
-// before this worker's watch does.
-const peerWait = 2 * time.Second
 
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
@@ -127,6 +123,21 @@ type Options struct {
 	// Board receives diagnostics; nil creates one.
 	Board  *health.Board
 	Logger *slog.Logger
+	// Metrics is the registry of the worker's own series (KV transfer,
+	// listeners) and, with MetricsAddr, what /metrics serves; nil creates
+	// one. Workers of one process share the process's.
+	Metrics *prometheus.Registry
+	// TransferMetrics, if set, are the KV transfer series the process's
+	// workers share on one registry (nil: the worker's own on Metrics).
+	TransferMetrics *kvtransfer.Metrics
+	// InProcess picks the in-process transport: no listener, the worker is
+	// served under an inproc:// address (requestplane.RegisterLocal) that
+	// only a frontend node of this process resolves. Otherwise the gRPC
+	// request plane listens on RequestPlaneAddr.
+	InProcess bool
+	// Wrap, if set, wraps what the in-process transport serves (the
+	// engine), e.g. to answer vLLM's P/D protocol.
+	Wrap func(gen engine.Generator) (engine.Generator, error)
 }
 
 // Worker is a running worker process's serving side.
@@ -138,7 +149,8 @@ type Worker struct {
 	board *health.Board
 	rec   discovery.Record
 
-	grpc     *requestplane.Server
+	grpc     *requestplane.Server      // nil in process
+	local    *requestplane.LocalServer // nil on gRPC
 	served   chan error
 	reg      *prometheus.Registry
 	metrics  *http.Server
@@ -147,17 +159,17 @@ type Worker struct {
 	connM    *connlimit.Metrics
 	connOnce sync.Once
 
-	tls        *authn.Cluster
-	peers      *publishedPeers
-	watchStop  context.CancelFunc
-	nats       *nats.Conn
-	natsServer *eventplane.Server
-	relay      *eventplane.Relay
-	relayStop  context.CancelFunc
-	relayDone  chan struct{}
+	tls       *authn.Cluster
+	watchStop context.CancelFunc
+	nats      *eventplane.Conn
+	relay     *eventplane.Relay
+	relayStop context.CancelFunc
+	relayDone chan struct{}
 
-	stopOnce sync.Once
-	stopErr  error
+	stopOnce  sync.Once
+	stopErr   error
+	deregOnce sync.Once
+	deregErr  error
 }
 
 // Start serves eng on the request plane and registers it. model is the
@@ -192,7 +204,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	}
 	// The board publishes on the worker's /metrics (--metrics-addr) unless
 	// the caller brought its own.
-	base := process.New(opts.Logger, nil, opts.Board)
+	base := process.New(opts.Logger, opts.Metrics, opts.Board)
 	log, board := base.Log, base.Board
 	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
 		served: make(chan error, 1), reg: base.Registry, tls: cluster}
@@ -204,14 +216,95 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	}
 	// An upstream server's reachability shows on the worker's /health.
 	health.Attach(eng, board, cfg.ID)
-	side, err := w.startTransfer(role)
+	side, err := w.startTransfer(role, opts.TransferMetrics)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			w.stopPlane()
+			w.closeNode()
+			if w.metrics != nil {
+				_ = w.metrics.Close()
+			}
+			w.stopRelay()
+		}
+	}()
+	var rpAddr string
+	if opts.InProcess {
+		rpAddr, err = w.serveLocal(side, opts.Wrap)
+	} else {
+		rpAddr, err = w.serveGRPC(side, model.Tokenizer.VocabSize())
+	}
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr := ""
+	if cfg.MetricsAddr != "" {
+		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+		metricsAddr = discovery.Advertise(metricsAddr, host)
+	}
+	if !opts.InProcess {
+		// A process's own in-process workers are not planes of their own
+		// (tandem serve never raised these).
+		w.raiseOpenPlanes(rpAddr, metricsAddr)
+	}
+	w.rec = Record(cfg, eng, model)
+	w.rec.Role = role
+	w.rec.RequestPlane = rpAddr
+	if !opts.InProcess {
+		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
+	}
+	w.rec.MetricsAddr = metricsAddr
+	if w.node != nil {
+		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
+	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
+		w.rec.KVTransfer.Protocol = p
+	}
+	w.rec.KVEvents.Endpoint = discovery.AdvertiseURL(w.rec.KVEvents.Endpoint, host)
+	w.rec.KVEvents.ReplayEndpoint = discovery.AdvertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
+	if cfg.EventPlane.Plane == "nats" && w.rec.KVEvents.Endpoint != "" {
+		if err := w.startRelay(ctx, log); err != nil {
+			return nil, err
+		}
+		w.rec.KVEvents.Subject = w.relay.Subject()
+	}
+	if w.lease, err = w.disc.Register(ctx, w.rec); err != nil {
+		return nil, fmt.Errorf("worker: register: %w", err)
+	}
+	// Ready: grpc.health.v1 on the request plane says SERVING from here
+	// until the drain starts.
+	if w.grpc != nil {
+		w.grpc.SetServing(true)
+	}
+	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
+		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
+	return w, nil
+}
+
+// serveLocal serves the worker in process: a drain gate in front of the
+// engine (or of what opts.Wrap made of it) under an inproc:// address.
+func (w *Worker) serveLocal(side kvtransfer.Side, wrap func(engine.Generator) (engine.Generator, error)) (string, error) {
+	gen := engine.Generator(w.eng)
+	if wrap != nil {
+		var err error
+		if gen, err = wrap(gen); err != nil {
+			return "", err
+		}
+	}
+	w.local = requestplane.ServeLocal(w.cfg.ID, gen, side, w.eng)
+	return w.local.Addr(), nil
+}
+
+// serveGRPC serves the worker on the gRPC request plane (not yet
+// SERVING: Start says so once the record is published).
+func (w *Worker) serveGRPC(side kvtransfer.Side, vocab int) (string, error) {
+	cfg, board := w.cfg, w.board
 	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
 	if err != nil {
-		w.closeNode()
-		return nil, fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
+		return "", fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
 	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
 	// pings connected clients, whose answers keep them from idling out.
@@ -225,58 +318,25 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	}
 	rpLim.Handshake = 0
 	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
-	if cluster != nil {
+	if w.tls != nil {
 		// Only frontends call a worker: Generate, and the disaggregation
 		// calls that make it send or hand out its transfer key.
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cluster.Server(authn.RoleFrontend))))
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(w.tls.Server(authn.RoleFrontend))))
 	}
-	w.grpc = requestplane.NewServer(eng, side, model.Tokenizer.VocabSize(), gopts...)
+	w.grpc = requestplane.NewServer(w.eng, side, vocab, gopts...)
 	health.Attach(w.grpc, board, cfg.ID)
 	go func() { w.served <- w.grpc.Serve(lis) }()
-	defer func() {
-		if err != nil {
-			w.grpc.Stop()
-			w.closeNode()
-			if w.metrics != nil {
-				_ = w.metrics.Close()
-			}
-			w.stopRelay()
-		}
-	}()
-	metricsAddr := ""
-	if cfg.MetricsAddr != "" {
-		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
-			return nil, err
-		}
-		metricsAddr = advertise(metricsAddr, host)
+	return lis.Addr().String(), nil
+}
+
+// stopPlane stops the request plane at once (a failed start).
+func (w *Worker) stopPlane() {
+	if w.grpc != nil {
+		w.grpc.Stop()
 	}
-	w.raiseOpenPlanes(lis.Addr().String(), metricsAddr)
-	w.rec = Record(cfg, eng, model)
-	w.rec.Role = role
-	w.rec.RequestPlane = advertise(lis.Addr().String(), host)
-	w.rec.MetricsAddr = metricsAddr
-	if w.node != nil {
-		w.rec.KVTransfer = discovery.KVTransfer{Addr: advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
-	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
-		w.rec.KVTransfer.Protocol = p
+	if w.local != nil {
+		w.local.Stop()
 	}
-	w.rec.KVEvents.Endpoint = advertiseURL(w.rec.KVEvents.Endpoint, host)
-	w.rec.KVEvents.ReplayEndpoint = advertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
-	if cfg.EventPlane.Plane == "nats" && w.rec.KVEvents.Endpoint != "" {
-		if err := w.startRelay(ctx, log); err != nil {
-			return nil, err
-		}
-		w.rec.KVEvents.Subject = w.relay.Subject()
-	}
-	if w.lease, err = w.disc.Register(ctx, w.rec); err != nil {
-		return nil, fmt.Errorf("worker: register: %w", err)
-	}
-	// Ready: grpc.health.v1 on the request plane says SERVING from here
-	// until the drain starts.
-	w.grpc.SetServing(true)
-	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
-		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
-	return w, nil
 }
 
 // raiseOpenPlanes raises plane_unauthenticated for each listener bound
@@ -314,17 +374,8 @@ func (w *Worker) raiseOpenPlanes(rp, metrics string) {
 // the engine's events from its loopback ZMQ socket.
 func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	ep := w.cfg.EventPlane
-	url := ep.NATS
-	if url == "embedded" {
-		srv, err := eventplane.StartServerWith(ep.EmbeddedAddr, ep.Auth)
-		if err != nil {
-			return fmt.Errorf("worker: %w", err)
-		}
-		w.natsServer, url = srv, srv.URL()
-	}
-	nc, err := eventplane.ConnectWith(context.WithoutCancel(ctx), url, "tandem-worker-"+w.cfg.ID, ep.Auth, w.board, log)
+	nc, err := eventplane.Open(context.WithoutCancel(ctx), ep, "tandem-worker-"+w.cfg.ID, w.board, log)
 	if err != nil {
-		w.stopRelay()
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.nats = nc
@@ -340,7 +391,7 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
 	if re != nil {
 		replay = re.KVEventsReplayEndpoint()
 	}
-	w.relay, err = eventplane.NewRelay(nc, eventplane.RelayConfig{
+	w.relay, err = eventplane.NewRelay(nc.Conn, eventplane.RelayConfig{
 		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
 		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
 	})
@@ -362,7 +413,7 @@ func loopback(endpoint string) string {
 	if endpoint == "" {
 		return ""
 	}
-	return advertiseURL(endpoint, "127.0.0.1")
+	return discovery.AdvertiseURL(endpoint, "127.0.0.1")
 }
 
 func (w *Worker) stopRelay() {
@@ -376,10 +427,6 @@ func (w *Worker) stopRelay() {
 		_ = w.nats.FlushTimeout(time.Second)
 		w.nats.Close()
 		w.nats = nil
-	}
-	if w.natsServer != nil {
-		w.natsServer.Shutdown()
-		w.natsServer = nil
 	}
 }
 
@@ -427,7 +474,7 @@ func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
 // startTransfer gives prefill and decode workers their transfer-plane node
 // (a decode worker's listens) and returns the worker's part in
 // disaggregation, served on the request plane; nil for aggregated workers.
-func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
+func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics) (kvtransfer.Side, error) {
 	if role == discovery.RoleAggregated {
 		return nil, nil
 	}
@@ -442,15 +489,16 @@ func (w *Worker) startTransfer(role discovery.Role) (kvtransfer.Side, error) {
 	}
 	var allow func(context.Context, string) error
 	if role == discovery.RolePrefill && w.cfg.TransferPeers != PeersAny {
-		w.peers = newPublishedPeers()
 		ctx, cancel := context.WithCancel(context.Background())
 		w.watchStop = cancel
-		go w.watchPeers(ctx)
-		allow = w.peers.allow
+		allow = discovery.WatchTransferAddrs(ctx, w.disc, w.log).Allow
+	}
+	if metrics == nil {
+		metrics = kvtransfer.NewMetrics(w.reg)
 	}
 	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
-		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: kvtransfer.NewMetrics(w.reg), Logger: w.log,
-		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial,
+		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: metrics, Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial, Listen: w.cfg.TransferListen,
 		ConnLimits: w.cfg.ConnLimits, ConnMetrics: w.connMetrics()})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -485,81 +533,6 @@ func (w *Worker) closeNode() {
 	}
 	if w.node != nil {
 		_ = w.node.Close()
-	}
-}
-
-// watchPeers keeps the set of KV transfer addresses discovery publishes,
-// the only destinations a prefill worker sends to.
-func (w *Worker) watchPeers(ctx context.Context) {
-	for ctx.Err() == nil {
-		addrs := map[string]string{} // id → address
-		err := w.disc.Watch(ctx, func(e discovery.Event) {
-			switch e.Type {
-			case discovery.EventPut:
-				if a := e.Record.KVTransfer.Addr; a != "" {
-					addrs[e.Record.ID] = a
-				} else {
-					delete(addrs, e.Record.ID)
-				}
-			case discovery.EventDelete:
-				delete(addrs, e.Record.ID)
-			default:
-				return
-			}
-			w.peers.set(addrs)
-		})
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("watching discovery for KV transfer peers failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
-}
-
-// publishedPeers is the set of transfer addresses discovery publishes.
-type publishedPeers struct {
-	mu      sync.Mutex
-	addrs   map[string]bool
-	changed chan struct{} // closed and replaced on every change
-}
-
-func newPublishedPeers() *publishedPeers {
-	return &publishedPeers{addrs: map[string]bool{}, changed: make(chan struct{})}
-}
-
-func (p *publishedPeers) set(byID map[string]string) {
-	m := make(map[string]bool, len(byID))
-	for _, a := range byID {
-		m[a] = true
-	}
-	p.mu.Lock()
-	p.addrs = m
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// allow is kvtransfer.Config.AllowPeer: addr must be published, or
-// become so within peerWait.
-func (p *publishedPeers) allow(ctx context.Context, addr string) error {
-	t := time.NewTimer(peerWait)
-	defer t.Stop()
-	for {
-		p.mu.Lock()
-		ok, ch := p.addrs[addr], p.changed
-		p.mu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return fmt.Errorf("%s is not a KV transfer address published in discovery", addr)
-		case <-ctx.Done():
-			return fmt.Errorf("%s is not a KV transfer address published in discovery: %w", addr, ctx.Err())
-		}
 	}
 }
 
@@ -632,31 +605,6 @@ func establishOnRequest(c net.Conn, st http.ConnState) {
 	}
 }
 
-// advertise turns a bound host:port into one others can dial.
-func advertise(addr, host string) string {
-	h, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(h); h == "" || h == "*" || (ip != nil && ip.IsUnspecified()) {
-		h = host
-	}
-	return net.JoinHostPort(h, p)
-}
-
-// advertiseURL does the same for a ZMQ endpoint ("tcp://*:5557").
-func advertiseURL(endpoint, host string) string {
-	if endpoint == "" {
-		return ""
-	}
-	u, err := url.Parse(strings.Replace(endpoint, "://*:", "://0.0.0.0:", 1))
-	if err != nil || u.Host == "" {
-		return endpoint
-	}
-	u.Host = advertise(u.Host, host)
-	return u.String()
-}
-
 // Record returns the published record.
 func (w *Worker) Record() discovery.Record { return w.rec }
 
@@ -671,14 +619,27 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return w.stopErr
 }
 
+// Deregister revokes the record, so frontends stop routing here while the
+// worker still serves (Shutdown begins with it; once is enough).
+func (w *Worker) Deregister(ctx context.Context) error {
+	w.deregOnce.Do(func() {
+		// Health checks hear of the drain first, with the registry.
+		if w.grpc != nil {
+			w.grpc.SetServing(false)
+		}
+		if err := w.lease.Revoke(ctx); err != nil {
+			w.deregErr = fmt.Errorf("worker: deregister: %w", err)
+		}
+		w.log.Info("deregistered; draining")
+	})
+	return w.deregErr
+}
+
 func (w *Worker) shutdown(ctx context.Context) error {
 	var errs []error
-	// Health checks hear of the drain first, with the registry.
-	w.grpc.SetServing(false)
-	if err := w.lease.Revoke(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("worker: deregister: %w", err))
+	if err := w.Deregister(ctx); err != nil {
+		errs = append(errs, err)
 	}
-	w.log.Info("deregistered; draining")
 	if w.cfg.DeregisterDelay > 0 {
 		t := time.NewTimer(w.cfg.DeregisterDelay)
 		select {
@@ -687,15 +648,25 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		}
 		t.Stop()
 	}
-	stopped := make(chan struct{})
-	go func() { w.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
-		w.grpc.Stop()
-		<-stopped
-		errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
+	if w.local != nil {
+		start := time.Now()
+		if cut := w.local.Drain(ctx); cut > 0 {
+			// Logged, not raised: the worker is gone from its frontend's
+			// board with its record.
+			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", DiagDrainTimeout,
+				"streams", cut, "waited", time.Since(start))
+		}
+	} else {
+		stopped := make(chan struct{})
+		go func() { w.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
+			w.grpc.Stop()
+			<-stopped
+			errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
+		}
 	}
 	w.stopRelay()
 	w.closeNode()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/discovery"
 	"github.com/tandemllm/tandem/frontend"
 	"github.com/tandemllm/tandem/process"
@@ -91,9 +90,7 @@ come and go; in --router-mode kv the router follows each worker's KV events.`,
 	cfg.Frontend.AddFlags(f)
 	cfg.Dispatch.AddFlags(f)
 	f.BoolVar(&cfg.ShareLoad, "share-load", cfg.ShareLoad, "nats: share the load this frontend routes with the other router replicas, and count theirs")
-	disagg.AddModeFlag(f, &cfg.Disagg) // for workers registered with --role decode
-	disagg.AddInterferenceWeightFlag(f, &cfg.InterferenceWeight)
-	disagg.AddLegTimeoutFlag(f, &cfg.LegTimeout)
+	cfg.Disagg.AddFlags(f)
 	rf.AddFlags(f)
 	cfg.Frontend.AddAuthFlags(f, &keyFile, &cfg.TLS)
 	cfg.MTLS.AddFlags(cmd.Flags())
