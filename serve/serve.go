@@ -401,7 +401,7 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	nodes := append(slices.Clone(c.s.prefill), c.s.routed...)
 	c.s.mu.Unlock()
 	for _, n := range nodes {
-		if x, ok := n.eng.(interface{ Collector() prometheus.Collector }); ok {
+		if x, ok := n.eng.(engine.MetricsCollector); ok {
 			x.Collector().Collect(ch)
 		}
 	}
