@@ -387,7 +387,7 @@ func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
 
 // maxShapeBytes bounds the shape cache of one vocabulary; past it the
 // cache is dropped and shapes are walked again as met.
-const maxShapeBytes = 64 << 20
+const maxShapeBytes = 128 << 20
 
 // shapeCache maps a shape's table to the mask of the tokens without
 // exitByte it allows. It is shared by every grammar bound to the
