@@ -13,13 +13,24 @@
 //   - Stack sets are the states of a lazily built DFA over bytes: each
 //     state's transitions are filled in as the vocabulary walk needs them and
 //     kept, so a byte step is an array lookup once seen.
-//   - The vocabulary is sorted by bytes with each token's common prefix with
-//     the one before (vocab.go): the walk shares prefixes the way a trie
-//     does and skips every token under a dead prefix. A token that spans a
-//     grammar boundary (`"}`, `",\n  "`) is just more bytes through the same
-//     automaton, so it is allowed exactly when all its bytes are.
-//   - Masks are cached per DFA state and vocabulary, so a state the grammar
-//     revisits (string contents, the next property) costs a lookup.
+//   - The vocabulary is held as tries laid out in preorder (vocab.go): the
+//     walk shares prefixes and skips a dead prefix's whole subtree. A
+//     token that spans a grammar boundary (`"}`, `",\n  "`) is just more
+//     bytes through the same automaton, so it is allowed exactly when all
+//     its bytes are.
+//   - A state's mask is split at '"' (the xgrammar idea of
+//     context-independent tokens, in DFA terms). The states reachable
+//     from it on every other byte form its shape: a small table, the same
+//     for every string's contents and for JSON punctuation whatever the
+//     schema position. The tokens without '"' (nearly all) are allowed
+//     exactly when they pass through the shape, so their mask is cached
+//     per shape and vocabulary, shared by every grammar; only the tokens
+//     holding '"' (few) are walked against the whole
+//     automaton. A shape too large is cut at a depth (it then decides the
+//     tokens no longer than that, and the longer ones are walked); a state
+//     whose cut shape is still too large gets the whole walk.
+//   - Masks are also cached per DFA state, so a state the grammar
+//     revisits costs a lookup.
 //   - EOS is allowed only in an accepting state; tokens with no bytes
 //     (control tokens) never are.
 //

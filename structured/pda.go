@@ -51,6 +51,7 @@ type dfa struct {
 	members  []int32
 	dist     []uint16
 	shapeKey []byte
+	extra    []int32 // computeMask's scratch
 	err      error
 }
 
@@ -150,7 +151,9 @@ func (d *dfa) addState() int32 {
 	}
 	id := int32(len(d.states))
 	d.states = append(d.states, ds)
-	d.trans = append(d.trans, make([]int32, 256)...)
+	n := len(d.trans)
+	d.trans = slices.Grow(d.trans, 256)[:n+256]
+	clear(d.trans[n:])
 	d.stateI[string(d.keybuf)] = id
 	d.scratch = st[:0]
 	return id

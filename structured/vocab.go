@@ -229,7 +229,7 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 // are walked against the automaton too. A state whose cut shape is still
 // too large gets the whole walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
-	depth, cut := 0, 0
+	depth, cut := 0, 0 // cut: 1 + the index in cutDepths of the depth used, 0 for a whole shape
 	key, ok := d.shape(st, maxShapeStates, 0)
 	for ; !ok && cut < len(cutDepths); cut++ {
 		depth = cutDepths[cut]
@@ -243,7 +243,12 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		local = v.shapeMask(key, depth)
 		v.shapes.put(string(key), local)
 	}
-	mask := slices.Clone(local)
+	// The exit tokens (and EOS) allowed; the mask is the shared one when
+	// they add nothing to it.
+	extra := d.extra[:0]
+	if d.states[st].accept {
+		extra = append(extra, v.eos...)
+	}
 	if depth > 0 {
 		// The tokens longer than the cut; the plain ones are in the
 		// cached mask already where the state loops on plain bytes.
@@ -251,12 +256,17 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		if shapeLoops(key[1:]) {
 			tr = &v.longRest[cut-1]
 		}
-		walkTrie(mask, d, st, states, tr)
+		extra = walkTrieIDs(extra, d, st, states, tr)
 	}
-	walkTrie(mask, d, st, states, &v.exit)
-	if d.states[st].accept {
-		for _, e := range v.eos {
-			mask[e>>6] |= 1 << (uint(e) & 63)
+	extra = walkTrieIDs(extra, d, st, states, &v.exit)
+	d.extra = extra[:0]
+	mask, cloned := local, false
+	for _, id := range extra {
+		if bit := uint64(1) << (uint(id) & 63); mask[id>>6]&bit == 0 {
+			if !cloned {
+				mask, cloned = slices.Clone(local), true
+			}
+			mask[id>>6] |= bit
 		}
 	}
 	return mask
@@ -302,6 +312,29 @@ func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 		}
 		i++
 	}
+}
+
+// walkTrieIDs appends to ids the tokens of tr whose bytes all lead
+// somewhere from state st.
+func walkTrieIDs(ids []int32, d *dfa, st int32, states []int32, tr *trie) []int32 {
+	states[0] = st
+	nodes := tr.nodes
+	for i := 0; i < len(nodes)-1; {
+		nd := &nodes[i]
+		s := states[nd.dep]
+		nx := d.trans[int(s)<<8|int(nd.b)]
+		if nx == 0 {
+			nx = d.step(s, nd.b) + 1
+		}
+		if nx <= 0 {
+			i = int(nd.end)
+			continue
+		}
+		states[nd.dep+1] = nx - 1
+		ids = append(ids, tr.ids[nd.tok0:nodes[i+1].tok0]...)
+		i++
+	}
+	return ids
 }
 
 // shapeLoops reports whether a shape's first state loops on every plain
