@@ -97,9 +97,9 @@ type TierConfig struct {
 func (t TierConfig) Enabled() bool { return t.HostBytes > 0 || t.DiskBytes > 0 }
 
 // onboardSeconds is the simulated time to bring n2 blocks from host memory
-// and n3 from disk into the pool, blockBytes each: the disk read, then one
+// and n3 from disk into the pool, blockBytes each: the disk read and one
 // host-to-device copy of everything (a disk block passes through host
-// memory), each paying its link's latency.
+// memory), each paying its link's latency once per onboard.
 func (t TierConfig) onboardSeconds(n2, n3 int, blockBytes int64) (disk, host float64) {
 	if n3 > 0 {
 		disk = t.DiskLatency.Seconds() + float64(int64(n3)*blockBytes)/t.DiskBandwidth
@@ -108,6 +108,20 @@ func (t TierConfig) onboardSeconds(n2, n3 int, blockBytes int64) (disk, host flo
 		host = t.HostLatency.Seconds() + float64(int64(n2+n3)*blockBytes)/t.HostBandwidth
 	}
 	return disk, host
+}
+
+// onboardWall is how long an onboard of n2 host and n3 disk blocks takes
+// on idle links. The copies are pipelined block by block, as LMCache's and
+// Dynamo KVBM's chunked transfers are: a block read from disk crosses the
+// host link while the next is read, so the onboard ends when the slower
+// link is done, or one block's host copy after the disk's last read.
+func (t TierConfig) onboardWall(n2, n3 int, blockBytes int64) float64 {
+	disk, host := t.onboardSeconds(n2, n3, blockBytes)
+	if n3 == 0 {
+		return host
+	}
+	_, last := t.onboardSeconds(1, 0, blockBytes)
+	return max(host, disk+last)
 }
 
 // KVEventsConfig configures vLLM-compatible KV event publishing.
