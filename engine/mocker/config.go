@@ -3,9 +3,11 @@ package mocker
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/structured"
 )
@@ -91,6 +93,59 @@ type TierConfig struct {
 	HostBytes, DiskBytes         int64
 	HostBandwidth, DiskBandwidth float64 // bytes per second
 	HostLatency, DiskLatency     time.Duration
+	// Shared, if set, is the disk of the host this worker shares with
+	// others (NewSharedDisk, one per host): a block any of them holds in
+	// G3 is onboarded by the others too, and every G3 read of the host's
+	// workers queues on that one disk at DiskBandwidth. Needs DiskBytes.
+	Shared *SharedDisk
+}
+
+// SharedDisk is a simulated disk tier several mocker workers of one host
+// share, as the native engine's --kv-offload-disk-shared directory is: it
+// holds the union of their G3 blocks (each worker's share bounded by its
+// DiskBytes) and one queue of reads.
+type SharedDisk struct {
+	mu   sync.Mutex
+	refs map[kvcache.BlockHash]int32 // G3 copies per block, over the workers
+	free time.Time                   // when the reads queued so far end
+}
+
+// NewSharedDisk returns an empty shared disk.
+func NewSharedDisk() *SharedDisk {
+	return &SharedDisk{refs: make(map[kvcache.BlockHash]int32)}
+}
+
+// Has implements kvcache.SharedTier.
+func (d *SharedDisk) Has(h kvcache.BlockHash) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.refs[h] > 0
+}
+
+// StoredG3 implements kvcache.SharedRecorder.
+func (d *SharedDisk) StoredG3(h kvcache.BlockHash) {
+	d.mu.Lock()
+	d.refs[h]++
+	d.mu.Unlock()
+}
+
+// RemovedG3 implements kvcache.SharedRecorder.
+func (d *SharedDisk) RemovedG3(h kvcache.BlockHash) {
+	d.mu.Lock()
+	if d.refs[h] <= 1 {
+		delete(d.refs, h)
+	} else {
+		d.refs[h]--
+	}
+	d.mu.Unlock()
+}
+
+// read queues a read of dur on the disk and returns when it ends.
+func (d *SharedDisk) read(now time.Time, dur time.Duration) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.free = later(now, d.free).Add(dur)
+	return d.free
 }
 
 // Enabled reports whether any lower tier is configured.
@@ -298,6 +353,8 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Tiers.HostBytes < 0 || c.Tiers.DiskBytes < 0 || c.Tiers.HostBandwidth < 0 || c.Tiers.DiskBandwidth < 0 ||
 		c.Tiers.HostLatency < 0 || c.Tiers.DiskLatency < 0:
 		return c, fmt.Errorf("mocker: KV offload sizes, bandwidths and latencies must not be negative")
+	case c.Tiers.Shared != nil && c.Tiers.DiskBytes == 0:
+		return c, fmt.Errorf("mocker: a shared disk tier needs a disk size (--kv-offload-disk-bytes)")
 	case c.Speedup < 0:
 		return c, fmt.Errorf("mocker: speedup %v must be positive", c.Speedup)
 	case c.DisableChunkedPrefill && c.MaxNumBatchedTokens < c.ContextLength:

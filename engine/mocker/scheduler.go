@@ -406,8 +406,13 @@ func (e *Engine) onboardDone(ob []kvcache.Onboard, now time.Time) time.Time {
 	at := later(now, e.hostFree).Add(e.cfg.stepDuration(host * 1000))
 	e.hostFree = at
 	if n3 > 0 {
-		read := later(now, e.diskFree).Add(e.cfg.stepDuration(disk * 1000))
-		e.diskFree = read
+		var read time.Time
+		if sd := e.cfg.Tiers.Shared; sd != nil {
+			read = sd.read(now, e.cfg.stepDuration(disk*1000))
+		} else {
+			read = later(now, e.diskFree).Add(e.cfg.stepDuration(disk * 1000))
+			e.diskFree = read
+		}
 		_, last := e.cfg.Tiers.onboardSeconds(1, 0, blockBytes)
 		at = later(at, read.Add(e.cfg.stepDuration(last*1000)))
 	}

@@ -47,11 +47,13 @@ func TestMooncakeTierReplay(t *testing.T) {
 	}
 	const gib = 1 << 30
 	configs := []struct {
-		name  string
-		tiers TierConfig
+		name   string
+		tiers  TierConfig
+		shared bool // one G3 disk per host of replayHostWorkers workers
 	}{
-		{"g1", TierConfig{}},
-		{"g1+g2+g3", replayTiers(16*gib, 128*gib)},
+		{"g1", TierConfig{}, false},
+		{"g1+g2+g3", replayTiers(16*gib, 128*gib), false},
+		{"+shared", replayTiers(16*gib, 128*gib), true},
 	}
 	names := []string{"conversation_trace", "synthetic_trace"}
 	if n := os.Getenv("TANDEM_TRACE_NAMES"); n != "" {
@@ -65,7 +67,7 @@ func TestMooncakeTierReplay(t *testing.T) {
 		var base replayResult
 		for i, c := range configs {
 			var r replayResult
-			synctest.Test(t, func(t *testing.T) { r = replay(t, entries, c.tiers) })
+			synctest.Test(t, func(t *testing.T) { r = replay(t, entries, c.tiers, c.shared) })
 			t.Logf("%-18s %-9s requests %d  prompt tokens %d  from cache %d (%.1f%%; onboarded %d: host %d, disk %d)  TTFT mean %.0f ms  p90 %.0f ms  (mean queue %.0f ms, onboard copy %.1f ms, prefill %.0f ms)",
 				name, c.name, r.n, r.prompt, r.cached, 100*float64(r.cached)/float64(r.prompt), r.onboarded, r.fromHost, r.fromDisk,
 				r.mean*1000, r.p90*1000, r.queue*1000, r.copying*1000, (r.mean-r.queue-r.copying)*1000)
@@ -143,6 +145,11 @@ const (
 	replayMaxInput  = 13000 // with replayMaxOutput, fits the 14,816-token context
 	replayMaxOutput = 1024
 	traceBlock      = 512 // tokens per Mooncake hash id
+	// replayHostWorkers is how many workers share a host's disk in the
+	// shared configuration: an 8-GPU H100 host (MLCommons inference
+	// results' system descriptions: accelerators_per_node 8), one worker
+	// per GPU.
+	replayHostWorkers = 8
 )
 
 // tracePrompt makes each hash id a fixed run of token ids, so requests with
@@ -161,7 +168,7 @@ func tracePrompt(e traceEntry) []engine.Token {
 	return p
 }
 
-func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
+func replay(t *testing.T, entries []traceEntry, tiers TierConfig, shared bool) replayResult {
 	ctx := context.Background()
 	workers := replayWorkers
 	if n, err := strconv.Atoi(os.Getenv("TANDEM_TRACE_WORKERS")); err == nil && n > 0 && n <= 1024 {
@@ -169,6 +176,9 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 	}
 	var ws []*Engine
 	for i := range workers {
+		if shared && i%replayHostWorkers == 0 {
+			tiers.Shared = NewSharedDisk()
+		}
 		e, err := New(Config{Model: "qwen3-0.6b", Timing: Qwen3_0_6BTiming(), KVCapacityTokens: SeedKVCapacityTokens,
 			Tiers: tiers, Logger: quiet(), Vocabulary: vocab, EngineLabel: fmt.Sprint(i)})
 		if err != nil {
