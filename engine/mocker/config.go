@@ -75,8 +75,14 @@ func (m TimingModel) DecodeMs(u float64) float64 {
 }
 
 // Simulated link defaults: an H100-class host, the GPU on PCIe 5.0 x16
-// (host↔device copies of pinned memory at about half the link's 64 GB/s
-// peak) and an NVMe SSD on PCIe 4.0 x4 for the disk tier.
+// (MLCommons inference results' H100/H200 SXM system descriptions:
+// accelerator_host_interconnect "PCIe Gen5 x16"; 32 GT/s × 16 lanes with
+// 128b/130b coding is 63 GB/s each way) with host↔device copies of pinned
+// memory taken at well under half that peak, the low end of the 25-50 GB/s
+// effective range, and an NVMe SSD on PCIe 4.0 x4 (16 GT/s × 4 lanes,
+// under 8 GB/s) for the disk tier. Onboarding is never free: the host copy
+// of a Qwen3-0.6B block costs a tenth of recomputing it, a disk read
+// about half.
 const (
 	DefaultHostBandwidth = 25e9 // bytes/s, host memory ↔ GPU
 	DefaultHostLatency   = 10 * time.Microsecond
