@@ -109,7 +109,8 @@ type TierConfig struct {
 // SharedDisk is a simulated disk tier several mocker workers of one host
 // share, as the native engine's --kv-offload-disk-shared directory is: it
 // holds the union of their G3 blocks (each worker's share bounded by its
-// DiskBytes) and one queue of reads.
+// DiskBytes) and one queue of reads, kept in the time of the clock the
+// workers sharing it must share (Config.Clock).
 type SharedDisk struct {
 	mu   sync.Mutex
 	refs map[kvcache.BlockHash]int32 // G3 copies per block, over the workers

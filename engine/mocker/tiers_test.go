@@ -132,8 +132,8 @@ func TestTierOnboardDoesNotBlock(t *testing.T) {
 func TestTierSharedDisk(t *testing.T) {
 	const capacity = 4096
 	disk := NewSharedDisk()
+	clock := NewVirtualClock(time.Unix(1_700_000_000, 0)) // one host, one clock
 	newWorker := func() *Engine {
-		clock := NewVirtualClock(time.Unix(1_700_000_000, 0))
 		e := newTest(t, Config{Clock: clock, Timing: Qwen3_0_6BTiming(), KVCapacityTokens: capacity,
 			Tiers: TierConfig{DiskBytes: 1 << 30, Shared: disk}})
 		e.validate = true
