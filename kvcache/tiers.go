@@ -111,6 +111,28 @@ type SharedTier interface {
 	Has(h BlockHash) bool
 }
 
+// SharedRecorder is a SharedTier the caches fill themselves: a simulated
+// host disk (the mocker's), which has no files for Has to find. A cache
+// reports each block entering and leaving its own G3 to it.
+type SharedRecorder interface {
+	SharedTier
+	StoredG3(h BlockHash)
+	RemovedG3(h BlockHash)
+}
+
+// noteG3 tells a recording shared tier that h entered (in) or left G3.
+func (t *tiers) noteG3(h BlockHash, in bool) {
+	r, ok := t.cfg.Shared.(SharedRecorder)
+	if !ok {
+		return
+	}
+	if in {
+		r.StoredG3(h)
+	} else {
+		r.RemovedG3(h)
+	}
+}
+
 // PayloadStore moves real K/V bytes between the pool and the lower tiers.
 // The cache calls it from its owner goroutine; an implementation that does
 // slow work (a disk write) queues it rather than doing it in the call.
@@ -260,6 +282,9 @@ func (c *Cache) offload(b BlockID) {
 	t.m[m.hash.Uint64()] = e
 	t.lru[dst].push(e)
 	t.stats.Offloaded[dst]++
+	if dst == TierG3 {
+		t.noteG3(e.hash, true)
+	}
 	if s := c.tierSink(); s != nil {
 		t.one[0] = e.hash
 		s.TierStored(dst, e.parent, t.one[:], e.tokens)
@@ -285,6 +310,7 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 		e.tier = TierG3
 		t.lru[TierG3].push(e)
 		t.stats.Offloaded[TierG3]++
+		t.noteG3(e.hash, true)
 		if sink != nil {
 			t.one[0] = e.hash
 			sink.TierStored(TierG3, e.parent, t.one[:], e.tokens)
@@ -293,6 +319,9 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 	}
 	if t.cfg.Store != nil {
 		t.cfg.Store.Drop(dst, e.hash)
+	}
+	if dst == TierG3 {
+		t.noteG3(e.hash, false)
 	}
 	t.stats.Dropped[dst]++
 	delete(t.m, e.hash.Uint64())
@@ -310,6 +339,9 @@ func (c *Cache) dropEntry(e *tierEntry) {
 	}
 	if t.cfg.Store != nil {
 		t.cfg.Store.Drop(e.tier, e.hash)
+	}
+	if e.tier == TierG3 {
+		t.noteG3(e.hash, false)
 	}
 	t.stats.Dropped[e.tier]++
 	t.spare = append(t.spare, e)
@@ -403,7 +435,8 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill fu
 
 // MatchTiers is Match for every tier: how many leading tokens the pool
 // holds, then how many of the tokens right after them G2 and G3 hold (a run
-// of blocks, each in either). It hashes tokens on every call.
+// of blocks, each in either; a shared tier's blocks count as G3, as
+// AcquireTiers onboards them). It hashes tokens on every call.
 func (c *Cache) MatchTiers(tokens []tokenid.ID) (g1 int, lower [NumTiers]int) {
 	if c.noPrefix {
 		return 0, lower
@@ -417,10 +450,14 @@ func (c *Cache) MatchTiers(tokens []tokenid.ID) (g1 int, lower [NumTiers]int) {
 				break
 			}
 			e := c.tiers.lookup(h)
-			if e == nil {
-				break
+			switch {
+			case e != nil:
+				lower[e.tier] += c.bs
+			case c.tiers.cfg.Shared != nil && c.tiers.cfg.Shared.Has(h):
+				lower[TierG3] += c.bs
+			default:
+				return g1, lower
 			}
-			lower[e.tier] += c.bs
 		} else if lower[TierG2]+lower[TierG3] == 0 {
 			g1 += c.bs
 		} else {

@@ -153,3 +153,62 @@ func TestTiersMatchAndMedium(t *testing.T) {
 		t.Fatal("a tier smaller than a block was accepted")
 	}
 }
+
+// recorder is a SharedRecorder that counts copies per block.
+type recorder struct{ refs map[BlockHash]int }
+
+func (r *recorder) Has(h BlockHash) bool  { return r.refs[h] > 0 }
+func (r *recorder) StoredG3(h BlockHash)  { r.refs[h]++ }
+func (r *recorder) RemovedG3(h BlockHash) { r.refs[h]-- }
+
+// TestTiersSharedRecorder: a recording shared tier hears of every block
+// entering and leaving G3, so it holds exactly the cache's G3, and a
+// second cache onboards from it what only the first computed.
+func TestTiersSharedRecorder(t *testing.T) {
+	const bs = 4
+	tests := []struct {
+		name       string
+		host, disk int64 // in blocks
+		wantHit    int   // tokens of prompt A the second cache onboards
+	}{
+		{"disk only", 0, 8, 8},
+		{"host spills to disk", 1, 8, 8},
+		{"disk too small", 0, 1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{refs: map[BlockHash]int{}}
+			cfg := Config{NumBlocks: 3, BlockSize: bs,
+				Tiers: TierConfig{BlockBytes: 100, HostBytes: tc.host * 100, DiskBytes: tc.disk * 100, Shared: rec}}
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := seqTokens(1000, 2*bs+1)
+			fill(t, c, a)
+			fill(t, c, seqTokens(2000, 2*bs+1))
+			fill(t, c, seqTokens(3000, 2*bs+1))
+			fill(t, c, seqTokens(4000, 2*bs+1))
+			held := 0
+			for _, n := range rec.refs {
+				if n < 0 || n > 1 {
+					t.Fatalf("recorder counts %v", rec.refs)
+				}
+				held += n
+			}
+			if st := c.TierStats(); held != st.Blocks[TierG3] {
+				t.Fatalf("recorder holds %d blocks, G3 %d", held, st.Blocks[TierG3])
+			}
+			other, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, lower := other.MatchTiers(a[:len(a)-1]); lower[TierG3] != tc.wantHit {
+				t.Fatalf("second cache matches %v, want %d in G3", lower, tc.wantHit)
+			}
+			if hit, _ := fill(t, other, a); hit != tc.wantHit {
+				t.Fatalf("second cache hit %d, want %d", hit, tc.wantHit)
+			}
+		})
+	}
+}

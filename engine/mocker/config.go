@@ -3,9 +3,11 @@ package mocker
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/kvevents"
 	"github.com/tandemllm/tandem/structured"
 )
@@ -73,8 +75,14 @@ func (m TimingModel) DecodeMs(u float64) float64 {
 }
 
 // Simulated link defaults: an H100-class host, the GPU on PCIe 5.0 x16
-// (host↔device copies of pinned memory at about half the link's 64 GB/s
-// peak) and an NVMe SSD on PCIe 4.0 x4 for the disk tier.
+// (MLCommons inference results' H100/H200 SXM system descriptions:
+// accelerator_host_interconnect "PCIe Gen5 x16"; 32 GT/s × 16 lanes with
+// 128b/130b coding is 63 GB/s each way) with host↔device copies of pinned
+// memory taken at well under half that peak, the low end of the 25-50 GB/s
+// effective range, and an NVMe SSD on PCIe 4.0 x4 (16 GT/s × 4 lanes,
+// under 8 GB/s) for the disk tier. Onboarding is never free: the host copy
+// of a Qwen3-0.6B block costs a tenth of recomputing it, a disk read
+// about half.
 const (
 	DefaultHostBandwidth = 25e9 // bytes/s, host memory ↔ GPU
 	DefaultHostLatency   = 10 * time.Microsecond
@@ -91,15 +99,69 @@ type TierConfig struct {
 	HostBytes, DiskBytes         int64
 	HostBandwidth, DiskBandwidth float64 // bytes per second
 	HostLatency, DiskLatency     time.Duration
+	// Shared, if set, is the disk of the host this worker shares with
+	// others (NewSharedDisk, one per host): a block any of them holds in
+	// G3 is onboarded by the others too, and every G3 read of the host's
+	// workers queues on that one disk at DiskBandwidth. Needs DiskBytes.
+	Shared *SharedDisk
+}
+
+// SharedDisk is a simulated disk tier several mocker workers of one host
+// share, as the native engine's --kv-offload-disk-shared directory is: it
+// holds the union of their G3 blocks (each worker's share bounded by its
+// DiskBytes) and one queue of reads, kept in the time of the clock the
+// workers sharing it must share (Config.Clock).
+type SharedDisk struct {
+	mu   sync.Mutex
+	refs map[kvcache.BlockHash]int32 // G3 copies per block, over the workers
+	free time.Time                   // when the reads queued so far end
+}
+
+// NewSharedDisk returns an empty shared disk.
+func NewSharedDisk() *SharedDisk {
+	return &SharedDisk{refs: make(map[kvcache.BlockHash]int32)}
+}
+
+// Has implements kvcache.SharedTier.
+func (d *SharedDisk) Has(h kvcache.BlockHash) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.refs[h] > 0
+}
+
+// StoredG3 implements kvcache.SharedRecorder.
+func (d *SharedDisk) StoredG3(h kvcache.BlockHash) {
+	d.mu.Lock()
+	d.refs[h]++
+	d.mu.Unlock()
+}
+
+// RemovedG3 implements kvcache.SharedRecorder.
+func (d *SharedDisk) RemovedG3(h kvcache.BlockHash) {
+	d.mu.Lock()
+	if d.refs[h] <= 1 {
+		delete(d.refs, h)
+	} else {
+		d.refs[h]--
+	}
+	d.mu.Unlock()
+}
+
+// read queues a read of dur on the disk and returns when it ends.
+func (d *SharedDisk) read(now time.Time, dur time.Duration) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.free = later(now, d.free).Add(dur)
+	return d.free
 }
 
 // Enabled reports whether any lower tier is configured.
 func (t TierConfig) Enabled() bool { return t.HostBytes > 0 || t.DiskBytes > 0 }
 
 // onboardSeconds is the simulated time to bring n2 blocks from host memory
-// and n3 from disk into the pool, blockBytes each: the disk read, then one
+// and n3 from disk into the pool, blockBytes each: the disk read and one
 // host-to-device copy of everything (a disk block passes through host
-// memory), each paying its link's latency.
+// memory), each paying its link's latency once per onboard.
 func (t TierConfig) onboardSeconds(n2, n3 int, blockBytes int64) (disk, host float64) {
 	if n3 > 0 {
 		disk = t.DiskLatency.Seconds() + float64(int64(n3)*blockBytes)/t.DiskBandwidth
@@ -108,6 +170,20 @@ func (t TierConfig) onboardSeconds(n2, n3 int, blockBytes int64) (disk, host flo
 		host = t.HostLatency.Seconds() + float64(int64(n2+n3)*blockBytes)/t.HostBandwidth
 	}
 	return disk, host
+}
+
+// onboardWall is how long an onboard of n2 host and n3 disk blocks takes
+// on idle links. The copies are pipelined block by block, as LMCache's and
+// Dynamo KVBM's chunked transfers are: a block read from disk crosses the
+// host link while the next is read, so the onboard ends when the slower
+// link is done, or one block's host copy after the disk's last read.
+func (t TierConfig) onboardWall(n2, n3 int, blockBytes int64) float64 {
+	disk, host := t.onboardSeconds(n2, n3, blockBytes)
+	if n3 == 0 {
+		return host
+	}
+	_, last := t.onboardSeconds(1, 0, blockBytes)
+	return max(host, disk+last)
 }
 
 // KVEventsConfig configures vLLM-compatible KV event publishing.
@@ -284,6 +360,8 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Tiers.HostBytes < 0 || c.Tiers.DiskBytes < 0 || c.Tiers.HostBandwidth < 0 || c.Tiers.DiskBandwidth < 0 ||
 		c.Tiers.HostLatency < 0 || c.Tiers.DiskLatency < 0:
 		return c, fmt.Errorf("mocker: KV offload sizes, bandwidths and latencies must not be negative")
+	case c.Tiers.Shared != nil && c.Tiers.DiskBytes == 0:
+		return c, fmt.Errorf("mocker: a shared disk tier needs a disk size (--kv-offload-disk-bytes)")
 	case c.Speedup < 0:
 		return c, fmt.Errorf("mocker: speedup %v must be positive", c.Speedup)
 	case c.DisableChunkedPrefill && c.MaxNumBatchedTokens < c.ContextLength:

@@ -211,6 +211,6 @@ func (e *Engine) EstimateOnboard(tokens int) float64 {
 	if e.cfg.Tiers.HostBytes == 0 {
 		n2, n3 = 0, blocks
 	}
-	disk, host := e.cfg.Tiers.onboardSeconds(n2, n3, int64(e.cfg.BlockSize)*int64(e.cfg.KVBytesPerToken))
-	return e.cfg.stepDuration((disk + host) * 1000).Seconds()
+	wall := e.cfg.Tiers.onboardWall(n2, n3, int64(e.cfg.BlockSize)*int64(e.cfg.KVBytesPerToken))
+	return e.cfg.stepDuration(wall * 1000).Seconds()
 }

@@ -90,6 +90,9 @@ type stats struct {
 	tierOffload, tierDropped [kvcache.NumTiers]atomic.Uint64
 	onboardBlocks            [kvcache.NumTiers]atomic.Uint64
 	onboard                  *histogram
+	// queue is each request's wait from arrival to its first admission
+	// (vLLM's request_queue_time): TTFT less it is the onboard and prefill.
+	queue *histogram
 }
 
 // onboardBuckets span a one-block host copy to a long prompt read from disk.
@@ -110,6 +113,7 @@ func (s *stats) snapshotTiers(st kvcache.TierStats) {
 func newStats() *stats {
 	return &stats{
 		onboard: newHistogram(onboardBuckets()),
+		queue:   newHistogram(ttftBuckets()),
 		ttft:    newHistogram(ttftBuckets()),
 		itl:     newHistogram(itlBuckets()),
 		e2e:     newHistogram(e2eBuckets()),

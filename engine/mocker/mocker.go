@@ -126,6 +126,9 @@ func newEngine(cfg Config) (*Engine, error) {
 			HostBytes:  cfg.Tiers.HostBytes,
 			DiskBytes:  cfg.Tiers.DiskBytes,
 		}
+		if cfg.Tiers.Shared != nil {
+			ccfg.Tiers.Shared = cfg.Tiers.Shared
+		}
 	}
 	if ev := cfg.KVEvents; ev.Enabled && !cfg.DisablePrefixCaching {
 		// Hash like vLLM only when someone can see the hashes; otherwise the

@@ -367,6 +367,7 @@ func (e *Engine) schedule() {
 		if !s.admitted {
 			s.cached = hit
 			s.admitted = true
+			e.stats.queue.observe(now.Sub(s.arrival).Seconds())
 		}
 		s.computed = hit
 		s.prefillEnd = len(s.tokens)
@@ -385,8 +386,10 @@ func (e *Engine) schedule() {
 }
 
 // onboardDone charges the simulated links for copying ob into the pool and
-// returns when the copy completes: disk reads queue on the disk, then every
-// block crosses the host link, each link busy with earlier onboards first.
+// returns when the copy completes. Each link serves earlier onboards first;
+// disk reads and host copies are pipelined (onboardWall), so an onboard
+// from disk ends one block's host copy after its last read, or when the
+// host link has carried all its blocks, whichever is later.
 func (e *Engine) onboardDone(ob []kvcache.Onboard, now time.Time) time.Time {
 	n2, n3 := 0, 0
 	for _, o := range ob {
@@ -396,16 +399,23 @@ func (e *Engine) onboardDone(ob []kvcache.Onboard, now time.Time) time.Time {
 			n2++
 		}
 	}
-	disk, host := e.cfg.Tiers.onboardSeconds(n2, n3, int64(e.cfg.BlockSize)*int64(e.cfg.KVBytesPerToken))
+	blockBytes := int64(e.cfg.BlockSize) * int64(e.cfg.KVBytesPerToken)
+	disk, host := e.cfg.Tiers.onboardSeconds(n2, n3, blockBytes)
 	e.stats.onboardBlocks[kvcache.TierG2].Add(uint64(n2))
 	e.stats.onboardBlocks[kvcache.TierG3].Add(uint64(n3))
-	at := now
-	if n3 > 0 {
-		at = later(now, e.diskFree).Add(e.cfg.stepDuration(disk * 1000))
-		e.diskFree = at
-	}
-	at = later(at, e.hostFree).Add(e.cfg.stepDuration(host * 1000))
+	at := later(now, e.hostFree).Add(e.cfg.stepDuration(host * 1000))
 	e.hostFree = at
+	if n3 > 0 {
+		var read time.Time
+		if sd := e.cfg.Tiers.Shared; sd != nil {
+			read = sd.read(now, e.cfg.stepDuration(disk*1000))
+		} else {
+			read = later(now, e.diskFree).Add(e.cfg.stepDuration(disk * 1000))
+			e.diskFree = read
+		}
+		_, last := e.cfg.Tiers.onboardSeconds(1, 0, blockBytes)
+		at = later(at, read.Add(e.cfg.stepDuration(last*1000)))
+	}
 	e.stats.onboard.observe(at.Sub(now).Seconds())
 	return at
 }

@@ -125,3 +125,45 @@ func TestTierOnboardDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTierSharedDisk: with a shared disk, a prefix worker A computed and
+// pushed out to its G3 is onboarded by worker B, which never saw it (cached
+// tokens > 0 on B's first request), priced by B's MatchTiers as G3.
+func TestTierSharedDisk(t *testing.T) {
+	const capacity = 4096
+	disk := NewSharedDisk()
+	clock := NewVirtualClock(time.Unix(1_700_000_000, 0)) // one host, one clock
+	newWorker := func() *Engine {
+		e := newTest(t, Config{Clock: clock, Timing: Qwen3_0_6BTiming(), KVCapacityTokens: capacity,
+			Tiers: TierConfig{DiskBytes: 1 << 30, Shared: disk}})
+		e.validate = true
+		return e
+	}
+	a, b := newWorker(), newWorker()
+	doc := prompt(1000, 3000)
+	generate(t, a, &engine.Request{Prompt: doc, MaxTokens: 1})
+	generate(t, a, &engine.Request{Prompt: prompt(50000, 3500), MaxTokens: 1})
+	generate(t, a, &engine.Request{Prompt: prompt(60000, 3500), MaxTokens: 1})
+	ask := append(slices.Clone(doc), prompt(90000, 16)...)
+	var g1 int
+	var lower [kvcache.NumTiers]int
+	if err := b.do(t.Context(), func() { g1, lower = b.cache.MatchTiers(ask) }); err != nil {
+		t.Fatal(err)
+	}
+	if g1 != 0 || lower[kvcache.TierG2] != 0 || lower[kvcache.TierG3] != 2992 {
+		t.Fatalf("B's match: g1 %d, lower %v; want 0 and 2992 in G3", g1, lower)
+	}
+	r := generate(t, b, &engine.Request{Prompt: ask, MaxTokens: 1})
+	if r.hit != 2992 || b.stats.onboardBlocks[kvcache.TierG3].Load() != 187 {
+		t.Fatalf("B's first request: cached %d, onboarded %d blocks; want 2992 and 187", r.hit, b.stats.onboardBlocks[kvcache.TierG3].Load())
+	}
+	for _, e := range []*Engine{a, b} {
+		if _, err := schedState(t, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A config without a disk cannot share one.
+	if _, err := New(Config{Tiers: TierConfig{HostBytes: 1 << 30, Shared: NewSharedDisk()}}); err == nil {
+		t.Fatal("shared disk without a disk size accepted")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,11 +47,13 @@ func TestMooncakeTierReplay(t *testing.T) {
 	}
 	const gib = 1 << 30
 	configs := []struct {
-		name  string
-		tiers TierConfig
+		name   string
+		tiers  TierConfig
+		shared bool // one G3 disk per host of replayHostWorkers workers
 	}{
-		{"g1", TierConfig{}},
-		{"g1+g2+g3", TierConfig{HostBytes: 16 * gib, DiskBytes: 128 * gib}},
+		{"g1", TierConfig{}, false},
+		{"g1+g2+g3", replayTiers(16*gib, 128*gib), false},
+		{"+shared", replayTiers(16*gib, 128*gib), true},
 	}
 	names := []string{"conversation_trace", "synthetic_trace"}
 	if n := os.Getenv("TANDEM_TRACE_NAMES"); n != "" {
@@ -64,9 +67,10 @@ func TestMooncakeTierReplay(t *testing.T) {
 		var base replayResult
 		for i, c := range configs {
 			var r replayResult
-			synctest.Test(t, func(t *testing.T) { r = replay(t, entries, c.tiers) })
-			t.Logf("%-18s %-9s requests %d  prompt tokens %d  from cache %d (%.1f%%; onboarded %d)  TTFT mean %.0f ms  p90 %.0f ms",
-				name, c.name, r.n, r.prompt, r.cached, 100*float64(r.cached)/float64(r.prompt), r.onboarded, r.mean*1000, r.p90*1000)
+			synctest.Test(t, func(t *testing.T) { r = replay(t, entries, c.tiers, c.shared) })
+			t.Logf("%-18s %-9s requests %d  prompt tokens %d  from cache %d (%.1f%%; onboarded %d: host %d, disk %d)  TTFT mean %.0f ms  p90 %.0f ms  (mean queue %.0f ms, onboard copy %.1f ms, prefill %.0f ms)",
+				name, c.name, r.n, r.prompt, r.cached, 100*float64(r.cached)/float64(r.prompt), r.onboarded, r.fromHost, r.fromDisk,
+				r.mean*1000, r.p90*1000, r.queue*1000, r.copying*1000, (r.mean-r.queue-r.copying)*1000)
 			if i == 0 {
 				base = r
 				continue
@@ -74,6 +78,25 @@ func TestMooncakeTierReplay(t *testing.T) {
 			t.Logf("%-18s %-9s cached tokens ×%.2f, mean TTFT %+.1f%%, p90 TTFT %+.1f%%", name, "vs g1",
 				float64(r.cached)/float64(max(base.cached, 1)), 100*(r.mean/base.mean-1), 100*(r.p90/base.p90-1))
 		}
+	}
+}
+
+// replayTiers is the tiered configuration, its sizes and links
+// overridable for experiments: TANDEM_TRACE_HOST_GIB, TANDEM_TRACE_DISK_GIB,
+// TANDEM_TRACE_HOST_BW and TANDEM_TRACE_DISK_BW (bytes per second).
+func replayTiers(host, disk int64) TierConfig {
+	f := func(name string, def float64) float64 {
+		if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v >= 0 && v < 1e15 {
+			return v
+		}
+		return def
+	}
+	const gib = 1 << 30
+	return TierConfig{
+		HostBytes:     int64(f("TANDEM_TRACE_HOST_GIB", float64(host)/gib) * gib),
+		DiskBytes:     int64(f("TANDEM_TRACE_DISK_GIB", float64(disk)/gib) * gib),
+		HostBandwidth: f("TANDEM_TRACE_HOST_BW", 0),
+		DiskBandwidth: f("TANDEM_TRACE_DISK_BW", 0),
 	}
 }
 
@@ -105,7 +128,12 @@ func loadTrace(path string) ([]traceEntry, error) {
 
 type replayResult struct {
 	n, prompt, cached, onboarded int
+	fromHost, fromDisk           int // onboarded tokens per tier
 	mean, p90                    float64
+	// queue and copying are per-request means: the wait for admission
+	// and the onboard's copy (TTFT less both is the prefill and the steps
+	// it shares).
+	queue, copying float64
 }
 
 const (
@@ -117,6 +145,11 @@ const (
 	replayMaxInput  = 13000 // with replayMaxOutput, fits the 14,816-token context
 	replayMaxOutput = 1024
 	traceBlock      = 512 // tokens per Mooncake hash id
+	// replayHostWorkers is how many workers share a host's disk in the
+	// shared configuration: an 8-GPU H100 host (MLCommons inference
+	// results' system descriptions: accelerators_per_node 8), one worker
+	// per GPU.
+	replayHostWorkers = 8
 )
 
 // tracePrompt makes each hash id a fixed run of token ids, so requests with
@@ -135,7 +168,7 @@ func tracePrompt(e traceEntry) []engine.Token {
 	return p
 }
 
-func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
+func replay(t *testing.T, entries []traceEntry, tiers TierConfig, shared bool) replayResult {
 	ctx := context.Background()
 	workers := replayWorkers
 	if n, err := strconv.Atoi(os.Getenv("TANDEM_TRACE_WORKERS")); err == nil && n > 0 && n <= 1024 {
@@ -143,6 +176,9 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 	}
 	var ws []*Engine
 	for i := range workers {
+		if shared && i%replayHostWorkers == 0 {
+			tiers.Shared = NewSharedDisk()
+		}
 		e, err := New(Config{Model: "qwen3-0.6b", Timing: Qwen3_0_6BTiming(), KVCapacityTokens: SeedKVCapacityTokens,
 			Tiers: tiers, Logger: quiet(), Vocabulary: vocab, EngineLabel: fmt.Sprint(i)})
 		if err != nil {
@@ -178,8 +214,8 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 			if err := e.do(ctx, func() { g1, lower = e.cache.MatchTiers(prompt[:len(prompt)-1]) }); err != nil {
 				t.Fatal(err)
 			}
-			disk, host := onboard.onboardSeconds(lower[kvcache.TierG2]/e.cfg.BlockSize, lower[kvcache.TierG3]/e.cfg.BlockSize, blockBytes)
-			prefill := e.EstimatePrefill(len(prompt)-g1-lower[kvcache.TierG2]-lower[kvcache.TierG3]) + disk + host
+			copyTime := onboard.onboardWall(lower[kvcache.TierG2]/e.cfg.BlockSize, lower[kvcache.TierG3]/e.cfg.BlockSize, blockBytes)
+			prefill := e.EstimatePrefill(len(prompt)-g1-lower[kvcache.TierG2]-lower[kvcache.TierG3]) + copyTime
 			mu.Lock()
 			cost := queued[i] + prefill
 			mu.Unlock()
@@ -226,8 +262,12 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 	}
 	wg.Wait()
 	for _, e := range ws {
-		res.onboarded += int(e.stats.onboardBlocks[kvcache.TierG2].Load()+e.stats.onboardBlocks[kvcache.TierG3].Load()) * e.cfg.BlockSize
+		res.fromHost += int(e.stats.onboardBlocks[kvcache.TierG2].Load()) * e.cfg.BlockSize
+		res.fromDisk += int(e.stats.onboardBlocks[kvcache.TierG3].Load()) * e.cfg.BlockSize
+		res.queue += math.Float64frombits(e.stats.queue.sum.Load())
+		res.copying += math.Float64frombits(e.stats.onboard.sum.Load())
 	}
+	res.onboarded = res.fromHost + res.fromDisk
 	slices.Sort(ttfts)
 	sum := 0.0
 	for _, v := range ttfts {
@@ -235,6 +275,8 @@ func replay(t *testing.T, entries []traceEntry, tiers TierConfig) replayResult {
 	}
 	if len(ttfts) > 0 {
 		res.mean = sum / float64(len(ttfts))
+		res.queue /= float64(len(ttfts))
+		res.copying /= float64(len(ttfts))
 		res.p90 = ttfts[(len(ttfts)*9)/10]
 	}
 	return res
