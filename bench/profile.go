@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandemllm/tandem/planner"
+	"github.com/tandemllm/tandem/control/planner"
 )
 
 // ProfileSpec is a `tandem bench profile` sweep of one worker behind an

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/nodes/serve"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/routed"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/tracing"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/tandemllm/tandem/engine/routed"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
-	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 )
 
 // busy reports a fixed number of running decodes, to price interference

@@ -24,12 +24,12 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/kvevents"
-	"github.com/tandemllm/tandem/kvtransfer"
-	"github.com/tandemllm/tandem/requestplane"
+	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
+	"github.com/tandemllm/tandem/planes/requestplane"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/doctor"
+	"github.com/tandemllm/tandem/control/doctor"
 )
 
 // TestDoctorCLI runs `tandem doctor` against a frontend and two worker

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/planner"
-	"github.com/tandemllm/tandem/planner/sim"
+	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/control/planner/sim"
 )
 
 // TestServeLearnProfile serves one mocker worker with the qwen3-0.6b

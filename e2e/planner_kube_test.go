@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/tandemllm/tandem/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/api/v1alpha1"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 

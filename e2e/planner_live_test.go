@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/planner/local"
+	"github.com/tandemllm/tandem/control/planner/local"
 )
 
 // TestLocalSupervisorDrainsWorker: the planner's local actuator starts a

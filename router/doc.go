@@ -15,7 +15,7 @@
 //   - The index side (kv.go, kv_health.go, kv_metrics.go): the event and
 //     approximate indexes, the worker registry, and each worker's stream
 //     state. Each worker is an event.Handler: the streams are followed by a
-//     Streams (kvevents/follow.Follower, which the assembly hands over in
+//     Streams (planes/kvevents/follow.Follower, which the assembly hands over in
 //     KVConfig.Streams) or fed in process through Ingest, and the handler
 //     applies batches and turns stream transitions into the worker's health
 //     (kv_events_missing, kv_events_lost).

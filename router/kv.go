@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvevents/event"
-	"github.com/tandemllm/tandem/kvindex"
+	"github.com/tandemllm/tandem/planes/kvevents/event"
+	"github.com/tandemllm/tandem/router/kvindex"
 	"github.com/tandemllm/tandem/router/accuracy"
 )
 
@@ -106,12 +106,12 @@ type KVConfig struct {
 	// index. 0 selects ApproxTTL, after which those records are gone anyway.
 	RebuildWindow time.Duration
 	// Streams follows the workers' event streams in kv mode
-	// (kvevents/follow.Follower); the policy closes it with Close. nil:
+	// (planes/kvevents/follow.Follower); the policy closes it with Close. nil:
 	// only in-process workers (Ingest) feed the index, and AddWorker
 	// refuses an endpoint.
 	Streams Streams
 	// Topic, Bind, BindAllow, ReplayTimeout and DialTimeout are the
-	// settings of the event follower (kvevents/follow.Config), which the
+	// settings of the event follower (planes/kvevents/follow.Config), which the
 	// assembly builds from them and hands over as Streams; the policy
 	// itself reads none of them.
 	//
@@ -146,7 +146,7 @@ type KVConfig struct {
 }
 
 // Streams follows workers' KV event streams for the kv policy. The policy
-// declares it so that it links no transport; kvevents/follow.Follower is
+// declares it so that it links no transport; planes/kvevents/follow.Follower is
 // the implementation.
 type Streams interface {
 	// Follow feeds h with worker's stream at endpoint (replayEndpoint, if
@@ -435,7 +435,7 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 }
 
 // BoundPrefix marks a worker endpoint that is a topic on the bound socket
-// (--kv-events-bind): "topic:NAME". It equals kvevents/follow.BoundPrefix.
+// (--kv-events-bind): "topic:NAME". It equals planes/kvevents/follow.BoundPrefix.
 const BoundPrefix = "topic:"
 
 // RemoveWorker stops the worker's subscription and forgets it, its index

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
 // decisionFixture is a kv policy with 1,000 in-process workers, each holding

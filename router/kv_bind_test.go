@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/kvevents"
-	"github.com/tandemllm/tandem/kvevents/follow"
+	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents/follow"
 )
 
 // TestKVBoundSocketRoutesByTopic: with --kv-events-bind the policy binds one

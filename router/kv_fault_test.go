@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
 // TestKVBoundPublishersComeAndGo is the fault suite of publishers dialing

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvevents/event"
+	"github.com/tandemllm/tandem/planes/kvevents/event"
 	"github.com/tandemllm/tandem/router/accuracy"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/kvindex"
+	"github.com/tandemllm/tandem/router/kvindex"
 )
 
 // flight is one routed request, from Routed to Finished.

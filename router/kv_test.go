@@ -16,8 +16,8 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvevents"
-	"github.com/tandemllm/tandem/kvevents/follow"
+	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents/follow"
 )
 
 const tbs = 4 // test block size

@@ -11,7 +11,7 @@
 # machine load drifts over minutes; alternating spreads the drift over both.
 #
 #	scripts/bench-compare.sh 0bc68ad            # the issue-14 redesign's base against HEAD
-#	ROUNDS=3 PKGS="./router ./kvindex" scripts/bench-compare.sh 0bc68ad
+#	ROUNDS=3 PKGS="./router ./router/kvindex" scripts/bench-compare.sh 0bc68ad
 #
 # Environment: ROUNDS, PKGS (default: every package with a Benchmark),
 # BENCH (a -test.bench pattern, default .), BENCHTIME (default 1s),

@@ -23,7 +23,7 @@ PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 PROTOC_VERSION=3.21.12
 
 cd "$(dirname "$0")/.."
-root=requestplane/proto
+root=planes/requestplane/proto
 files=(tandem/requestplane/v1/requestplane.proto)
 
 check=0

@@ -115,7 +115,7 @@ func EndCall(span trace.Span, err error) {
 // grpcTracer is the switching provider's own (not otel.Tracer's: this
 // variable is set before the package's init installs the provider, and
 // otel's global would put its delegating tracer in front).
-var grpcTracer = global.Tracer("github.com/tandemllm/tandem/requestplane")
+var grpcTracer = global.Tracer("github.com/tandemllm/tandem/planes/requestplane")
 
 // Traceparent formats sc as a W3C traceparent header value
 // (version 00): https://www.w3.org/TR/trace-context/#traceparent-header.

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tandemllm/tandem/operator"
+	"github.com/tandemllm/tandem/control/operator"
 )
 
 // version and commit are stamped at link time (-X main.version=...), as

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/serve/launch"
+	"github.com/tandemllm/tandem/nodes/serve/launch"
 )
 
 // benchFlags are the flags every bench workload shares: targets, load

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/bench"
-	"github.com/tandemllm/tandem/serve/launch"
+	"github.com/tandemllm/tandem/nodes/serve/launch"
 )
 
 // resourceFlags are the `tandem serve` flags that change what a deployment

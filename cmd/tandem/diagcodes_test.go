@@ -16,7 +16,7 @@ import (
 	"github.com/tandemllm/tandem/health"
 	// The operator is its own binary (cmd/tandem-operator); linked here
 	// so its codes are checked with the rest.
-	_ "github.com/tandemllm/tandem/operator"
+	_ "github.com/tandemllm/tandem/control/operator"
 )
 
 // TestDiagnosticCodesDocumented: the codes registered with health.Register

@@ -4,9 +4,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/engine/engines"
-	"github.com/tandemllm/tandem/frontend"
-	"github.com/tandemllm/tandem/kvtransfer"
-	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/nodes/frontend"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
+	"github.com/tandemllm/tandem/nodes/serve"
 )
 
 // registerDisaggFlags adds the disaggregated-prefill flags of `tandem serve`.

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/discovery"
-	"github.com/tandemllm/tandem/doctor"
+	"github.com/tandemllm/tandem/control/discovery"
+	"github.com/tandemllm/tandem/control/doctor"
 	"github.com/tandemllm/tandem/health"
 )
 

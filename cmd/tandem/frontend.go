@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/discovery"
-	"github.com/tandemllm/tandem/frontend"
+	"github.com/tandemllm/tandem/control/discovery"
+	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"

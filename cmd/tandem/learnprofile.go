@@ -7,9 +7,9 @@ import (
 
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/planner"
-	"github.com/tandemllm/tandem/planner/sim"
-	"github.com/tandemllm/tandem/serve/launch"
+	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/nodes/serve/launch"
 )
 
 // learnFlags are `tandem serve --learn-profile`: a planner.ProfileLearner

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/disagg"
-	"github.com/tandemllm/tandem/planner"
-	"github.com/tandemllm/tandem/planner/sim"
+	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/control/planner/sim"
 )
 
 // newPlannerCmd is `tandem planner`: the live loop (planner_live.go) and

@@ -13,12 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/discovery"
-	"github.com/tandemllm/tandem/planner"
-	"github.com/tandemllm/tandem/planner/kube"
-	"github.com/tandemllm/tandem/planner/live"
-	"github.com/tandemllm/tandem/planner/local"
-	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/control/discovery"
+	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/control/planner/kube"
+	"github.com/tandemllm/tandem/control/planner/live"
+	"github.com/tandemllm/tandem/control/planner/local"
+	"github.com/tandemllm/tandem/nodes/serve"
 )
 
 func newPlannerRunFlags(c *cobra.Command) func(cmd *cobra.Command) error {

@@ -22,9 +22,9 @@ import (
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
-	"github.com/tandemllm/tandem/planner"
-	"github.com/tandemllm/tandem/planner/sim"
-	"github.com/tandemllm/tandem/serve"
+	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/nodes/serve"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 

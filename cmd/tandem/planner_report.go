@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tandemllm/tandem/planner/sim"
+	"github.com/tandemllm/tandem/control/planner/sim"
 )
 
 // addSimulateHTMLFlag registers `planner simulate --html FILE`.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tandemllm/tandem/planner"
+	"github.com/tandemllm/tandem/control/planner"
 )
 
 // TestPlannerSimulateHTML: --html writes the report next to the table,

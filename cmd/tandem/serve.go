@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/serve"
-	"github.com/tandemllm/tandem/serve/launch"
+	"github.com/tandemllm/tandem/nodes/serve"
+	"github.com/tandemllm/tandem/nodes/serve/launch"
 )
 
 // newServeSetup registers the flags of `tandem serve` on cmd: serve's

@@ -10,15 +10,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/discovery"
+	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/serve"
-	"github.com/tandemllm/tandem/worker"
+	"github.com/tandemllm/tandem/nodes/serve"
+	"github.com/tandemllm/tandem/nodes/worker"
 )
 
 func newWorkerCmd() *cobra.Command {

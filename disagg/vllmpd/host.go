@@ -12,7 +12,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/connlimit"
-	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 )
 
 // HostConfig makes every worker of a process answer vLLM's P/D protocol

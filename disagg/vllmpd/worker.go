@@ -19,7 +19,7 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/connlimit"
-	"github.com/tandemllm/tandem/kvtransfer"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 )
 
 // DefaultLease is how long a prefill worker keeps a finished prefill's

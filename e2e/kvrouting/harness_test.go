@@ -19,8 +19,8 @@ import (
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/engine/upstream/standin"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/kvevents"
-	"github.com/tandemllm/tandem/kvevents/follow"
+	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents/follow"
 	"github.com/tandemllm/tandem/router"
 )
 

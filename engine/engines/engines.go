@@ -24,7 +24,7 @@ import (
 	nativemodel "github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/internal/connlimit"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents"
 	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenizer"
 )

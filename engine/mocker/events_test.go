@@ -11,7 +11,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
 // The §1.8 block hashes of tokens 1..8 in blocks of 4 under sha256_cbor.

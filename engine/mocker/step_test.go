@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/planner"
+	"github.com/tandemllm/tandem/control/planner"
 )
 
 type stepRecorder struct {

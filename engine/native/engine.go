@@ -15,7 +15,7 @@ import (
 	"github.com/tandemllm/tandem/engine/native/kernels"
 	"github.com/tandemllm/tandem/engine/native/model"
 	"github.com/tandemllm/tandem/kvcache"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents"
 	"github.com/tandemllm/tandem/structured"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
-	"github.com/tandemllm/tandem/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
 // TestKVEventsLikeTheMocker: with KV events on, the native engine publishes

@@ -11,7 +11,7 @@ import (
 // TestTandemLinksNoKubernetesClient: the `tandem` binary reaches the
 // Kubernetes API through internal/kubeapi only. A package in its import
 // closure that imports client-go, apimachinery or an API group (directly,
-// or through api/v1alpha1's types) would link client-go's scheme with every
+// or through control/api/v1alpha1's types) would link client-go's scheme with every
 // API group back in, which is most of the binary's size; the operator
 // (cmd/tandem-operator) is the binary that links them.
 func TestTandemLinksNoKubernetesClient(t *testing.T) {

@@ -1,0 +1,416 @@
+package serve
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/disagg/vllmpd"
+	"github.com/tandemllm/tandem/control/discovery"
+	"github.com/tandemllm/tandem/dispatch"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/nodes/frontend"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/httpapi"
+	"github.com/tandemllm/tandem/internal/connlimit"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
+	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/router"
+	"github.com/tandemllm/tandem/tokenizer"
+	"github.com/tandemllm/tandem/nodes/worker"
+)
+
+// Config configures a one-process system.
+type Config struct {
+	HTTPAddr     string
+	Workers      int
+	RouterMode   string
+	RequestPlane string // "inproc" (default) or "grpc"
+	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
+	WorkerIDs []string
+	// ServedModelName is the model's name on the OpenAI API
+	// (--served-model-name). "": the tokenizer's, or for upstream servers
+	// the one their /v1/models lists (all of a pool must agree).
+	ServedModelName string
+	DrainTimeout    time.Duration
+	Frontend        httpapi.Config
+	// Dispatch is the request's life past admission (retries, migration).
+	Dispatch dispatch.Config
+	// KV configures the kv and kv-approx router modes.
+	KV router.KVConfig
+	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
+	TLS httpapi.TLSFiles
+	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
+	// request plane over mutual TLS: the frontend's end presents MTLS (a
+	// frontend's certificate), the worker's end MTLSWorker (a worker's),
+	// as across processes; it exists to measure what mTLS costs.
+	MTLS, MTLSWorker authn.Files
+	// Disagg enables disaggregated prefill (nodes/serve/disagg.go); the zero
+	// value is aggregated serving.
+	Disagg DisaggConfig
+	// VLLMPD makes workers answer vLLM's kv_transfer_params protocol
+	// (vllmpd.Host); exclusive with Disagg, which moves KV itself.
+	VLLMPD VLLMPDConfig
+	// PDPrefillWorkers > 0 puts vLLM's P/D proxy in the router
+	// (disagg/vllmpd.Proxy): the factory's engines
+	// Workers..Workers+PDPrefillWorkers-1 run the prefill legs, the workers
+	// are the decode servers. For upstream vLLM servers (engine/upstream);
+	// exclusive with Disagg and VLLMPD.
+	PDPrefillWorkers int
+}
+
+// DefaultConfig returns the defaults of `tandem serve`.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
+		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
+	}
+}
+
+// VLLMPDConfig makes every worker answer vLLM's P/D protocol.
+type VLLMPDConfig = vllmpd.HostConfig
+
+// EngineFactory builds the engine of worker i (0-based).
+type EngineFactory func(i int) (engine.Engine, error)
+
+// WorkerInfo describes a started worker.
+type WorkerInfo struct {
+	ID   string
+	Addr string // request-plane address, empty in-process
+	Info engine.Info
+}
+
+// System is a running one-process Tandem: N worker nodes and one frontend
+// node (the same assembly as `tandem worker` and `tandem frontend`) over
+// an in-process discovery registry and, by default, the in-process
+// transport.
+type System struct {
+	cfg      Config
+	log      *slog.Logger
+	Registry *prometheus.Registry
+	Board    *health.Board
+	Router   *router.Router
+	Frontend *httpapi.Server
+	Workers  []WorkerInfo
+
+	disc     *discovery.Mem
+	fe       *frontend.Process
+	done     <-chan error
+	model    *tokenizer.Model
+	transfer *kvtransfer.Metrics // the transfer nodes' shared series
+	pd       *vllmpd.Host        // nil unless VLLMPD is enabled
+
+	mu      sync.Mutex
+	engines []engine.Engine // the routed workers' (Engine(i))
+	routed  []*node         // the routed workers, in start order
+	prefill []*node         // prefill workers (Disagg or PDPrefillWorkers)
+	pool    poolState       // what runtime workers are built from (serve/pools.go)
+}
+
+// node is one worker node of the system.
+type node struct {
+	id  string
+	eng engine.Engine
+	w   *worker.Worker
+}
+
+// Start builds and starts the system. On error everything already started
+// is stopped.
+func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slog.Logger) (_ *System, err error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	base := process.New(log, nil, nil)
+	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem()}
+	defer func() {
+		if err != nil {
+			if s.fe != nil {
+				_ = s.fe.Shutdown(context.Background())
+			}
+			s.stop(context.Background())
+		}
+	}()
+	// One collector gathers the engines' metrics: every worker of a process
+	// exports the same vllm: families, told apart by their engine label,
+	// and a worker that leaves the pool takes its series along.
+	_ = s.Registry.Register(unchecked{engineCollector{s}})
+	if cfg.VLLMPD.Enabled {
+		if s.pd, err = vllmpd.NewHost(cfg.VLLMPD, s.Board, s.Registry, log); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	role, ids, prefillRole, prefillN := s.shape(&cfg)
+	// Prefill engines come first, with indexes after the routed workers',
+	// so seeds and ports never collide.
+	var preEngines []engine.Engine
+	for j := range prefillN {
+		eng, err := newEngine(cfg.Workers + j)
+		if err != nil {
+			return nil, fmt.Errorf("serve: prefill-%d: %w", j, err)
+		}
+		preEngines = append(preEngines, eng)
+		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
+	}
+	var engines []engine.Engine
+	for i := range cfg.Workers {
+		eng, err := newEngine(i)
+		if err != nil {
+			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
+		}
+		engines = append(engines, eng)
+		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
+		if model, err = servedModel(cfg.ServedModelName, model, eng, engines[0], i); err != nil {
+			return nil, err
+		}
+	}
+	// A tokenizer directory may not state the context length (llama2.c has
+	// none); the engine knows it.
+	if info := engines[0].Info(); model.ContextLength == 0 || (info.ContextLength > 0 && info.ContextLength < model.ContextLength) {
+		m := *model
+		m.ContextLength = info.ContextLength
+		model = &m
+	}
+	s.model, s.engines = model, engines
+	for _, n := range s.prefill {
+		if err := s.startNode(n, prefillRole); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range s.routed {
+		if err := s.startNode(n, role); err != nil {
+			return nil, err
+		}
+		info := n.eng.Info()
+		info.Model = model.Name
+		s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Addr: s.addr(n), Info: info})
+	}
+	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engines[0].Info().Kind == "upstream"}
+	if err := s.startFrontend(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// check refuses configurations that cannot run.
+func (c *Config) check() error {
+	if c.Disagg.DecodeWorkers > 0 && c.Disagg.Enabled() {
+		c.Workers = c.Disagg.DecodeWorkers
+	}
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("serve: need at least one worker, got %d", c.Workers)
+	case c.Disagg.Enabled() && c.VLLMPD.Enabled:
+		return errors.New("serve: --prefill-workers and the vLLM P/D protocol exclude each other")
+	case c.PDPrefillWorkers > 0 && (c.Disagg.Enabled() || c.VLLMPD.Enabled):
+		return errors.New("serve: vLLM P/D prefill workers exclude --prefill-workers and the worker side of the vLLM P/D protocol")
+	case c.RequestPlane != "inproc" && c.RequestPlane != "grpc" && c.RequestPlane != "":
+		return fmt.Errorf("serve: unknown request plane %q (want inproc or grpc)", c.RequestPlane)
+	case c.VLLMPD.Enabled && c.RequestPlane == "grpc":
+		return errors.New("serve: the vLLM P/D protocol's worker side needs the in-process request plane")
+	}
+	return nil
+}
+
+// shape names the routed workers and their role, and the prefill workers'.
+func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillRole discovery.Role, prefillN int) {
+	role, prefillRole = discovery.RoleAggregated, discovery.RolePrefill
+	prefix := "worker"
+	switch {
+	case cfg.Disagg.Enabled():
+		role, prefix, prefillN = discovery.RoleDecode, "decode", cfg.Disagg.PrefillWorkers
+		s.transfer = kvtransfer.NewMetrics(s.Registry)
+	case cfg.PDPrefillWorkers > 0:
+		role, prefillN = discovery.RoleDecode, cfg.PDPrefillWorkers
+	}
+	for i := range cfg.Workers {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if i < len(cfg.WorkerIDs) {
+			id = cfg.WorkerIDs[i]
+		}
+		ids = append(ids, id)
+	}
+	return role, ids, prefillRole, prefillN
+}
+
+// startNode starts the worker node of n's engine and registers it.
+func (s *System) startNode(n *node, role discovery.Role) error {
+	c := s.cfg
+	dc := c.Disagg
+	wc := worker.DefaultConfig()
+	wc.ID, wc.Role, wc.AdvertiseHost, wc.DeregisterDelay, wc.TransferPeers = n.id, string(role), "127.0.0.1", 0, worker.PeersAny
+	// Loopback ports of one process are not capped.
+	wc.ConnLimits, wc.RequestPlaneAddr = connlimit.Limits{}, "127.0.0.1:0"
+	wc.KVTransferAddr = cmp.Or(dc.ListenHost, "127.0.0.1") + ":0"
+	wc.TransferBudget, wc.TransferTimeout, wc.TransferListen, wc.TransferDial = dc.TransferBudget, dc.TransferTimeout, dc.TransferListen, dc.TransferDial
+	wc.MTLS = c.MTLSWorker
+	opts := worker.Options{Registry: s.disc, Board: s.Board, Logger: s.log, Metrics: s.Registry, TransferMetrics: s.transfer,
+		InProcess: c.RequestPlane != "grpc"}
+	if s.pd != nil {
+		opts.Wrap = func(gen engine.Generator) (engine.Generator, error) { return s.pd.Wrap(n.id, n.eng, gen) }
+	}
+	w, err := worker.Start(context.Background(), wc, n.eng, s.model, opts)
+	if err != nil {
+		return fmt.Errorf("serve: %s: %w", n.id, err)
+	}
+	n.w = w
+	return nil
+}
+
+// startFrontend starts the frontend node over the system's registry and
+// waits until it routes to every worker started so far.
+func (s *System) startFrontend() error {
+	c := s.cfg
+	fc := frontend.DefaultConfig()
+	fc.HTTPAddr, fc.RouterMode, fc.KV, fc.Frontend, fc.Dispatch, fc.TLS, fc.DrainTimeout = c.HTTPAddr, c.RouterMode, c.KV, c.Frontend, c.Dispatch, c.TLS, c.DrainTimeout
+	fc.Disagg = c.Disagg.DisaggConfig
+	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.TransferTimeout)
+	if c.RequestPlane == "grpc" {
+		fc.MTLS = c.MTLS
+	}
+	if c.VLLMPD.Enabled {
+		// A vLLM-compatible worker: its client is the P/D proxy, which
+		// builds kv_transfer_params; the worker pulls only from peers it
+		// was told to trust (VLLMPDConfig.Peers).
+		fc.Frontend.TrustClientKVTransferParams = true
+	}
+	fe, err := frontend.Start(context.Background(), fc, s.model, frontend.Options{Registry: s.disc, Board: s.Board, Metrics: s.Registry,
+		Logger: s.log, OnDecision: c.Disagg.OnDecision, QuietOpenAPI: true})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	s.fe, s.Router, s.Frontend, s.done = fe, fe.Router, fe.Frontend, fe.Done()
+	select {
+	case <-fe.Synced():
+	case <-time.After(time.Minute):
+		return errors.New("serve: the frontend never heard of its workers")
+	}
+	if c.Disagg.Enabled() {
+		// The link probes the decode workers started finish before the
+		// first request is priced (bounded: a link that cannot be probed
+		// now is probed on first use).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := fe.Disagg.Probed(ctx); err != nil {
+			s.log.Warn("KV link probes still running at start-up; they finish in the background", "err", err)
+		}
+	}
+	return nil
+}
+
+// addr is n's request-plane address ("" in process).
+func (s *System) addr(n *node) string {
+	if s.cfg.RequestPlane != "grpc" {
+		return ""
+	}
+	return n.w.Record().RequestPlane
+}
+
+// servedModel names the model: --served-model-name if given, else for an
+// upstream server the name it serves (a user asks for the model the server
+// lists, not Tandem's tokenizer's), and every upstream of the pool must
+// serve the first one's model.
+func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, i int) (*tokenizer.Model, error) {
+	info := eng.Info()
+	if info.Kind == "upstream" && i > 0 && info.Model != first.Info().Model {
+		url := func(e engine.Engine) string {
+			if u, ok := e.(engine.URLReporter); ok {
+				return u.URL()
+			}
+			return "?"
+		}
+		return nil, fmt.Errorf("serve: upstream %s serves model %q but upstream %s serves %q: one pool serves one model (set --upstream-model to pick one)",
+			url(first), first.Info().Model, url(eng), info.Model)
+	}
+	if i > 0 {
+		return model, nil
+	}
+	if name == "" && info.Kind == "upstream" {
+		name = info.Model
+	}
+	if name == "" || name == model.Name {
+		return model, nil
+	}
+	m := *model
+	m.Name = name
+	return &m, nil
+}
+
+// Engine returns the engine of worker i.
+func (s *System) Engine(i int) engine.Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engines[i]
+}
+
+// URL is the frontend's base URL.
+func (s *System) URL() string { return s.fe.URL() }
+
+// Addr is the frontend's listening address.
+func (s *System) Addr() net.Addr { return s.fe.Addr() }
+
+// Done yields the HTTP server's exit error once it stops serving.
+func (s *System) Done() <-chan error { return s.done }
+
+// Shutdown drains: /health turns 503, the listener stops accepting, and
+// in-flight requests get until ctx ends to finish. Then workers stop.
+func (s *System) Shutdown(ctx context.Context) error {
+	err := s.fe.Shutdown(ctx)
+	s.stop(ctx)
+	return err
+}
+
+// stop stops every worker node (their engines close with them), or closes
+// the engines of those never started, then the registry.
+func (s *System) stop(ctx context.Context) {
+	s.mu.Lock()
+	nodes := append(slices.Clone(s.prefill), s.routed...)
+	s.mu.Unlock()
+	for _, n := range nodes {
+		var err error
+		if n.w != nil {
+			err = n.w.Shutdown(ctx)
+		} else {
+			err = n.eng.Close()
+		}
+		if err != nil {
+			s.log.Warn("stopping worker", "worker", n.id, "err", err)
+		}
+	}
+	if s.pd != nil {
+		s.pd.Close()
+	}
+	_ = s.disc.Close()
+}
+
+// engineCollector gathers the live workers' engine metrics.
+type engineCollector struct{ s *System }
+
+func (c engineCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	nodes := append(slices.Clone(c.s.prefill), c.s.routed...)
+	c.s.mu.Unlock()
+	for _, n := range nodes {
+		if x, ok := n.eng.(engine.MetricsCollector); ok {
+			x.Collector().Collect(ch)
+		}
+	}
+}
+
+// unchecked registers a collector without its descriptors: every worker
+// of a process exports the same vllm: metric families, told apart by
+// their engine label, which a checked registration would refuse as
+// duplicates.
+type unchecked struct{ prometheus.Collector }
+
+func (unchecked) Describe(chan<- *prometheus.Desc) {}

@@ -1,0 +1,680 @@
+package worker
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tandemllm/tandem/authn"
+	"github.com/tandemllm/tandem/control/discovery"
+	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/planes/eventplane"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/connlimit"
+	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
+	"github.com/tandemllm/tandem/process"
+	"github.com/tandemllm/tandem/planes/requestplane"
+	"github.com/tandemllm/tandem/tokenizer"
+)
+
+// Config configures one worker process. Engine settings are not here: the
+// caller builds the engine.
+type Config struct {
+	// ID names the worker in the fleet (--id); it must be unique.
+	ID string
+	// Role is aggregated, prefill or decode (--role).
+	Role string
+	// RequestPlaneAddr is where the gRPC request plane listens (--rp-addr);
+	// port 0 picks a free one.
+	RequestPlaneAddr string
+	// AdvertiseHost replaces a wildcard listen host in the addresses the
+	// record publishes (--advertise-host; default: the host name).
+	AdvertiseHost string
+	// MetricsAddr serves /metrics and /health ("" serves nothing).
+	MetricsAddr string
+	// KVEventsFormat is the encoding the engine publishes ("map" or
+	// "array"), copied into the record for subscribers.
+	KVEventsFormat string
+	// DeregisterDelay is how long the worker keeps serving new requests
+	// after revoking its record, so that watchers hear of it first (a
+	// request refused meanwhile is retried elsewhere, but costs a retry).
+	DeregisterDelay time.Duration
+	// DrainTimeout bounds how long in-flight requests may take to finish.
+	DrainTimeout time.Duration
+	// EventPlane selects how KV events reach routers: zmq (routers dial
+	// the engine's PUB socket, published in the record) or nats (the
+	// worker relays its batches to the model's subject as well).
+	EventPlane eventplane.Config
+	// Version is the Tandem version published in the record.
+	Version string
+	// KVConfig is the deployment's KV configuration fingerprint
+	// (--kv-config-fingerprint), published in the record's KV layout.
+	KVConfig string
+	// KVTransferAddr is where a decode worker's KV transfer node receives
+	// blocks (--kv-transfer-addr; port 0 picks one). Prefill workers only
+	// send, and aggregated ones take no part.
+	KVTransferAddr string
+	// TransferBudget bounds the worker's KV staging memory in bytes
+	// (--transfer-budget; 0: kvtransfer's default).
+	TransferBudget int64
+	// TransferTimeout bounds one KV transfer (0: kvtransfer's default).
+	TransferTimeout time.Duration
+	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
+	// when set, the request plane admits only frontends' certificates and
+	// the KV transfer plane only workers', both signed by the cluster CA.
+	MTLS authn.Files
+	// TransferPeers is where a prefill worker may send KV and probes:
+	// "discovery" (the default: only transfer addresses published in
+	// discovery) or "any" (whatever address the frontend names).
+	TransferPeers string
+	// TransferDial, if set, opens the KV transfer node's connections to
+	// peers (nil: a net.Dialer): a hook for sockets that must live
+	// elsewhere, or a link shaped the way a real network is (tandem
+	// doctor's slow-link test).
+	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TransferListen, if set, creates the KV transfer node's listener (nil:
+	// net.Listen), e.g. to put it in another network namespace (tests).
+	TransferListen func(network, addr string) (net.Listener, error)
+	// ConnLimits bound every port the worker listens on (the request
+	// plane, the KV transfer node, the metrics port): --conn-max,
+	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
+	ConnLimits connlimit.Limits
+}
+
+// Transfer destination policies (Config.TransferPeers).
+const (
+	PeersDiscovery = "discovery"
+	PeersAny       = "any"
+)
+
+// DefaultConfig returns the flag defaults.
+func DefaultConfig() Config {
+	return Config{
+		ID: "worker-0", Role: string(discovery.RoleAggregated), RequestPlaneAddr: "127.0.0.1:0", KVTransferAddr: "127.0.0.1:0",
+		KVEventsFormat: "map", DeregisterDelay: 500 * time.Millisecond, DrainTimeout: 30 * time.Second,
+		EventPlane: eventplane.DefaultConfig(), ConnLimits: connlimit.Defaults(),
+	}
+}
+
+// Diagnostic codes raised by a worker.
+const (
+	DiagDrainTimeout = process.DiagDrainTimeout
+)
+
+// Options are a worker's collaborators.
+type Options struct {
+	Registry discovery.Registry
+	// Board receives diagnostics; nil creates one.
+	Board  *health.Board
+	Logger *slog.Logger
+	// Metrics is the registry of the worker's own series (KV transfer,
+	// listeners) and, with MetricsAddr, what /metrics serves; nil creates
+	// one. Workers of one process share the process's.
+	Metrics *prometheus.Registry
+	// TransferMetrics, if set, are the KV transfer series the process's
+	// workers share on one registry (nil: the worker's own on Metrics).
+	TransferMetrics *kvtransfer.Metrics
+	// InProcess picks the in-process transport: no listener, the worker is
+	// served under an inproc:// address (requestplane.RegisterLocal) that
+	// only a frontend node of this process resolves. Otherwise the gRPC
+	// request plane listens on RequestPlaneAddr.
+	InProcess bool
+	// Wrap, if set, wraps what the in-process transport serves (the
+	// engine), e.g. to answer vLLM's P/D protocol.
+	Wrap func(gen engine.Generator) (engine.Generator, error)
+}
+
+// Worker is a running worker process's serving side.
+type Worker struct {
+	cfg   Config
+	log   *slog.Logger
+	eng   engine.Engine
+	disc  discovery.Registry
+	board *health.Board
+	rec   discovery.Record
+
+	grpc     *requestplane.Server      // nil in process
+	local    *requestplane.LocalServer // nil on gRPC
+	served   chan error
+	reg      *prometheus.Registry
+	metrics  *http.Server
+	lease    discovery.Lease
+	node     *kvtransfer.Node // nil for aggregated workers
+	connM    *connlimit.Metrics
+	connOnce sync.Once
+
+	tls       *authn.Cluster
+	watchStop context.CancelFunc
+	nats      *eventplane.Conn
+	relay     *eventplane.Relay
+	relayStop context.CancelFunc
+	relayDone chan struct{}
+
+	stopOnce  sync.Once
+	stopErr   error
+	deregOnce sync.Once
+	deregErr  error
+}
+
+// Start serves eng on the request plane and registers it. model is the
+// tokenizer the engine's tokens belong to (its fingerprint goes into the
+// record's KV layout). On error nothing is left running and eng is not
+// closed.
+func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.Model, opts Options) (_ *Worker, err error) {
+	role, err := discovery.ParseRole(cfg.Role)
+	if err != nil {
+		return nil, err
+	}
+	if !discovery.ValidID(cfg.ID) {
+		return nil, fmt.Errorf("worker: invalid id %q", cfg.ID)
+	}
+	if err := cfg.EventPlane.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Registry == nil {
+		return nil, errors.New("worker: no discovery registry")
+	}
+	switch cfg.TransferPeers {
+	case "", PeersDiscovery, PeersAny:
+	default:
+		return nil, fmt.Errorf("worker: transfer peers %q: want discovery or any", cfg.TransferPeers)
+	}
+	cluster, err := authn.Load(cfg.MTLS)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	if cluster != nil && cluster.Role() != authn.RoleWorker {
+		return nil, fmt.Errorf("worker: --mtls-cert has role %s; a worker needs a worker certificate", cluster.Role())
+	}
+	// The board publishes on the worker's /metrics (--metrics-addr) unless
+	// the caller brought its own.
+	base := process.New(opts.Logger, opts.Metrics, opts.Board)
+	log, board := base.Log, base.Board
+	w := &Worker{cfg: cfg, log: log.With("component", "worker", "worker", cfg.ID), eng: eng, disc: opts.Registry, board: board,
+		served: make(chan error, 1), reg: base.Registry, tls: cluster}
+	host := cfg.AdvertiseHost
+	if host == "" {
+		if host, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("worker: host name: %w", err)
+		}
+	}
+	// An upstream server's reachability shows on the worker's /health.
+	health.Attach(eng, board, cfg.ID)
+	side, err := w.startTransfer(role, opts.TransferMetrics)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			w.stopPlane()
+			w.closeNode()
+			if w.metrics != nil {
+				_ = w.metrics.Close()
+			}
+			w.stopRelay()
+		}
+	}()
+	var rpAddr string
+	if opts.InProcess {
+		rpAddr, err = w.serveLocal(side, opts.Wrap)
+	} else {
+		rpAddr, err = w.serveGRPC(side, model.Tokenizer.VocabSize())
+	}
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr := ""
+	if cfg.MetricsAddr != "" {
+		if metricsAddr, err = w.serveMetrics(cfg.MetricsAddr); err != nil {
+			return nil, err
+		}
+		metricsAddr = discovery.Advertise(metricsAddr, host)
+	}
+	if !opts.InProcess {
+		// A process's own in-process workers are not planes of their own
+		// (tandem serve never raised these).
+		w.raiseOpenPlanes(rpAddr, metricsAddr)
+	}
+	w.rec = Record(cfg, eng, model)
+	w.rec.Role = role
+	w.rec.RequestPlane = rpAddr
+	if !opts.InProcess {
+		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
+	}
+	w.rec.MetricsAddr = metricsAddr
+	if w.node != nil {
+		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
+	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
+		w.rec.KVTransfer.Protocol = p
+	}
+	w.rec.KVEvents.Endpoint = discovery.AdvertiseURL(w.rec.KVEvents.Endpoint, host)
+	w.rec.KVEvents.ReplayEndpoint = discovery.AdvertiseURL(w.rec.KVEvents.ReplayEndpoint, host)
+	if cfg.EventPlane.Plane == "nats" && w.rec.KVEvents.Endpoint != "" {
+		if err := w.startRelay(ctx, log); err != nil {
+			return nil, err
+		}
+		w.rec.KVEvents.Subject = w.relay.Subject()
+	}
+	if w.lease, err = w.disc.Register(ctx, w.rec); err != nil {
+		return nil, fmt.Errorf("worker: register: %w", err)
+	}
+	// Ready: grpc.health.v1 on the request plane says SERVING from here
+	// until the drain starts.
+	if w.grpc != nil {
+		w.grpc.SetServing(true)
+	}
+	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
+		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
+	return w, nil
+}
+
+// serveLocal serves the worker in process: a drain gate in front of the
+// engine (or of what opts.Wrap made of it) under an inproc:// address.
+func (w *Worker) serveLocal(side kvtransfer.Side, wrap func(engine.Generator) (engine.Generator, error)) (string, error) {
+	gen := engine.Generator(w.eng)
+	if wrap != nil {
+		var err error
+		if gen, err = wrap(gen); err != nil {
+			return "", err
+		}
+	}
+	w.local = requestplane.ServeLocal(w.cfg.ID, gen, side, w.eng)
+	return w.local.Addr(), nil
+}
+
+// serveGRPC serves the worker on the gRPC request plane (not yet
+// SERVING: Start says so once the record is published).
+func (w *Worker) serveGRPC(side kvtransfer.Side, vocab int) (string, error) {
+	cfg, board := w.cfg, w.board
+	lis, err := net.Listen("tcp", cfg.RequestPlaneAddr)
+	if err != nil {
+		return "", fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
+	}
+	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
+	// pings connected clients, whose answers keep them from idling out.
+	rpLim := cfg.ConnLimits
+	var gopts []grpc.ServerOption
+	if rpLim.Handshake > 0 {
+		gopts = append(gopts, grpc.ConnectionTimeout(rpLim.Handshake))
+	}
+	if rpLim.Idle > 0 {
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpLim.Idle / 2, Timeout: min(rpLim.Idle/2, 20*time.Second)}))
+	}
+	rpLim.Handshake = 0
+	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
+	if w.tls != nil {
+		// Only frontends call a worker: Generate, and the disaggregation
+		// calls that make it send or hand out its transfer key.
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(w.tls.Server(authn.RoleFrontend))))
+	}
+	w.grpc = requestplane.NewServer(w.eng, side, vocab, gopts...)
+	health.Attach(w.grpc, board, cfg.ID)
+	go func() { w.served <- w.grpc.Serve(lis) }()
+	return lis.Addr().String(), nil
+}
+
+// stopPlane stops the request plane at once (a failed start).
+func (w *Worker) stopPlane() {
+	if w.grpc != nil {
+		w.grpc.Stop()
+	}
+	if w.local != nil {
+		w.local.Stop()
+	}
+}
+
+// raiseOpenPlanes raises plane_unauthenticated for each listener bound
+// beyond loopback that serves anyone: the request plane, the transfer
+// node and the metrics port without mTLS, and a KV event socket whose
+// events carry token ids (ZMQ has no authentication; hashes-only events
+// give no prompt away).
+func (w *Worker) raiseOpenPlanes(rp, metrics string) {
+	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
+	open := map[string]string{}
+	if w.tls == nil {
+		open["request-plane"], open["metrics"] = rp, metrics
+		if w.node != nil {
+			open["kv-transfer"] = w.node.Addr()
+		}
+	}
+	msgs := map[string]string{}
+	if te, ok := w.eng.(engine.TokenIDPublisher); ok && te.KVEventsTokenIDs() {
+		open["kv-events"] = strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://")
+		msgs["kv-events"] = "the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)"
+	}
+	for plane, addr := range open {
+		if addr == "" || !authn.Exposed(addr) {
+			continue
+		}
+		msg := msgs[plane]
+		if msg == "" {
+			msg = noMTLS
+		}
+		w.board.Raise(authn.DiagOpenPlane, plane, health.Warn, msg, "addr", addr)
+	}
+}
+
+// startRelay connects to NATS (or starts the embedded server) and relays
+// the engine's events from its loopback ZMQ socket.
+func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
+	ep := w.cfg.EventPlane
+	nc, err := eventplane.Open(context.WithoutCancel(ctx), ep, "tandem-worker-"+w.cfg.ID, w.board, log)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.nats = nc
+	format, err := kvevents.ParseFormat(w.rec.KVEvents.Format)
+	if err != nil {
+		format = kvevents.FormatMap
+	}
+	// The relay reads the engine's sockets as bound (loopback works even
+	// when the record advertises a host name).
+	ee, _ := w.eng.(engine.KVEventsPublisher)
+	re, _ := w.eng.(engine.KVEventsReplayer)
+	endpoint, replay := ee.KVEventsEndpoint(), ""
+	if re != nil {
+		replay = re.KVEventsReplayEndpoint()
+	}
+	w.relay, err = eventplane.NewRelay(nc.Conn, eventplane.RelayConfig{
+		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
+		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
+	})
+	if err != nil {
+		w.stopRelay()
+		return fmt.Errorf("worker: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	w.relayStop, w.relayDone = cancel, make(chan struct{})
+	go func() {
+		defer close(w.relayDone)
+		w.relay.Run(rctx)
+	}()
+	return nil
+}
+
+// loopback makes a wildcard ZMQ endpoint dialable from this host.
+func loopback(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	return discovery.AdvertiseURL(endpoint, "127.0.0.1")
+}
+
+func (w *Worker) stopRelay() {
+	if w.relayStop != nil {
+		w.relayStop()
+		<-w.relayDone
+		w.relayStop = nil
+	}
+	if w.nats != nil {
+		// Flush what the relay published while draining.
+		_ = w.nats.FlushTimeout(time.Second)
+		w.nats.Close()
+		w.nats = nil
+	}
+}
+
+// Record builds the registration record of eng, addresses not yet filled
+// in (Start does that once the sockets are bound).
+func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Record {
+	info := eng.Info()
+	rec := discovery.Record{
+		ID: cfg.ID, Model: model.Name, Role: discovery.Role(cfg.Role), Engine: info.Kind, Version: cfg.Version,
+		ContextLength: info.ContextLength,
+		KVLayout:      Layout(eng, model),
+	}
+	rec.KVLayout.Config = cfg.KVConfig
+	if info.BlockSize > 0 {
+		rec.CapacityBlocks = info.KVCapacityTokens / info.BlockSize
+	}
+	if e, ok := eng.(engine.KVEventsPublisher); ok {
+		rec.KVEvents.Endpoint = e.KVEventsEndpoint()
+	}
+	if e, ok := eng.(engine.KVEventsReplayer); ok {
+		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
+		rec.KVEvents.ReplayToken = hex.EncodeToString(replayToken(eng))
+	}
+	if rec.KVEvents.Endpoint != "" {
+		rec.KVEvents.Format = cfg.KVEventsFormat
+	}
+	return rec
+}
+
+// Layout describes eng's KV cache as far as the engine can tell
+// (engine.KVDescriber, engine.KVPort): the worker knows no engine type.
+func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
+	info := eng.Info()
+	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, TokenizerHash: model.Tokenizer.Fingerprint()}
+	if d, ok := eng.(engine.KVDescriber); ok {
+		s := d.KVShape()
+		l.DType, l.Layers, l.KVHeads, l.HeadSize, l.Weights = s.DType, s.Layers, s.KVHeads, s.HeadSize, s.Weights
+	}
+	if p, ok := eng.(engine.KVPort); ok {
+		l.EngineLayout = p.KVLayout()
+	}
+	return l
+}
+
+// startTransfer gives prefill and decode workers their transfer-plane node
+// (a decode worker's listens) and returns the worker's part in
+// disaggregation, served on the request plane; nil for aggregated workers.
+func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics) (kvtransfer.Side, error) {
+	if role == discovery.RoleAggregated {
+		return nil, nil
+	}
+	if vllmProtocol(w.eng) != "" {
+		// A vLLM server moves its own KV; the frontend drives the
+		// protocol through the requests (kv_transfer_params).
+		return nil, nil
+	}
+	port, ok := w.eng.(engine.KVPort)
+	if !ok {
+		return nil, fmt.Errorf("worker: role %s needs an engine that can move KV; the %s engine cannot", role, w.eng.Info().Kind)
+	}
+	var allow func(context.Context, string) error
+	if role == discovery.RolePrefill && w.cfg.TransferPeers != PeersAny {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.watchStop = cancel
+		allow = discovery.WatchTransferAddrs(ctx, w.disc, w.log).Allow
+	}
+	if metrics == nil {
+		metrics = kvtransfer.NewMetrics(w.reg)
+	}
+	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
+		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: metrics, Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial, Listen: w.cfg.TransferListen,
+		ConnLimits: w.cfg.ConnLimits, ConnMetrics: w.connMetrics()})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w.node = n
+	if role == discovery.RoleDecode {
+		if err := n.Listen(w.cfg.KVTransferAddr); err != nil {
+			w.closeNode()
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
+	side, err := kvtransfer.NewLocal(kvtransfer.Worker{ID: w.cfg.ID, Engine: w.eng, Node: n})
+	if err != nil {
+		w.closeNode()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return side, nil
+}
+
+// vllmProtocol is discovery.ProtocolVLLM for engines that are vLLM
+// servers (engine/upstream), "" otherwise.
+func vllmProtocol(eng engine.Engine) string {
+	if p, ok := eng.(engine.KVTransferProtocolReporter); ok && p.KVTransferProtocol() == discovery.ProtocolVLLM {
+		return discovery.ProtocolVLLM
+	}
+	return ""
+}
+
+func (w *Worker) closeNode() {
+	if w.watchStop != nil {
+		w.watchStop()
+	}
+	if w.node != nil {
+		_ = w.node.Close()
+	}
+}
+
+func (w *Worker) serveMetrics(addr string) (string, error) {
+	reg := w.reg // process.NewRegistry's: the Go and process collectors are on it
+	if c, ok := w.eng.(engine.MetricsCollector); ok {
+		if err := reg.Register(c.Collector()); err != nil {
+			return "", fmt.Errorf("worker: engine metrics: %w", err)
+		}
+	}
+	raw, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("worker: metrics listen %s: %w", addr, err)
+	}
+	var lis net.Listener = connlimit.Wrap(raw, PlaneMetrics, w.cfg.ConnLimits, w.board, w.connMetrics(), w.log)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The worker's own degraded states (discovery or NATS unreachable, a
+	// relay losing batches), for an operator or a probe.
+	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) {
+		ds := w.board.Active()
+		status := "ok"
+		if len(ds) > 0 {
+			status = "degraded"
+		}
+		b, _ := json.Marshal(map[string]any{"status": status, "worker": w.cfg.ID, "diagnostics": ds})
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = rw.Write(b)
+	})
+	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: establishOnRequest,
+		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+	if w.tls != nil {
+		// With the cluster identity the metrics port is HTTPS and admits
+		// only monitors' certificates (tandem certs issue --role monitor)
+		// and frontends'.
+		w.metrics.TLSConfig = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
+		go func() { _ = w.metrics.ServeTLS(lis, "", "") }()
+	} else {
+		go func() { _ = w.metrics.Serve(lis) }()
+	}
+	return lis.Addr().String(), nil
+}
+
+// replayToken is the engine's KV event replay token (nil: none needed).
+func replayToken(eng engine.Engine) []byte {
+	if t, ok := eng.(engine.ReplayTokener); ok {
+		return t.KVEventsReplayToken()
+	}
+	return nil
+}
+
+// Planes of the worker's listeners (connlimit's metric label and
+// diagnostic subject).
+const (
+	PlaneRequest = "request-plane"
+	PlaneMetrics = "metrics"
+)
+
+// connMetrics are the listeners' series on the worker's registry.
+func (w *Worker) connMetrics() *connlimit.Metrics {
+	w.connOnce.Do(func() { w.connM = connlimit.NewMetrics(w.reg) })
+	return w.connM
+}
+
+// establishOnRequest is an http.Server's ConnState: a connection that
+// delivered a request is past its handshake.
+func establishOnRequest(c net.Conn, st http.ConnState) {
+	if st == http.StateActive {
+		connlimit.Established(c)
+	}
+}
+
+// Record returns the published record.
+func (w *Worker) Record() discovery.Record { return w.rec }
+
+// Done yields the request plane's exit error if it stops by itself.
+func (w *Worker) Done() <-chan error { return w.served }
+
+// Shutdown drains: revoke the record, wait DeregisterDelay, stop taking
+// streams and let in-flight ones finish until ctx ends (then cut them),
+// close the engine. The engine is closed even when an earlier step fails.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.stopOnce.Do(func() { w.stopErr = w.shutdown(ctx) })
+	return w.stopErr
+}
+
+// Deregister revokes the record, so frontends stop routing here while the
+// worker still serves (Shutdown begins with it; once is enough).
+func (w *Worker) Deregister(ctx context.Context) error {
+	w.deregOnce.Do(func() {
+		// Health checks hear of the drain first, with the registry.
+		if w.grpc != nil {
+			w.grpc.SetServing(false)
+		}
+		if err := w.lease.Revoke(ctx); err != nil {
+			w.deregErr = fmt.Errorf("worker: deregister: %w", err)
+		}
+		w.log.Info("deregistered; draining")
+	})
+	return w.deregErr
+}
+
+func (w *Worker) shutdown(ctx context.Context) error {
+	var errs []error
+	if err := w.Deregister(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if w.cfg.DeregisterDelay > 0 {
+		t := time.NewTimer(w.cfg.DeregisterDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	if w.local != nil {
+		start := time.Now()
+		if cut := w.local.Drain(ctx); cut > 0 {
+			// Logged, not raised: the worker is gone from its frontend's
+			// board with its record.
+			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", DiagDrainTimeout,
+				"streams", cut, "waited", time.Since(start))
+		}
+	} else {
+		stopped := make(chan struct{})
+		go func() { w.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
+			w.grpc.Stop()
+			<-stopped
+			errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
+		}
+	}
+	w.stopRelay()
+	w.closeNode()
+	if err := w.eng.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("worker: close engine: %w", err))
+	}
+	if w.metrics != nil {
+		_ = w.metrics.Close()
+	}
+	return errors.Join(errs...)
+}
