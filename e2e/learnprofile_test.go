@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/control/planner"
 	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/engine/mocker"
 )
 
 // TestServeLearnProfile serves one mocker worker with the qwen3-0.6b

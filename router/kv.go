@@ -16,8 +16,8 @@ import (
 
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/planes/kvevents/event"
-	"github.com/tandemllm/tandem/router/kvindex"
 	"github.com/tandemllm/tandem/router/accuracy"
+	"github.com/tandemllm/tandem/router/kvindex"
 )
 
 // OnMissing says what kv mode does with a worker whose KV events are missing.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/nodes/frontend"
-	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/nodes/serve"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 )
 
 // registerDisaggFlags adds the disaggregated-prefill flags of `tandem serve`.

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/control/planner"
 	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/nodes/serve/launch"
 )
 

@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/control/planner"
 	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/disagg"
 )
 
 // newPlannerCmd is `tandem planner`: the live loop (planner_live.go) and

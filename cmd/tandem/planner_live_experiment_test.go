@@ -19,11 +19,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/control/planner/sim"
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/internal/sharedfiles"
-	"github.com/tandemllm/tandem/control/planner"
-	"github.com/tandemllm/tandem/control/planner/sim"
 	"github.com/tandemllm/tandem/nodes/serve"
 	"github.com/tandemllm/tandem/tokenizer"
 )

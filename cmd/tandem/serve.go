@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/nodes/serve"
 	"github.com/tandemllm/tandem/nodes/serve/launch"
+	"github.com/tandemllm/tandem/process"
 )
 
 // newServeSetup registers the flags of `tandem serve` on cmd: serve's

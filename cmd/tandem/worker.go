@@ -15,10 +15,10 @@ import (
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/planes/kvtransfer"
-	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/nodes/serve"
 	"github.com/tandemllm/tandem/nodes/worker"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
+	"github.com/tandemllm/tandem/process"
 )
 
 func newWorkerCmd() *cobra.Command {

@@ -14,10 +14,10 @@ import (
 	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/control/doctor"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/httpapi"
-	"github.com/tandemllm/tandem/tokenizer"
+	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/nodes/worker"
+	"github.com/tandemllm/tandem/tokenizer"
 )
 
 var quiet = slog.New(slog.DiscardHandler)

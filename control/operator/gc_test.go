@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tandemllm/tandem/control/api/v1alpha1"
-	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/health"
 )
 
 // childrenOf lists the children the operator renders for an object named

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tandemllm/tandem/control/api/v1alpha1"
-	"github.com/tandemllm/tandem/internal/kubetest"
 	"github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
 const (

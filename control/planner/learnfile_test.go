@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/control/planner"
 	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/health"
 )
 
 // TestLearnProfileWriteDiagnostic: a profile that cannot be written

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/engine"
 )
 
 type stepRecorder struct {

@@ -20,8 +20,8 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/etcdtest"
 	"github.com/tandemllm/tandem/internal/kubetest"
-	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/nodes/worker"
+	"github.com/tandemllm/tandem/tokenizer"
 )
 
 // teeRegistry registers one worker in several backends at once, so the

@@ -17,8 +17,8 @@ import (
 	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/nodes/worker"
+	"github.com/tandemllm/tandem/tokenizer"
 )
 
 var quiet = slog.New(slog.DiscardHandler)

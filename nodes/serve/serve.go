@@ -14,19 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/authn"
-	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/control/discovery"
+	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/internal/connlimit"
+	"github.com/tandemllm/tandem/nodes/frontend"
+	"github.com/tandemllm/tandem/nodes/worker"
 	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
-	"github.com/tandemllm/tandem/nodes/worker"
 )
 
 // Config configures a one-process system.

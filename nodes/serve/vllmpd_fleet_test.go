@@ -16,8 +16,8 @@ import (
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/nodes/frontend"
-	"github.com/tandemllm/tandem/tokenizer"
 	"github.com/tandemllm/tandem/nodes/worker"
+	"github.com/tandemllm/tandem/tokenizer"
 )
 
 // vllmServer is a stand-in for a vLLM server with a NixlConnector:

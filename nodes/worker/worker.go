@@ -23,13 +23,13 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/planes/eventplane"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/connlimit"
+	"github.com/tandemllm/tandem/planes/eventplane"
 	"github.com/tandemllm/tandem/planes/kvevents"
 	"github.com/tandemllm/tandem/planes/kvtransfer"
-	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/planes/requestplane"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 

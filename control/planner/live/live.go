@@ -21,10 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
-	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/control/planner"
 	"github.com/tandemllm/tandem/control/planner/sim"
+	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/httpapi"
 )
 
 // Config is the live planner's flags shared by `tandem

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 func experimentConfig(disagg bool) Config {

@@ -1,8 +1,8 @@
 package sim
 
 import (
-	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/control/planner"
+	"github.com/tandemllm/tandem/engine/mocker"
 )
 
 // WorkerSpec is one simulated worker's shape.

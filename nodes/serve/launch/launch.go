@@ -15,8 +15,8 @@ import (
 
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/nodes/serve"
+	"github.com/tandemllm/tandem/router"
 )
 
 // Setup is the configuration of `tandem serve`, as its flags fill it.
