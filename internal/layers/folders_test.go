@@ -1,9 +1,7 @@
 package layers
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -22,24 +20,15 @@ type folder struct {
 
 // parseFolders reads the "## Folders" table of ARCHITECTURE.md.
 func parseFolders(path string) ([]folder, error) {
-	f, err := os.Open(path)
+	rows, err := sectionRows(path, "Folders")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []folder
-	in := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "## ") {
-			in = line == "## Folders"
-			continue
-		}
+	for _, line := range rows {
 		m := folderRow.FindStringSubmatch(line)
-		if !in || m == nil {
-			continue
+		if m == nil {
+			continue // the header and its rule
 		}
 		lo, _ := strconv.Atoi(m[2])
 		hi := lo
@@ -47,12 +36,6 @@ func parseFolders(path string) ([]folder, error) {
 			hi, _ = strconv.Atoi(m[3])
 		}
 		out = append(out, folder{m[1], lo, hi})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no \"## Folders\" table", path)
 	}
 	return out, nil
 }

@@ -31,26 +31,45 @@ func root(t *testing.T) string {
 
 var cellPkg = regexp.MustCompile("`([^`]+)`")
 
-// parseLayers reads the "Import layers" table: | layer | `pkg`, ... | ... |.
-func parseLayers(path string) (map[string]int, error) {
+// sectionRows returns the table rows ("| ..." lines) of ARCHITECTURE.md's
+// section "## <title>".
+func sectionRows(path, title string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	layers := map[string]int{}
+	var rows []string
 	in := false
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "## ") {
-			in = line == "## Import layers"
+			in = line == "## "+title
 			continue
 		}
-		if !in || !strings.HasPrefix(line, "| ") {
-			continue
+		if in && strings.HasPrefix(line, "| ") {
+			rows = append(rows, line)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: no \"## %s\" table", path, title)
+	}
+	return rows, nil
+}
+
+// parseLayers reads the "Import layers" table: | layer | `pkg`, ... | ... |.
+func parseLayers(path string) (map[string]int, error) {
+	rows, err := sectionRows(path, "Import layers")
+	if err != nil {
+		return nil, err
+	}
+	layers := map[string]int{}
+	for _, line := range rows {
 		cells := strings.Split(line, "|")
 		if len(cells) < 4 {
 			continue
@@ -65,12 +84,6 @@ func parseLayers(path string) (map[string]int, error) {
 			}
 			layers[m[1]] = n
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(layers) == 0 {
-		return nil, fmt.Errorf("%s: no \"## Import layers\" table", path)
 	}
 	return layers, nil
 }
