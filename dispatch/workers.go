@@ -13,7 +13,9 @@ type WorkerStatus struct {
 	// Engine is the engine's kind (engine.Info.Kind).
 	Engine string
 	// KVEvents is the worker's KV event stream state under the kv
-	// policies ("" under others).
+	// policies ("" under others); under kv, "approx" for a worker whose
+	// events the router does not follow (its record names no endpoint: it
+	// is routed by approximation).
 	KVEvents string
 	// Events counts the KV events applied for it (kv mode; nil otherwise).
 	Events *EventStats
@@ -58,10 +60,14 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 	if we, ok := d.router.Policy().(workerEvents); ok {
 		evs = we.EventStats()
 	}
+	follows := d.router.Policy().Name() == "kv"
 	stuck := d.router.CheckStuck()
 	var out []WorkerStatus
 	for _, wk := range d.router.Workers() {
 		ws := WorkerStatus{ID: wk.ID, Model: wk.Model, Engine: wk.Info.Kind, KVEvents: states[wk.ID], Stuck: slices.Contains(stuck, wk.ID)}
+		if ws.KVEvents == "" && follows {
+			ws.KVEvents = "approx"
+		}
 		if wk.Queue != nil {
 			if running, waiting, at, ok := wk.Queue.EngineQueue(); ok {
 				ws.Queue = &EngineQueue{Running: running, Waiting: waiting, Age: time.Since(at)}
