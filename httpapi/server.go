@@ -291,6 +291,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, endpoint, m.Name, e)
 		return
 	}
+	if req.Constraint, e = toolCallsFormat(req.Constraint, plan); e != nil {
+		s.fail(w, endpoint, m.Name, e)
+		return
+	}
 	j := &job{ctx: r.Context(), endpoint: endpoint, chat: true, id: newRequestID(r), model: m, prompt: s.encodeTraced(r.Context(), m, text), sampling: &req.Sampling, start: start, chat_: plan}
 	s.run(w, r, j, "messages")
 }

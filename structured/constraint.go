@@ -22,8 +22,14 @@ const (
 // in the model family's syntax, each naming one of Tools with arguments
 // valid against its parameters.
 type ToolCallsSpec struct {
-	// Format is the tool-call syntax; "hermes" (Qwen, Hermes: the
-	// default) writes <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>.
+	// Format is the tool-call syntax, named as the chat parser that reads
+	// it back (chatparse's tool parsers): "hermes" (Qwen, Hermes: the
+	// default) writes <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>,
+	// calls separated by a newline; "llama3_json" (Llama 3.1/3.2 JSON
+	// tool calls) {"name": ..., "parameters": ...}, calls separated by
+	// "; "; "mistral" [TOOL_CALLS][{"name": ..., "arguments": ...}, ...].
+	// Others are refused: a forced call in a syntax the reply's parser
+	// does not read would come back as text.
 	Format string `json:"format,omitempty"`
 	Tools  []struct {
 		Name       string          `json:"name"`
@@ -62,7 +68,19 @@ func CompileSpec(kind, spec string) (*Grammar, error) {
 
 // CompileToolCalls compiles a tool-call constraint.
 func CompileToolCalls(tc *ToolCallsSpec) (*Grammar, error) {
-	if tc.Format != "" && tc.Format != "hermes" {
+	// Each format: the text before a call's name, between the name and
+	// the arguments, after the arguments, between calls, and around the
+	// whole list.
+	var open, mid, closeCall, sep, begin, end string
+	switch tc.Format {
+	case "", "hermes":
+		open, mid, closeCall, sep = "<tool_call>\n{\"name\": ", ", \"arguments\": ", "}\n</tool_call>", "\n"
+	case "llama3_json":
+		open, mid, closeCall, sep = "{\"name\": ", ", \"parameters\": ", "}", "; "
+	case "mistral":
+		open, mid, closeCall, sep = "{\"name\": ", ", \"arguments\": ", "}", ", "
+		begin, end = "[TOOL_CALLS][", "]"
+	default:
 		return nil, &UnsupportedError{Keyword: "format", Path: "tool_calls", Reason: fmt.Sprintf("tool-call format %q", tc.Format)}
 	}
 	if len(tc.Tools) == 0 {
@@ -87,14 +105,14 @@ func CompileToolCalls(tc *ToolCallsSpec) (*Grammar, error) {
 		}
 		var name strings.Builder
 		writeJSONString(&name, t.Name)
-		head := "<tool_call>\n{\"name\": " + name.String() + ", \"arguments\": "
-		b.alt(call, append(lit(head), append([]elem{ref(args)}, lit("}\n</tool_call>")...)...)...)
+		head := open + name.String() + mid
+		b.alt(call, append(lit(head), append([]elem{ref(args)}, lit(closeCall)...)...)...)
 	}
-	if tc.Single {
-		b.alt(0, ref(call))
-	} else {
-		b.alt(0, ref(call), ref(b.star(oneByte('\n'), ref(call))))
+	calls := []elem{ref(call)}
+	if !tc.Single {
+		calls = append(calls, ref(b.star(append(lit(sep), ref(call))...)))
 	}
+	b.alt(0, append(append(lit(begin), calls...), lit(end)...)...)
 	return b.finish()
 }
 

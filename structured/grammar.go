@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 )
 
@@ -79,6 +80,31 @@ type builder struct {
 	names []string
 	elems int
 	err   error
+	// char is the JSON string character rule (0: none yet; rule 0 is
+	// the root) and marks the positions after a call of it in a
+	// repetition, with the characters that may follow (see counted.go).
+	char  int32
+	marks []remMark
+}
+
+// remMark: element elem of alternative alt of rule is the return point
+// after one character of a repetition of the character rule, after which
+// at most rem more characters may come (remInf: any number).
+type remMark struct {
+	rule, alt, elem int32
+	rem             int32
+}
+
+// isChar reports whether e is exactly one call of the character rule.
+func (b *builder) isChar(e []elem) bool {
+	return b.char > 0 && len(e) == 1 && e[0].ref == b.char
+}
+
+func (b *builder) mark(rule int32, rem int) {
+	if rem > remInf {
+		rem = remInf
+	}
+	b.marks = append(b.marks, remMark{rule: rule, alt: 0, elem: 1, rem: int32(rem)})
 }
 
 func newBuilder() *builder {
@@ -124,6 +150,9 @@ func (b *builder) star(e ...elem) int32 {
 	r := b.newRule("star")
 	b.alt(r, append(append([]elem{}, e...), ref(r))...)
 	b.alt(r)
+	if b.isChar(e) {
+		b.mark(r, remInf)
+	}
 	return r
 }
 
@@ -149,12 +178,22 @@ func (b *builder) repeat(min, max int, e ...elem) int32 {
 			r := b.newRule("opt")
 			b.alt(r, append(append([]elem{}, e...), ref(tail))...)
 			b.alt(r)
+			if b.isChar(e) {
+				b.mark(r, k)
+			}
 			tail = r
 		}
 	}
 	out := tail
 	for k := 0; k < min; k++ {
 		out = b.seqRule("req", append(append([]elem{}, e...), ref(out))...)
+		if b.isChar(e) {
+			if max < 0 {
+				b.mark(out, remInf)
+			} else {
+				b.mark(out, k+max-min)
+			}
+		}
 	}
 	return out
 }
@@ -187,8 +226,14 @@ type Grammar struct {
 	prog  []node
 	alts  [][]int32 // rule -> start positions of its alternatives
 	names []string
-	dfaMu sync.Mutex
-	dfa   dfa
+	// charLo is the position of the character rule's first node, or -1
+	// (no such rule, or one not laid out as charRule); rem maps the
+	// return points after its calls in repetitions to the characters
+	// that may still follow (counted.go).
+	charLo int32
+	rem    map[int32]int32
+	dfaMu  sync.Mutex
+	dfa    dfa
 }
 
 // finish flattens the rules, checks them (no left recursion, a non-empty
@@ -217,6 +262,18 @@ func (b *builder) finish() (*Grammar, error) {
 	}
 	if err := g.check(); err != nil {
 		return nil, err
+	}
+	g.charLo = -1
+	if b.char > 0 && int(b.char) < len(g.alts) && len(g.alts[b.char]) > 0 {
+		lo := g.alts[b.char][0]
+		cr := charRule()
+		if int(lo)+len(cr) <= len(g.prog) && slices.Equal(g.prog[lo:int(lo)+len(cr)], cr) {
+			g.charLo = lo
+			g.rem = make(map[int32]int32, len(b.marks))
+			for _, m := range b.marks {
+				g.rem[g.alts[m.rule][m.alt]+m.elem] = m.rem
+			}
+		}
 	}
 	g.dfa.init(g)
 	if g.dfa.dead(0) {

@@ -59,6 +59,9 @@ func newJSONRules(b *builder) *jsonRules {
 		[]elem{term(rangeSet(0xf1, 0xf3)), cont, cont, cont},
 		[]elem{oneByte(0xf4), term(rangeSet(0x80, 0x8f)), cont, cont},
 	)
+	if b.char == 0 {
+		b.char = j.char
+	}
 	j.str = b.seqRule("string", oneByte('"'), ref(b.star(ref(j.char))), oneByte('"'))
 	digit := term(rangeSet('0', '9'))
 	intPart := b.choice(lit("0"), []elem{term(rangeSet('1', '9')), ref(b.repeat(0, maxIntDigits-1, digit))})

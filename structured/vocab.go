@@ -43,6 +43,10 @@ type Vocab struct {
 	exit, local, localRest trie
 	long, longRest         [len(cutDepths)]trie
 	shapes                 shapeCache
+	// counted holds, per position set within a JSON string character,
+	// the tokens by characters started (counted.go); built with the
+	// vocabulary, read-only after.
+	counted map[uint64]*countedSet
 }
 
 // exitByte splits the vocabulary for the shape cache: it ends a JSON
@@ -187,6 +191,7 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 	for i, n := range cutDepths {
 		v.long[i], v.longRest[i] = v.newTrie(longer(local, n)), v.newTrie(longer(localRest, n))
 	}
+	v.buildCounted()
 	return v, nil
 }
 
@@ -229,6 +234,13 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 // are walked against the automaton too. A state whose cut shape is still
 // too large gets the whole walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
+	if local, shared, ok := v.countedMask(d, st); ok {
+		extra := d.extra[:0]
+		if d.states[st].accept {
+			extra = append(extra, v.eos...)
+		}
+		return v.addExit(d, st, states, local, shared, extra)
+	}
 	depth, cut := 0, 0 // cut: 1 + the index in cutDepths of the depth used, 0 for a whole shape
 	key, ok := d.shape(st, maxShapeStates, 0)
 	for ; !ok && cut < len(cutDepths); cut++ {
@@ -258,9 +270,16 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		}
 		extra = walkTrieIDs(extra, d, st, states, tr)
 	}
+	return v.addExit(d, st, states, local, true, extra)
+}
+
+// addExit adds to local (the mask of the tokens without exitByte; shared:
+// not to be modified) the tokens of extra (d.extra's storage) and the
+// tokens with exitByte that st allows.
+func (v *Vocab) addExit(d *dfa, st int32, states []int32, local []uint64, shared bool, extra []int32) []uint64 {
 	extra = walkTrieIDs(extra, d, st, states, &v.exit)
 	d.extra = extra[:0]
-	mask, cloned := local, false
+	mask, cloned := local, !shared
 	for _, id := range extra {
 		if bit := uint64(1) << (uint(id) & 63); mask[id>>6]&bit == 0 {
 			if !cloned {

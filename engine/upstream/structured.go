@@ -16,10 +16,21 @@ import (
 //     StructuredOutputsParams in vllm/sampling_params.py); before it,
 //     guided_json, guided_regex, guided_choice, guided_grammar
 //     (Config.GuidedFields).
-//   - SGLang: sampling_params json_schema (a string), regex, ebnf
-//     (python/sglang/srt/sampling/sampling_params.py).
+//   - SGLang: sampling_params json_schema (a string: the schema's JSON
+//     text), regex, ebnf, each Optional[str], at most one per request
+//     (SamplingParams in python/sglang/srt/sampling/sampling_params.py
+//     of sgl-project/sglang, whose verify() refuses two with "Only one of
+//     regex, json_schema, or ebnf can be set."; structural_tag is not
+//     sent).
 //   - llama.cpp: json_schema (an object) or grammar (GBNF) on /completion
-//     (tools/server/README.md).
+//     (ggml-org/llama.cpp tools/server/README.md, "grammar: Set grammar
+//     for grammar-based sampling", "json_schema: Set a JSON schema for
+//     grammar-based sampling"; the server reads json_schema only when
+//     grammar is absent, and builds of early 2025 refused both
+//     together). One at most is sent; no regular expressions.
+//
+// The stand-ins (engine/upstream/standin) take the same fields
+// (TestConstraintFieldsStandIns).
 //   - APIOpenAI: the standard completions API has no constraint field.
 
 // constraintRefused is the refusal for a constraint this dialect cannot

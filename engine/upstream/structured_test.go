@@ -3,10 +3,14 @@ package upstream
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/upstream/standin"
 )
 
 // TestConstraintWireShapes: each dialect's fields for each constraint kind,
@@ -84,6 +88,75 @@ func TestConstraintWireShapes(t *testing.T) {
 		}
 		if err != nil || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %s (%v), want %s", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestConstraintFieldsStandIns: each constraint kind an upstream can
+// carry goes through the adapter to the SGLang and llama-server
+// look-alikes, which take the fields the real servers take (SGLang:
+// sampling_params json_schema as a string, regex, ebnf, at most one;
+// llama-server: json_schema as an object, grammar); SGLang's refusals of
+// two grammars and of a schema object come back as 400s.
+func TestConstraintFieldsStandIns(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sg, err := standin.StartSGLang(standin.SGLangOptions{Model: "m", Mocker: sglangMocker()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sg.Close() })
+	lc, err := standin.StartLlamaCpp(standin.LlamaCppOptions{Model: "m.gguf", Slots: 1, NCtx: 4096, SlotSimilarity: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lc.Close() })
+	constraints := []*engine.Constraint{
+		{Kind: engine.ConstraintJSONSchema, Spec: `{"type":"object"}`},
+		{Kind: engine.ConstraintJSONObject},
+		{Kind: engine.ConstraintRegex, Spec: `a+`},
+		{Kind: engine.ConstraintChoice, Spec: `["a","b"]`},
+		{Kind: engine.ConstraintGrammar, Spec: `root ::= "a"`},
+	}
+	for _, api := range []string{APISGLang, APILlamaCpp} {
+		url := sg.URL()
+		if api == APILlamaCpp {
+			url = lc.URL()
+		}
+		e, err := New(t.Context(), Config{URL: url, API: api, BlockSize: 16, HealthInterval: -1, MetricsInterval: -1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		for _, c := range constraints {
+			st, err := e.Generate(t.Context(), &engine.Request{ID: "r", Prompt: []engine.Token{1, 2, 3}, MaxTokens: 2, Constraint: c})
+			if api == APILlamaCpp && c.Kind == engine.ConstraintRegex {
+				if !errors.Is(err, engine.ErrInvalidRequest) {
+					t.Errorf("%s %s: %v, want a refusal", api, c.Kind, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s %s: %v", api, c.Kind, err)
+			}
+			if _, last := drain(t, st); last.Finish == engine.FinishNone {
+				t.Errorf("%s %s: no finish", api, c.Kind)
+			}
+		}
+	}
+	for _, tc := range []struct{ sp, want string }{
+		{`{"json_schema":"{}","regex":"a"}`, "Only one of regex, json_schema, or ebnf can be set."},
+		{`{"regex":"a","ebnf":"root ::= \"a\""}`, "Only one of regex, json_schema, or ebnf can be set."},
+		{`{"json_schema":{"type":"object"}}`, "json_schema"},
+	} {
+		resp, err := http.Post(sg.URL()+"/generate", "application/json",
+			strings.NewReader(`{"input_ids":[1,2,3],"sampling_params":`+tc.sp+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
+			t.Errorf("%s: %d %s", tc.sp, resp.StatusCode, body)
 		}
 	}
 }

@@ -254,6 +254,14 @@ type completionReq struct {
 	ReturnTokens bool           `json:"return_tokens"`
 	// NProbs asks for each token's logprob and n_probs alternatives.
 	NProbs int `json:"n_probs"`
+	// JSONSchema (an object) or Grammar (GBNF text): the server reads
+	// json_schema when grammar is absent, else grammar
+	// (params_from_json_cmpl in tools/server; builds before it refused
+	// both together with "Either \"json_schema\" or \"grammar\" can be
+	// specified, but not both", and Tandem sends one at most). Accepted
+	// and generated unconstrained: the look-alike has no grammar engine.
+	JSONSchema json.RawMessage `json:"json_schema"`
+	Grammar    json.RawMessage `json:"grammar"`
 }
 
 func lcp(a, b []engine.Token) int {

@@ -327,6 +327,23 @@ type samplingReq struct {
 	TopK         *int           `json:"top_k"`
 	IgnoreEOS    bool           `json:"ignore_eos"`
 	StopTokenIDs []engine.Token `json:"stop_token_ids"`
+	// The grammar fields: strings (json_schema is the schema's JSON text,
+	// not an object), at most one of them set (SamplingParams.verify:
+	// "Only one of regex, json_schema, or ebnf can be set."). The
+	// look-alike checks them and generates unconstrained.
+	JSONSchema *string `json:"json_schema"`
+	Regex      *string `json:"regex"`
+	EBNF       *string `json:"ebnf"`
+}
+
+func countSet(ps ...*string) int {
+	n := 0
+	for _, p := range ps {
+		if p != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // sglangError writes the error shape of the /generate route: a
@@ -361,6 +378,10 @@ func (s *SGLang) generate(w http.ResponseWriter, r *http.Request) {
 	sp := req.SamplingParams
 	if sp == nil {
 		sp = &samplingReq{}
+	}
+	if n := countSet(sp.JSONSchema, sp.Regex, sp.EBNF); n > 1 {
+		sglangError(w, http.StatusBadRequest, "Only one of regex, json_schema, or ebnf can be set.")
+		return
 	}
 	maxNew := 128 // SamplingParams.max_new_tokens default (sampling/sampling_params.py)
 	if sp.MaxNewTokens != nil {
