@@ -505,8 +505,9 @@ func (e *Engine) probe(ctx context.Context) error {
 	for _, m := range list.Data {
 		names = append(names, m.ID)
 		if e.cfg.Model == "" || m.ID == e.cfg.Model {
-			// cfg.Model is empty only in New's first probe, before any
-			// request or watcher reads it.
+			// cfg.Model is empty only until the server first answers: in
+			// New's probe, or in awaitConnect's while requests are refused
+			// (pending), whose end orders this write before their reads.
 			e.cfg.Model = m.ID
 			n := e.cfg.ContextLength
 			if n == 0 {
