@@ -414,18 +414,18 @@ func (e *Engine) awaitConnect(ctx context.Context) bool {
 		e.pending.Store(false)
 		e.mu.Unlock()
 		info := e.Info()
-		msg := "the upstream server answers; its worker joins"
+		msg := fmt.Sprintf("the upstream server answers; its worker joins (model %s, context %d tokens)", info.Model, info.ContextLength)
 		if b != nil {
 			if said != "" {
 				b.Clear(DiagTokenizerMismatch, subject, DiagRecovered, msg)
 			}
 			if e.modelUnknown {
-				b.Clear(DiagModelUnknown, subject, DiagRecovered, msg+" as model "+info.Model)
+				b.Clear(DiagModelUnknown, subject, DiagRecovered, msg)
 			}
 			b.Clear(DiagUnavailable, subject, DiagRecovered, msg)
+		} else {
+			e.cfg.Logger.Info(msg, "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL)
 		}
-		e.cfg.Logger.Info(msg, "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL,
-			"model", info.Model, "context_length", info.ContextLength)
 		if e.unpinned.Load() {
 			e.unplanned(b, subject)
 		}
