@@ -120,8 +120,9 @@ func (e *Engine) probeSGLang(ctx context.Context) error {
 		// The server did not answer when the workers were made, so it is
 		// one worker; it has more ranks. Its requests go without
 		// data_parallel_rank, to SGLang's own DP balancer
-		// (managers/data_parallel_controller.py: a request without one is
-		// dispatched by --load-balance-method, round_robin by default), and
+		// (managers/data_parallel_controller.py: maybe_external_dp_rank_routing
+		// pins a request only when data_parallel_rank is set; the others go
+		// to --load-balance-method's scheduler, round_robin by default), and
 		// only rank 0's KV events are followed: a degraded state, said.
 		e.sglang = info
 		e.unpinned.Store(true)
