@@ -96,7 +96,7 @@ func TestServeBeforeItsEnginesSGLang(t *testing.T) {
 	}
 	mc := mocker.DefaultConfig()
 	mc.Instant, mc.KVEvents.Enabled, mc.ContextLength = true, false, 2048
-	srv, err := standin.StartSGLang(standin.SGLangOptions{Model: "Qwen/Qwen3-0.6B", Mocker: mc, DPSize: 2, Addr: addr})
+	srv, err := standin.StartSGLang(standin.SGLangOptions{Model: "Qwen/Qwen3-0.6B", Mocker: mc, DPSize: 2, Addr: addr, EnableMetrics: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,8 @@ func TestServeBeforeItsEnginesSGLang(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for !strings.Contains(get("/v1/models"), `"max_model_len":2048`) || strings.Contains(get("/health"), `"upstream_`) {
+	for !strings.Contains(get("/v1/models"), `"max_model_len":2048`) || strings.Contains(get("/health"), `"upstream_unavailable"`) ||
+		strings.Contains(get("/health"), `"upstream_model_unknown"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the server joined: /v1/models %s /health %s", get("/v1/models"), get("/health"))
 		}
