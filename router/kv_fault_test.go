@@ -2,16 +2,18 @@ package router
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
-
-	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
 // TestKVBoundPublishersComeAndGo is the fault suite of publishers dialing
 // one bound socket (--kv-events-bind), over real ZMQ sockets: three
-// publishers publish BlockStored batches without pause; each in turn is
-// killed and restarted. Every live publisher's applied events keep rising
+// publisher processes publish BlockStored batches without pause; each in
+// turn is killed (SIGKILL or SIGTERM) and restarted. Every live publisher's applied events keep rising
 // while another is gone, and the restarted one's resume within 5 s. The
 // bound listener used to stop at the first disconnect, for every worker.
 func TestKVBoundPublishersComeAndGo(t *testing.T) {
@@ -25,38 +27,51 @@ func TestKVBoundPublishersComeAndGo(t *testing.T) {
 		}
 	}
 	ep := f.fol.Listener().Endpoint()
+	// Each publisher is a process: this test binary run as one
+	// (TestMain, publisherEnv). Killing it is a process dying, alternately
+	// by SIGKILL (no goodbye: the kernel closes its connection) and by
+	// SIGTERM (it closes its socket, as a stopped vLLM does).
 	type pub struct {
-		p    *kvevents.Publisher
-		stop chan struct{}
-		done chan struct{}
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		done  chan struct{}
 	}
 	pubs := make([]*pub, len(ids))
 	base := uint64(0)
 	start := func(i int) {
-		p, err := kvevents.NewPublisher(t.Context(), kvevents.PublisherConfig{Endpoint: ep, Dial: true, Topic: ids[i], Logger: f.kv.log})
+		base += 1 << 20
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", publisherEnv, ep, ids[i], base))
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe() // closed by the test: the process exits
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb := &pub{p: p, stop: make(chan struct{}), done: make(chan struct{})}
-		base += 1 << 20
-		go func(b uint64) {
-			defer close(pb.done)
-			for n := uint64(0); ; n++ {
-				select {
-				case <-pb.stop:
-					return
-				case <-time.After(2 * time.Millisecond):
-				}
-				ev := storedEvent(prompt(int(n%50), 1), b+n)
-				p.Publish(kvevents.EncodeBatch(&kvevents.Batch{TS: float64(n), Events: []kvevents.Event{ev}}, kvevents.FormatMap))
-			}
-		}(base)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pb := &pub{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		go func() {
+			_ = cmd.Wait()
+			close(pb.done)
+		}()
 		pubs[i] = pb
 	}
+	kills := 0
 	kill := func(i int) {
-		close(pubs[i].stop)
-		<-pubs[i].done
-		pubs[i].p.Close()
+		sig := os.Signal(syscall.SIGKILL)
+		if kills%2 == 1 {
+			sig = syscall.SIGTERM
+		}
+		kills++
+		_ = pubs[i].cmd.Process.Signal(sig)
+		select {
+		case <-pubs[i].done:
+		case <-time.After(10 * time.Second):
+			_ = pubs[i].cmd.Process.Kill()
+			t.Fatalf("publisher %s did not exit on %v", ids[i], sig)
+		}
+		pubs[i].stdin.Close()
 	}
 	for i := range ids {
 		start(i)
@@ -64,10 +79,12 @@ func TestKVBoundPublishersComeAndGo(t *testing.T) {
 	t.Cleanup(func() {
 		for i := range pubs {
 			select {
-			case <-pubs[i].stop:
+			case <-pubs[i].done:
 			default:
-				kill(i)
+				_ = pubs[i].cmd.Process.Kill()
+				<-pubs[i].done
 			}
+			pubs[i].stdin.Close()
 		}
 	})
 	applied := func(id string) uint64 { return f.kv.EventStats()[id].Applied }

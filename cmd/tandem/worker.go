@@ -131,7 +131,7 @@ func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engines.Config,
 		return fmt.Errorf("a fleet worker fronts one server: got %d --upstream", len(eng.Up.URLs))
 	}
 	if eng.Kind == "upstream" && eng.Up.API == upstream.APISGLang {
-		if err := eng.Up.ResolveTargets(cmd.Context()); err != nil {
+		if err := eng.Up.ResolveTargets(cmd.Context(), log); err != nil {
 			return err
 		}
 		if n := eng.Up.Workers(); n > 1 {

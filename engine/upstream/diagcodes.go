@@ -5,4 +5,4 @@ import (
 )
 
 // The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md).
-var _ = health.Register(DiagUnavailable, DiagRecovered, DiagNoCachedTokens, DiagNoKVEvents, DiagMetricsUnavailable, DiagTokenizerMismatch)
+var _ = health.Register(DiagUnavailable, DiagRecovered, DiagNoCachedTokens, DiagNoKVEvents, DiagMetricsUnavailable, DiagTokenizerMismatch, DiagModelUnknown, DiagDPRanksUnplanned)

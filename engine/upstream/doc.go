@@ -22,6 +22,12 @@
 // unreachable or 5xx before the first token → engine.ErrUnavailable (the
 // frontend retries elsewhere).
 //
+// A server need not answer when New is called (start in any order): its
+// engine is pending, refuses requests as unavailable, and asks every
+// ConnectInterval; when the server answers, its model name (without
+// Config.Model) and context become Info, signalled on InfoChanged. An
+// SGLang server's ranks are Fleet.DPSize, or asked at start-up (Fleet).
+//
 // The server's reachability is watched (GET /health every 5 s, and at once
 // after a request fails to reach it): a down server raises
 // upstream_unavailable on the board of the worker that fronts it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -26,6 +27,11 @@ type Fleet struct {
 	Model, APIKey, API string
 	MetricsInterval    time.Duration
 	GuidedFields       bool
+	// DPSize is each SGLang server's attention-DP ranks as deployed
+	// (--upstream-dp-size: SGLang's --dp-size with
+	// --enable-dp-attention); 0: asked of each server at start-up, and a
+	// server that does not answer then is one worker.
+	DPSize int
 
 	// targets are the workers the servers make (ResolveTargets); empty:
 	// one per URL.
@@ -37,6 +43,9 @@ type Fleet struct {
 type target struct {
 	server int // index into URLs
 	rank   int
+	// unknown: the server did not answer at start-up and no DPSize was
+	// given, so this one worker is the whole server.
+	unknown bool
 }
 
 // AddFlags registers the --upstream* flags of serve and worker
@@ -49,6 +58,7 @@ func (u *Fleet) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&u.API, "upstream-api", APIVLLM, "upstream: the servers' API: vllm (token-id prompts, return_token_ids, continuous usage; text-only answers of older vLLM are tokenized) openai (any OpenAI-compatible server: text prompts, standard fields only) sglang (SGLang's native /generate: token prompts, meta_info cached_tokens, one worker per attention-DP rank) or llamacpp (llama-server's /completion: token prompts, cache_prompt, slot affinity with id_slot; no KV events, so routed by approximation)")
 	fs.DurationVar(&u.MetricsInterval, "upstream-metrics-interval", DefaultMetricsInterval, "upstream: how often each server's /metrics is scraped for its load (vllm:*, sglang:*, llamacpp:*; llama-server without --metrics: /slots); negative: never")
 	fs.BoolVar(&u.GuidedFields, "upstream-guided-fields", false, "upstream: send structured outputs as vLLM's older guided_json/guided_regex/guided_choice/guided_grammar fields instead of structured_outputs (vLLM releases before structured_outputs)")
+	fs.IntVar(&u.DPSize, "upstream-dp-size", 0, "upstream (sglang): attention-DP ranks of each --upstream server (SGLang's --dp-size with --enable-dp-attention), one worker per rank; 0: asked of each server at start-up, and a server that does not answer yet is one worker (if it has more ranks it says so on /health: upstream_dp_ranks_unplanned)")
 	fs.StringArrayVar(&u.Replay, "upstream-kv-events-replay", nil, "upstream: ZMQ replay (ROUTER) endpoint of each --upstream server's KV events, in order (vLLM replay_endpoint); empty: gaps are losses")
 }
 
@@ -69,32 +79,53 @@ func (u *Fleet) Check() error {
 	if len(u.Replay) > len(u.Events) {
 		return fmt.Errorf("%d --upstream-kv-events-replay for %d --upstream-kv-events", len(u.Replay), len(u.Events))
 	}
+	if u.DPSize < 0 || u.DPSize > maxDPSize {
+		return fmt.Errorf("--upstream-dp-size %d: want 0 (ask the servers) to %d", u.DPSize, maxDPSize)
+	}
+	if u.DPSize > 0 && u.API != APISGLang {
+		return fmt.Errorf("--upstream-dp-size is for --upstream-api sglang, not %s", u.API)
+	}
 	return nil
 }
 
 // ResolveTargets lists the workers the servers make: one per server, and
-// for API sglang one per attention-DP rank, as /get_server_info reports
-// them (each rank has its own scheduler, radix cache and KV event
-// publisher at the endpoint's port + rank, and serves the requests that
-// name it in data_parallel_rank). Each probe is bounded by 10 s.
-func (u *Fleet) ResolveTargets(ctx context.Context) error {
+// for API sglang one per attention-DP rank (each rank has its own
+// scheduler, radix cache and KV event publisher at the endpoint's port +
+// rank, and serves the requests that name it in data_parallel_rank):
+// DPSize ranks if given, without asking the servers, else as each
+// server's /get_server_info reports them. A server that does not answer
+// (down, or still loading) is not an error: it is one worker, which joins
+// when the server answers (start-together orders: compose, pods); log is
+// told. Each probe is bounded by 10 s.
+func (u *Fleet) ResolveTargets(ctx context.Context, log *slog.Logger) error {
 	u.targets = u.targets[:0]
 	for i, url := range u.URLs {
-		ranks := 1
+		ranks, unknown := 1, false
 		if u.API == APISGLang {
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			info, err := ProbeSGLang(pctx, nil, url, u.APIKey)
-			cancel()
-			if err != nil {
-				return err
+			ranks = u.DPSize
+			if ranks == 0 {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				info, err := ProbeSGLang(pctx, nil, url, u.APIKey)
+				cancel()
+				switch {
+				case errors.Is(err, errNotUp):
+					ranks, unknown = 1, true
+					if log != nil {
+						log.Warn("the SGLang server does not answer yet, so its attention-DP ranks are unknown: it is one worker until Tandem restarts (--upstream-dp-size N makes one per rank without asking)",
+							"diagnostic_code", DiagUnavailable, "url", url, "err", err)
+					}
+				case err != nil:
+					return err
+				default:
+					ranks = info.Ranks()
+				}
 			}
-			ranks = info.Ranks()
 			if ranks > 1 && i < len(u.Events) && !isTCPOrInproc(u.Events[i]) {
 				return fmt.Errorf("--upstream %s has %d attention-DP ranks, each publishing at its own port: give its bound endpoint (tcp://host:port, rank r at port+r), not %q", url, ranks, u.Events[i])
 			}
 		}
 		for r := range ranks {
-			u.targets = append(u.targets, target{server: i, rank: r})
+			u.targets = append(u.targets, target{server: i, rank: r, unknown: unknown})
 		}
 	}
 	return nil
@@ -117,7 +148,7 @@ func (u *Fleet) Workers() int {
 // (or the servers in order), then the Prefill servers. BlockSize and
 // Codec are the caller's.
 func (u *Fleet) Config(i int) (Config, error) {
-	cfg := Config{Model: u.Model, APIKey: u.APIKey, API: u.API, MetricsInterval: u.MetricsInterval, GuidedFields: u.GuidedFields}
+	cfg := Config{Model: u.Model, APIKey: u.APIKey, API: u.API, MetricsInterval: u.MetricsInterval, GuidedFields: u.GuidedFields, DPSize: u.DPSize}
 	server, rank := i, 0
 	if n := u.Workers(); i >= n {
 		if i-n >= len(u.Prefill) {
@@ -128,6 +159,7 @@ func (u *Fleet) Config(i int) (Config, error) {
 	}
 	if len(u.targets) > 0 {
 		server, rank = u.targets[i].server, u.targets[i].rank
+		cfg.DPRanksUnknown = u.targets[i].unknown
 	}
 	cfg.URL, cfg.DPRank = u.URLs[server], rank
 	var err error

@@ -20,7 +20,7 @@ func TestFleetSGLang(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	u := upstream.Fleet{URLs: []string{srv.URL()}, API: upstream.APISGLang, Events: []string{"tcp://sglang-0:5557"},
 		Replay: []string{"tcp://sglang-0:5600"}, Prefill: []string{"http://p:1"}}
-	if err := u.ResolveTargets(t.Context()); err != nil {
+	if err := u.ResolveTargets(t.Context(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if u.Workers() != 2 {
@@ -34,7 +34,7 @@ func TestFleetSGLang(t *testing.T) {
 		t.Fatalf("prefill worker: %+v %v", c, err)
 	}
 	u.Events = []string{"topic:sglang"}
-	if err := u.ResolveTargets(t.Context()); err == nil {
+	if err := u.ResolveTargets(t.Context(), nil); err == nil {
 		t.Fatal("a bound-socket topic for a DP server was accepted")
 	}
 }

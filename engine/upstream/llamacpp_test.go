@@ -44,8 +44,12 @@ func TestLlamaCpp(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := Config{URL: srv.URL(), API: APILlamaCpp, BlockSize: 16, HealthInterval: -1, Logger: quiet}
-	if _, err := New(t.Context(), cfg); err == nil {
-		t.Fatal("a loading server (503) was accepted")
+	// A loading server (503) is a worker that joins when it answers, even
+	// with no model named (issue 34: start in any order).
+	if e, err := New(t.Context(), cfg); err != nil || !e.Pending() {
+		t.Fatalf("a loading server: %v", err)
+	} else {
+		e.Close()
 	}
 	probe := &Engine{cfg: Config{URL: srv.URL(), Client: http.DefaultClient}}
 	if err := probe.healthy(t.Context()); err == nil || !strings.Contains(err.Error(), "Loading model") {
@@ -61,8 +65,12 @@ func TestLlamaCpp(t *testing.T) {
 	}
 	var e *Engine
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if e, err = New(t.Context(), cfg); err == nil {
+		if e, err = New(t.Context(), cfg); err == nil && !e.Pending() {
 			break
+		}
+		if err == nil {
+			e.Close()
+			err = errors.New("still pending")
 		}
 		if time.Now().After(deadline) {
 			t.Fatal(err)

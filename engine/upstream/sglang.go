@@ -66,11 +66,14 @@ func ProbeSGLang(ctx context.Context, client *http.Client, url, apiKey string) (
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return info, fmt.Errorf("upstream %s: %w: %w", url, engine.ErrUnavailable, err)
+		return info, fmt.Errorf("upstream %s: %w: %w: %w", url, engine.ErrUnavailable, errNotUp, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway {
+			return info, fmt.Errorf("upstream %s: %w: GET /get_server_info: status %d: %s", url, errNotUp, resp.StatusCode, bytes.TrimSpace(b))
+		}
 		return info, fmt.Errorf("upstream %s: GET /get_server_info: status %d: %s (is it an SGLang server?)", url, resp.StatusCode, bytes.TrimSpace(b))
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&info); err != nil {
@@ -112,6 +115,21 @@ func (e *Engine) probeSGLang(ctx context.Context) error {
 	info, err := ProbeSGLang(ctx, e.cfg.Client, e.cfg.URL, e.cfg.APIKey)
 	if err != nil {
 		return err
+	}
+	if e.cfg.DPRanksUnknown && e.cfg.DPRank == 0 && info.Ranks() > 1 {
+		// The server did not answer when the workers were made, so it is
+		// one worker; it has more ranks. Its requests go without
+		// data_parallel_rank, to SGLang's own DP balancer
+		// (managers/data_parallel_controller.py: maybe_external_dp_rank_routing
+		// pins a request only when data_parallel_rank is set; the others go
+		// to --load-balance-method's scheduler, round_robin by default), and
+		// only rank 0's KV events are followed: a degraded state, said.
+		e.sglang = info
+		e.unpinned.Store(true)
+		return nil
+	}
+	if e.cfg.DPSize > 0 && info.Ranks() != e.cfg.DPSize {
+		return fmt.Errorf("upstream %s: the server has %d attention-DP ranks, --upstream-dp-size says %d", e.cfg.URL, info.Ranks(), e.cfg.DPSize)
 	}
 	if e.cfg.DPRank < 0 || e.cfg.DPRank >= info.Ranks() {
 		return fmt.Errorf("upstream %s: DP rank %d, but the server has %d attention-DP ranks", e.cfg.URL, e.cfg.DPRank, info.Ranks())
@@ -196,7 +214,7 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	default:
 		b.SamplingParams.MaxNewTokens = 128
 	}
-	if e.sglang.Ranks() > 1 {
+	if e.sglang.Ranks() > 1 && !e.unpinned.Load() {
 		r := e.cfg.DPRank
 		b.DataParallelRank = &r
 	}

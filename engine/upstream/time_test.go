@@ -111,8 +111,18 @@ func TestStartBeforeServer(t *testing.T) {
 			}
 			cfg := Config{URL: "http://" + addr, API: APILlamaCpp, BlockSize: 16, HealthInterval: -1, MetricsInterval: -1,
 				ConnectInterval: 50 * time.Millisecond, Logger: quiet}
-			if _, err := New(t.Context(), cfg); err == nil {
-				t.Fatal("a server that does not answer was accepted with no model named")
+			// Without a model named, the worker starts too; its model and
+			// context are the server's once it answers (upstream_model_unknown
+			// until then).
+			anon, err := New(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("New before the server answers, no model named: %v", err)
+			}
+			t.Cleanup(func() { anon.Close() })
+			ab := health.NewBoard(quiet, nil)
+			anon.AttachBoard(ab, "w1")
+			if !ab.IsActive(DiagModelUnknown, "w1") || anon.Info().Model != "" {
+				t.Fatalf("%s active %v, model %q", DiagModelUnknown, ab.IsActive(DiagModelUnknown, "w1"), anon.Info().Model)
 			}
 			cfg.Model = "qwen.gguf"
 			e, err := New(t.Context(), cfg)
@@ -141,6 +151,14 @@ func TestStartBeforeServer(t *testing.T) {
 			}
 			if b.IsActive(DiagUnavailable, "w0") {
 				t.Fatalf("%s still active after the server answered", DiagUnavailable)
+			}
+			select {
+			case <-anon.InfoChanged():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the worker without a model named never joined")
+			}
+			if info := anon.Info(); info.Model != "qwen.gguf" || info.ContextLength != 4096 || ab.IsActive(DiagModelUnknown, "w1") {
+				t.Fatalf("after joining: %+v, %s active %v", info, DiagModelUnknown, ab.IsActive(DiagModelUnknown, "w1"))
 			}
 			st, err := e.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1, 2, 3}, MaxTokens: 2})
 			if err != nil {

@@ -78,6 +78,16 @@ type Config struct {
 	// DPRank is the attention-DP rank of an APISGLang server this engine
 	// is (each rank is one worker; requests carry data_parallel_rank).
 	DPRank int
+	// DPRanksUnknown: the server's ranks were not known when the workers
+	// were made (it did not answer, and --upstream-dp-size was not
+	// given), so this engine is the whole server. If it has several
+	// attention-DP ranks when it answers, requests go unpinned and
+	// DiagDPRanksUnplanned is raised.
+	DPRanksUnknown bool
+	// DPSize is the attention-DP ranks the server was declared with
+	// (--upstream-dp-size; 0: not declared): a server with another number
+	// is refused at connect, as its ranks would not match the workers.
+	DPSize int
 	// MetricsInterval is how often the server's /metrics is scraped for
 	// its load (default 2 s; negative: never). See load.go.
 	MetricsInterval time.Duration
@@ -122,6 +132,16 @@ const (
 	// so the router cannot check its KV predictions; it is a diagnostic,
 	// never a silent 0.
 	DiagNoCachedTokens = "upstream_no_cached_tokens"
+	// DiagModelUnknown: a server named without --upstream-model has not
+	// answered, so the model it serves is not known yet; the worker
+	// joins when it answers (cleared then).
+	DiagModelUnknown = "upstream_model_unknown"
+	// DiagDPRanksUnplanned: an SGLang server that did not answer at
+	// start-up turned out to have several attention-DP ranks, but was
+	// made one worker: its requests go to SGLang's own DP balancer and
+	// only rank 0's KV events are followed until Tandem restarts with
+	// --upstream-dp-size.
+	DiagDPRanksUnplanned = "upstream_dp_ranks_unplanned"
 )
 
 // Engine is an upstream server behind the engine seam.
@@ -144,6 +164,16 @@ type Engine struct {
 	// ctxLen is the server's context length (0: unknown), learned at
 	// connect; read by every request.
 	ctxLen atomic.Int64
+
+	// modelUnknown: New was given no model and the server did not
+	// answer (set before any goroutine starts; read-only after).
+	modelUnknown bool
+	// unpinned: an SGLang server with more ranks than were planned
+	// (Config.DPRanksUnknown): no data_parallel_rank is sent.
+	unpinned atomic.Bool
+	// changed is signalled when a late server's answer changed Info
+	// (InfoChanged).
+	changed chan struct{}
 
 	textOnly  atomic.Bool // logged once: the server sends text without ids
 	noDetails atomic.Bool // DiagNoCachedTokens raised
@@ -193,19 +223,21 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("upstream: unknown API %q (want %s, %s, %s or %s)", cfg.API, APIVLLM, APIOpenAI, APISGLang, APILlamaCpp)
 	}
-	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{}), slots: newSlots()}
+	e := &Engine{cfg: cfg, subject: cfg.URL, check: make(chan struct{}, 1), done: make(chan struct{}), slots: newSlots(), changed: make(chan struct{}, 1)}
 	e.info = engine.Info{Kind: "upstream", Model: cfg.Model, BlockSize: cfg.BlockSize, ContextLength: cfg.ContextLength}
 	e.ctxLen.Store(int64(cfg.ContextLength))
 	if err := e.connect(ctx); err != nil {
 		// A server that is down or still loading joins when it answers
-		// (start-together orders: compose, pods), if its model is named:
-		// without a name there is nothing to register it under. Any other
-		// answer (another model, a refusal) is a configuration error.
-		if cfg.Model == "" || cfg.API == APISGLang || !errors.Is(err, errNotUp) {
+		// (start-together orders: compose, pods). Without a model name,
+		// the name is the server's once it answers (Info then changes;
+		// InfoChanged). Any other answer (another model, a refusal) is a
+		// configuration error.
+		if !errors.Is(err, errNotUp) {
 			return nil, err
 		}
 		e.down = err
 		e.pending.Store(true)
+		e.modelUnknown = cfg.Model == ""
 		cfg.Logger.Warn("the upstream server does not answer yet; its worker is registered unavailable and joins when it answers",
 			"diagnostic_code", DiagUnavailable, "url", cfg.URL, "model", cfg.Model, "err", err)
 	}
@@ -238,6 +270,29 @@ func (e *Engine) connect(ctx context.Context) error {
 	return e.checkTokenizer(pctx)
 }
 
+// InfoChanged is signalled (once per change, coalesced) when a server
+// that had not answered at New answers: its model name and context length
+// (Info) are now the server's. The worker node re-reads Info then, so
+// /v1/models and the frontend's length check follow the server.
+func (e *Engine) InfoChanged() <-chan struct{} { return e.changed }
+
+// modelUnknownMsg is DiagModelUnknown's /health detail.
+const modelUnknownMsg = "the upstream server has not answered and no --upstream-model names its model: " +
+	"its worker takes the server's model name when it answers; set --upstream-model (and --served-model-name) " +
+	"so the name clients use does not depend on the server"
+
+// unplanned raises DiagDPRanksUnplanned.
+func (e *Engine) unplanned(b *health.Board, subject string) {
+	msg := fmt.Sprintf("the SGLang server has %d attention-DP ranks but did not answer when the workers were made, so it is one worker: "+
+		"its requests go to SGLang's own DP balancer and only rank 0's KV events are followed; restart Tandem with --upstream-dp-size %d",
+		e.sglang.Ranks(), e.sglang.Ranks())
+	if b != nil {
+		b.Raise(DiagDPRanksUnplanned, subject, health.Warn, msg, "url", e.cfg.URL)
+		return
+	}
+	e.cfg.Logger.Warn(msg, "diagnostic_code", DiagDPRanksUnplanned, "url", e.cfg.URL)
+}
+
 // Pending reports whether the server has not answered yet.
 func (e *Engine) Pending() bool { return e.pending.Load() }
 
@@ -248,9 +303,17 @@ func (e *Engine) AttachBoard(b *health.Board, subject string) {
 	e.mu.Lock()
 	e.board, e.subject = b, subject
 	down := e.down
+	if e.modelUnknown && e.pending.Load() && b != nil {
+		// Under mu: awaitConnect ends pending under it too, and then
+		// clears what is raised here.
+		b.Raise(DiagModelUnknown, subject, health.Warn, modelUnknownMsg, "url", e.cfg.URL)
+	}
 	e.mu.Unlock()
 	if down != nil {
 		e.raise(b, subject, down)
+	}
+	if e.unpinned.Load() {
+		e.unplanned(b, subject)
 	}
 	if e.cfg.API == APILlamaCpp {
 		e.noKVEvents(b, subject)
@@ -348,16 +411,27 @@ func (e *Engine) awaitConnect(ctx context.Context) bool {
 			continue
 		}
 		e.down = nil
-		e.mu.Unlock()
 		e.pending.Store(false)
-		msg := "the upstream server answers; its worker joins"
+		e.mu.Unlock()
+		info := e.Info()
+		msg := fmt.Sprintf("the upstream server answers; its worker joins (model %s, context %d tokens)", info.Model, info.ContextLength)
 		if b != nil {
 			if said != "" {
 				b.Clear(DiagTokenizerMismatch, subject, DiagRecovered, msg)
 			}
+			if e.modelUnknown {
+				b.Clear(DiagModelUnknown, subject, DiagRecovered, msg)
+			}
 			b.Clear(DiagUnavailable, subject, DiagRecovered, msg)
 		} else {
 			e.cfg.Logger.Info(msg, "diagnostic_code", DiagRecovered, "worker", subject, "url", e.cfg.URL)
+		}
+		if e.unpinned.Load() {
+			e.unplanned(b, subject)
+		}
+		select {
+		case e.changed <- struct{}{}:
+		default:
 		}
 		return true
 	}
@@ -431,8 +505,9 @@ func (e *Engine) probe(ctx context.Context) error {
 	for _, m := range list.Data {
 		names = append(names, m.ID)
 		if e.cfg.Model == "" || m.ID == e.cfg.Model {
-			// cfg.Model is empty only in New's first probe, before any
-			// request or watcher reads it.
+			// cfg.Model is empty only until the server first answers: in
+			// New's probe, or in awaitConnect's while requests are refused
+			// (pending), whose end orders this write before their reads.
 			e.cfg.Model = m.ID
 			n := e.cfg.ContextLength
 			if n == 0 {

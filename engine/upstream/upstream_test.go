@@ -118,8 +118,15 @@ func TestNewLearnsTheModel(t *testing.T) {
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := lis.Addr().String()
 	lis.Close()
-	if _, err := New(context.Background(), Config{URL: "http://" + addr}); !errors.Is(err, engine.ErrUnavailable) {
+	// An unreachable server is a pending worker, even with no model named
+	// (issue 34: start in any order); its requests are unavailable.
+	late, err := New(context.Background(), Config{URL: "http://" + addr, HealthInterval: -1, MetricsInterval: -1})
+	if err != nil || !late.Pending() {
 		t.Fatalf("unreachable: %v", err)
+	}
+	defer late.Close()
+	if _, err := late.Generate(context.Background(), &engine.Request{Prompt: []engine.Token{1}}); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("a request to an unreachable server: %v", err)
 	}
 }
 

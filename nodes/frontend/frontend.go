@@ -421,18 +421,32 @@ func (f *Process) admitLocked(rec discovery.Record) {
 			f.log.Error("cannot follow the model's load subject; peers' load is not counted", "model", rec.Model, "err", err)
 		}
 	}
-	if rec.ContextLength > 0 && (f.ctxLen == 0 || rec.ContextLength < f.ctxLen) {
-		// The frontend checks prompts against the smallest context of the
-		// model's workers, so no worker gets one it must refuse.
-		f.ctxLen = rec.ContextLength
-		mm := *f.model
-		mm.ContextLength = f.ctxLen
-		f.Frontend.AddModel(&mm)
-	}
+	f.narrowContextLocked(rec.ContextLength)
 	info, timing := m.conn.Info(rec)
 	f.Router.AddWorker(router.Worker{ID: rec.ID, Model: rec.Model, Gen: gen, Queue: m.conn.QueueReport(f.ctx, rec), Timing: timing, Info: info})
 	f.log.Info("worker added", "worker", rec.ID, "role", rec.Role, "request_plane", rec.RequestPlane,
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
+}
+
+// NarrowContext lowers the context length the frontend checks prompts
+// against and /v1/models reports to n, if n is smaller (or none was
+// known): a worker whose server told its context only after it was
+// admitted (an upstream server that answered late).
+func (f *Process) NarrowContext(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.narrowContextLocked(n)
+}
+
+func (f *Process) narrowContextLocked(n int) {
+	if n > 0 && (f.ctxLen == 0 || n < f.ctxLen) {
+		// The frontend checks prompts against the smallest context of the
+		// model's workers, so no worker gets one it must refuse.
+		f.ctxLen = n
+		mm := *f.model
+		mm.ContextLength = f.ctxLen
+		f.Frontend.AddModel(&mm)
+	}
 }
 
 // followLocked has the KV policy follow the worker's events.

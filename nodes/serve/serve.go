@@ -114,6 +114,9 @@ type System struct {
 	routed  []*node         // the routed workers, in start order
 	prefill []*node         // prefill workers (Disagg or PDPrefillWorkers)
 	pool    poolState       // what runtime workers are built from (serve/pools.go)
+
+	quit     chan struct{} // closed by stop: ends followInfo's goroutines
+	quitOnce sync.Once
 }
 
 // node is one worker node of the system.
@@ -130,7 +133,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		return nil, err
 	}
 	base := process.New(log, nil, nil)
-	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem()}
+	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem(), quit: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			if s.fe != nil {
@@ -168,7 +171,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		}
 		engines = append(engines, eng)
 		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
-		if model, err = servedModel(cfg.ServedModelName, model, eng, engines[0], i); err != nil {
+		if model, err = servedModel(cfg.ServedModelName, model, eng, engines, i); err != nil {
 			return nil, err
 		}
 	}
@@ -197,7 +200,31 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	if err := s.startFrontend(); err != nil {
 		return nil, err
 	}
+	s.followInfo()
 	return s, nil
+}
+
+// followInfo narrows the frontend's context length when an engine that
+// had not answered at start (an upstream server started after Tandem)
+// learns its server's: /v1/models and the length check then follow the
+// server, as if it had answered first.
+func (s *System) followInfo() {
+	for _, eng := range s.engines {
+		ch, ok := eng.(interface{ InfoChanged() <-chan struct{} })
+		if !ok {
+			continue
+		}
+		go func() {
+			for {
+				select {
+				case <-s.quit:
+					return
+				case <-ch.InfoChanged():
+					s.fe.NarrowContext(eng.Info().ContextLength)
+				}
+			}
+		}()
+	}
 }
 
 // check refuses configurations that cannot run.
@@ -318,9 +345,19 @@ func (s *System) addr(n *node) string {
 // upstream server the name it serves (a user asks for the model the server
 // lists, not Tandem's tokenizer's), and every upstream of the pool must
 // serve the first one's model.
-func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, i int) (*tokenizer.Model, error) {
+func servedModel(name string, model *tokenizer.Model, eng engine.Engine, engines []engine.Engine, i int) (*tokenizer.Model, error) {
 	info := eng.Info()
-	if info.Kind == "upstream" && i > 0 && info.Model != first.Info().Model {
+	// first is the first engine whose model is known: an upstream server
+	// that has not answered (no --upstream-model) has none yet, and the
+	// name comes from the first that answered.
+	first := engines[0]
+	for _, e := range engines[:i] {
+		if e.Info().Model != "" {
+			first = e
+			break
+		}
+	}
+	if info.Kind == "upstream" && i > 0 && info.Model != "" && first.Info().Model != "" && info.Model != first.Info().Model {
 		url := func(e engine.Engine) string {
 			if u, ok := e.(engine.URLReporter); ok {
 				return u.URL()
@@ -330,7 +367,7 @@ func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, 
 		return nil, fmt.Errorf("serve: upstream %s serves model %q but upstream %s serves %q: one pool serves one model (set --upstream-model to pick one)",
 			url(first), first.Info().Model, url(eng), info.Model)
 	}
-	if i > 0 {
+	if i > 0 && (first != eng && first.Info().Model != "" || info.Model == "") {
 		return model, nil
 	}
 	if name == "" && info.Kind == "upstream" {
@@ -371,6 +408,7 @@ func (s *System) Shutdown(ctx context.Context) error {
 // stop stops every worker node (their engines close with them), or closes
 // the engines of those never started, then the registry.
 func (s *System) stop(ctx context.Context) {
+	s.quitOnce.Do(func() { close(s.quit) })
 	s.mu.Lock()
 	nodes := append(slices.Clone(s.prefill), s.routed...)
 	s.mu.Unlock()

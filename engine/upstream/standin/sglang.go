@@ -51,6 +51,13 @@ type SGLangOptions struct {
 	// (entrypoints/openai/usage_processor.py; server_args.py: "Return
 	// number of cached tokens in usage.prompt_tokens_details").
 	EnableCacheReport bool
+	// Addr is the address to listen on ("": 127.0.0.1, any port). A
+	// fixed one lets a test start Tandem first: SGLang's HTTP server
+	// listens only once the schedulers have loaded the model
+	// (http_server.py, launch_server: _launch_subprocesses returns with
+	// the scheduler info, then uvicorn.run), so before that a client
+	// meets a refused connection, not a 503.
+	Addr string
 }
 
 // SGLang is a running SGLang look-alike: POST /generate (input_ids or
@@ -110,7 +117,11 @@ func StartSGLang(opts SGLangOptions) (*SGLang, error) {
 		}
 		s.ranks = append(s.ranks, eng)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := opts.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		s.closeRanks()
 		return nil, fmt.Errorf("standin: %w", err)

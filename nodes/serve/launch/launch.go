@@ -50,7 +50,7 @@ func (s *Setup) Start(log *slog.Logger) (*serve.System, string, error) {
 		return nil, "", err
 	}
 	if s.Engine.Kind == "upstream" {
-		if err := s.Engine.Up.ResolveTargets(context.Background()); err != nil {
+		if err := s.Engine.Up.ResolveTargets(context.Background(), log); err != nil {
 			return nil, "", err
 		}
 		s.Config.Workers, s.Config.PDPrefillWorkers = s.Engine.Up.Workers(), len(s.Engine.Up.Prefill)
