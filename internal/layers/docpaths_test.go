@@ -9,7 +9,8 @@ import (
 )
 
 // TestDocPathsExist: every repository path the docs name still exists, so a
-// folder move cannot leave a page pointing at a file that is gone. The docs
+// folder move cannot leave a page pointing at a file that is gone; and every
+// `go test ./pkg -run Name` (or -bench) they give finds Name in pkg. The docs
 // are README.md, docs/*.md, docs/benchmarks/**/*.md and deploy/**/README.md.
 // A path is checked when it is a Markdown link's target or a backticked
 // span of one word that has a slash and ends in a file extension or a
@@ -28,6 +29,13 @@ func TestDocPathsExist(t *testing.T) {
 			for _, ref := range docPaths(line) {
 				if !pathExists(root, page, ref) {
 					t.Errorf("%s:%d names %s, which does not exist", page, i+1, ref.path)
+				}
+			}
+			for _, c := range docTestCommands(line) {
+				for _, name := range c.names {
+					if !testFuncExists(t, root, c.pkg, name) {
+						t.Errorf("%s:%d runs %s in ./%s, which has no such test or benchmark", page, i+1, name, c.pkg)
+					}
 				}
 			}
 		}
@@ -58,6 +66,105 @@ func TestDocPathsParse(t *testing.T) {
 			t.Errorf("docPaths(%q) = %q, want %q", tt.line, got, tt.want)
 		}
 	}
+}
+
+// TestDocTestCommandsParse holds the go test command rules to examples.
+func TestDocTestCommandsParse(t *testing.T) {
+	tests := []struct {
+		line string
+		want []string // pkg:name
+	}{
+		{"`go test ./router -run '^$' -bench 'Decision|Pick' -benchtime 5000x`", []string{"router:Decision", "router:Pick"}},
+		{"`TANDEM_X=1 go test -count=1 -run 'TestMultiProcessFailover/kube' -v ./e2e`", []string{"e2e:TestMultiProcessFailover"}},
+		{"`go test ./nodes/serve -run xxx -bench FrontendOverhead -benchtime 3000x -count 3`", []string{"nodes/serve:FrontendOverhead"}},
+		{"`go test -run XXX -bench BenchmarkMask -benchtime 1x ./structured`", []string{"structured:BenchmarkMask"}},
+		{"`go test ./e2e/kvrouting -v -count=1`, `go test ./...`", nil},
+		{"`go test ./a ./b -run X`", nil}, // two packages: which holds X is not said
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, c := range docTestCommands(tt.line) {
+			for _, n := range c.names {
+				got = append(got, c.pkg+":"+n)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("docTestCommands(%q) = %q, want %q", tt.line, got, tt.want)
+		}
+	}
+}
+
+type testCommand struct {
+	pkg   string
+	names []string // each top-level alternative of -run and -bench
+}
+
+var (
+	runFlagRE = regexp.MustCompile(`-(?:test\.)?(?:run|bench)[ =]['"]?([^ '"]+)`)
+	pkgArgRE  = regexp.MustCompile(`(?:^|\s)\./([A-Za-z0-9_/.-]+)`)
+)
+
+// docTestCommands returns the `go test` commands of one line that name
+// one package and tests in it; patterns that select nothing on purpose
+// (^$, xxx) name none.
+func docTestCommands(line string) []testCommand {
+	var out []testCommand
+	for _, m := range backtickRE.FindAllStringSubmatch(line, -1) {
+		span := m[1]
+		if !strings.Contains(span, "go test") {
+			continue
+		}
+		pkgs := pkgArgRE.FindAllStringSubmatch(span, -1)
+		if len(pkgs) != 1 || strings.Contains(pkgs[0][1], "...") {
+			continue
+		}
+		c := testCommand{pkg: strings.TrimSuffix(pkgs[0][1], "/")}
+		for _, f := range runFlagRE.FindAllStringSubmatch(span, -1) {
+			top, _, _ := strings.Cut(f[1], "/")
+			for _, alt := range strings.Split(strings.ReplaceAll(top, `\|`, "|"), "|") {
+				alt = strings.Trim(alt, "^$")
+				switch strings.ToLower(alt) {
+				case "", "xxx", ".":
+					continue
+				}
+				c.names = append(c.names, alt)
+			}
+		}
+		if len(c.names) > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+var testFuncRE = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\w*)\(`)
+
+// testFuncExists reports whether pattern (a go test -run or -bench
+// regular expression's top level) matches a test, benchmark, fuzz target
+// or example in pkg's test files, whatever their build tags.
+func testFuncExists(t *testing.T, root, pkg, pattern string) bool {
+	t.Helper()
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		t.Errorf("./%s: -run pattern %q: %v", pkg, pattern, err)
+		return true
+	}
+	files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pkg), "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range testFuncRE.FindAllStringSubmatch(string(b), -1) {
+			if re.MatchString(m[1]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // docPages lists the pages TestDocPathsExist reads, relative to root.
