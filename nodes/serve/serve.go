@@ -113,7 +113,7 @@ type System struct {
 	engines []engine.Engine // the routed workers' (Engine(i))
 	routed  []*node         // the routed workers, in start order
 	prefill []*node         // prefill workers (Disagg or PDPrefillWorkers)
-	pool    poolState       // what runtime workers are built from (serve/pools.go)
+	pool    poolState       // what runtime workers are built from (pools.go)
 
 	quit     chan struct{} // closed by stop: ends followInfo's goroutines
 	quitOnce sync.Once
