@@ -157,9 +157,9 @@ func TestTiersMatchAndMedium(t *testing.T) {
 // recorder is a SharedRecorder that counts copies per block.
 type recorder struct{ refs map[BlockHash]int }
 
-func (r *recorder) Has(h BlockHash) bool  { return r.refs[h] > 0 }
-func (r *recorder) StoredG3(h BlockHash)  { r.refs[h]++ }
-func (r *recorder) RemovedG3(h BlockHash) { r.refs[h]-- }
+func (r *recorder) Has(h BlockHash) bool       { return r.refs[h] > 0 }
+func (r *recorder) StoredG3(h BlockHash) bool  { r.refs[h]++; return r.refs[h] == 1 }
+func (r *recorder) RemovedG3(h BlockHash) bool { r.refs[h]--; return r.refs[h] == 0 }
 
 // TestTiersSharedRecorder: a recording shared tier hears of every block
 // entering and leaving G3, so it holds exactly the cache's G3, and a
