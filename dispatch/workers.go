@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/router"
 )
 
@@ -24,6 +25,16 @@ type WorkerStatus struct {
 	// Queue is the engine's own account of its queue (nil: none, or not
 	// known yet).
 	Queue *EngineQueue
+	// Tiers are the KV tiers of an in-process engine that has some
+	// (TierReporter; nil otherwise).
+	Tiers *kvcache.TierStats
+}
+
+// TierReporter is an in-process engine with KV tiers below its pool
+// (engine/mocker): its tiers' blocks, bytes and traffic for /health,
+// read without waiting for its step loop.
+type TierReporter interface {
+	KVTiers() (kvcache.TierStats, bool)
 }
 
 // EventStats shows that a worker's events, not approximation, route it.
@@ -75,6 +86,11 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 		}
 		if st, ok := evs[wk.ID]; ok {
 			ws.Events = &EventStats{Applied: st.Applied, LastAge: st.LastAge}
+		}
+		if tr, ok := wk.Timing.(TierReporter); ok {
+			if st, ok := tr.KVTiers(); ok {
+				ws.Tiers = &st
+			}
 		}
 		out = append(out, ws)
 	}

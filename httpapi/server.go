@@ -25,6 +25,7 @@ import (
 	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/openai"
 	"github.com/tandemllm/tandem/openai/responses"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -707,6 +708,24 @@ type workerHealth struct {
 	// clients' requests included (an upstream server's /metrics), as the
 	// kv costs read it; absent for engines without one or while unknown.
 	EngineQueue *engineQueue `json:"engine_queue,omitempty"`
+	// KVTiers are an in-process engine's KV tiers (pool, host memory,
+	// disk), when it has lower ones.
+	KVTiers []tierHealth `json:"kv_tiers,omitempty"`
+	// KVSharedOnboardedBlocks counts the blocks it onboarded from other
+	// workers' copies on a shared disk tier.
+	KVSharedOnboardedBlocks uint64 `json:"kv_shared_onboarded_blocks,omitempty"`
+}
+
+// tierHealth is one KV tier of a worker: what it holds now and its
+// traffic since start (blocks).
+type tierHealth struct {
+	Tier           string `json:"tier"`
+	Blocks         int    `json:"blocks"`
+	Bytes          int64  `json:"bytes,omitempty"`
+	CapacityBlocks int    `json:"capacity_blocks,omitempty"`
+	Offloaded      uint64 `json:"offloaded_blocks,omitempty"`
+	Onboarded      uint64 `json:"onboarded_blocks,omitempty"`
+	Dropped        uint64 `json:"dropped_blocks,omitempty"`
 }
 
 type engineQueue struct {
@@ -729,6 +748,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 		wh := workerHealth{ID: wk.ID, Model: wk.Model, Engine: wk.Engine, KVEvents: wk.KVEvents, Stuck: wk.Stuck}
 		if q := wk.Queue; q != nil {
 			wh.EngineQueue = &engineQueue{Running: q.Running, Waiting: q.Waiting, AgeSeconds: q.Age.Seconds()}
+		}
+		if ts := wk.Tiers; ts != nil {
+			for t := range kvcache.NumTiers {
+				wh.KVTiers = append(wh.KVTiers, tierHealth{Tier: t.String(), Blocks: ts.Blocks[t], Bytes: ts.Bytes[t], CapacityBlocks: ts.Capacity[t],
+					Offloaded: ts.Offloaded[t], Onboarded: ts.Onboarded[t], Dropped: ts.Dropped[t]})
+			}
+			wh.KVSharedOnboardedBlocks = ts.SharedOnboarded
 		}
 		if st := wk.Events; st != nil {
 			wh.KVEventsApplied = st.Applied

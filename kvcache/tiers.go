@@ -113,24 +113,32 @@ type SharedTier interface {
 
 // SharedRecorder is a SharedTier the caches fill themselves: a simulated
 // host disk (the mocker's), which has no files for Has to find. A cache
-// reports each block entering and leaving its own G3 to it.
+// reports each block entering and leaving its own G3 to it; the answers
+// say whether the shared tier's content changed (the block's first copy
+// came in, its last went out). The cache's G3 events then follow the
+// shared tier's content, not its own share of it: a router that knows
+// which workers share the tier (kvindex.Index.SetShareGroup) applies them
+// to every one of them, so each change is published once, by the worker
+// that made it.
 type SharedRecorder interface {
 	SharedTier
-	StoredG3(h BlockHash)
-	RemovedG3(h BlockHash)
+	StoredG3(h BlockHash) (first bool)
+	RemovedG3(h BlockHash) (last bool)
 }
 
-// noteG3 tells a recording shared tier that h entered (in) or left G3.
-func (t *tiers) noteG3(h BlockHash, in bool) {
+// noteG3 tells a recording shared tier that h entered (in) or left G3 and
+// reports whether the change is to be published as a G3 event: always
+// without a recording shared tier, else only when the shared tier's
+// content changed.
+func (t *tiers) noteG3(h BlockHash, in bool) bool {
 	r, ok := t.cfg.Shared.(SharedRecorder)
 	if !ok {
-		return
+		return true
 	}
 	if in {
-		r.StoredG3(h)
-	} else {
-		r.RemovedG3(h)
+		return r.StoredG3(h)
 	}
+	return r.RemovedG3(h)
 }
 
 // PayloadStore moves real K/V bytes between the pool and the lower tiers.
@@ -282,10 +290,8 @@ func (c *Cache) offload(b BlockID) {
 	t.m[m.hash.Uint64()] = e
 	t.lru[dst].push(e)
 	t.stats.Offloaded[dst]++
-	if dst == TierG3 {
-		t.noteG3(e.hash, true)
-	}
-	if s := c.tierSink(); s != nil {
+	publish := dst != TierG3 || t.noteG3(e.hash, true)
+	if s := c.tierSink(); s != nil && publish {
 		t.one[0] = e.hash
 		s.TierStored(dst, e.parent, t.one[:], e.tokens)
 	}
@@ -301,7 +307,9 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 	e := l.head
 	l.remove(e)
 	sink := c.tierSink()
-	if sink != nil {
+	// Out of G3 is out of the shared tier too (noteG3); out of G2 is
+	// always published.
+	if publish := dst != TierG3 || t.noteG3(e.hash, false); sink != nil && publish {
 		t.one[0] = e.hash
 		sink.TierRemoved(dst, t.one[:])
 	}
@@ -310,8 +318,7 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 		e.tier = TierG3
 		t.lru[TierG3].push(e)
 		t.stats.Offloaded[TierG3]++
-		t.noteG3(e.hash, true)
-		if sink != nil {
+		if publish := t.noteG3(e.hash, true); sink != nil && publish {
 			t.one[0] = e.hash
 			sink.TierStored(TierG3, e.parent, t.one[:], e.tokens)
 		}
@@ -319,9 +326,6 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 	}
 	if t.cfg.Store != nil {
 		t.cfg.Store.Drop(dst, e.hash)
-	}
-	if dst == TierG3 {
-		t.noteG3(e.hash, false)
 	}
 	t.stats.Dropped[dst]++
 	delete(t.m, e.hash.Uint64())
@@ -333,15 +337,13 @@ func (c *Cache) dropEntry(e *tierEntry) {
 	t := c.tiers
 	t.lru[e.tier].remove(e)
 	delete(t.m, e.hash.Uint64())
-	if s := c.tierSink(); s != nil {
+	publish := e.tier != TierG3 || t.noteG3(e.hash, false)
+	if s := c.tierSink(); s != nil && publish {
 		t.one[0] = e.hash
 		s.TierRemoved(e.tier, t.one[:])
 	}
 	if t.cfg.Store != nil {
 		t.cfg.Store.Drop(e.tier, e.hash)
-	}
-	if e.tier == TierG3 {
-		t.noteG3(e.hash, false)
 	}
 	t.stats.Dropped[e.tier]++
 	t.spare = append(t.spare, e)

@@ -157,9 +157,9 @@ func TestTiersMatchAndMedium(t *testing.T) {
 // recorder is a SharedRecorder that counts copies per block.
 type recorder struct{ refs map[BlockHash]int }
 
-func (r *recorder) Has(h BlockHash) bool  { return r.refs[h] > 0 }
-func (r *recorder) StoredG3(h BlockHash)  { r.refs[h]++ }
-func (r *recorder) RemovedG3(h BlockHash) { r.refs[h]-- }
+func (r *recorder) Has(h BlockHash) bool       { return r.refs[h] > 0 }
+func (r *recorder) StoredG3(h BlockHash) bool  { r.refs[h]++; return r.refs[h] == 1 }
+func (r *recorder) RemovedG3(h BlockHash) bool { r.refs[h]--; return r.refs[h] == 0 }
 
 // TestTiersSharedRecorder: a recording shared tier hears of every block
 // entering and leaving G3, so it holds exactly the cache's G3, and a
@@ -210,5 +210,44 @@ func TestTiersSharedRecorder(t *testing.T) {
 				t.Fatalf("second cache hit %d, want %d", hit, tc.wantHit)
 			}
 		})
+	}
+}
+
+// TestTiersSharedEvents: caches filling one recording shared tier publish
+// its content, not their own shares of it: a block two caches put in G3
+// is stored once and removed once, over both sinks, so a router applying
+// G3 events to every sharing worker holds exactly the shared tier.
+func TestTiersSharedEvents(t *testing.T) {
+	const bs = 4
+	rec := &recorder{refs: map[BlockHash]int{}}
+	sinks := []*tierSink{{}, {}}
+	var caches []*Cache
+	for _, s := range sinks {
+		c, err := New(Config{NumBlocks: 3, BlockSize: bs, Sink: s,
+			Tiers: TierConfig{BlockBytes: 100, DiskBytes: 2 * 100, Shared: rec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caches = append(caches, c)
+	}
+	a := seqTokens(1000, 2*bs+1)
+	for _, c := range caches {
+		fill(t, c, a) // both compute it
+		for i := range 4 {
+			fill(t, c, seqTokens(2000+1000*i, 2*bs+1)) // and push it through G3 and out
+		}
+	}
+	held := 0
+	for _, n := range rec.refs {
+		held += min(n, 1)
+	}
+	stored := sinks[0].count("stored STORAGE") + sinks[1].count("stored STORAGE")
+	removed := sinks[0].count("removed STORAGE") + sinks[1].count("removed STORAGE")
+	if stored-removed != held {
+		t.Fatalf("G3 events net to %d blocks (%d stored, %d removed), the shared tier holds %d", stored-removed, stored, removed, held)
+	}
+	own := caches[0].TierStats().Offloaded[TierG3] + caches[1].TierStats().Offloaded[TierG3]
+	if uint64(stored) >= own {
+		t.Fatalf("%d G3 stores published for %d offloads: copies of one block were published twice", stored, own)
 	}
 }

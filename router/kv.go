@@ -235,6 +235,10 @@ type KV struct {
 	// tier, and the difference of their answers is what a worker must
 	// onboard from host memory or disk. nil in kv-approx.
 	poolIx *kvindex.Index
+	// hostIx is the events' pool and host-memory blocks: events' answer
+	// less its answer is what a worker must read from disk (its own, or
+	// a disk it shares with other workers). nil in kv-approx.
+	hostIx *kvindex.Index
 	approx *kvindex.Index
 	active *activeTracker
 	met    *kvMetrics
@@ -335,6 +339,11 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (_ *KV, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("router: event index: %w", err)
 		}
+		k.hostIx, err = kvindex.New(kvindex.Config{Name: "events_host", BlockSize: cfg.BlockSize, MaxBlocks: cfg.IndexMaxBlocks, Now: cfg.Now,
+			LowerTiers: true, NoDisk: true})
+		if err != nil {
+			return nil, fmt.Errorf("router: event index: %w", err)
+		}
 	}
 	k.active = newActiveTracker()
 	if k.met, err = newKVMetrics(cfg.Registerer, k.name); err != nil {
@@ -411,6 +420,15 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	if k.poolIx.AddWorker(id, blockSize) == nil {
 		k.poolIx.SetTag(id, int32(w.slot))
 	}
+	if k.hostIx.AddWorker(id, blockSize) == nil {
+		k.hostIx.SetTag(id, int32(w.slot))
+	}
+	k.mu.RLock()
+	tw, ok := k.timings[id]
+	k.mu.RUnlock()
+	if ok {
+		k.setShare(id, tw.Timing)
+	}
 	if err != nil {
 		w.refuse(fmt.Sprintf("engine block size %d is not a multiple of the router's %d; set --router-block-size to a divisor of it. Routing the worker by approximation", blockSize, k.cfg.BlockSize))
 		return fmt.Errorf("router: worker %s: %w", id, err)
@@ -468,6 +486,7 @@ func (k *KV) RemoveWorker(id string) {
 	if k.events != nil {
 		k.events.RemoveWorker(id)
 		k.poolIx.RemoveWorker(id)
+		k.hostIx.RemoveWorker(id)
 	}
 	k.approx.RemoveWorker(id)
 	// Only now may the slot go to another worker: until the indexes have
@@ -503,6 +522,41 @@ func (k *KV) WorkerAdded(w Worker) {
 	if kw != nil {
 		kw.timing.setSource(w.Timing, w.Info.KVCapacityTokens)
 		kw.setQueue(w.Queue)
+		k.setShare(w.ID, w.Timing)
+	}
+}
+
+// SharedTierEngine is an engine whose disk tier is shared with other
+// workers of its host (engine/mocker's --kv-offload-disk-shared): its KV
+// events' disk blocks are the shared tier's, which every worker of the
+// same name can onboard.
+type SharedTierEngine interface {
+	KVSharedTier() string
+}
+
+// setShare tells the event index which shared tier the worker's disk
+// blocks are (kvindex.Index.SetShareGroup).
+func (k *KV) setShare(id string, src any) {
+	if k.events == nil {
+		return
+	}
+	s, ok := src.(SharedTierEngine)
+	if !ok {
+		return
+	}
+	g := s.KVSharedTier()
+	k.events.SetShareGroup(id, g)
+	if g == "" {
+		return
+	}
+	k.mu.RLock()
+	w := k.workers[id]
+	k.mu.RUnlock()
+	if w != nil {
+		// Its disk tier fills from the other workers' streams too: its
+		// pool-only and host indexes are kept from the start, so a hit
+		// it holds only there is priced as the read it is.
+		w.tiered.Store(true)
 	}
 }
 
@@ -552,6 +606,8 @@ func (k *KV) workerFor(id string) *kvWorker {
 			k.events.SetTag(id, int32(w.slot))
 			_ = k.poolIx.AddWorker(id, 0)
 			k.poolIx.SetTag(id, int32(w.slot))
+			_ = k.hostIx.AddWorker(id, 0)
+			k.hostIx.SetTag(id, int32(w.slot))
 		}
 	}
 	return w

@@ -183,6 +183,7 @@ func (w *kvWorker) HandleBatch(seq uint64, b *event.Batch) {
 		// until they are stored again: a cost too high, never too low.
 		w.tiered.Store(true)
 		_, _ = k.poolIx.Apply(w.id, b.Events)
+		_, _ = k.hostIx.Apply(w.id, b.Events)
 	}
 	if err != nil {
 		k.log.Debug("KV events for a worker the index does not know", "worker", w.id, "err", err)

@@ -38,7 +38,10 @@ type candScore struct {
 	overlap int
 	// lower is how many of overlap's blocks the worker holds only below
 	// its pool (host memory, disk): a copy, priced by the ttft cost.
-	lower          int
+	lower int
+	// lowerDisk is how many of lower's blocks are on disk only (the
+	// worker's own or a shared one): read at the disk's bandwidth.
+	lowerDisk      int
 	activeUnique   int
 	activeRequests int
 	activePrefill  int
@@ -56,6 +59,7 @@ type pickScratch struct {
 	ov          []kvindex.TagOverlap
 	evOv, apOv  []int32
 	poolOv      []int32
+	hostOv      []int32
 	activeMatch []int32
 	pinnedLead  []int32
 	touched     []int32
@@ -77,14 +81,14 @@ func (k *KV) scratch(slots int) *pickScratch {
 		}
 		return a
 	}
-	sc.evOv, sc.apOv, sc.poolOv = grow(sc.evOv), grow(sc.apOv), grow(sc.poolOv)
+	sc.evOv, sc.apOv, sc.poolOv, sc.hostOv = grow(sc.evOv), grow(sc.apOv), grow(sc.poolOv), grow(sc.hostOv)
 	sc.activeMatch, sc.pinnedLead = grow(sc.activeMatch), grow(sc.pinnedLead)
 	return sc
 }
 
 func (k *KV) release(sc *pickScratch) {
 	for _, s := range sc.touched {
-		sc.evOv[s], sc.apOv[s], sc.activeMatch[s], sc.pinnedLead[s], sc.poolOv[s] = 0, 0, 0, 0, 0
+		sc.evOv[s], sc.apOv[s], sc.activeMatch[s], sc.pinnedLead[s], sc.poolOv[s], sc.hostOv[s] = 0, 0, 0, 0, 0, 0
 	}
 	sc.touched = sc.touched[:0]
 	clear(sc.ws)
@@ -173,6 +177,8 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 			if k.poolIx.Len() > 0 {
 				sc.ov = k.poolIx.LookupTags(hashes, sc.ov[:0])
 				sc.fill(sc.ov, sc.poolOv)
+				sc.ov = k.hostIx.LookupTags(hashes, sc.ov[:0])
+				sc.fill(sc.ov, sc.hostOv)
 			}
 		}
 		sc.ov = k.approx.LookupTags(hashes, sc.ov[:0])
@@ -212,6 +218,7 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 			c.overlap = ev
 			if c.w.tiered.Load() {
 				c.lower = max(ev-int(sc.poolOv[s]), 0)
+				c.lowerDisk = min(max(ev-int(sc.hostOv[s]), 0), c.lower)
 			}
 		default:
 			c.overlap = max(ev, ap)

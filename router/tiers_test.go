@@ -3,6 +3,7 @@ package router
 import (
 	"testing"
 
+	"github.com/tandemllm/tandem/blockhash"
 	"github.com/tandemllm/tandem/engine"
 )
 
@@ -61,5 +62,86 @@ func TestTTFTCostPricesOnboard(t *testing.T) {
 				t.Fatalf("predicted cached %d of a %d-token prefix", d.PredictedCachedTokens, len(pre))
 			}
 		})
+	}
+}
+
+// sharedTiming is an engine with host and disk tiers whose disk it shares
+// with the other workers named share: onboarding prices host and disk
+// tokens at their own rates.
+type sharedTiming struct {
+	fakeTiming
+	host, disk float64 // seconds per token
+	share      string
+}
+
+func (o sharedTiming) EstimateOnboard(n int) float64 { return o.host * float64(n) }
+func (o sharedTiming) EstimateOnboardTiers(host, disk int) float64 {
+	return o.host*float64(host) + o.disk*float64(disk)
+}
+func (o sharedTiming) KVSharedTier() string { return o.share }
+
+// TestTTFTCostPricesSharedTier: w0 holds the prompt's prefix in its pool;
+// w2 wrote it to the disk it shares with w1 (BlockStored with medium
+// STORAGE on w2's stream), so w1, which never saw it, can onboard it.
+// The choice between w0's pool hit and w1's onboard follows the predicted
+// TTFT, the onboard priced at the disk's rate, not the host link's.
+func TestTTFTCostPricesSharedTier(t *testing.T) {
+	base := fakeTiming{base: 0.0136, perTok: 0.0436e-3, dec: 0.010}
+	for _, tc := range []struct {
+		name   string
+		disk   float64 // seconds per token
+		w0Busy bool
+		want   string
+	}{
+		{"idle pool hit beats a disk read", 1e-6, false, "w0"},
+		{"fast shared disk beats a queue", 1e-6, true, "w1"},
+		{"slow shared disk loses to the queue (a host-rate price would not)", 1e-4, true, "w0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := newTTFTFixture(t, 3, CostTTFT, base)
+			for _, w := range f.r.Workers() {
+				share := "host-a"
+				if w.ID == "w0" {
+					share = ""
+				}
+				w.Timing = sharedTiming{base, 1e-6, tc.disk, share}
+				f.r.AddWorker(w)
+			}
+			pre := prompt(7, 375) // 1,500 tokens
+			f.ingest(t, "w0", 0, storedEvent(pre, 1))
+			disk := storedEvent(pre, 1)
+			disk.Medium = "STORAGE"
+			f.ingest(t, "w2", 0, disk)
+			if tc.w0Busy {
+				f.kv.Routed(&Request{Model: "m", Tokens: prompt(20, 500)}, Decision{WorkerID: "w0"})
+			}
+			req := append(append([]engine.Token(nil), pre...), prompt(8, 6)...)
+			d, err := f.kv.Pick(&Request{Model: "m", Tokens: req}, []Candidate{{ID: "w0"}, {ID: "w1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.WorkerID != tc.want {
+				t.Fatalf("chose %s, want %s (decision %+v)", d.WorkerID, tc.want, d)
+			}
+			if d.PredictedCachedTokens < len(pre)-tbs {
+				t.Fatalf("predicted cached %d of a %d-token prefix", d.PredictedCachedTokens, len(pre))
+			}
+		})
+	}
+	// Leaving the shared tier: w2's next disk blocks are its own.
+	f, _ := newTTFTFixture(t, 3, CostTTFT, base)
+	for _, w := range f.r.Workers() {
+		w.Timing = sharedTiming{base, 1e-6, 1e-6, "host-a"}
+		f.r.AddWorker(w)
+	}
+	w2 := f.r.Workers()[2]
+	w2.Timing = sharedTiming{base, 1e-6, 1e-6, ""}
+	f.r.AddWorker(w2)
+	pre := prompt(9, 100)
+	disk := storedEvent(pre, 1)
+	disk.Medium = "STORAGE"
+	f.ingest(t, "w2", 0, disk)
+	if got := f.kv.events.Lookup(new(blockhash.Hasher).Append(nil, 0, false, pre, tbs), nil); len(got) != 1 || got[0].Worker != "w2" {
+		t.Fatalf("after w2 left the shared tier its disk blocks are held by %+v, want w2 alone", got)
 	}
 }

@@ -110,11 +110,19 @@ type OnboardEstimator interface {
 	EstimateOnboard(tokens int) float64
 }
 
+// TierOnboardEstimator is an OnboardEstimator that prices a hit split by
+// tier: host tokens from host memory, disk tokens from disk (the worker's
+// own or one it shares), each at its link's bandwidth.
+type TierOnboardEstimator interface {
+	EstimateOnboardTiers(host, disk int) float64
+}
+
 // timingSource is what the worker's engine says about its own speed.
 type timingSource struct {
 	est engine.PrefillEstimator // nil: an engine in another process
 	dec DecodeEstimator
 	onb OnboardEstimator // nil: onboarding a lower tier's blocks priced as free
+	ont TierOnboardEstimator
 	// chunk is the engine's prefill chunk (engine.KVStreamer), else
 	// defaultChunkTokens.
 	chunk int
@@ -146,6 +154,7 @@ func (m *timingModel) setSource(src engine.PrefillEstimator, capacityTokens int)
 	ts := &timingSource{est: src, capacity: max(capacityTokens, 0), ttftCoef: old.ttftCoef, learned: old.learned}
 	ts.dec, _ = src.(DecodeEstimator)
 	ts.onb, _ = src.(OnboardEstimator)
+	ts.ont, _ = src.(TierOnboardEstimator)
 	ts.chunk = defaultChunkTokens
 	if ks, ok := src.(engine.KVStreamer); ok && ks.PrefillChunkTokens() > 0 {
 		ts.chunk = ks.PrefillChunkTokens()
@@ -222,7 +231,15 @@ func (src *timingSource) predict(fleet *ttftCoef, cs *candScore, isl, bs, maxHit
 	if cs.lower > 0 && src.onb != nil {
 		// Part of the hit sits in host memory or on disk: it is copied
 		// in before the prefill continues.
-		if o := src.onb.EstimateOnboard(min(cs.lower, cs.overlap, maxHit) * bs); o > 0 {
+		n := min(cs.lower, cs.overlap, maxHit)
+		var o float64
+		if src.ont != nil {
+			disk := min(cs.lowerDisk, n)
+			o = src.ont.EstimateOnboardTiers((n-disk)*bs, disk*bs)
+		} else {
+			o = src.onb.EstimateOnboard(n * bs)
+		}
+		if o > 0 {
 			total += o
 			pre += o
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/control/doctor"
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/health"
 )
 
@@ -28,6 +30,7 @@ func newDoctorCmd() *cobra.Command {
 		output  string
 		asJSON  bool
 		expect  []string
+		tiers   []string
 		tlsCA   string
 		maxCA   = int64(1 << 20)
 		envKey  = os.Getenv("OPENAI_API_KEY")
@@ -61,6 +64,14 @@ Exit status 1 when a check fails. docs/operations.md lists the checks.`,
 				return fmt.Errorf("--expect-workers: %w", err)
 			}
 			cfg.Expect = append(cfg.Expect, e)
+		}
+		for _, s := range tiers {
+			dir, size, ok := strings.Cut(s, "=")
+			n, err := engines.ParseByteSize(size)
+			if !ok || dir == "" || err != nil || n <= 0 {
+				return fmt.Errorf("--kv-tier-disk %q: want DIR=SIZE, e.g. /nvme/kv=512GiB", s)
+			}
+			cfg.TierDisks = append(cfg.TierDisks, doctor.TierDisk{Dir: dir, Bytes: n})
 		}
 		if cfg.APIKey == "" {
 			cfg.APIKey = envKey
@@ -116,6 +127,7 @@ Exit status 1 when a check fails. docs/operations.md lists the checks.`,
 	f.BoolVar(&asJSON, "json", false, "same as --output json")
 	f.StringVar(&cfg.APIKey, "api-key", "", "API key sent to the frontend as a bearer token, for --protect-metrics (default $OPENAI_API_KEY)")
 	f.StringVar(&tlsCA, "tls-ca", "", "PEM CA that signs an HTTPS frontend's certificate (default: the system roots)")
+	f.StringArrayVar(&tiers, "kv-tier-disk", nil, "a KV disk tier on this host to check for space: DIR=SIZE, the --kv-offload-disk-dir and the bytes its workers may hold there together (--kv-offload-disk-bytes × workers); check kv_tiers.space (repeatable)")
 	f.StringSliceVar(&expect, "expect-workers", nil, "expected live workers: N, MODEL=N, MODEL/ROLE=N or /ROLE=N (repeatable)")
 	f.DurationVar(&timeout, "timeout", 5*time.Second, "bound on each network call")
 	f.IntVar(&cfg.ReferencePromptTokens, "reference-prompt-tokens", 1500, "prefill/decode links are priced by this prompt's KV crossing them")

@@ -53,6 +53,7 @@ const (
 	IDProbeCache      = "probe.prefix_cache"
 	IDFrontendTTFT    = "frontend.ttft_added"
 	IDLeftovers       = "host.leftovers"
+	IDTierSpace       = "kv_tiers.space"
 )
 
 // Expectation is how many live workers a pool should have. Empty Model or
@@ -153,6 +154,10 @@ type Config struct {
 	// ProcessNames are the program names that are Tandem's (default
 	// "tandem").
 	ProcessNames []string
+
+	// TierDisks are the KV disk tiers on this host to check for space
+	// (--kv-tier-disk): kv_tiers.space for each.
+	TierDisks []TierDisk
 }
 
 // Report is the doctor's whole answer.
@@ -226,6 +231,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	d.disagg()
 	d.probe()
 	d.leftovers()
+	d.tierSpace()
 	rep := &Report{Frontend: cfg.FrontendURL, Checks: d.checks}
 	for _, c := range rep.Checks {
 		switch c.Verdict {

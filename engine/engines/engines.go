@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,10 +78,15 @@ type tierFlags struct {
 	host, disk string // sizes: bytes, or with a KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix
 	diskDir    string
 	diskShared bool
-	hostBW     float64
-	diskBW     float64
-	hostLat    time.Duration
-	diskLat    time.Duration
+	// sharedWorkers is how many consecutive in-process mocker workers
+	// share one simulated disk (0: all of them).
+	sharedWorkers int
+	sharedMu      sync.Mutex
+	sharedDisks   map[int]*mocker.SharedDisk
+	hostBW        float64
+	diskBW        float64
+	hostLat       time.Duration
+	diskLat       time.Duration
 }
 
 // parseByteSize reads "123", "64GiB", "1.5TB" (decimal and binary suffixes).
@@ -120,6 +126,12 @@ func (t *tierFlags) mockerTiers() (mocker.TierConfig, error) {
 	if t.hostBW < 0 || t.diskBW < 0 || t.hostLat < 0 || t.diskLat < 0 {
 		return mocker.TierConfig{}, errors.New("--kv-offload-*-bandwidth and -latency must not be negative")
 	}
+	if t.sharedWorkers < 0 || t.sharedWorkers > 1<<20 {
+		return mocker.TierConfig{}, fmt.Errorf("--kv-offload-shared-workers %d: want 0 (all) to %d", t.sharedWorkers, 1<<20)
+	}
+	if t.diskShared && disk == 0 {
+		return mocker.TierConfig{}, errors.New("--kv-offload-disk-shared needs a disk tier (--kv-offload-disk-bytes)")
+	}
 	return mocker.TierConfig{HostBytes: host, DiskBytes: disk, HostBandwidth: t.hostBW, DiskBandwidth: t.diskBW,
 		HostLatency: t.hostLat, DiskLatency: t.diskLat}, nil
 }
@@ -140,7 +152,8 @@ func (e *Config) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.tiers.host, "kv-offload-host-bytes", "0", "KV offload: host-memory tier (G2) size, e.g. 64GiB: blocks evicted from the engine's pool go there and are onboarded on a prefix hit instead of recomputed (0: off)")
 	f.StringVar(&e.tiers.disk, "kv-offload-disk-bytes", "0", "KV offload: disk tier (G3) size, e.g. 500GB: blocks evicted from the host tier (or the pool, without one) go there (0: off)")
 	f.StringVar(&e.tiers.diskDir, "kv-offload-disk-dir", "", "KV offload: directory under which the native engine writes the disk tier's files (one fresh subdirectory per worker, removed at exit; default: the system's temporary directory); the mocker only models the disk's time")
-	f.BoolVar(&e.tiers.diskShared, "kv-offload-disk-shared", false, "KV offload (native): --kv-offload-disk-dir is one directory the workers of the host share: each writes its evicted blocks there and onboards the others', so a prefix computed by one worker is copied, not recomputed, by another")
+	f.BoolVar(&e.tiers.diskShared, "kv-offload-disk-shared", false, "KV offload: the disk tier is one the workers of the host share: each writes its evicted blocks there and onboards the others', so a prefix computed by one worker is copied, not recomputed, by another (native: --kv-offload-disk-dir is that directory; mocker: one simulated disk per --kv-offload-shared-workers workers, whose reads queue on it, and whose blocks the router counts as every sharing worker's)")
+	f.IntVar(&e.tiers.sharedWorkers, "kv-offload-shared-workers", 0, "KV offload (mocker, with --kv-offload-disk-shared): how many consecutive in-process workers share one simulated disk, e.g. 8 for an 8-GPU host (0: all)")
 	f.Float64Var(&e.tiers.hostBW, "kv-offload-host-bandwidth", mocker.DefaultHostBandwidth, "mocker: simulated host↔GPU copy bandwidth, bytes/s (PCIe 5.0 x16 class)")
 	f.Float64Var(&e.tiers.diskBW, "kv-offload-disk-bandwidth", mocker.DefaultDiskBandwidth, "mocker: simulated disk read bandwidth, bytes/s (NVMe class)")
 	f.DurationVar(&e.tiers.hostLat, "kv-offload-host-latency", mocker.DefaultHostLatency, "mocker: simulated latency of one host↔GPU copy")
@@ -296,7 +309,32 @@ func (e *Config) eventsConfig() (kvevents.EngineConfig, error) {
 	return ev, nil
 }
 
+// sharedDisk is worker i's simulated shared disk
+// (--kv-offload-disk-shared): one per --kv-offload-shared-workers
+// consecutive workers, named for the router by process and group.
+func (t *tierFlags) sharedDisk(i int) *mocker.SharedDisk {
+	g := 0
+	if t.sharedWorkers > 0 {
+		g = i / t.sharedWorkers
+	}
+	t.sharedMu.Lock()
+	defer t.sharedMu.Unlock()
+	if t.sharedDisks == nil {
+		t.sharedDisks = map[int]*mocker.SharedDisk{}
+	}
+	d := t.sharedDisks[g]
+	if d == nil {
+		host, _ := os.Hostname()
+		d = mocker.NewSharedDiskNamed(fmt.Sprintf("%s/%d/disk%d", host, os.Getpid(), g))
+		t.sharedDisks[g] = d
+	}
+	return d
+}
+
 func (e *Config) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
+	if e.tiers.diskShared {
+		cfg.Tiers.Shared = e.tiers.sharedDisk(i)
+	}
 	cfg.EngineLabel = fmt.Sprint(i)
 	cfg.Seed += uint64(i)
 	var err error

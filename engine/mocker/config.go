@@ -112,15 +112,24 @@ type TierConfig struct {
 // DiskBytes) and one queue of reads, kept in the time of the clock the
 // workers sharing it must share (Config.Clock).
 type SharedDisk struct {
+	name string
 	mu   sync.Mutex
 	refs map[kvcache.BlockHash]int32 // G3 copies per block, over the workers
 	free time.Time                   // when the reads queued so far end
 }
 
 // NewSharedDisk returns an empty shared disk.
-func NewSharedDisk() *SharedDisk {
-	return &SharedDisk{refs: make(map[kvcache.BlockHash]int32)}
+func NewSharedDisk() *SharedDisk { return NewSharedDiskNamed("") }
+
+// NewSharedDiskNamed returns an empty shared disk whose workers tell a
+// router its name (Engine.KVSharedTier): the router's index applies one
+// worker's G3 events to every worker of that name.
+func NewSharedDiskNamed(name string) *SharedDisk {
+	return &SharedDisk{name: name, refs: make(map[kvcache.BlockHash]int32)}
 }
+
+// Name is the shared disk's name ("" for NewSharedDisk's).
+func (d *SharedDisk) Name() string { return d.name }
 
 // Has implements kvcache.SharedTier.
 func (d *SharedDisk) Has(h kvcache.BlockHash) bool {
@@ -130,21 +139,23 @@ func (d *SharedDisk) Has(h kvcache.BlockHash) bool {
 }
 
 // StoredG3 implements kvcache.SharedRecorder.
-func (d *SharedDisk) StoredG3(h kvcache.BlockHash) {
+func (d *SharedDisk) StoredG3(h kvcache.BlockHash) bool {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.refs[h]++
-	d.mu.Unlock()
+	return d.refs[h] == 1
 }
 
 // RemovedG3 implements kvcache.SharedRecorder.
-func (d *SharedDisk) RemovedG3(h kvcache.BlockHash) {
+func (d *SharedDisk) RemovedG3(h kvcache.BlockHash) bool {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.refs[h] <= 1 {
 		delete(d.refs, h)
-	} else {
-		d.refs[h]--
+		return true
 	}
-	d.mu.Unlock()
+	d.refs[h]--
+	return false
 }
 
 // read queues a read of dur on the disk and returns when it ends.

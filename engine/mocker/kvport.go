@@ -214,3 +214,27 @@ func (e *Engine) EstimateOnboard(tokens int) float64 {
 	wall := e.cfg.Tiers.onboardWall(n2, n3, int64(e.cfg.BlockSize)*int64(e.cfg.KVBytesPerToken))
 	return e.cfg.stepDuration(wall * 1000).Seconds()
 }
+
+// EstimateOnboardTiers is EstimateOnboard for a hit whose lower part is
+// split by tier: host tokens' worth of blocks in host memory and disk
+// tokens' on disk (its own, or the shared disk of KVSharedTier), each
+// over its link at the configured bandwidth on idle links.
+func (e *Engine) EstimateOnboardTiers(host, disk int) float64 {
+	if !e.cfg.Tiers.Enabled() || host+disk <= 0 || host < 0 || disk < 0 {
+		return 0
+	}
+	bs := e.cfg.BlockSize
+	wall := e.cfg.Tiers.onboardWall((host+bs-1)/bs, (disk+bs-1)/bs, int64(bs)*int64(e.cfg.KVBytesPerToken))
+	return e.cfg.stepDuration(wall * 1000).Seconds()
+}
+
+// KVSharedTier names the disk tier this worker shares with others of its
+// host ("" when none, or an unnamed one): its KV events' G3 blocks are
+// the shared disk's, so a router applies them to every worker of the
+// same name (kvindex.Index.SetShareGroup).
+func (e *Engine) KVSharedTier() string {
+	if d := e.cfg.Tiers.Shared; d != nil {
+		return d.name
+	}
+	return ""
+}

@@ -89,6 +89,7 @@ type stats struct {
 	tierBlocks, tierBytes    [kvcache.NumTiers]atomic.Int64
 	tierOffload, tierDropped [kvcache.NumTiers]atomic.Uint64
 	onboardBlocks            [kvcache.NumTiers]atomic.Uint64
+	sharedOnboard            atomic.Uint64 // blocks of onboardBlocks[G3] read from another worker's copy on the shared disk
 	onboard                  *histogram
 	// queue is each request's wait from arrival to its first admission
 	// (vLLM's request_queue_time): TTFT less it is the onboard and prefill.
@@ -131,6 +132,7 @@ type collector struct {
 		ttft, itl, e2e, cacheInfo                 *prometheus.Desc
 		tierBlocks, tierBytes, tierOffload        *prometheus.Desc
 		tierOnboard, tierDropped, onboardSeconds  *prometheus.Desc
+		tierCapacity, sharedOnboard               *prometheus.Desc
 	}
 	cacheLabels []string
 }
@@ -167,6 +169,8 @@ func (c *collector) init() {
 		d.tierOnboard = prometheus.NewDesc("tandem_kv_tier_onboard_blocks_total", "KV blocks brought back into the pool from a lower tier (prefix hits per tier).", tl, nil)
 		d.tierDropped = prometheus.NewDesc("tandem_kv_tier_dropped_blocks_total", "KV blocks evicted out of a lower tier for good.", tl, nil)
 		d.onboardSeconds = prometheus.NewDesc("tandem_kv_tier_onboard_seconds", "Time from admission until a prompt's onboarded blocks are in the pool.", l, nil)
+		d.tierCapacity = prometheus.NewDesc("tandem_kv_tier_capacity_bytes", "Bytes each lower KV tier may hold (--kv-offload-host-bytes, --kv-offload-disk-bytes; whole blocks).", tl, nil)
+		d.sharedOnboard = prometheus.NewDesc("tandem_kv_tier_shared_onboard_blocks_total", "KV blocks onboarded from another worker's copy on the shared disk tier (--kv-offload-disk-shared; also counted in tier g3's onboards).", l, nil)
 	})
 }
 
@@ -179,7 +183,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- desc
 	}
 	if c.e.cfg.Tiers.Enabled() {
-		for _, desc := range []*prometheus.Desc{d.tierBlocks, d.tierBytes, d.tierOffload, d.tierOnboard, d.tierDropped, d.onboardSeconds} {
+		for _, desc := range []*prometheus.Desc{d.tierBlocks, d.tierBytes, d.tierOffload, d.tierOnboard, d.tierDropped, d.onboardSeconds, d.tierCapacity, d.sharedOnboard} {
 			ch <- desc
 		}
 	}
@@ -227,6 +231,49 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.tierOffload, prometheus.CounterValue, float64(s.tierOffload[t].Load()), model, eng, tl)
 		ch <- prometheus.MustNewConstMetric(d.tierOnboard, prometheus.CounterValue, float64(s.onboardBlocks[t].Load()), model, eng, tl)
 		ch <- prometheus.MustNewConstMetric(d.tierDropped, prometheus.CounterValue, float64(s.tierDropped[t].Load()), model, eng, tl)
+		ch <- prometheus.MustNewConstMetric(d.tierCapacity, prometheus.GaugeValue, float64(e.tierCapacityBytes(t)), model, eng, tl)
 	}
 	ch <- s.onboard.metric(d.onboardSeconds, model, eng)
+	counter(d.sharedOnboard, s.sharedOnboard.Load())
+}
+
+// tierCapacityBytes is what lower tier t may hold: whole blocks of its
+// configured size.
+func (e *Engine) tierCapacityBytes(t kvcache.Tier) int64 {
+	bb := int64(e.cfg.BlockSize) * int64(e.cfg.KVBytesPerToken)
+	if bb <= 0 {
+		return 0
+	}
+	switch t {
+	case kvcache.TierG2:
+		return e.cfg.Tiers.HostBytes / bb * bb
+	case kvcache.TierG3:
+		return e.cfg.Tiers.DiskBytes / bb * bb
+	}
+	return 0
+}
+
+// KVTiers reports the worker's KV tiers for /health (false without
+// tiers): blocks and bytes per tier as of the last step, each lower
+// tier's capacity, and its offload, onboard and drop counts. It never
+// waits for the step loop.
+func (e *Engine) KVTiers() (kvcache.TierStats, bool) {
+	var st kvcache.TierStats
+	if !e.cfg.Tiers.Enabled() {
+		return st, false
+	}
+	s := e.stats
+	bb := int64(e.cfg.BlockSize) * int64(e.cfg.KVBytesPerToken)
+	for t := range kvcache.NumTiers {
+		st.Blocks[t] = int(s.tierBlocks[t].Load())
+		st.Bytes[t] = s.tierBytes[t].Load()
+		st.Offloaded[t] = s.tierOffload[t].Load()
+		st.Onboarded[t] = s.onboardBlocks[t].Load()
+		st.Dropped[t] = s.tierDropped[t].Load()
+		if bb > 0 {
+			st.Capacity[t] = int(min(e.tierCapacityBytes(t)/bb, 1<<31-1))
+		}
+	}
+	st.SharedOnboarded = s.sharedOnboard.Load()
+	return st, true
 }

@@ -393,6 +393,9 @@ func (e *Engine) schedule() {
 func (e *Engine) onboardDone(ob []kvcache.Onboard, now time.Time) time.Time {
 	n2, n3 := 0, 0
 	for _, o := range ob {
+		if o.Shared {
+			e.stats.sharedOnboard.Add(1)
+		}
 		if o.From == kvcache.TierG3 {
 			n3++
 		} else {

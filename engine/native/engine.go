@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,6 +275,23 @@ func (e *Engine) acquire(s *seq) int {
 	})
 	e.onboards = ob
 	return n
+}
+
+// KVSharedTier names the disk tier this engine shares with the other
+// workers of its host (--kv-offload-disk-shared: the directory and the
+// host), "" when it shares none: the router applies one worker's disk
+// events to every worker of the same name, since each can read the
+// others' files.
+func (e *Engine) KVSharedTier() string {
+	if e.tiers == nil || !e.tiers.shared || e.tiers.dir == "" {
+		return ""
+	}
+	host, _ := os.Hostname()
+	dir, err := filepath.Abs(e.tiers.dir)
+	if err != nil {
+		dir = e.tiers.dir
+	}
+	return "native:" + host + ":" + dir
 }
 
 // TierStats reports the KV offload tiers' counters (zero without tiers).

@@ -140,6 +140,9 @@ func TestKVSharedDiskTier(t *testing.T) {
 		KVOffloadDiskBytes: 64 << 20, KVOffloadDiskDir: dir, KVOffloadDiskShared: true}
 	a := newEngine(t, m, opts)
 	b := newEngine(t, m, opts)
+	if na, nb := a.KVSharedTier(), b.KVSharedTier(); na == "" || na != nb {
+		t.Fatalf("shared tier names %q and %q: want one, not empty", na, nb)
+	}
 	prompt := randPrompt(100, 7, m.Config.Vocab)
 	req := engine.Request{Prompt: prompt, MaxTokens: 12, IgnoreEOS: true}
 	want := gen(t, a, req)

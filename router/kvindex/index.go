@@ -61,6 +61,10 @@ type Config struct {
 	// copy is its own residence, so a block moving between tiers is never
 	// lost from the index. Off, such events are ignored.
 	LowerTiers bool
+	// NoDisk, with LowerTiers, leaves out the disk tier (G3): an index of
+	// what a worker holds in its pool or host memory, whose difference with
+	// a LowerTiers index's answer is what it must read from disk.
+	NoDisk bool
 }
 
 // Overlap is one worker's answer to a lookup.
@@ -102,6 +106,8 @@ type worker struct {
 	// fp is the worker's term in a hashEntry's set fingerprint.
 	fp  uint16
 	tag int32
+	// share is the worker's shared lower tier (SetShareGroup), "" if none.
+	share string
 }
 
 // hashEntry heads the chain of one hash's residences. n and fp summarize
@@ -140,6 +146,7 @@ type Index struct {
 	ttlTicks uint32
 	// lowerTiers: see Config.LowerTiers.
 	lowerTiers bool
+	noDisk     bool
 	now        func() time.Time
 	epoch      time.Time
 
@@ -158,9 +165,11 @@ type Index struct {
 	// tags are the workers' tags by slot (-1: none), apart from the
 	// workers so that LookupTags reads one dense array instead of one
 	// worker struct per answer (a cache miss each, with a thousand).
-	tags   []int32
-	byID   map[string]uint32
-	free   []uint32
+	tags []int32
+	byID map[string]uint32
+	free []uint32
+	// shares are the workers of each shared tier (SetShareGroup), by slot.
+	shares map[string][]uint32
 	hasher blockhash.Hasher // used under the write lock
 	group  []uint64         // scratch for one event's hashes
 	sink   uint64           // keeps the warming loads alive
@@ -200,6 +209,7 @@ func New(cfg Config) (*Index, error) {
 		byID:   map[string]uint32{},
 
 		lowerTiers: cfg.LowerTiers,
+		noDisk:     cfg.NoDisk,
 	}
 	if cfg.TTL > 0 {
 		ix.ttlTicks = uint32(max(1, cfg.TTL/time.Millisecond))
@@ -278,6 +288,7 @@ func (ix *Index) RemoveWorker(id string) {
 	}
 	w := ix.workers[slot]
 	ix.clearLocked(w)
+	ix.leaveShareLocked(w)
 	delete(ix.byID, id)
 	ix.workers[slot] = nil
 	ix.tags[slot] = -1
@@ -324,8 +335,20 @@ func (ix *Index) Apply(workerID string, events []event.Event) (ApplyStats, error
 		ev := &events[i]
 		switch ev.Type {
 		case event.TypeBlockStored:
-			ix.applyStored(w, ev, now, &st)
+			if members := ix.sharedBy(w, ev); members != nil {
+				for _, m := range members {
+					ix.applyStored(ix.workers[m], w, ev, now, &st)
+				}
+				continue
+			}
+			ix.applyStored(w, w, ev, now, &st)
 		case event.TypeBlockRemoved:
+			if members := ix.sharedBy(w, ev); members != nil {
+				for _, m := range members {
+					ix.applyRemoved(ix.workers[m], ev, &st)
+				}
+				continue
+			}
 			ix.applyRemoved(w, ev, &st)
 		case event.TypeAllBlocksCleared:
 			ix.clearLocked(w)
@@ -351,7 +374,7 @@ var tierSalt = [kvcache.NumTiers]uint64{0, 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4
 // have none, and their hashes are not the index's).
 func (ix *Index) eventTier(ev *event.Event) (kvcache.Tier, bool) {
 	t, ok := kvcache.TierOfMedium(ev.Medium)
-	if !ok || (t != kvcache.TierG1 && (!ix.lowerTiers || (ev.Type == event.TypeBlockStored && len(ev.TokenIDs) == 0))) {
+	if !ok || (t != kvcache.TierG1 && (!ix.lowerTiers || (t == kvcache.TierG3 && ix.noDisk) || (ev.Type == event.TypeBlockStored && len(ev.TokenIDs) == 0))) {
 		return t, false
 	}
 	return t, true
@@ -378,7 +401,76 @@ func (ix *Index) parentKey(w *worker, t kvcache.Tier, parent uint64) (uint32, bo
 	return 0, false
 }
 
-func (ix *Index) applyStored(w *worker, ev *event.Event, now uint32, st *ApplyStats) {
+// SetShareGroup says that the worker's disk tier (G3) is one it shares
+// with every other worker of the same group name (a host's shared
+// directory or simulated disk): the engines of a group publish the shared
+// tier's content, each change once, by the worker that made it
+// (kvcache.SharedRecorder), and the index applies a group member's G3
+// events to every member, since each can onboard those blocks. A block in
+// the shared tier is then a residence of each member (the memory per
+// residence is unchanged; the residences are as many as the members).
+// "" leaves the worker's group. Only with LowerTiers; it reports whether
+// the worker exists.
+func (ix *Index) SetShareGroup(id, group string) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	slot, ok := ix.byID[id]
+	if !ok {
+		return false
+	}
+	w := ix.workers[slot]
+	if w.share == group {
+		return true
+	}
+	ix.leaveShareLocked(w)
+	if group == "" || !ix.lowerTiers {
+		return true
+	}
+	if ix.shares == nil {
+		ix.shares = map[string][]uint32{}
+	}
+	w.share = group
+	ix.shares[group] = append(ix.shares[group], slot)
+	return true
+}
+
+func (ix *Index) leaveShareLocked(w *worker) {
+	if w.share == "" {
+		return
+	}
+	ms := ix.shares[w.share]
+	for j, s := range ms {
+		if s == w.slot {
+			ms[j] = ms[len(ms)-1]
+			ms = ms[:len(ms)-1]
+			break
+		}
+	}
+	if len(ms) == 0 {
+		delete(ix.shares, w.share)
+	} else {
+		ix.shares[w.share] = ms
+	}
+	w.share = ""
+}
+
+// sharedBy returns the workers a G3 event of w applies to when w shares
+// its disk tier (nil: w alone).
+func (ix *Index) sharedBy(w *worker, ev *event.Event) []uint32 {
+	if w.share == "" {
+		return nil
+	}
+	if t, ok := ix.eventTier(ev); !ok || t != kvcache.TierG3 {
+		return nil
+	}
+	return ix.shares[w.share]
+}
+
+// applyStored places ev's blocks as w's; from is the worker that published
+// it (w, or another worker of w's shared tier), whose tiers are searched
+// for the parent when w's hold none: w may never have seen the prefix
+// the shared blocks continue.
+func (ix *Index) applyStored(w, from *worker, ev *event.Event, now uint32, st *ApplyStats) {
 	tier, ok := ix.eventTier(ev)
 	if !ok {
 		st.Ignored++
@@ -407,6 +499,9 @@ func (ix *Index) applyStored(w *worker, ev *event.Event, now uint32, st *ApplySt
 	hasParent := false
 	if ev.HasParent {
 		pi, ok := ix.parentKey(w, tier, ev.ParentBlockHash.V)
+		if !ok && from != w {
+			pi, ok = ix.parentKey(from, tier, ev.ParentBlockHash.V)
+		}
 		if !ok && ev.ParentBlockHash.V == 0 {
 			// 0 for "no parent" when no block 0 is known: publishers
 			// written against the array form (vLLM look-alikes, llm-d's

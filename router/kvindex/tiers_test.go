@@ -70,3 +70,70 @@ func TestLowerTiers(t *testing.T) {
 		t.Fatalf("a residence is %d bytes, was 32", n)
 	}
 }
+
+// TestShareGroup: w0 and w1 share a disk tier, w2 does not. A G3 block w0
+// publishes is a residence of w0 and w1 (w1 places it under the parent
+// w0 holds in its pool when w1 holds none); its removal leaves both; w2
+// never holds it; an index without the disk tier (NoDisk) ignores it.
+func TestShareGroup(t *testing.T) {
+	a := seqTokens(1, 6)
+	ea := engineHash(1)
+	disk := func(from, to int) kvevents.Event {
+		e := stored(a, from, to, ea, bs)
+		e.Medium = "STORAGE"
+		return e
+	}
+	out := removed(ea(5))
+	out.Medium = "STORAGE"
+	tests := []struct {
+		name   string
+		noDisk bool
+		w1     []kvevents.Event // w1's own events first
+		w0     []kvevents.Event
+		want   map[string]int
+	}{
+		{"whole prefix on the shared disk", false, nil,
+			[]kvevents.Event{disk(0, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"parent in the publisher's pool only", false, nil,
+			[]kvevents.Event{stored(a, 0, 3, ea, bs), disk(3, 6)}, map[string]int{"w0": 6}},
+		{"w1 holds the head in its pool, the rest is shared", false, []kvevents.Event{stored(a, 0, 3, ea, bs)},
+			[]kvevents.Event{stored(a, 0, 3, ea, bs), disk(3, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"removed from the shared disk: from every member", false, nil,
+			[]kvevents.Event{disk(0, 6), out}, map[string]int{"w0": 5, "w1": 5}},
+		{"NoDisk index ignores the shared disk", true, nil,
+			[]kvevents.Event{stored(a, 0, 3, ea, bs), disk(3, 6)}, map[string]int{"w0": 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := mustNew(t, Config{LowerTiers: true, NoDisk: tc.noDisk})
+			for _, w := range []string{"w0", "w1", "w2"} {
+				if err := ix.AddWorker(w, bs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ix.SetShareGroup("w0", "host")
+			ix.SetShareGroup("w1", "host")
+			if _, err := ix.Apply("w1", tc.w1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ix.Apply("w0", tc.w0); err != nil {
+				t.Fatal(err)
+			}
+			got := lookupMap(ix, blockhash.Blocks(a, bs))
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("lookup = %v, want %v", got, tc.want)
+			}
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+			// Removing a member leaves the group to the others.
+			ix.RemoveWorker("w1")
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+			if ix.SetShareGroup("w1", "host") {
+				t.Fatal("SetShareGroup of a removed worker reported it")
+			}
+		})
+	}
+}
