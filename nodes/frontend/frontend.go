@@ -103,9 +103,9 @@ func (c *DisaggConfig) AddFlags(fs *pflag.FlagSet) {
 
 // Diagnostic codes raised by the frontend about workers it refuses.
 const (
-	DiagKVLayoutMismatch = "kv_layout_mismatch"
-	DiagModelUnserved    = "worker_model_unserved"
-	DiagTokenizer        = "tokenizer_mismatch"
+	DiagKVLayoutMismatch = discovery.DiagKVLayoutMismatch
+	DiagModelUnserved    = discovery.DiagModelUnserved
+	DiagTokenizer        = discovery.DiagTokenizer
 	DiagWorkerRefused    = "worker_refused"
 	// DiagNoTransferAddr: a decode worker publishes no KV transfer
 	// address, so it prefills every prompt itself.
@@ -470,47 +470,16 @@ func (f *Process) followLocked(rec discovery.Record) {
 // refuseLocked returns why rec cannot join ("" if it can), raising the
 // matching diagnostic.
 func (f *Process) refuseLocked(rec discovery.Record) string {
-	if rec.Model != f.model.Name {
-		msg := fmt.Sprintf("worker serves model %q, this frontend serves %q", rec.Model, f.model.Name)
-		f.Board.Raise(DiagModelUnserved, rec.ID, health.Warn, msg)
-		return msg
+	peers := make([]discovery.Record, 0, len(f.members))
+	for _, m := range f.members {
+		peers = append(peers, m.rec)
 	}
-	if th := rec.KVLayout.TokenizerHash; th != "" && th != f.tok {
-		msg := fmt.Sprintf("worker tokenizer %s differs from the frontend's %s: its token ids would mean other text", th, f.tok)
-		f.Board.Raise(DiagTokenizer, rec.ID, health.Error, msg, "worker_tokenizer", th, "frontend_tokenizer", f.tok)
-		return msg
-	}
-	var other discovery.Role
-	switch rec.Role {
-	case discovery.RolePrefill:
-		other = discovery.RoleDecode
-	case discovery.RoleDecode:
-		other = discovery.RolePrefill
-	default:
+	r := discovery.Refuse(rec, f.model.Name, f.tok, peers)
+	if r == nil {
 		return ""
 	}
-	ids := make([]string, 0, len(f.members))
-	for id := range f.members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		m := f.members[id]
-		if id == rec.ID || m.rec.Role != other || m.rec.Model != rec.Model {
-			continue
-		}
-		a, b := rec.KVLayout, m.rec.KVLayout
-		if a.Fingerprint() == b.Fingerprint() {
-			continue
-		}
-		diff := strings.Join(a.Diff(b), "; ")
-		msg := fmt.Sprintf("refusing %s worker %s: its KV layout %s differs from %s worker %s's %s (%s)",
-			rec.Role, rec.ID, a.Fingerprint(), m.rec.Role, id, b.Fingerprint(), diff)
-		f.Board.Raise(DiagKVLayoutMismatch, rec.ID, health.Error, msg,
-			"worker", rec.ID, "layout", a.Fingerprint(), "peer", id, "peer_layout", b.Fingerprint(), "diff", diff)
-		return msg
-	}
-	return ""
+	r.Raise(f.Board, rec.ID)
+	return r.Msg
 }
 
 // prefillWorkers lists the prefill members for /health.

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -161,10 +159,7 @@ type Worker struct {
 
 	tls       *authn.Cluster
 	watchStop context.CancelFunc
-	nats      *eventplane.Conn
-	relay     *eventplane.Relay
-	relayStop context.CancelFunc
-	relayDone chan struct{}
+	relay     *eventplane.Relaying
 
 	stopOnce  sync.Once
 	stopErr   error
@@ -370,63 +365,29 @@ func (w *Worker) raiseOpenPlanes(rp, metrics string) {
 	}
 }
 
-// startRelay connects to NATS (or starts the embedded server) and relays
-// the engine's events from its loopback ZMQ socket.
-func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
-	ep := w.cfg.EventPlane
-	nc, err := eventplane.Open(context.WithoutCancel(ctx), ep, "tandem-worker-"+w.cfg.ID, w.board, log)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.nats = nc
+// startRelay relays the engine's events to the event plane (NATS).
+func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) (err error) {
 	format, err := kvevents.ParseFormat(w.rec.KVEvents.Format)
 	if err != nil {
 		format = kvevents.FormatMap
 	}
-	// The relay reads the engine's sockets as bound (loopback works even
-	// when the record advertises a host name).
 	ee, _ := w.eng.(engine.KVEventsPublisher)
 	re, _ := w.eng.(engine.KVEventsReplayer)
-	endpoint, replay := ee.KVEventsEndpoint(), ""
+	rc := eventplane.RelayConfig{Worker: w.cfg.ID, Model: w.rec.Model, Endpoint: ee.KVEventsEndpoint(), ReplayToken: replayToken(w.eng),
+		Format: format, Board: w.board, Logger: log}
 	if re != nil {
-		replay = re.KVEventsReplayEndpoint()
+		rc.ReplayEndpoint = re.KVEventsReplayEndpoint()
 	}
-	w.relay, err = eventplane.NewRelay(nc.Conn, eventplane.RelayConfig{
-		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
-		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
-	})
-	if err != nil {
-		w.stopRelay()
+	if w.relay, err = eventplane.StartRelay(ctx, w.cfg.EventPlane, rc); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	w.relayStop, w.relayDone = cancel, make(chan struct{})
-	go func() {
-		defer close(w.relayDone)
-		w.relay.Run(rctx)
-	}()
 	return nil
 }
 
-// loopback makes a wildcard ZMQ endpoint dialable from this host.
-func loopback(endpoint string) string {
-	if endpoint == "" {
-		return ""
-	}
-	return discovery.AdvertiseURL(endpoint, "127.0.0.1")
-}
-
 func (w *Worker) stopRelay() {
-	if w.relayStop != nil {
-		w.relayStop()
-		<-w.relayDone
-		w.relayStop = nil
-	}
-	if w.nats != nil {
-		// Flush what the relay published while draining.
-		_ = w.nats.FlushTimeout(time.Second)
-		w.nats.Close()
-		w.nats = nil
+	if w.relay != nil {
+		w.relay.Close()
+		w.relay = nil
 	}
 }
 
@@ -547,32 +508,17 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("worker: metrics listen %s: %w", addr, err)
 	}
-	var lis net.Listener = connlimit.Wrap(raw, PlaneMetrics, w.cfg.ConnLimits, w.board, w.connMetrics(), w.log)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// The worker's own degraded states (discovery or NATS unreachable, a
-	// relay losing batches), for an operator or a probe.
-	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) {
-		ds := w.board.Active()
-		status := "ok"
-		if len(ds) > 0 {
-			status = "degraded"
-		}
-		b, _ := json.Marshal(map[string]any{"status": status, "worker": w.cfg.ID, "diagnostics": ds})
-		rw.Header().Set("Content-Type", "application/json")
-		_, _ = rw.Write(b)
-	})
-	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: establishOnRequest,
-		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+	lis := connlimit.Wrap(raw, PlaneMetrics, w.cfg.ConnLimits, w.board, w.connMetrics(), w.log)
+	// /health: the worker's own degraded states (discovery or NATS
+	// unreachable, a relay losing batches), for an operator or a probe.
+	ops := process.Ops{Gatherer: reg, Board: w.board, Fields: map[string]any{"worker": w.cfg.ID}, ConnState: connlimit.EstablishOnRequest, Logger: w.log}
 	if w.tls != nil {
 		// With the cluster identity the metrics port is HTTPS and admits
 		// only monitors' certificates (tandem certs issue --role monitor)
 		// and frontends'.
-		w.metrics.TLSConfig = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
-		go func() { _ = w.metrics.ServeTLS(lis, "", "") }()
-	} else {
-		go func() { _ = w.metrics.Serve(lis) }()
+		ops.TLS = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
 	}
+	w.metrics = ops.Serve(lis)
 	return lis.Addr().String(), nil
 }
 
@@ -595,14 +541,6 @@ const (
 func (w *Worker) connMetrics() *connlimit.Metrics {
 	w.connOnce.Do(func() { w.connM = connlimit.NewMetrics(w.reg) })
 	return w.connM
-}
-
-// establishOnRequest is an http.Server's ConnState: a connection that
-// delivered a request is past its handshake.
-func establishOnRequest(c net.Conn, st http.ConnState) {
-	if st == http.StateActive {
-		connlimit.Established(c)
-	}
 }
 
 // Record returns the published record.
