@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
@@ -58,7 +57,7 @@ type Config struct {
 	// DrainTimeout bounds in-flight requests on shutdown.
 	DrainTimeout time.Duration
 	// Disagg is how requests to decode workers use the prefill workers.
-	Disagg DisaggConfig
+	Disagg disagg.Settings
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
 	TLS httpapi.TLSFiles
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
@@ -71,34 +70,7 @@ type Config struct {
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
-		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: DefaultDisaggConfig()}
-}
-
-// DisaggConfig is the frontend's part in disaggregated prefill, the same
-// in every command that routes (tandem frontend, tandem serve).
-type DisaggConfig struct {
-	// Mode is --disagg: auto (price local vs remote per request), always
-	// or never.
-	Mode string
-	// InterferenceWeight is the decider's w (--disagg-interference-weight;
-	// 0: its default).
-	InterferenceWeight float64
-	// LegTimeout bounds a remote prefill leg, transfer included
-	// (--disagg-leg-timeout; 0: disagg's default).
-	LegTimeout time.Duration
-}
-
-// DefaultDisaggConfig returns the flag defaults.
-func DefaultDisaggConfig() DisaggConfig {
-	return DisaggConfig{Mode: string(disagg.Auto), InterferenceWeight: 1}
-}
-
-// AddFlags registers --disagg, --disagg-interference-weight and
-// --disagg-leg-timeout, each from disagg's one definition of the flag.
-func (c *DisaggConfig) AddFlags(fs *pflag.FlagSet) {
-	disagg.AddModeFlag(fs, &c.Mode)
-	disagg.AddInterferenceWeightFlag(fs, &c.InterferenceWeight)
-	disagg.AddLegTimeoutFlag(fs, &c.LegTimeout)
+		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: disagg.DefaultSettings()}
 }
 
 // Diagnostic codes raised by the frontend about workers it refuses.
@@ -243,9 +215,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil && !opts.QuietOpenAPI {
-		board.Raise(authn.DiagOpenPlane, "openai-api", health.Warn,
-			"the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served", "addr", f.lis.Addr().String())
+	if cfg.Frontend.APIKeys == nil && !opts.QuietOpenAPI {
+		process.WarnExposed(board, "openai-api", f.lis.Addr().String(), "the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served")
 	}
 	var lis net.Listener
 	f.http, lis = f.Frontend.NewHTTPServer(f.lis)

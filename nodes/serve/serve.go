@@ -18,6 +18,7 @@ import (
 	"github.com/tandemllm/tandem/disagg/vllmpd"
 	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/internal/connlimit"
@@ -139,10 +140,14 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			s.stop(context.Background())
 		}
 	}()
-	// One collector gathers the engines' metrics: every worker of a process
-	// exports the same vllm: families, told apart by their engine label,
-	// and a worker that leaves the pool takes its series along.
-	_ = s.Registry.Register(unchecked{engineCollector{s}})
+	// One collector gathers the engines' metrics (engine.Metrics).
+	_ = s.Registry.Register(engine.Metrics(func() []engine.Engine {
+		var engs []engine.Engine
+		for _, n := range s.nodes() {
+			engs = append(engs, n.eng)
+		}
+		return engs
+	}))
 	if cfg.VLLMPD.Enabled {
 		if s.pd, err = vllmpd.NewHost(cfg.VLLMPD, s.Board, s.Registry, log); err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
@@ -160,26 +165,19 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		preEngines = append(preEngines, eng)
 		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
 	}
-	var engines []engine.Engine
+	var engs []engine.Engine
 	for i := range cfg.Workers {
 		eng, err := newEngine(i)
 		if err != nil {
 			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
 		}
-		engines = append(engines, eng)
+		engs = append(engs, eng)
 		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
-		if model, err = servedModel(cfg.ServedModelName, model, eng, engines[0], i); err != nil {
+		if model, err = engines.ServedModel(cfg.ServedModelName, model, eng, engs[0], i); err != nil {
 			return nil, err
 		}
 	}
-	// A tokenizer directory may not state the context length (llama2.c has
-	// none); the engine knows it.
-	if info := engines[0].Info(); model.ContextLength == 0 || (info.ContextLength > 0 && info.ContextLength < model.ContextLength) {
-		m := *model
-		m.ContextLength = info.ContextLength
-		model = &m
-	}
-	s.model, s.engines = model, engines
+	s.model, s.engines = engines.FitContext(model, engs[0]), engs
 	for _, n := range s.prefill {
 		if err := s.startNode(n, prefillRole); err != nil {
 			return nil, err
@@ -193,7 +191,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		info.Model = model.Name
 		s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Addr: s.addr(n), Info: info})
 	}
-	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engines[0].Info().Kind == "upstream"}
+	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engs[0].Info().Kind == "upstream"}
 	if err := s.startFrontend(); err != nil {
 		return nil, err
 	}
@@ -250,7 +248,7 @@ func (s *System) startNode(n *node, role discovery.Role) error {
 	// Loopback ports of one process are not capped.
 	wc.ConnLimits, wc.RequestPlaneAddr = connlimit.Limits{}, "127.0.0.1:0"
 	wc.KVTransferAddr = cmp.Or(dc.ListenHost, "127.0.0.1") + ":0"
-	wc.TransferBudget, wc.TransferTimeout, wc.TransferListen, wc.TransferDial = dc.TransferBudget, dc.TransferTimeout, dc.TransferListen, dc.TransferDial
+	wc.Transfer = dc.Transfer
 	wc.MTLS = c.MTLSWorker
 	opts := worker.Options{Registry: s.disc, Board: s.Board, Logger: s.log, Metrics: s.Registry, TransferMetrics: s.transfer,
 		InProcess: c.RequestPlane != "grpc"}
@@ -271,8 +269,8 @@ func (s *System) startFrontend() error {
 	c := s.cfg
 	fc := frontend.DefaultConfig()
 	fc.HTTPAddr, fc.RouterMode, fc.KV, fc.Frontend, fc.Dispatch, fc.TLS, fc.DrainTimeout = c.HTTPAddr, c.RouterMode, c.KV, c.Frontend, c.Dispatch, c.TLS, c.DrainTimeout
-	fc.Disagg = c.Disagg.DisaggConfig
-	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.TransferTimeout)
+	fc.Disagg = c.Disagg.Settings
+	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.Transfer.Timeout)
 	if c.RequestPlane == "grpc" {
 		fc.MTLS = c.MTLS
 	}
@@ -314,36 +312,6 @@ func (s *System) addr(n *node) string {
 	return n.w.Record().RequestPlane
 }
 
-// servedModel names the model: --served-model-name if given, else for an
-// upstream server the name it serves (a user asks for the model the server
-// lists, not Tandem's tokenizer's), and every upstream of the pool must
-// serve the first one's model.
-func servedModel(name string, model *tokenizer.Model, eng, first engine.Engine, i int) (*tokenizer.Model, error) {
-	info := eng.Info()
-	if info.Kind == "upstream" && i > 0 && info.Model != first.Info().Model {
-		url := func(e engine.Engine) string {
-			if u, ok := e.(engine.URLReporter); ok {
-				return u.URL()
-			}
-			return "?"
-		}
-		return nil, fmt.Errorf("serve: upstream %s serves model %q but upstream %s serves %q: one pool serves one model (set --upstream-model to pick one)",
-			url(first), first.Info().Model, url(eng), info.Model)
-	}
-	if i > 0 {
-		return model, nil
-	}
-	if name == "" && info.Kind == "upstream" {
-		name = info.Model
-	}
-	if name == "" || name == model.Name {
-		return model, nil
-	}
-	m := *model
-	m.Name = name
-	return &m, nil
-}
-
 // Engine returns the engine of worker i.
 func (s *System) Engine(i int) engine.Engine {
 	s.mu.Lock()
@@ -371,10 +339,7 @@ func (s *System) Shutdown(ctx context.Context) error {
 // stop stops every worker node (their engines close with them), or closes
 // the engines of those never started, then the registry.
 func (s *System) stop(ctx context.Context) {
-	s.mu.Lock()
-	nodes := append(slices.Clone(s.prefill), s.routed...)
-	s.mu.Unlock()
-	for _, n := range nodes {
+	for _, n := range s.nodes() {
 		var err error
 		if n.w != nil {
 			err = n.w.Shutdown(ctx)
@@ -391,26 +356,9 @@ func (s *System) stop(ctx context.Context) {
 	_ = s.disc.Close()
 }
 
-// engineCollector gathers the live workers' engine metrics.
-type engineCollector struct{ s *System }
-
-func (c engineCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.Lock()
-	nodes := append(slices.Clone(c.s.prefill), c.s.routed...)
-	c.s.mu.Unlock()
-	for _, n := range nodes {
-		if x, ok := n.eng.(engine.MetricsCollector); ok {
-			x.Collector().Collect(ch)
-		}
-	}
+// nodes are the prefill and routed worker nodes.
+func (s *System) nodes() []*node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(slices.Clone(s.prefill), s.routed...)
 }
-
-// unchecked registers a collector without its descriptors: every worker
-// of a process exports the same vllm: metric families, told apart by
-// their engine label, which a checked registration would refuse as
-// duplicates.
-type unchecked struct{ prometheus.Collector }
-
-func (unchecked) Describe(chan<- *prometheus.Desc) {}

@@ -68,11 +68,9 @@ type Config struct {
 	// blocks (--kv-transfer-addr; port 0 picks one). Prefill workers only
 	// send, and aggregated ones take no part.
 	KVTransferAddr string
-	// TransferBudget bounds the worker's KV staging memory in bytes
-	// (--transfer-budget; 0: kvtransfer's default).
-	TransferBudget int64
-	// TransferTimeout bounds one KV transfer (0: kvtransfer's default).
-	TransferTimeout time.Duration
+	// Transfer configures the KV transfer node (--transfer-budget,
+	// --transfer-timeout).
+	Transfer kvtransfer.Settings
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
 	// when set, the request plane admits only frontends' certificates and
 	// the KV transfer plane only workers', both signed by the cluster CA.
@@ -81,14 +79,6 @@ type Config struct {
 	// "discovery" (the default: only transfer addresses published in
 	// discovery) or "any" (whatever address the frontend names).
 	TransferPeers string
-	// TransferDial, if set, opens the KV transfer node's connections to
-	// peers (nil: a net.Dialer): a hook for sockets that must live
-	// elsewhere, or a link shaped the way a real network is (tandem
-	// doctor's slow-link test).
-	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// TransferListen, if set, creates the KV transfer node's listener (nil:
-	// net.Listen), e.g. to put it in another network namespace (tests).
-	TransferListen func(network, addr string) (net.Listener, error)
 	// ConnLimits bound every port the worker listens on (the request
 	// plane, the KV transfer node, the metrics port): --conn-max,
 	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
@@ -340,28 +330,17 @@ func (w *Worker) stopPlane() {
 // events carry token ids (ZMQ has no authentication; hashes-only events
 // give no prompt away).
 func (w *Worker) raiseOpenPlanes(rp, metrics string) {
-	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
-	open := map[string]string{}
 	if w.tls == nil {
-		open["request-plane"], open["metrics"] = rp, metrics
+		const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
+		process.WarnExposed(w.board, "request-plane", rp, noMTLS)
+		process.WarnExposed(w.board, "metrics", metrics, noMTLS)
 		if w.node != nil {
-			open["kv-transfer"] = w.node.Addr()
+			process.WarnExposed(w.board, "kv-transfer", w.node.Addr(), noMTLS)
 		}
 	}
-	msgs := map[string]string{}
 	if te, ok := w.eng.(engine.TokenIDPublisher); ok && te.KVEventsTokenIDs() {
-		open["kv-events"] = strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://")
-		msgs["kv-events"] = "the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)"
-	}
-	for plane, addr := range open {
-		if addr == "" || !authn.Exposed(addr) {
-			continue
-		}
-		msg := msgs[plane]
-		if msg == "" {
-			msg = noMTLS
-		}
-		w.board.Raise(authn.DiagOpenPlane, plane, health.Warn, msg, "addr", addr)
+		process.WarnExposed(w.board, "kv-events", strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://"),
+			"the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)")
 	}
 }
 
@@ -457,9 +436,9 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 	if metrics == nil {
 		metrics = kvtransfer.NewMetrics(w.reg)
 	}
-	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
-		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: metrics, Logger: w.log,
-		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial, Listen: w.cfg.TransferListen,
+	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.Transfer.Budget),
+		Timeout: w.cfg.Transfer.Timeout, Board: w.board, Metrics: metrics, Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.Transfer.Dial, Listen: w.cfg.Transfer.Listen,
 		ConnLimits: w.cfg.ConnLimits, ConnMetrics: w.connMetrics()})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
