@@ -94,3 +94,11 @@ func (m engineMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// ReplayToken is eng's KV event replay token (nil: none needed).
+func ReplayToken(eng Engine) []byte {
+	if t, ok := eng.(ReplayTokener); ok {
+		return t.KVEventsReplayToken()
+	}
+	return nil
+}

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -236,8 +235,8 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		// (tandem serve never raised these).
 		w.raiseOpenPlanes(rpAddr, metricsAddr)
 	}
-	w.rec = Record(cfg, eng, model)
-	w.rec.Role = role
+	w.rec = discovery.RecordOf(cfg.ID, eng, model, cfg.KVEventsFormat)
+	w.rec.Role, w.rec.Version, w.rec.KVLayout.Config = role, cfg.Version, cfg.KVConfig
 	w.rec.RequestPlane = rpAddr
 	if !opts.InProcess {
 		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
@@ -245,7 +244,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
 		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
-	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
+	} else if p := discovery.TransferProtocol(eng); p != "" && role != discovery.RoleAggregated {
 		w.rec.KVTransfer.Protocol = p
 	}
 	w.rec.KVEvents.Endpoint = discovery.AdvertiseURL(w.rec.KVEvents.Endpoint, host)
@@ -352,7 +351,7 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	ee, _ := w.eng.(engine.KVEventsPublisher)
 	re, _ := w.eng.(engine.KVEventsReplayer)
-	rc := eventplane.RelayConfig{Worker: w.cfg.ID, Model: w.rec.Model, Endpoint: ee.KVEventsEndpoint(), ReplayToken: replayToken(w.eng),
+	rc := eventplane.RelayConfig{Worker: w.cfg.ID, Model: w.rec.Model, Endpoint: ee.KVEventsEndpoint(), ReplayToken: engine.ReplayToken(w.eng),
 		Format: format, Board: w.board, Logger: log}
 	if re != nil {
 		rc.ReplayEndpoint = re.KVEventsReplayEndpoint()
@@ -370,47 +369,6 @@ func (w *Worker) stopRelay() {
 	}
 }
 
-// Record builds the registration record of eng, addresses not yet filled
-// in (Start does that once the sockets are bound).
-func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Record {
-	info := eng.Info()
-	rec := discovery.Record{
-		ID: cfg.ID, Model: model.Name, Role: discovery.Role(cfg.Role), Engine: info.Kind, Version: cfg.Version,
-		ContextLength: info.ContextLength,
-		KVLayout:      Layout(eng, model),
-	}
-	rec.KVLayout.Config = cfg.KVConfig
-	if info.BlockSize > 0 {
-		rec.CapacityBlocks = info.KVCapacityTokens / info.BlockSize
-	}
-	if e, ok := eng.(engine.KVEventsPublisher); ok {
-		rec.KVEvents.Endpoint = e.KVEventsEndpoint()
-	}
-	if e, ok := eng.(engine.KVEventsReplayer); ok {
-		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
-		rec.KVEvents.ReplayToken = hex.EncodeToString(replayToken(eng))
-	}
-	if rec.KVEvents.Endpoint != "" {
-		rec.KVEvents.Format = cfg.KVEventsFormat
-	}
-	return rec
-}
-
-// Layout describes eng's KV cache as far as the engine can tell
-// (engine.KVDescriber, engine.KVPort): the worker knows no engine type.
-func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
-	info := eng.Info()
-	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, TokenizerHash: model.Tokenizer.Fingerprint()}
-	if d, ok := eng.(engine.KVDescriber); ok {
-		s := d.KVShape()
-		l.DType, l.Layers, l.KVHeads, l.HeadSize, l.Weights = s.DType, s.Layers, s.KVHeads, s.HeadSize, s.Weights
-	}
-	if p, ok := eng.(engine.KVPort); ok {
-		l.EngineLayout = p.KVLayout()
-	}
-	return l
-}
-
 // startTransfer gives prefill and decode workers their transfer-plane node
 // (a decode worker's listens) and returns the worker's part in
 // disaggregation, served on the request plane; nil for aggregated workers.
@@ -418,7 +376,7 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 	if role == discovery.RoleAggregated {
 		return nil, nil
 	}
-	if vllmProtocol(w.eng) != "" {
+	if discovery.TransferProtocol(w.eng) != "" {
 		// A vLLM server moves its own KV; the frontend drives the
 		// protocol through the requests (kv_transfer_params).
 		return nil, nil
@@ -458,15 +416,6 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 	return side, nil
 }
 
-// vllmProtocol is discovery.ProtocolVLLM for engines that are vLLM
-// servers (engine/upstream), "" otherwise.
-func vllmProtocol(eng engine.Engine) string {
-	if p, ok := eng.(engine.KVTransferProtocolReporter); ok && p.KVTransferProtocol() == discovery.ProtocolVLLM {
-		return discovery.ProtocolVLLM
-	}
-	return ""
-}
-
 func (w *Worker) closeNode() {
 	if w.watchStop != nil {
 		w.watchStop()
@@ -499,14 +448,6 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 	}
 	w.metrics = ops.Serve(lis)
 	return lis.Addr().String(), nil
-}
-
-// replayToken is the engine's KV event replay token (nil: none needed).
-func replayToken(eng engine.Engine) []byte {
-	if t, ok := eng.(engine.ReplayTokener); ok {
-		return t.KVEventsReplayToken()
-	}
-	return nil
 }
 
 // Planes of the worker's listeners (connlimit's metric label and
