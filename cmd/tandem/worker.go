@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -104,15 +103,12 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 
 // runFleetWorker serves one engine on the request plane and registers it.
 func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engines.Config, disc discovery.Config, log *slog.Logger) error {
-	if wcfg.ID == "" && disc.Backend == "kube" {
-		wcfg.ID = os.Getenv("POD_NAME") // the kube backend keys records by pod
-	}
 	if wcfg.ID == "" {
-		host, err := os.Hostname()
+		id, err := worker.DefaultID(disc.Backend == "kube")
 		if err != nil {
-			return fmt.Errorf("--id: %w", err)
+			return err
 		}
-		wcfg.ID = host + "-" + strconv.Itoa(os.Getpid())
+		wcfg.ID = id
 	}
 	wcfg.Version = version
 	wcfg.KVEventsFormat = eng.KVFormat

@@ -406,34 +406,18 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
 }
 
-// followLocked has the KV policy follow the worker's events.
+// followLocked has the KV policy follow the worker's events: from its
+// model's subject on the event plane, else from its own sockets.
 func (f *Process) followLocked(rec discovery.Record) {
-	endpoint, replay := rec.KVEvents.Endpoint, rec.KVEvents.ReplayEndpoint
-	if f.evs != nil {
-		if !f.followed[rec.Model] {
-			if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
-				f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
-					"model", rec.Model, "err", err)
-			} else {
-				f.followed[rec.Model] = true
-			}
+	if f.evs != nil && !f.followed[rec.Model] {
+		if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
+			f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
+				"model", rec.Model, "err", err)
+		} else {
+			f.followed[rec.Model] = true
 		}
-		endpoint, replay = "", "" // fed through Ingest
 	}
-	if f.KV.Name() == "kv-approx" {
-		endpoint, replay = "", ""
-	}
-	if endpoint == "" && f.evs == nil && f.KV.Name() == "kv" {
-		// Not followed: the policy routes the worker by approximation and,
-		// once it serves full blocks, raises kv_events_missing.
-		return
-	}
-	if tok, err := hex.DecodeString(rec.KVEvents.ReplayToken); err == nil && len(tok) > 0 {
-		f.KV.SetReplayToken(rec.ID, tok)
-	} else {
-		f.KV.SetReplayToken(rec.ID, nil) // none, or malformed: replay answers no history
-	}
-	if err := f.KV.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize); err != nil {
+	if err := f.KV.FollowRecord(rec, f.evs != nil); err != nil {
 		f.log.Warn("KV events of the worker not followed", "worker", rec.ID, "err", err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
-	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/health"
@@ -32,9 +31,13 @@ import (
 
 // Config configures a one-process system.
 type Config struct {
-	HTTPAddr     string
+	// Config is the frontend node's: --http-addr, --router-mode, the
+	// OpenAI server's, dispatch's and the KV router's flags, TLS,
+	// --drain-timeout (which also bounds a pool worker's drain), and MTLS,
+	// the frontend's end of a loopback gRPC request plane (MTLSWorker).
+	// Its Disagg is Disagg.Settings.
+	frontend.Config
 	Workers      int
-	RouterMode   string
 	RequestPlane string // "inproc" (default) or "grpc"
 	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
 	WorkerIDs []string
@@ -42,19 +45,11 @@ type Config struct {
 	// (--served-model-name). "": the tokenizer's, or for upstream servers
 	// the one their /v1/models lists (all of a pool must agree).
 	ServedModelName string
-	DrainTimeout    time.Duration
-	Frontend        httpapi.Config
-	// Dispatch is the request's life past admission (retries, migration).
-	Dispatch dispatch.Config
-	// KV configures the kv and kv-approx router modes.
-	KV router.KVConfig
-	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
-	TLS httpapi.TLSFiles
-	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
+	// MTLSWorker, with RequestPlane "grpc" and MTLS, runs the loopback
 	// request plane over mutual TLS: the frontend's end presents MTLS (a
 	// frontend's certificate), the worker's end MTLSWorker (a worker's),
 	// as across processes; it exists to measure what mTLS costs.
-	MTLS, MTLSWorker authn.Files
+	MTLSWorker authn.Files
 	// Disagg enables disaggregated prefill (nodes/serve/disagg.go); the zero
 	// value is aggregated serving.
 	Disagg DisaggConfig
@@ -71,10 +66,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults of `tandem serve`.
 func DefaultConfig() Config {
-	return Config{
-		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
-		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
-	}
+	return Config{Config: frontend.DefaultConfig(), Workers: 2, RequestPlane: "inproc"}
 }
 
 // VLLMPDConfig makes every worker answer vLLM's P/D protocol.
@@ -267,12 +259,11 @@ func (s *System) startNode(n *node, role discovery.Role) error {
 // waits until it routes to every worker started so far.
 func (s *System) startFrontend() error {
 	c := s.cfg
-	fc := frontend.DefaultConfig()
-	fc.HTTPAddr, fc.RouterMode, fc.KV, fc.Frontend, fc.Dispatch, fc.TLS, fc.DrainTimeout = c.HTTPAddr, c.RouterMode, c.KV, c.Frontend, c.Dispatch, c.TLS, c.DrainTimeout
+	fc := c.Config
 	fc.Disagg = c.Disagg.Settings
 	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.Transfer.Timeout)
-	if c.RequestPlane == "grpc" {
-		fc.MTLS = c.MTLS
+	if c.RequestPlane != "grpc" {
+		fc.MTLS = authn.Files{}
 	}
 	if c.VLLMPD.Enabled {
 		// A vLLM-compatible worker: its client is the P/D proxy, which

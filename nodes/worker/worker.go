@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
@@ -82,6 +82,20 @@ type Config struct {
 	// plane, the KV transfer node, the metrics port): --conn-max,
 	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
 	ConnLimits connlimit.Limits
+}
+
+// DefaultID is the worker id when --id is not given: under the kube
+// discovery backend the pod's name (POD_NAME: the backend keys records by
+// pod), else host-pid.
+func DefaultID(kube bool) (string, error) {
+	if id := os.Getenv("POD_NAME"); kube && id != "" {
+		return id, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("--id: %w", err)
+	}
+	return host + "-" + strconv.Itoa(os.Getpid()), nil
 }
 
 // Transfer destination policies (Config.TransferPeers).
@@ -290,17 +304,8 @@ func (w *Worker) serveGRPC(side kvtransfer.Side, vocab int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
-	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
-	// pings connected clients, whose answers keep them from idling out.
-	rpLim := cfg.ConnLimits
-	var gopts []grpc.ServerOption
-	if rpLim.Handshake > 0 {
-		gopts = append(gopts, grpc.ConnectionTimeout(rpLim.Handshake))
-	}
-	if rpLim.Idle > 0 {
-		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpLim.Idle / 2, Timeout: min(rpLim.Idle/2, 20*time.Second)}))
-	}
-	rpLim.Handshake = 0
+	rpLim, gopts := cfg.ConnLimits, requestplane.LimitOptions(cfg.ConnLimits)
+	rpLim.Handshake = 0 // gRPC's own
 	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
 	if w.tls != nil {
 		// Only frontends call a worker: Generate, and the disaggregation
