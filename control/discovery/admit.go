@@ -69,3 +69,25 @@ func Refuse(rec Record, model, tok string, peers []Record) *Refusal {
 	}
 	return nil
 }
+
+// Unpaired counts the decode workers among recs that have no prefill
+// worker of their KV transfer protocol to pair with: they prefill their
+// own prompts.
+func Unpaired(recs []Record) int {
+	decode, prefill := map[string]int{}, map[string]int{}
+	for _, r := range recs {
+		switch r.Role {
+		case RoleDecode:
+			decode[r.KVTransfer.Protocol]++
+		case RolePrefill:
+			prefill[r.KVTransfer.Protocol]++
+		}
+	}
+	alone := 0
+	for p, n := range decode {
+		if prefill[p] == 0 {
+			alone += n
+		}
+	}
+	return alone
+}

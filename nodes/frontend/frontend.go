@@ -3,14 +3,12 @@ package frontend
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -167,11 +165,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
 		ctxLen: model.ContextLength,
 	}
-	if f.cluster, err = authn.Load(cfg.MTLS); err != nil {
+	if f.cluster, err = authn.LoadAs(cfg.MTLS, authn.RoleFrontend); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
-	}
-	if f.cluster != nil && f.cluster.Role() != authn.RoleFrontend {
-		return nil, fmt.Errorf("fleet: --mtls-cert has role %s; a frontend needs a frontend certificate", f.cluster.Role())
 	}
 	tc, err := httpapi.ServerTLS(cfg.TLS)
 	if err != nil {
@@ -249,10 +244,7 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 		f.evs = eventplane.NewSource(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix, log)
 	}
 	if f.nats != nil && f.cfg.ShareLoad {
-		var id [6]byte
-		_, _ = rand.Read(id[:])
-		host, _ := os.Hostname()
-		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
+		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix), router.ReplicaID(), log)
 		return f.share, nil
 	}
 	return p, nil
@@ -425,11 +417,7 @@ func (f *Process) followLocked(rec discovery.Record) {
 // refuseLocked returns why rec cannot join ("" if it can), raising the
 // matching diagnostic.
 func (f *Process) refuseLocked(rec discovery.Record) string {
-	peers := make([]discovery.Record, 0, len(f.members))
-	for _, m := range f.members {
-		peers = append(peers, m.rec)
-	}
-	r := discovery.Refuse(rec, f.model.Name, f.tok, peers)
+	r := discovery.Refuse(rec, f.model.Name, f.tok, f.recordsLocked())
 	if r == nil {
 		return ""
 	}
@@ -464,27 +452,21 @@ func (f *Process) forgetPairingLocked(id string) {
 // prefill worker of their KV protocol to pair with, and clears it once
 // they do.
 func (f *Process) checkPrefillLocked() {
-	decode, prefill := map[string]int{}, map[string]int{}
-	for _, m := range f.members {
-		switch m.rec.Role {
-		case discovery.RoleDecode:
-			decode[m.rec.KVTransfer.Protocol]++
-		case discovery.RolePrefill:
-			prefill[m.rec.KVTransfer.Protocol]++
-		}
-	}
-	alone := 0
-	for p, n := range decode {
-		if prefill[p] == 0 {
-			alone += n
-		}
-	}
-	if alone > 0 {
+	if alone := discovery.Unpaired(f.recordsLocked()); alone > 0 {
 		f.Board.Raise(DiagNoPrefill, "fleet", health.Warn, "decode workers are registered but no prefill worker of their KV protocol is; they prefill their own prompts",
 			"decode_workers", alone)
 	} else {
 		f.Board.Clear(DiagNoPrefill, "fleet", "", "")
 	}
+}
+
+// recordsLocked are the members' records.
+func (f *Process) recordsLocked() []discovery.Record {
+	recs := make([]discovery.Record, 0, len(f.members))
+	for _, m := range f.members {
+		recs = append(recs, m.rec)
+	}
+	return recs
 }
 
 func (f *Process) clearRefusalsLocked(id string) {
@@ -503,12 +485,7 @@ func (f *Process) remove(id, why string) {
 	}
 	f.removeLocked(id, why)
 	// A worker refused for its layout may pair with the ones left.
-	ids := make([]string, 0, len(f.refused))
-	for rid := range f.refused {
-		ids = append(ids, rid)
-	}
-	slices.Sort(ids)
-	for _, rid := range ids {
+	for _, rid := range slices.Sorted(maps.Keys(f.refused)) {
 		f.admitLocked(f.refused[rid])
 	}
 }
@@ -542,12 +519,7 @@ func (f *Process) Synced() <-chan struct{} { return f.synced }
 func (f *Process) Members() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ids := make([]string, 0, len(f.members))
-	for id := range f.members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(f.members))
 }
 
 // URL is the frontend's base URL.

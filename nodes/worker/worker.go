@@ -193,12 +193,9 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	default:
 		return nil, fmt.Errorf("worker: transfer peers %q: want discovery or any", cfg.TransferPeers)
 	}
-	cluster, err := authn.Load(cfg.MTLS)
+	cluster, err := authn.LoadAs(cfg.MTLS, authn.RoleWorker)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
-	}
-	if cluster != nil && cluster.Role() != authn.RoleWorker {
-		return nil, fmt.Errorf("worker: --mtls-cert has role %s; a worker needs a worker certificate", cluster.Role())
 	}
 	// The board publishes on the worker's /metrics (--metrics-addr) unless
 	// the caller brought its own.
