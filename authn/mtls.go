@@ -97,6 +97,16 @@ func (c *Cluster) Name() string { return c.name }
 // Role is this process's role.
 func (c *Cluster) Role() Role { return c.role }
 
+// LoadAs is Load for a process that must hold a certificate of role (nil
+// when f configures no identity).
+func LoadAs(f Files, role Role) (*Cluster, error) {
+	c, err := Load(f)
+	if err == nil && c != nil && c.Role() != role {
+		return nil, fmt.Errorf("--mtls-cert has role %s; a %s needs a %s certificate", c.Role(), role, role)
+	}
+	return c, err
+}
+
 // RoleOf is the role a cluster certificate names ("" for none).
 func RoleOf(cert *x509.Certificate) Role { return roleOf(cert) }
 

@@ -52,3 +52,30 @@ func (m *modeValue) Set(s string) error {
 	*m = modeValue(v)
 	return nil
 }
+
+// Settings is a routing command's part in disaggregated prefill, the same
+// in every command that routes (tandem frontend, tandem serve).
+type Settings struct {
+	// Mode is --disagg: auto (price local vs remote per request), always
+	// or never.
+	Mode string
+	// InterferenceWeight is the decider's w (--disagg-interference-weight;
+	// 0: its default).
+	InterferenceWeight float64
+	// LegTimeout bounds a remote prefill leg, transfer included
+	// (--disagg-leg-timeout; 0: DefaultLegTimeout).
+	LegTimeout time.Duration
+}
+
+// DefaultSettings returns the flag defaults.
+func DefaultSettings() Settings {
+	return Settings{Mode: string(Auto), InterferenceWeight: 1}
+}
+
+// AddFlags registers --disagg, --disagg-interference-weight and
+// --disagg-leg-timeout, each from its one definition above.
+func (c *Settings) AddFlags(fs *pflag.FlagSet) {
+	AddModeFlag(fs, &c.Mode)
+	AddInterferenceWeightFlag(fs, &c.InterferenceWeight)
+	AddLegTimeoutFlag(fs, &c.LegTimeout)
+}

@@ -75,3 +75,30 @@ type URLReporter interface {
 type InfoReporter interface {
 	Info() Info
 }
+
+// Metrics is one collector of the MetricsCollector engines that list
+// returns at each scrape, so an engine that leaves takes its series along.
+// It is unchecked (it describes nothing): the engines of one process
+// export the same vllm: metric families, told apart by their engine label,
+// which a checked registration would refuse as duplicates.
+func Metrics(list func() []Engine) prometheus.Collector { return engineMetrics(list) }
+
+type engineMetrics func() []Engine
+
+func (engineMetrics) Describe(chan<- *prometheus.Desc) {}
+
+func (m engineMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, e := range m() {
+		if c, ok := e.(MetricsCollector); ok {
+			c.Collector().Collect(ch)
+		}
+	}
+}
+
+// ReplayToken is eng's KV event replay token (nil: none needed).
+func ReplayToken(eng Engine) []byte {
+	if t, ok := eng.(ReplayTokener); ok {
+		return t.KVEventsReplayToken()
+	}
+	return nil
+}

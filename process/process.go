@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/health"
 )
 
@@ -77,4 +78,13 @@ func Drain(log *slog.Logger, timeout time.Duration, shutdown func(context.Contex
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// WarnExposed raises authn.DiagOpenPlane (warn) for one of the process's
+// listeners, plane, when addr is bound beyond this host (authn.Exposed);
+// an empty addr is no listener.
+func WarnExposed(board *health.Board, plane, addr, msg string) {
+	if addr != "" && authn.Exposed(addr) {
+		board.Raise(authn.DiagOpenPlane, plane, health.Warn, msg, "addr", addr)
+	}
 }

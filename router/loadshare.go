@@ -2,8 +2,11 @@ package router
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,8 +102,17 @@ type remoteReq struct {
 
 type remoteLoad struct{ active, prefilling, prefillTokens int }
 
+// ReplicaID names this router replica among its peers: the host name and
+// six random bytes.
+func ReplicaID() string {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	host, _ := os.Hostname()
+	return host + "-" + hex.EncodeToString(id[:])
+}
+
 // NewLoadShare wraps inner. routerID must be unique among the replicas
-// (the host name and pid do).
+// (ReplicaID).
 func NewLoadShare(inner Policy, bus LoadBus, routerID string, log *slog.Logger) *LoadShare {
 	if log == nil {
 		log = slog.Default()

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/nodes/serve"
 	"github.com/tandemllm/tandem/nodes/worker"
-	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/process"
 )
 
@@ -62,7 +60,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 			if err := cfg.Frontend.LoadKeyFile(keyFile); err != nil {
 				return err
 			}
-			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS, cfg.VLLMPD.ConnLimits = wcfg.TransferBudget, wcfg.MTLS, wcfg.ConnLimits
+			cfg.VLLMPD.TransferBudget, cfg.VLLMPD.MTLS, cfg.VLLMPD.ConnLimits = wcfg.Transfer.Budget, wcfg.MTLS, wcfg.ConnLimits
 			cfg.WorkerIDs = []string{wcfg.ID}
 			if cfg.WorkerIDs[0] == "" {
 				cfg.WorkerIDs[0] = "worker-0"
@@ -84,9 +82,7 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 	f.StringVar(&cfg.VLLMPD.Peers, "kv-transfer-peers", "loopback", "with --kv-transfer-params: side channels a decode leg may pull from, whatever remote_host:remote_port a request names: a comma list of loopback, IP addresses, CIDR prefixes, host names, host:port, or any (unsafe: a client picks where the worker connects, token in hand)")
 	f.StringVar(&cfg.VLLMPD.ListenHost, "kv-transfer-listen-host", "", "with --kv-transfer-params: where the KV transfer node listens (default 127.0.0.1)")
 	f.StringVar(&wcfg.KVTransferAddr, "kv-transfer-addr", wcfg.KVTransferAddr, "--role decode: where the KV transfer node receives blocks from prefill workers (port 0: any free port)")
-	wcfg.TransferBudget = kvtransfer.DefaultBudget
-	f.Var((*engines.ByteSize)(&wcfg.TransferBudget), "transfer-budget", "--role prefill|decode, or --kv-transfer-params: KV transfer staging memory (e.g. 512MiB, 1GiB, bytes)")
-	f.DurationVar(&wcfg.TransferTimeout, "transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: bound on one KV transfer; a failed transfer falls back to local prefill")
+	wcfg.Transfer.AddFlags(f, "--role prefill|decode, or --kv-transfer-params: ", "--role prefill|decode: ")
 	cl := &wcfg.ConnLimits
 	f.IntVar(&cl.MaxConns, "conn-max", cl.MaxConns, "open connections each of the worker's ports (request plane, KV transfer, metrics, vLLM P/D side channel) admits (0: no cap); past it a connection is closed at accept")
 	f.IntVar(&cl.MaxPerSource, "conn-max-per-source", cl.MaxPerSource, "open connections one source address may hold on each port (0: no cap), so one process cannot take --conn-max")
@@ -107,15 +103,12 @@ KV events over ZMQ. Other routers can be tested against it as if it were vLLM.`,
 
 // runFleetWorker serves one engine on the request plane and registers it.
 func runFleetWorker(cmd *cobra.Command, wcfg worker.Config, eng *engines.Config, disc discovery.Config, log *slog.Logger) error {
-	if wcfg.ID == "" && disc.Backend == "kube" {
-		wcfg.ID = os.Getenv("POD_NAME") // the kube backend keys records by pod
-	}
 	if wcfg.ID == "" {
-		host, err := os.Hostname()
+		id, err := worker.DefaultID(disc.Backend == "kube")
 		if err != nil {
-			return fmt.Errorf("--id: %w", err)
+			return err
 		}
-		wcfg.ID = host + "-" + strconv.Itoa(os.Getpid())
+		wcfg.ID = id
 	}
 	wcfg.Version = version
 	wcfg.KVEventsFormat = eng.KVFormat

@@ -5,4 +5,4 @@ import (
 )
 
 // The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md).
-var _ = health.Register(DiagUnavailable, DiagRecovered, DiagRecordInvalid, DiagIDConflict, DiagJunk, DiagRecordRewritten)
+var _ = health.Register(DiagUnavailable, DiagRecovered, DiagRecordInvalid, DiagIDConflict, DiagJunk, DiagRecordRewritten, DiagKVLayoutMismatch, DiagModelUnserved, DiagTokenizer)

@@ -258,7 +258,7 @@ func TestSeedFailures(t *testing.T) {
 			// 1 MB/s: a 1,500-token prompt of the mocker's 114,688 bytes a
 			// token takes 172 s, far over the tests' 60 s budget, which
 			// loopback passes even on a loaded machine (it needs 3 MB/s).
-			d.start("p0", "prefill", func(_ *mocker.Config, wc *worker.Config) { wc.TransferDial = slowDial(1e6) })
+			d.start("p0", "prefill", func(_ *mocker.Config, wc *worker.Config) { wc.Transfer.Dial = slowDial(1e6) })
 		},
 		want: []want{{doctor.IDDisaggLink, "p0->d0", "faster link"}},
 	}, {

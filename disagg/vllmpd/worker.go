@@ -134,11 +134,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/kv/pull", w.handlePull)
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: func(c net.Conn, st http.ConnState) {
-		if st == http.StateActive {
-			connlimit.Established(c)
-		}
-	}, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: connlimit.EstablishOnRequest, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() { _ = w.srv.Serve(lis) }()
 	return w, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/tandemllm/tandem/engine/upstream"
 	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -144,7 +145,7 @@ func (e *Config) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.ModelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
-	f.Var((*ByteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker (e.g. 512MiB, 2GiB; 0: 256 MiB, and always room for one full context)")
+	f.Var((*process.ByteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker (e.g. 512MiB, 2GiB; 0: 256 MiB, and always room for one full context)")
 	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
 	e.Mock.AddFlags(f)
 	f.StringVar(&e.script, "mocker-script", "", `mocker: a reply script (JSON {"rules":[{"when":"substring of the last user message","reply":"exact text"}]}): the first matching rule's reply is written, then EOS, so a random engine can write a tool call`)
@@ -352,32 +353,4 @@ func (e *Config) eventsFor(ev kvevents.EngineConfig, i int) (kvevents.EngineConf
 		ev.Enabled = false
 	}
 	return kvevents.ForWorker(ev, i)
-}
-
-// ByteSize is a flag holding a byte count with an optional binary or
-// decimal unit suffix.
-type ByteSize int64
-
-func (b *ByteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
-func (b *ByteSize) Type() string   { return "bytes" }
-
-func (b *ByteSize) Set(s string) error {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
-	mult := int64(1)
-	num := strings.TrimSpace(s)
-	for _, u := range units {
-		if strings.HasSuffix(num, u.suffix) {
-			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v <= 0 {
-		return fmt.Errorf("%q is not a positive size (e.g. 512MiB)", s)
-	}
-	*b = ByteSize(v * float64(mult))
-	return nil
 }

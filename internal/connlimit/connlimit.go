@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -338,4 +339,12 @@ func sourceOf(a net.Addr) string {
 		return a.String()
 	}
 	return h
+}
+
+// EstablishOnRequest is an http.Server's ConnState: a connection that
+// delivered a request is past its handshake.
+func EstablishOnRequest(c net.Conn, st http.ConnState) {
+	if st == http.StateActive {
+		Established(c)
+	}
 }

@@ -3,21 +3,18 @@ package frontend
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
@@ -58,7 +55,7 @@ type Config struct {
 	// DrainTimeout bounds in-flight requests on shutdown.
 	DrainTimeout time.Duration
 	// Disagg is how requests to decode workers use the prefill workers.
-	Disagg DisaggConfig
+	Disagg disagg.Settings
 	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
 	TLS httpapi.TLSFiles
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
@@ -71,41 +68,14 @@ type Config struct {
 // DefaultConfig returns the flag defaults.
 func DefaultConfig() Config {
 	return Config{HTTPAddr: "127.0.0.1:8000", RouterMode: "round-robin", Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
-		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: DefaultDisaggConfig()}
-}
-
-// DisaggConfig is the frontend's part in disaggregated prefill, the same
-// in every command that routes (tandem frontend, tandem serve).
-type DisaggConfig struct {
-	// Mode is --disagg: auto (price local vs remote per request), always
-	// or never.
-	Mode string
-	// InterferenceWeight is the decider's w (--disagg-interference-weight;
-	// 0: its default).
-	InterferenceWeight float64
-	// LegTimeout bounds a remote prefill leg, transfer included
-	// (--disagg-leg-timeout; 0: disagg's default).
-	LegTimeout time.Duration
-}
-
-// DefaultDisaggConfig returns the flag defaults.
-func DefaultDisaggConfig() DisaggConfig {
-	return DisaggConfig{Mode: string(disagg.Auto), InterferenceWeight: 1}
-}
-
-// AddFlags registers --disagg, --disagg-interference-weight and
-// --disagg-leg-timeout, each from disagg's one definition of the flag.
-func (c *DisaggConfig) AddFlags(fs *pflag.FlagSet) {
-	disagg.AddModeFlag(fs, &c.Mode)
-	disagg.AddInterferenceWeightFlag(fs, &c.InterferenceWeight)
-	disagg.AddLegTimeoutFlag(fs, &c.LegTimeout)
+		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: disagg.DefaultSettings()}
 }
 
 // Diagnostic codes raised by the frontend about workers it refuses.
 const (
-	DiagKVLayoutMismatch = "kv_layout_mismatch"
-	DiagModelUnserved    = "worker_model_unserved"
-	DiagTokenizer        = "tokenizer_mismatch"
+	DiagKVLayoutMismatch = discovery.DiagKVLayoutMismatch
+	DiagModelUnserved    = discovery.DiagModelUnserved
+	DiagTokenizer        = discovery.DiagTokenizer
 	DiagWorkerRefused    = "worker_refused"
 	// DiagNoTransferAddr: a decode worker publishes no KV transfer
 	// address, so it prefills every prompt itself.
@@ -195,11 +165,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
 		ctxLen: model.ContextLength,
 	}
-	if f.cluster, err = authn.Load(cfg.MTLS); err != nil {
+	if f.cluster, err = authn.LoadAs(cfg.MTLS, authn.RoleFrontend); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
-	}
-	if f.cluster != nil && f.cluster.Role() != authn.RoleFrontend {
-		return nil, fmt.Errorf("fleet: --mtls-cert has role %s; a frontend needs a frontend certificate", f.cluster.Role())
 	}
 	tc, err := httpapi.ServerTLS(cfg.TLS)
 	if err != nil {
@@ -243,9 +210,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("fleet: listen %s: %w", cfg.HTTPAddr, err)
 	}
-	if authn.Exposed(f.lis.Addr().String()) && cfg.Frontend.APIKeys == nil && !opts.QuietOpenAPI {
-		board.Raise(authn.DiagOpenPlane, "openai-api", health.Warn,
-			"the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served", "addr", f.lis.Addr().String())
+	if cfg.Frontend.APIKeys == nil && !opts.QuietOpenAPI {
+		process.WarnExposed(board, "openai-api", f.lis.Addr().String(), "the OpenAI API listens beyond this host without --api-key-file: anyone who reaches it is served")
 	}
 	var lis net.Listener
 	f.http, lis = f.Frontend.NewHTTPServer(f.lis)
@@ -278,10 +244,7 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 		f.evs = eventplane.NewSource(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix, log)
 	}
 	if f.nats != nil && f.cfg.ShareLoad {
-		var id [6]byte
-		_, _ = rand.Read(id[:])
-		host, _ := os.Hostname()
-		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix), host+"-"+hex.EncodeToString(id[:]), log)
+		f.share = router.NewLoadShare(p, eventplane.NewLoadBus(f.nats.Conn, f.cfg.EventPlane.SubjectPrefix), router.ReplicaID(), log)
 		return f.share, nil
 	}
 	return p, nil
@@ -449,34 +412,18 @@ func (f *Process) narrowContextLocked(n int) {
 	}
 }
 
-// followLocked has the KV policy follow the worker's events.
+// followLocked has the KV policy follow the worker's events: from its
+// model's subject on the event plane, else from its own sockets.
 func (f *Process) followLocked(rec discovery.Record) {
-	endpoint, replay := rec.KVEvents.Endpoint, rec.KVEvents.ReplayEndpoint
-	if f.evs != nil {
-		if !f.followed[rec.Model] {
-			if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
-				f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
-					"model", rec.Model, "err", err)
-			} else {
-				f.followed[rec.Model] = true
-			}
+	if f.evs != nil && !f.followed[rec.Model] {
+		if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
+			f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
+				"model", rec.Model, "err", err)
+		} else {
+			f.followed[rec.Model] = true
 		}
-		endpoint, replay = "", "" // fed through Ingest
 	}
-	if f.KV.Name() == "kv-approx" {
-		endpoint, replay = "", ""
-	}
-	if endpoint == "" && f.evs == nil && f.KV.Name() == "kv" {
-		// Not followed: the policy routes the worker by approximation and,
-		// once it serves full blocks, raises kv_events_missing.
-		return
-	}
-	if tok, err := hex.DecodeString(rec.KVEvents.ReplayToken); err == nil && len(tok) > 0 {
-		f.KV.SetReplayToken(rec.ID, tok)
-	} else {
-		f.KV.SetReplayToken(rec.ID, nil) // none, or malformed: replay answers no history
-	}
-	if err := f.KV.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize); err != nil {
+	if err := f.KV.FollowRecord(rec, f.evs != nil); err != nil {
 		f.log.Warn("KV events of the worker not followed", "worker", rec.ID, "err", err)
 	}
 }
@@ -484,47 +431,12 @@ func (f *Process) followLocked(rec discovery.Record) {
 // refuseLocked returns why rec cannot join ("" if it can), raising the
 // matching diagnostic.
 func (f *Process) refuseLocked(rec discovery.Record) string {
-	if rec.Model != f.model.Name {
-		msg := fmt.Sprintf("worker serves model %q, this frontend serves %q", rec.Model, f.model.Name)
-		f.Board.Raise(DiagModelUnserved, rec.ID, health.Warn, msg)
-		return msg
-	}
-	if th := rec.KVLayout.TokenizerHash; th != "" && th != f.tok {
-		msg := fmt.Sprintf("worker tokenizer %s differs from the frontend's %s: its token ids would mean other text", th, f.tok)
-		f.Board.Raise(DiagTokenizer, rec.ID, health.Error, msg, "worker_tokenizer", th, "frontend_tokenizer", f.tok)
-		return msg
-	}
-	var other discovery.Role
-	switch rec.Role {
-	case discovery.RolePrefill:
-		other = discovery.RoleDecode
-	case discovery.RoleDecode:
-		other = discovery.RolePrefill
-	default:
+	r := discovery.Refuse(rec, f.model.Name, f.tok, f.recordsLocked())
+	if r == nil {
 		return ""
 	}
-	ids := make([]string, 0, len(f.members))
-	for id := range f.members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		m := f.members[id]
-		if id == rec.ID || m.rec.Role != other || m.rec.Model != rec.Model {
-			continue
-		}
-		a, b := rec.KVLayout, m.rec.KVLayout
-		if a.Fingerprint() == b.Fingerprint() {
-			continue
-		}
-		diff := strings.Join(a.Diff(b), "; ")
-		msg := fmt.Sprintf("refusing %s worker %s: its KV layout %s differs from %s worker %s's %s (%s)",
-			rec.Role, rec.ID, a.Fingerprint(), m.rec.Role, id, b.Fingerprint(), diff)
-		f.Board.Raise(DiagKVLayoutMismatch, rec.ID, health.Error, msg,
-			"worker", rec.ID, "layout", a.Fingerprint(), "peer", id, "peer_layout", b.Fingerprint(), "diff", diff)
-		return msg
-	}
-	return ""
+	r.Raise(f.Board, rec.ID)
+	return r.Msg
 }
 
 // prefillWorkers lists the prefill members for /health.
@@ -554,27 +466,21 @@ func (f *Process) forgetPairingLocked(id string) {
 // prefill worker of their KV protocol to pair with, and clears it once
 // they do.
 func (f *Process) checkPrefillLocked() {
-	decode, prefill := map[string]int{}, map[string]int{}
-	for _, m := range f.members {
-		switch m.rec.Role {
-		case discovery.RoleDecode:
-			decode[m.rec.KVTransfer.Protocol]++
-		case discovery.RolePrefill:
-			prefill[m.rec.KVTransfer.Protocol]++
-		}
-	}
-	alone := 0
-	for p, n := range decode {
-		if prefill[p] == 0 {
-			alone += n
-		}
-	}
-	if alone > 0 {
+	if alone := discovery.Unpaired(f.recordsLocked()); alone > 0 {
 		f.Board.Raise(DiagNoPrefill, "fleet", health.Warn, "decode workers are registered but no prefill worker of their KV protocol is; they prefill their own prompts",
 			"decode_workers", alone)
 	} else {
 		f.Board.Clear(DiagNoPrefill, "fleet", "", "")
 	}
+}
+
+// recordsLocked are the members' records.
+func (f *Process) recordsLocked() []discovery.Record {
+	recs := make([]discovery.Record, 0, len(f.members))
+	for _, m := range f.members {
+		recs = append(recs, m.rec)
+	}
+	return recs
 }
 
 func (f *Process) clearRefusalsLocked(id string) {
@@ -593,12 +499,7 @@ func (f *Process) remove(id, why string) {
 	}
 	f.removeLocked(id, why)
 	// A worker refused for its layout may pair with the ones left.
-	ids := make([]string, 0, len(f.refused))
-	for rid := range f.refused {
-		ids = append(ids, rid)
-	}
-	slices.Sort(ids)
-	for _, rid := range ids {
+	for _, rid := range slices.Sorted(maps.Keys(f.refused)) {
 		f.admitLocked(f.refused[rid])
 	}
 }
@@ -632,12 +533,7 @@ func (f *Process) Synced() <-chan struct{} { return f.synced }
 func (f *Process) Members() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ids := make([]string, 0, len(f.members))
-	for id := range f.members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(f.members))
 }
 
 // URL is the frontend's base URL.

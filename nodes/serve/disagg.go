@@ -1,13 +1,9 @@
 package serve
 
 import (
-	"context"
-	"net"
-	"time"
-
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
-	"github.com/tandemllm/tandem/nodes/frontend"
+	"github.com/tandemllm/tandem/planes/kvtransfer"
 )
 
 // DisaggConfig configures disaggregated prefill in one process: prefill
@@ -20,24 +16,18 @@ type DisaggConfig struct {
 	PrefillWorkers int
 	// DecodeWorkers replaces Config.Workers when > 0 (--decode-workers).
 	DecodeWorkers int
-	// DisaggConfig is the frontend's part: --disagg (auto, the default,
+	// Settings are the frontend node's part: --disagg (auto, the default,
 	// always or never), --disagg-interference-weight and
 	// --disagg-leg-timeout (0 here: TransferTimeout).
-	frontend.DisaggConfig
-	// TransferBudget is each worker's staging budget in bytes
-	// (--transfer-budget, default 512 MiB).
-	TransferBudget int64
-	// TransferTimeout bounds one KV transfer (default 60 s).
-	TransferTimeout time.Duration
+	disagg.Settings
+	// Transfer configures each worker's KV transfer node
+	// (--transfer-budget, default 512 MiB; --transfer-timeout, default
+	// 60 s).
+	Transfer kvtransfer.Settings
 	// ListenHost is where transfer nodes listen (default 127.0.0.1).
 	ListenHost string
 	// OnDecision hears every decision (tests, benchmarks).
 	OnDecision func(disagg.Decision)
-	// TransferListen and TransferDial, if set, create the transfer nodes'
-	// listeners and outgoing connections (nil: plain TCP), e.g. to put
-	// the sockets in other network namespaces (tests).
-	TransferListen func(network, addr string) (net.Listener, error)
-	TransferDial   func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Enabled reports whether any prefill worker is configured.

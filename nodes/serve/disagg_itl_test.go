@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -130,7 +130,7 @@ func TestDisaggWinsITLUnderLongPrompts(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.RouterMode = "kv"
-			cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: mode}}
+			cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Settings: disagg.Settings{Mode: mode}}
 			// The mocker's timing is wall-clock sleeps, so a loaded 2-core CI
 			// box can stall either side at random: the property must hold
 			// in one of three paired runs (baseline re-measured each time),

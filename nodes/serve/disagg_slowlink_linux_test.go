@@ -11,7 +11,6 @@ import (
 	"github.com/tandemllm/tandem/bench"
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/nodes/frontend"
 )
 
 // TestDisaggSlowLink is the slow-link proof: the prefill worker's KV
@@ -44,8 +43,8 @@ func TestDisaggSlowLink(t *testing.T) {
 		dc.OnDecision = func(d disagg.Decision) { mu.Lock(); res.ds = append(res.ds, d); mu.Unlock() }
 		if dc.Enabled() {
 			dc.ListenHost = link.AddrB
-			dc.TransferListen = listenIn(link.B)
-			dc.TransferDial = dialIn(link.A)
+			dc.Transfer.Listen = listenIn(link.B)
+			dc.Transfer.Dial = dialIn(link.A)
 		}
 		cfg.Disagg = dc
 		sys := startTest(t, cfg, seedEngines)
@@ -69,8 +68,8 @@ func TestDisaggSlowLink(t *testing.T) {
 		return res
 	}
 	agg := run(DisaggConfig{})
-	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "auto"}})
-	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "always"}})
+	auto := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Settings: disagg.Settings{Mode: "auto"}})
+	always := run(DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Settings: disagg.Settings{Mode: "always"}})
 
 	af, uf, lf := bench.Median(agg.fresh), bench.Median(auto.fresh), bench.Median(always.fresh)
 	ap, up, lp := bench.Median(agg.follow), bench.Median(auto.follow), bench.Median(always.follow)

@@ -15,7 +15,6 @@ import (
 	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
-	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -99,7 +98,7 @@ func TestDisaggServeAlwaysAndNever(t *testing.T) {
 			cfg.RouterMode = "kv"
 			var mu sync.Mutex
 			var ds []disagg.Decision
-			cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, DisaggConfig: frontend.DisaggConfig{Mode: mode}, OnDecision: func(d disagg.Decision) {
+			cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, Settings: disagg.Settings{Mode: mode}, OnDecision: func(d disagg.Decision) {
 				mu.Lock()
 				ds = append(ds, d)
 				mu.Unlock()
@@ -166,8 +165,8 @@ func TestDisaggSameHostSeedCase(t *testing.T) {
 		return ttft, moved, full, ds
 	}
 	agg, _, _, _ := run(t, DisaggConfig{})
-	auto, movedAuto, full, _ := run(t, DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, DisaggConfig: frontend.DisaggConfig{Mode: "auto"}})
-	always, movedAlways, _, dsAlways := run(t, DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, DisaggConfig: frontend.DisaggConfig{Mode: "always"}})
+	auto, movedAuto, full, _ := run(t, DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, Settings: disagg.Settings{Mode: "auto"}})
+	always, movedAlways, _, dsAlways := run(t, DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 2, Settings: disagg.Settings{Mode: "always"}})
 	ma, mu, ml := bench.Median(agg), bench.Median(auto), bench.Median(always)
 	t.Logf("TTFT median ms: kv-routed aggregated %.1f, disagg auto %.1f (%.2f×), disagg always %.1f (%.2f×)", ma, mu, mu/ma, ml, ml/ma)
 	t.Logf("bytes moved after warm-up: auto %d (%.1f%% of full KV), always %d (%.1f%% of full KV %d)",

@@ -16,8 +16,8 @@ import (
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/disagg/vllmpd"
-	"github.com/tandemllm/tandem/dispatch"
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/internal/connlimit"
@@ -31,9 +31,13 @@ import (
 
 // Config configures a one-process system.
 type Config struct {
-	HTTPAddr     string
+	// Config is the frontend node's: --http-addr, --router-mode, the
+	// OpenAI server's, dispatch's and the KV router's flags, TLS,
+	// --drain-timeout (which also bounds a pool worker's drain), and MTLS,
+	// the frontend's end of a loopback gRPC request plane (MTLSWorker).
+	// Its Disagg is Disagg.Settings.
+	frontend.Config
 	Workers      int
-	RouterMode   string
 	RequestPlane string // "inproc" (default) or "grpc"
 	// WorkerIDs names the workers; the default is worker-0, worker-1, ...
 	WorkerIDs []string
@@ -41,19 +45,11 @@ type Config struct {
 	// (--served-model-name). "": the tokenizer's, or for upstream servers
 	// the one their /v1/models lists (all of a pool must agree).
 	ServedModelName string
-	DrainTimeout    time.Duration
-	Frontend        httpapi.Config
-	// Dispatch is the request's life past admission (retries, migration).
-	Dispatch dispatch.Config
-	// KV configures the kv and kv-approx router modes.
-	KV router.KVConfig
-	// TLS serves the OpenAI API over HTTPS (--tls-cert, --tls-key).
-	TLS httpapi.TLSFiles
-	// MTLS and MTLSWorker, with RequestPlane "grpc", run the loopback
+	// MTLSWorker, with RequestPlane "grpc" and MTLS, runs the loopback
 	// request plane over mutual TLS: the frontend's end presents MTLS (a
 	// frontend's certificate), the worker's end MTLSWorker (a worker's),
 	// as across processes; it exists to measure what mTLS costs.
-	MTLS, MTLSWorker authn.Files
+	MTLSWorker authn.Files
 	// Disagg enables disaggregated prefill (nodes/serve/disagg.go); the zero
 	// value is aggregated serving.
 	Disagg DisaggConfig
@@ -70,10 +66,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults of `tandem serve`.
 func DefaultConfig() Config {
-	return Config{
-		HTTPAddr: "127.0.0.1:8000", Workers: 2, RouterMode: "round-robin", RequestPlane: "inproc",
-		DrainTimeout: 30 * time.Second, Frontend: httpapi.DefaultConfig(), Dispatch: dispatch.DefaultConfig(),
-	}
+	return Config{Config: frontend.DefaultConfig(), Workers: 2, RequestPlane: "inproc"}
 }
 
 // VLLMPDConfig makes every worker answer vLLM's P/D protocol.
@@ -142,10 +135,14 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			s.stop(context.Background())
 		}
 	}()
-	// One collector gathers the engines' metrics: every worker of a process
-	// exports the same vllm: families, told apart by their engine label,
-	// and a worker that leaves the pool takes its series along.
-	_ = s.Registry.Register(unchecked{engineCollector{s}})
+	// One collector gathers the engines' metrics (engine.Metrics).
+	_ = s.Registry.Register(engine.Metrics(func() []engine.Engine {
+		var engs []engine.Engine
+		for _, n := range s.nodes() {
+			engs = append(engs, n.eng)
+		}
+		return engs
+	}))
 	if cfg.VLLMPD.Enabled {
 		if s.pd, err = vllmpd.NewHost(cfg.VLLMPD, s.Board, s.Registry, log); err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
@@ -163,26 +160,19 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		preEngines = append(preEngines, eng)
 		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
 	}
-	var engines []engine.Engine
+	var engs []engine.Engine
 	for i := range cfg.Workers {
 		eng, err := newEngine(i)
 		if err != nil {
 			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
 		}
-		engines = append(engines, eng)
+		engs = append(engs, eng)
 		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
-		if model, err = servedModel(cfg.ServedModelName, model, eng, engines, i); err != nil {
+		if model, err = engines.ServedModel(cfg.ServedModelName, model, eng, engs, i); err != nil {
 			return nil, err
 		}
 	}
-	// A tokenizer directory may not state the context length (llama2.c has
-	// none); the engine knows it.
-	if info := engines[0].Info(); model.ContextLength == 0 || (info.ContextLength > 0 && info.ContextLength < model.ContextLength) {
-		m := *model
-		m.ContextLength = info.ContextLength
-		model = &m
-	}
-	s.model, s.engines = model, engines
+	s.model, s.engines = engines.FitContext(model, engs[0]), engs
 	for _, n := range s.prefill {
 		if err := s.startNode(n, prefillRole); err != nil {
 			return nil, err
@@ -196,7 +186,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		info.Model = model.Name
 		s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Addr: s.addr(n), Info: info})
 	}
-	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engines[0].Info().Kind == "upstream"}
+	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engs[0].Info().Kind == "upstream"}
 	if err := s.startFrontend(); err != nil {
 		return nil, err
 	}
@@ -277,7 +267,7 @@ func (s *System) startNode(n *node, role discovery.Role) error {
 	// Loopback ports of one process are not capped.
 	wc.ConnLimits, wc.RequestPlaneAddr = connlimit.Limits{}, "127.0.0.1:0"
 	wc.KVTransferAddr = cmp.Or(dc.ListenHost, "127.0.0.1") + ":0"
-	wc.TransferBudget, wc.TransferTimeout, wc.TransferListen, wc.TransferDial = dc.TransferBudget, dc.TransferTimeout, dc.TransferListen, dc.TransferDial
+	wc.Transfer = dc.Transfer
 	wc.MTLS = c.MTLSWorker
 	opts := worker.Options{Registry: s.disc, Board: s.Board, Logger: s.log, Metrics: s.Registry, TransferMetrics: s.transfer,
 		InProcess: c.RequestPlane != "grpc"}
@@ -296,12 +286,11 @@ func (s *System) startNode(n *node, role discovery.Role) error {
 // waits until it routes to every worker started so far.
 func (s *System) startFrontend() error {
 	c := s.cfg
-	fc := frontend.DefaultConfig()
-	fc.HTTPAddr, fc.RouterMode, fc.KV, fc.Frontend, fc.Dispatch, fc.TLS, fc.DrainTimeout = c.HTTPAddr, c.RouterMode, c.KV, c.Frontend, c.Dispatch, c.TLS, c.DrainTimeout
-	fc.Disagg = c.Disagg.DisaggConfig
-	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.TransferTimeout)
-	if c.RequestPlane == "grpc" {
-		fc.MTLS = c.MTLS
+	fc := c.Config
+	fc.Disagg = c.Disagg.Settings
+	fc.Disagg.LegTimeout = cmp.Or(c.Disagg.LegTimeout, c.Disagg.Transfer.Timeout)
+	if c.RequestPlane != "grpc" {
+		fc.MTLS = authn.Files{}
 	}
 	if c.VLLMPD.Enabled {
 		// A vLLM-compatible worker: its client is the P/D proxy, which
@@ -341,46 +330,6 @@ func (s *System) addr(n *node) string {
 	return n.w.Record().RequestPlane
 }
 
-// servedModel names the model: --served-model-name if given, else for an
-// upstream server the name it serves (a user asks for the model the server
-// lists, not Tandem's tokenizer's), and every upstream of the pool must
-// serve the first one's model.
-func servedModel(name string, model *tokenizer.Model, eng engine.Engine, engines []engine.Engine, i int) (*tokenizer.Model, error) {
-	info := eng.Info()
-	// first is the first engine whose model is known: an upstream server
-	// that has not answered (no --upstream-model) has none yet, and the
-	// name comes from the first that answered.
-	first := engines[0]
-	for _, e := range engines[:i] {
-		if e.Info().Model != "" {
-			first = e
-			break
-		}
-	}
-	if info.Kind == "upstream" && i > 0 && info.Model != "" && first.Info().Model != "" && info.Model != first.Info().Model {
-		url := func(e engine.Engine) string {
-			if u, ok := e.(engine.URLReporter); ok {
-				return u.URL()
-			}
-			return "?"
-		}
-		return nil, fmt.Errorf("serve: upstream %s serves model %q but upstream %s serves %q: one pool serves one model (set --upstream-model to pick one)",
-			url(first), first.Info().Model, url(eng), info.Model)
-	}
-	if i > 0 && (first != eng && first.Info().Model != "" || info.Model == "") {
-		return model, nil
-	}
-	if name == "" && info.Kind == "upstream" {
-		name = info.Model
-	}
-	if name == "" || name == model.Name {
-		return model, nil
-	}
-	m := *model
-	m.Name = name
-	return &m, nil
-}
-
 // Engine returns the engine of worker i.
 func (s *System) Engine(i int) engine.Engine {
 	s.mu.Lock()
@@ -409,10 +358,7 @@ func (s *System) Shutdown(ctx context.Context) error {
 // the engines of those never started, then the registry.
 func (s *System) stop(ctx context.Context) {
 	s.quitOnce.Do(func() { close(s.quit) })
-	s.mu.Lock()
-	nodes := append(slices.Clone(s.prefill), s.routed...)
-	s.mu.Unlock()
-	for _, n := range nodes {
+	for _, n := range s.nodes() {
 		var err error
 		if n.w != nil {
 			err = n.w.Shutdown(ctx)
@@ -429,26 +375,9 @@ func (s *System) stop(ctx context.Context) {
 	_ = s.disc.Close()
 }
 
-// engineCollector gathers the live workers' engine metrics.
-type engineCollector struct{ s *System }
-
-func (c engineCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.Lock()
-	nodes := append(slices.Clone(c.s.prefill), c.s.routed...)
-	c.s.mu.Unlock()
-	for _, n := range nodes {
-		if x, ok := n.eng.(engine.MetricsCollector); ok {
-			x.Collector().Collect(ch)
-		}
-	}
+// nodes are the prefill and routed worker nodes.
+func (s *System) nodes() []*node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(slices.Clone(s.prefill), s.routed...)
 }
-
-// unchecked registers a collector without its descriptors: every worker
-// of a process exports the same vllm: metric families, told apart by
-// their engine label, which a checked registration would refuse as
-// duplicates.
-type unchecked struct{ prometheus.Collector }
-
-func (unchecked) Describe(chan<- *prometheus.Desc) {}

@@ -14,7 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/tandemllm/tandem/nodes/frontend"
+	"github.com/tandemllm/tandem/disagg"
 	"github.com/tandemllm/tandem/tracing"
 )
 
@@ -134,7 +134,7 @@ func TestTracingDisagg(t *testing.T) {
 	rec := useRecorder(t, 1)
 	cfg := DefaultConfig()
 	cfg.RouterMode = "kv"
-	cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, DisaggConfig: frontend.DisaggConfig{Mode: "always"}}
+	cfg.Disagg = DisaggConfig{PrefillWorkers: 1, DecodeWorkers: 1, Settings: disagg.Settings{Mode: "always"}}
 	sys := startTest(t, cfg, seedEngines)
 	postTraced(t, sys.URL(), "/v1/completions", map[string]any{"model": "tandem-mock", "prompt": ids(700, 3), "max_tokens": 2, "ignore_eos": true})
 	got := spansOf(t, rec, tracing.SpanHTTP, tracing.SpanDisagg, tracing.SpanPrefill, tracing.SpanKVTransfer, tracing.SpanStream)

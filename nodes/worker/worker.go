@@ -2,23 +2,20 @@ package worker
 
 import (
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/control/discovery"
@@ -70,11 +67,9 @@ type Config struct {
 	// blocks (--kv-transfer-addr; port 0 picks one). Prefill workers only
 	// send, and aggregated ones take no part.
 	KVTransferAddr string
-	// TransferBudget bounds the worker's KV staging memory in bytes
-	// (--transfer-budget; 0: kvtransfer's default).
-	TransferBudget int64
-	// TransferTimeout bounds one KV transfer (0: kvtransfer's default).
-	TransferTimeout time.Duration
+	// Transfer configures the KV transfer node (--transfer-budget,
+	// --transfer-timeout).
+	Transfer kvtransfer.Settings
 	// MTLS is the cluster identity (--mtls-ca, --mtls-cert, --mtls-key):
 	// when set, the request plane admits only frontends' certificates and
 	// the KV transfer plane only workers', both signed by the cluster CA.
@@ -83,18 +78,24 @@ type Config struct {
 	// "discovery" (the default: only transfer addresses published in
 	// discovery) or "any" (whatever address the frontend names).
 	TransferPeers string
-	// TransferDial, if set, opens the KV transfer node's connections to
-	// peers (nil: a net.Dialer): a hook for sockets that must live
-	// elsewhere, or a link shaped the way a real network is (tandem
-	// doctor's slow-link test).
-	TransferDial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// TransferListen, if set, creates the KV transfer node's listener (nil:
-	// net.Listen), e.g. to put it in another network namespace (tests).
-	TransferListen func(network, addr string) (net.Listener, error)
 	// ConnLimits bound every port the worker listens on (the request
 	// plane, the KV transfer node, the metrics port): --conn-max,
 	// --conn-max-per-source, --conn-handshake-timeout, --conn-idle-timeout.
 	ConnLimits connlimit.Limits
+}
+
+// DefaultID is the worker id when --id is not given: under the kube
+// discovery backend the pod's name (POD_NAME: the backend keys records by
+// pod), else host-pid.
+func DefaultID(kube bool) (string, error) {
+	if id := os.Getenv("POD_NAME"); kube && id != "" {
+		return id, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("--id: %w", err)
+	}
+	return host + "-" + strconv.Itoa(os.Getpid()), nil
 }
 
 // Transfer destination policies (Config.TransferPeers).
@@ -161,10 +162,7 @@ type Worker struct {
 
 	tls       *authn.Cluster
 	watchStop context.CancelFunc
-	nats      *eventplane.Conn
-	relay     *eventplane.Relay
-	relayStop context.CancelFunc
-	relayDone chan struct{}
+	relay     *eventplane.Relaying
 
 	stopOnce  sync.Once
 	stopErr   error
@@ -195,12 +193,9 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	default:
 		return nil, fmt.Errorf("worker: transfer peers %q: want discovery or any", cfg.TransferPeers)
 	}
-	cluster, err := authn.Load(cfg.MTLS)
+	cluster, err := authn.LoadAs(cfg.MTLS, authn.RoleWorker)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
-	}
-	if cluster != nil && cluster.Role() != authn.RoleWorker {
-		return nil, fmt.Errorf("worker: --mtls-cert has role %s; a worker needs a worker certificate", cluster.Role())
 	}
 	// The board publishes on the worker's /metrics (--metrics-addr) unless
 	// the caller brought its own.
@@ -251,8 +246,8 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		// (tandem serve never raised these).
 		w.raiseOpenPlanes(rpAddr, metricsAddr)
 	}
-	w.rec = Record(cfg, eng, model)
-	w.rec.Role = role
+	w.rec = discovery.RecordOf(cfg.ID, eng, model, cfg.KVEventsFormat)
+	w.rec.Role, w.rec.Version, w.rec.KVLayout.Config = role, cfg.Version, cfg.KVConfig
 	w.rec.RequestPlane = rpAddr
 	if !opts.InProcess {
 		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
@@ -260,7 +255,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
 		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
-	} else if p := vllmProtocol(eng); p != "" && role != discovery.RoleAggregated {
+	} else if p := discovery.TransferProtocol(eng); p != "" && role != discovery.RoleAggregated {
 		w.rec.KVTransfer.Protocol = p
 	}
 	w.rec.KVEvents.Endpoint = discovery.AdvertiseURL(w.rec.KVEvents.Endpoint, host)
@@ -306,17 +301,8 @@ func (w *Worker) serveGRPC(side kvtransfer.Side, vocab int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("worker: request plane listen %s: %w", cfg.RequestPlaneAddr, err)
 	}
-	// gRPC bounds its own handshake (TLS and the HTTP/2 preface) and
-	// pings connected clients, whose answers keep them from idling out.
-	rpLim := cfg.ConnLimits
-	var gopts []grpc.ServerOption
-	if rpLim.Handshake > 0 {
-		gopts = append(gopts, grpc.ConnectionTimeout(rpLim.Handshake))
-	}
-	if rpLim.Idle > 0 {
-		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: rpLim.Idle / 2, Timeout: min(rpLim.Idle/2, 20*time.Second)}))
-	}
-	rpLim.Handshake = 0
+	rpLim, gopts := cfg.ConnLimits, requestplane.LimitOptions(cfg.ConnLimits)
+	rpLim.Handshake = 0 // gRPC's own
 	lis = connlimit.Wrap(lis, PlaneRequest, rpLim, board, w.connMetrics(), w.log)
 	if w.tls != nil {
 		// Only frontends call a worker: Generate, and the disaggregation
@@ -345,130 +331,44 @@ func (w *Worker) stopPlane() {
 // events carry token ids (ZMQ has no authentication; hashes-only events
 // give no prompt away).
 func (w *Worker) raiseOpenPlanes(rp, metrics string) {
-	const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
-	open := map[string]string{}
 	if w.tls == nil {
-		open["request-plane"], open["metrics"] = rp, metrics
+		const noMTLS = "listens beyond this host without --mtls-*: anyone who reaches the port is served"
+		process.WarnExposed(w.board, "request-plane", rp, noMTLS)
+		process.WarnExposed(w.board, "metrics", metrics, noMTLS)
 		if w.node != nil {
-			open["kv-transfer"] = w.node.Addr()
+			process.WarnExposed(w.board, "kv-transfer", w.node.Addr(), noMTLS)
 		}
 	}
-	msgs := map[string]string{}
 	if te, ok := w.eng.(engine.TokenIDPublisher); ok && te.KVEventsTokenIDs() {
-		open["kv-events"] = strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://")
-		msgs["kv-events"] = "the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)"
-	}
-	for plane, addr := range open {
-		if addr == "" || !authn.Exposed(addr) {
-			continue
-		}
-		msg := msgs[plane]
-		if msg == "" {
-			msg = noMTLS
-		}
-		w.board.Raise(authn.DiagOpenPlane, plane, health.Warn, msg, "addr", addr)
+		process.WarnExposed(w.board, "kv-events", strings.TrimPrefix(te.KVEventsEndpoint(), "tcp://"),
+			"the KV event socket listens beyond this host and its events carry token ids: any subscriber reads the prompts (--kv-events-token-ids=false, a loopback endpoint, or --event-plane nats)")
 	}
 }
 
-// startRelay connects to NATS (or starts the embedded server) and relays
-// the engine's events from its loopback ZMQ socket.
-func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) error {
-	ep := w.cfg.EventPlane
-	nc, err := eventplane.Open(context.WithoutCancel(ctx), ep, "tandem-worker-"+w.cfg.ID, w.board, log)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.nats = nc
+// startRelay relays the engine's events to the event plane (NATS).
+func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) (err error) {
 	format, err := kvevents.ParseFormat(w.rec.KVEvents.Format)
 	if err != nil {
 		format = kvevents.FormatMap
 	}
-	// The relay reads the engine's sockets as bound (loopback works even
-	// when the record advertises a host name).
 	ee, _ := w.eng.(engine.KVEventsPublisher)
 	re, _ := w.eng.(engine.KVEventsReplayer)
-	endpoint, replay := ee.KVEventsEndpoint(), ""
+	rc := eventplane.RelayConfig{Worker: w.cfg.ID, Model: w.rec.Model, Endpoint: ee.KVEventsEndpoint(), ReplayToken: engine.ReplayToken(w.eng),
+		Format: format, Board: w.board, Logger: log}
 	if re != nil {
-		replay = re.KVEventsReplayEndpoint()
+		rc.ReplayEndpoint = re.KVEventsReplayEndpoint()
 	}
-	w.relay, err = eventplane.NewRelay(nc.Conn, eventplane.RelayConfig{
-		Worker: w.cfg.ID, Model: w.rec.Model, Prefix: ep.SubjectPrefix,
-		Endpoint: loopback(endpoint), ReplayEndpoint: loopback(replay), ReplayToken: replayToken(w.eng), Format: format, Board: w.board, Logger: log,
-	})
-	if err != nil {
-		w.stopRelay()
+	if w.relay, err = eventplane.StartRelay(ctx, w.cfg.EventPlane, rc); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	w.relayStop, w.relayDone = cancel, make(chan struct{})
-	go func() {
-		defer close(w.relayDone)
-		w.relay.Run(rctx)
-	}()
 	return nil
 }
 
-// loopback makes a wildcard ZMQ endpoint dialable from this host.
-func loopback(endpoint string) string {
-	if endpoint == "" {
-		return ""
-	}
-	return discovery.AdvertiseURL(endpoint, "127.0.0.1")
-}
-
 func (w *Worker) stopRelay() {
-	if w.relayStop != nil {
-		w.relayStop()
-		<-w.relayDone
-		w.relayStop = nil
+	if w.relay != nil {
+		w.relay.Close()
+		w.relay = nil
 	}
-	if w.nats != nil {
-		// Flush what the relay published while draining.
-		_ = w.nats.FlushTimeout(time.Second)
-		w.nats.Close()
-		w.nats = nil
-	}
-}
-
-// Record builds the registration record of eng, addresses not yet filled
-// in (Start does that once the sockets are bound).
-func Record(cfg Config, eng engine.Engine, model *tokenizer.Model) discovery.Record {
-	info := eng.Info()
-	rec := discovery.Record{
-		ID: cfg.ID, Model: model.Name, Role: discovery.Role(cfg.Role), Engine: info.Kind, Version: cfg.Version,
-		ContextLength: info.ContextLength,
-		KVLayout:      Layout(eng, model),
-	}
-	rec.KVLayout.Config = cfg.KVConfig
-	if info.BlockSize > 0 {
-		rec.CapacityBlocks = info.KVCapacityTokens / info.BlockSize
-	}
-	if e, ok := eng.(engine.KVEventsPublisher); ok {
-		rec.KVEvents.Endpoint = e.KVEventsEndpoint()
-	}
-	if e, ok := eng.(engine.KVEventsReplayer); ok {
-		rec.KVEvents.ReplayEndpoint = e.KVEventsReplayEndpoint()
-		rec.KVEvents.ReplayToken = hex.EncodeToString(replayToken(eng))
-	}
-	if rec.KVEvents.Endpoint != "" {
-		rec.KVEvents.Format = cfg.KVEventsFormat
-	}
-	return rec
-}
-
-// Layout describes eng's KV cache as far as the engine can tell
-// (engine.KVDescriber, engine.KVPort): the worker knows no engine type.
-func Layout(eng engine.Engine, model *tokenizer.Model) discovery.KVLayout {
-	info := eng.Info()
-	l := discovery.KVLayout{Model: model.Name, BlockSize: info.BlockSize, TokenizerHash: model.Tokenizer.Fingerprint()}
-	if d, ok := eng.(engine.KVDescriber); ok {
-		s := d.KVShape()
-		l.DType, l.Layers, l.KVHeads, l.HeadSize, l.Weights = s.DType, s.Layers, s.KVHeads, s.HeadSize, s.Weights
-	}
-	if p, ok := eng.(engine.KVPort); ok {
-		l.EngineLayout = p.KVLayout()
-	}
-	return l
 }
 
 // startTransfer gives prefill and decode workers their transfer-plane node
@@ -478,7 +378,7 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 	if role == discovery.RoleAggregated {
 		return nil, nil
 	}
-	if vllmProtocol(w.eng) != "" {
+	if discovery.TransferProtocol(w.eng) != "" {
 		// A vLLM server moves its own KV; the frontend drives the
 		// protocol through the requests (kv_transfer_params).
 		return nil, nil
@@ -496,9 +396,9 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 	if metrics == nil {
 		metrics = kvtransfer.NewMetrics(w.reg)
 	}
-	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.TransferBudget),
-		Timeout: w.cfg.TransferTimeout, Board: w.board, Metrics: metrics, Logger: w.log,
-		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.TransferDial, Listen: w.cfg.TransferListen,
+	n, err := kvtransfer.NewNode(kvtransfer.Config{ID: w.cfg.ID, Port: port, Budget: kvtransfer.NewBudget(w.cfg.Transfer.Budget),
+		Timeout: w.cfg.Transfer.Timeout, Board: w.board, Metrics: metrics, Logger: w.log,
+		TLS: w.tls, RequireToken: true, AllowPeer: allow, Dial: w.cfg.Transfer.Dial, Listen: w.cfg.Transfer.Listen,
 		ConnLimits: w.cfg.ConnLimits, ConnMetrics: w.connMetrics()})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -516,15 +416,6 @@ func (w *Worker) startTransfer(role discovery.Role, metrics *kvtransfer.Metrics)
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return side, nil
-}
-
-// vllmProtocol is discovery.ProtocolVLLM for engines that are vLLM
-// servers (engine/upstream), "" otherwise.
-func vllmProtocol(eng engine.Engine) string {
-	if p, ok := eng.(engine.KVTransferProtocolReporter); ok && p.KVTransferProtocol() == discovery.ProtocolVLLM {
-		return discovery.ProtocolVLLM
-	}
-	return ""
 }
 
 func (w *Worker) closeNode() {
@@ -547,41 +438,18 @@ func (w *Worker) serveMetrics(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("worker: metrics listen %s: %w", addr, err)
 	}
-	var lis net.Listener = connlimit.Wrap(raw, PlaneMetrics, w.cfg.ConnLimits, w.board, w.connMetrics(), w.log)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// The worker's own degraded states (discovery or NATS unreachable, a
-	// relay losing batches), for an operator or a probe.
-	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) {
-		ds := w.board.Active()
-		status := "ok"
-		if len(ds) > 0 {
-			status = "degraded"
-		}
-		b, _ := json.Marshal(map[string]any{"status": status, "worker": w.cfg.ID, "diagnostics": ds})
-		rw.Header().Set("Content-Type", "application/json")
-		_, _ = rw.Write(b)
-	})
-	w.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: establishOnRequest,
-		ErrorLog: slog.NewLogLogger(w.log.Handler(), slog.LevelWarn)}
+	lis := connlimit.Wrap(raw, PlaneMetrics, w.cfg.ConnLimits, w.board, w.connMetrics(), w.log)
+	// /health: the worker's own degraded states (discovery or NATS
+	// unreachable, a relay losing batches), for an operator or a probe.
+	ops := process.Ops{Gatherer: reg, Board: w.board, Fields: map[string]any{"worker": w.cfg.ID}, ConnState: connlimit.EstablishOnRequest, Logger: w.log}
 	if w.tls != nil {
 		// With the cluster identity the metrics port is HTTPS and admits
 		// only monitors' certificates (tandem certs issue --role monitor)
 		// and frontends'.
-		w.metrics.TLSConfig = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
-		go func() { _ = w.metrics.ServeTLS(lis, "", "") }()
-	} else {
-		go func() { _ = w.metrics.Serve(lis) }()
+		ops.TLS = w.tls.Server(authn.RoleMonitor, authn.RoleFrontend)
 	}
+	w.metrics = ops.Serve(lis)
 	return lis.Addr().String(), nil
-}
-
-// replayToken is the engine's KV event replay token (nil: none needed).
-func replayToken(eng engine.Engine) []byte {
-	if t, ok := eng.(engine.ReplayTokener); ok {
-		return t.KVEventsReplayToken()
-	}
-	return nil
 }
 
 // Planes of the worker's listeners (connlimit's metric label and
@@ -595,14 +463,6 @@ const (
 func (w *Worker) connMetrics() *connlimit.Metrics {
 	w.connOnce.Do(func() { w.connM = connlimit.NewMetrics(w.reg) })
 	return w.connM
-}
-
-// establishOnRequest is an http.Server's ConnState: a connection that
-// delivered a request is past its handshake.
-func establishOnRequest(c net.Conn, st http.ConnState) {
-	if st == http.StateActive {
-		connlimit.Established(c)
-	}
 }
 
 // Record returns the published record.

@@ -44,10 +44,16 @@ func TestRecordDescribesEngine(t *testing.T) {
 	}
 	for _, events := range []bool{true, false} {
 		e := newMocker(t, model, events)
-		defer e.Close()
 		cfg := DefaultConfig()
-		cfg.ID, cfg.Version = "w1", "v-test"
-		rec := Record(cfg, e, model)
+		cfg.ID, cfg.Version, cfg.DeregisterDelay = "w1", "v-test", 0
+		w, err := Start(context.Background(), cfg, e, model, Options{Registry: discovery.NewMem(), Logger: slog.New(slog.DiscardHandler), InProcess: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := w.Record()
+		if err := w.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		info := e.Info()
 		if rec.Model != model.Name || rec.Engine != "mocker" || rec.Version != "v-test" ||
 			rec.CapacityBlocks != info.KVCapacityTokens/info.BlockSize || rec.KVLayout.BlockSize != info.BlockSize ||

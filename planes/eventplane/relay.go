@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tandemllm/tandem/control/discovery"
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/planes/kvevents"
 )
@@ -108,4 +110,59 @@ func (r *Relay) HandleState(s kvevents.StreamStatus) {
 	default:
 		r.log.Debug("engine event stream", "state", s.State.String(), "seq", s.Seq)
 	}
+}
+
+// Relaying is a worker's relay running on its own event-plane connection.
+type Relaying struct {
+	conn  *Conn
+	relay *Relay
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+// StartRelay opens the event plane as "tandem-worker-<rc.Worker>" (the
+// embedded server first when cfg asks for one) and relays the engine's
+// events to the model's subject until Close. The relay reads the engine's
+// sockets as bound: a wildcard endpoint is dialled on loopback, which works
+// even when the worker's record advertises a host name.
+func StartRelay(ctx context.Context, cfg Config, rc RelayConfig) (*Relaying, error) {
+	nc, err := Open(context.WithoutCancel(ctx), cfg, "tandem-worker-"+rc.Worker, rc.Board, rc.Logger)
+	if err != nil {
+		return nil, err
+	}
+	r := &Relaying{conn: nc}
+	rc.Prefix, rc.Endpoint, rc.ReplayEndpoint = cfg.SubjectPrefix, loopback(rc.Endpoint), loopback(rc.ReplayEndpoint)
+	if r.relay, err = NewRelay(nc.Conn, rc); err != nil {
+		r.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r.stop, r.done = cancel, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		r.relay.Run(rctx)
+	}()
+	return r, nil
+}
+
+// Subject is where the relay publishes.
+func (r *Relaying) Subject() string { return r.relay.Subject() }
+
+// Close stops the relay, flushes what it published (a drain's last
+// batches) and closes the connection.
+func (r *Relaying) Close() {
+	if r.stop != nil {
+		r.stop()
+		<-r.done
+	}
+	_ = r.conn.FlushTimeout(time.Second)
+	r.conn.Close()
+}
+
+// loopback makes a wildcard ZMQ endpoint dialable from this host.
+func loopback(endpoint string) string {
+	if endpoint == "" {
+		return ""
+	}
+	return discovery.AdvertiseURL(endpoint, "127.0.0.1")
 }

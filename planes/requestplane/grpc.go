@@ -21,6 +21,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/planes/kvtransfer"
 	rpv1 "github.com/tandemllm/tandem/planes/requestplane/proto/tandem/requestplane/v1"
 	"github.com/tandemllm/tandem/tracing"
@@ -386,4 +387,19 @@ func (s *clientStream) recv() (engine.Delta, error) {
 		return engine.Delta{}, err
 	}
 	return engineDelta(m), nil
+}
+
+// LimitOptions are the server options that apply lim's handshake and idle
+// bounds the gRPC way: gRPC bounds its own handshake (TLS and the HTTP/2
+// preface) and pings connected clients, whose answers keep them from
+// idling out. The listener under it keeps lim's connection caps only.
+func LimitOptions(lim connlimit.Limits) []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if lim.Handshake > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(lim.Handshake))
+	}
+	if lim.Idle > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: lim.Idle / 2, Timeout: min(lim.Idle/2, 20*time.Second)}))
+	}
+	return opts
 }
