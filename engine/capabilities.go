@@ -102,3 +102,11 @@ func ReplayToken(eng Engine) []byte {
 	}
 	return nil
 }
+
+// InfoNotifier is implemented by engines whose Info can change after they
+// start: engine/upstream, whose server may answer (model, context length)
+// only after Tandem started. The channel is signalled once per change,
+// coalesced. Asked by serve, which narrows the frontend's context to it.
+type InfoNotifier interface {
+	InfoChanged() <-chan struct{}
+}

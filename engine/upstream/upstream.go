@@ -30,6 +30,7 @@ var (
 	_ engine.KVEventsReplayer           = (*Engine)(nil)
 	_ engine.KVTransferProtocolReporter = (*Engine)(nil)
 	_ engine.URLReporter                = (*Engine)(nil)
+	_ engine.InfoNotifier               = (*Engine)(nil)
 )
 
 // Config configures an upstream engine.

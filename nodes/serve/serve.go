@@ -200,7 +200,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 // server, as if it had answered first.
 func (s *System) followInfo() {
 	for _, eng := range s.engines {
-		ch, ok := eng.(interface{ InfoChanged() <-chan struct{} })
+		ch, ok := eng.(engine.InfoNotifier)
 		if !ok {
 			continue
 		}
