@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/tandemllm/tandem/planes/kvevents"
+	"github.com/tandemllm/tandem/planes/kvevents/event"
 )
 
 // Settings are the routing flags of every command that routes (serve,
@@ -48,7 +48,7 @@ func (s *Settings) Resolve() error {
 	if s.KV.OnMissing, err = ParseOnMissing(s.onMissing); err != nil {
 		return fmt.Errorf("--on-missing-kv-events: %w", err)
 	}
-	if s.KV.BindAllow, err = kvevents.ParseAllow(s.allow); err != nil {
+	if s.KV.BindAllow, err = event.ParseAllow(s.allow); err != nil {
 		return fmt.Errorf("--kv-events-allow: %w", err)
 	}
 	return nil

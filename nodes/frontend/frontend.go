@@ -423,7 +423,7 @@ func (f *Process) followLocked(rec discovery.Record) {
 			f.followed[rec.Model] = true
 		}
 	}
-	if err := f.KV.FollowRecord(rec, f.evs != nil); err != nil {
+	if err := follow.Record(f.KV, rec, f.evs != nil); err != nil {
 		f.log.Warn("KV events of the worker not followed", "worker", rec.ID, "err", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
 
+	"github.com/tandemllm/tandem/planes/kvevents/event"
+
 	"github.com/tandemllm/tandem/internal/connlimit"
 )
 
@@ -141,28 +143,9 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// ParseAllow parses --kv-events-allow values: CIDRs or single addresses.
-func ParseAllow(values []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, v := range values {
-		for _, s := range strings.Split(v, ",") {
-			s = strings.TrimSpace(s)
-			if s == "" {
-				continue
-			}
-			if p, err := netip.ParsePrefix(s); err == nil {
-				out = append(out, p.Masked())
-				continue
-			}
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("kvevents: allowed network %q: want a CIDR (10.0.0.0/8) or an address", s)
-			}
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
-	return out, nil
-}
+// ParseAllow parses --kv-events-allow values (event.ParseAllow, which
+// links no transport, so the router's flags can use it too).
+func ParseAllow(values []string) ([]netip.Prefix, error) { return event.ParseAllow(values) }
 
 // guardEndpoint checks a bind endpoint against the policy and returns the
 // endpoint zmq4 listens on (the guarded scheme) and the guard: loopback

@@ -1,0 +1,37 @@
+package follow
+
+import (
+	"encoding/hex"
+
+	"github.com/tandemllm/tandem/control/discovery"
+)
+
+// Policy is the KV policy that follows workers' events (router.KV), as
+// Record uses it.
+type Policy interface {
+	Name() string
+	SetReplayToken(id string, token []byte)
+	AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
+}
+
+// Record has kv follow worker rec's KV events as its discovery record
+// publishes them (AddWorker, with the record's replay token). ingested: the
+// worker's batches arrive through Ingest (an event plane such as NATS) and
+// no socket is dialled; kv-approx follows no events. In kv mode a worker
+// with neither is not followed: the policy routes it by approximation and,
+// once it serves full blocks, raises kv_events_missing.
+func Record(kv Policy, rec discovery.Record, ingested bool) error {
+	endpoint, replay := rec.KVEvents.Endpoint, rec.KVEvents.ReplayEndpoint
+	if ingested || kv.Name() == "kv-approx" {
+		endpoint, replay = "", ""
+	}
+	if endpoint == "" && !ingested && kv.Name() == "kv" {
+		return nil
+	}
+	if tok, err := hex.DecodeString(rec.KVEvents.ReplayToken); err == nil && len(tok) > 0 {
+		kv.SetReplayToken(rec.ID, tok)
+	} else {
+		kv.SetReplayToken(rec.ID, nil) // none, or malformed: replay answers no history
+	}
+	return kv.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize)
+}
