@@ -321,6 +321,14 @@ func (w *kvWorker) rebuildLocked() time.Time {
 
 func (w *kvWorker) rebuilt() {
 	w.mu.Lock()
+	if rest := time.Duration(w.rebuildUntil.Load() - w.k.cfg.Now().UnixNano()); rest > 0 && !w.removed {
+		// The timer runs on the monotonic clock, the window on cfg.Now's
+		// wall time: a timer that fires a moment early would publish
+		// "rebuilding" as the state the window left behind. Wait the rest.
+		w.rebuildTimer = time.AfterFunc(rest, w.rebuilt)
+		w.mu.Unlock()
+		return
+	}
 	removed := w.removed
 	w.recomputeLocked()
 	w.mu.Unlock()
