@@ -9,11 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/tandemllm/tandem/internal/netnstest"
 )
 
 // TestAttacksNetns is TestAttacks with the workers in a network namespace
@@ -61,7 +60,7 @@ func TestAttacksNetns(t *testing.T) {
 			return startProcWith(t, name, args, ready, []string{"ip", "netns", "exec", victimNS})
 		},
 		dial: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-			err = inNetns(attackerNS, func() error {
+			err = netnstest.Run(attackerNS, func() error {
 				var d net.Dialer
 				c, err = d.DialContext(ctx, network, addr)
 				return err
@@ -69,37 +68,8 @@ func TestAttacksNetns(t *testing.T) {
 			return c, err
 		},
 		listen: func(network, addr string) (l net.Listener, err error) {
-			err = inNetns(attackerNS, func() error { l, err = net.Listen(network, addr); return err })
+			err = netnstest.Run(attackerNS, func() error { l, err = net.Listen(network, addr); return err })
 			return l, err
 		},
 	})
-}
-
-// inNetns runs f on an OS thread switched into namespace ns; sockets f
-// creates stay in ns. The thread switches back before it is released (a
-// thread that cannot is left locked, so the runtime retires it). The same
-// as the serve package's test helper.
-func inNetns(ns string, f func() error) error {
-	target, err := os.Open("/var/run/netns/" + ns)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", ns, err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("setns back from %s: %w (thread retired)", ns, err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }

@@ -8,11 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/tandemllm/tandem/internal/netnstest"
 )
 
 // netnsPair is two network namespaces joined by a veth pair:
@@ -76,46 +75,18 @@ func newNetnsPair(t *testing.T, tcArgs ...string) *netnsPair {
 	return p
 }
 
-// inNetns runs f on an OS thread switched into namespace ns; sockets f
-// creates stay in ns. The thread switches back before it is released (a
-// thread that cannot is left locked, so the runtime retires it).
-func inNetns(ns string, f func() error) error {
-	target, err := os.Open("/var/run/netns/" + ns)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", ns, err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("setns back from %s: %w (thread retired)", ns, err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
-
 // listenIn and dialIn are kvtransfer's Listen and Dial hooks for sockets
 // in namespace ns.
 func listenIn(ns string) func(network, addr string) (net.Listener, error) {
 	return func(network, addr string) (l net.Listener, err error) {
-		err = inNetns(ns, func() error { l, err = net.Listen(network, addr); return err })
+		err = netnstest.Run(ns, func() error { l, err = net.Listen(network, addr); return err })
 		return l, err
 	}
 }
 
 func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-		err = inNetns(ns, func() error {
+		err = netnstest.Run(ns, func() error {
 			var d net.Dialer
 			c, err = d.DialContext(ctx, network, addr)
 			return err
