@@ -807,3 +807,50 @@ curl -H "Authorization: Bearer $(head -1 keys)"
 		t.Fatalf("dropOptional: %q", d)
 	}
 }
+
+// TestDocChecker holds the checks to examples: each drift a page can
+// have fails, the forms the docs use pass.
+func TestDocChecker(t *testing.T) {
+	skipShort(t)
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &docChecker{root: root, tandem: map[string]error{}, testBin: map[string]string{}}
+	tests := []struct {
+		cmd    string
+		inline bool
+		want   string // a substring of the error; "" for none
+	}{
+		{cmd: "tandem serve --router-mode kv --workers 4", want: ""},
+		{cmd: "go run ./cmd/tandem serve --router-mod kv", want: "unknown flag: --router-mod"},
+		{cmd: "tandem serve --workers two", want: "invalid argument"},
+		{cmd: "tandem servee --workers 2", want: "unknown command"},
+		{cmd: "tandem bench synthtic --url http://x", want: "takes no argument"},
+		{cmd: "tandem bench experiment docs/benchmarks/experiments/nope.yaml", want: "no such file"},
+		{cmd: "tandem bench experiment docs/benchmarks/experiments/disagg-never-vs-auto.yaml [--trials N]", want: ""},
+		{cmd: "tandem bench sweep --serve --workerz=2 --sweep concurrency=1", want: "unknown flag: --workerz"},
+		{cmd: "tandem serve --prefill-workers", inline: true, want: ""},
+		{cmd: "tandem serve --prefill-workers", want: "needs an argument"},
+		{cmd: "tandem frontend --otlp-endpoint 127.0.0.1:4317 ...", want: ""},
+		{cmd: "sudo TANDEM_NETNS_TESTS=1 go test -count=1 -run TestDisaggSlowLink ./nodes/serve/", want: ""},
+		{cmd: "go test ./router -run xxx -bench NoSuchBenchmark", want: "no test or benchmark"},
+		{cmd: "go test ./no/such/package", want: "no Go files"},
+		{cmd: "go build -o tandem ./cmd/tandem", want: ""},
+		{cmd: "scripts/no-such-script.sh", want: "no such file"},
+		{cmd: "scripts/test.sh", want: ""},
+		{cmd: "vllm serve Qwen/Qwen3-0.6B", want: ""},
+		{cmd: "frobnicate --now", want: "neither Tandem's nor in docExternal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			err := c.check(docCommand{page: "x.md", line: 1, args: strings.Fields(tt.cmd), inline: tt.inline})
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("want no error, got %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("want an error with %q, got %v", tt.want, err)
+			}
+		})
+	}
+}
