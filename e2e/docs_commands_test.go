@@ -695,6 +695,7 @@ func tandemSubcommands(t *testing.T) map[string]bool {
 // it names (see the top of this file).
 func TestDocCommands(t *testing.T) {
 	skipShort(t)
+	needBash(t)
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -760,6 +761,13 @@ func TestDocCommands(t *testing.T) {
 	t.Logf("%d commands in %d pages; %d tandem command lines checked against the binary (%d distinct)", len(cmds), len(pages), tandemRuns, len(c.tandem))
 }
 
+func needBash(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skipf("the docs' shell blocks are read by bash: %v", err)
+	}
+}
+
 func isGoTestC(args []string) bool {
 	a := unwrap(args)
 	return len(a) > 2 && a[0] == "go" && a[1] == "test" && slices.Contains(a, "-c")
@@ -768,6 +776,7 @@ func isGoTestC(args []string) bool {
 // TestDocRecorder holds the shell recording to examples.
 func TestDocRecorder(t *testing.T) {
 	skipShort(t)
+	needBash(t)
 	b := docBlock{page: "x.md", start: 10, lang: "sh", text: `M="--mtls-ca certs/ca.crt"
 tandem frontend $M --api-key-file api-keys \
     --x 'a b' &

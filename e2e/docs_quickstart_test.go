@@ -137,6 +137,11 @@ var portRE = regexp.MustCompile(`(127\.0\.0\.1|localhost):(\d{4,5})\b`)
 // commands, which name ./cmd/tandem and scripts/).
 func TestDocQuickStarts(t *testing.T) {
 	skipShort(t)
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the quick starts run under bash and call curl: %v", err)
+		}
+	}
 	pages := docPagesForCommands(t)
 	cache := os.Getenv("TANDEM_CACHE")
 	tests := []struct {
@@ -200,6 +205,7 @@ func TestDocQuickStarts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // each on ports and directories of its own
 			if tt.skip != nil {
 				if why := tt.skip(); why != "" {
 					t.Skip(why)

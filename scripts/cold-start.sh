@@ -124,12 +124,12 @@ test_phase() {
 
 # step LABEL CMD...: wall and CPU seconds of one compile step.
 step() {
-	local label=$1 t0 c0 c1
+	local label=$1 me=$BASHPID t0 c0 c1
 	shift
 	t0=$(now)
-	c0=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$BASHPID/stat")
+	c0=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$me/stat")
 	"$@" >>"$work/compile.log" 2>&1
-	c1=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$BASHPID/stat")
+	c1=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$me/stat")
 	echo "cold-start compile: $label: $(since "$t0") s wall, $(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / hz }') CPU s"
 }
 
