@@ -134,7 +134,7 @@ step() {
 	c0=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$me/stat")
 	"$@" >>"$work/compile.log" 2>&1
 	c1=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$me/stat")
-	echo "cold-start compile: $label: $(since "$t0") s wall, $(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / hz }') CPU s"
+	echo "cold-start compile: $label: $(since "$t0") s wall, $(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (b - a) / hz }') CPU s"
 }
 
 compile_phase() {
