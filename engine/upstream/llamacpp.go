@@ -286,7 +286,7 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			s.e.slots.remember(s.keys, *c.IDSlot)
 		}
 		s.done = true
-		s.body.Close()
+		s.end()
 		return d, nil
 	}
 }

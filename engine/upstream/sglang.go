@@ -263,7 +263,7 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 		data = bytes.TrimSpace(data)
 		if bytes.Equal(data, []byte("[DONE]")) {
 			s.done = true
-			s.body.Close()
+			s.end()
 			if !s.finished {
 				return engine.Delta{}, fmt.Errorf("upstream: stream ended without a finish reason: %w", io.ErrUnexpectedEOF)
 			}

@@ -967,8 +967,32 @@ func (s *sseStream) fail(err error) (engine.Delta, error) {
 func (s *sseStream) release() (engine.Delta, error) {
 	d := *s.final
 	s.final, s.done = nil, true
-	s.body.Close()
+	s.end()
 	return d, nil
+}
+
+// Bounds on reading what follows a stream's last event (end).
+const (
+	// tailBytes: a trailing usage chunk, "data: [DONE]" and the chunked
+	// encoding's last chunk fit many times over.
+	tailBytes = 64 << 10
+	// tailWait: a server ends its response as soon as it has sent the
+	// last event; one that keeps it open longer loses the connection
+	// (as any early close does) rather than delaying the last Delta.
+	tailWait = 20 * time.Millisecond
+)
+
+// end closes a stream that finished normally, after reading what is left
+// of the body (at most tailBytes, within tailWait). net/http reuses the
+// connection only for a body read to its end: closed earlier (the finish
+// event read, but not yet "[DONE]" or the chunked encoding's end), the
+// transport drops the connection, and the engine's next request dials a
+// new one. Errors (fail) close at once: that connection is not reused.
+func (s *sseStream) end() {
+	cut := time.AfterFunc(tailWait, func() { s.body.Close() })
+	_, _ = io.Copy(io.Discard, io.LimitReader(s.r, tailBytes))
+	cut.Stop()
+	s.body.Close()
 }
 
 // line reads one SSE line, bounded by openai.MaxSSELine (the first chunk
@@ -1048,7 +1072,7 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 		}
 		if done {
 			s.done = true
-			s.body.Close()
+			s.end()
 		}
 		return d, nil
 	}
