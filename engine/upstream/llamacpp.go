@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"container/list"
 	"context"
@@ -189,13 +188,11 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	resp, err := e.post(ctx, "/completion", payload, req.ID)
+	st, err := e.openStream(ctx, "/completion", payload, req)
 	if err != nil {
 		return nil, err
 	}
-	return &llamaStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
-		logprobs: req.Logprobs, top: req.TopLogprobs},
-		keys: keys}, nil
+	return &llamaStream{sseStream: st, keys: keys}, nil
 }
 
 // llamaStream reads /completion's SSE stream: "data: {json}" events,

@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -226,13 +225,11 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	resp, err := e.post(ctx, "/generate", payload, req.ID)
+	st, err := e.openStream(ctx, "/generate", payload, req)
 	if err != nil {
 		return nil, err
 	}
-	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
-		logprobs: req.Logprobs, top: req.TopLogprobs},
-		whole: !e.sglang.StreamOutput}, nil
+	return &sglangStream{sseStream: st, whole: !e.sglang.StreamOutput}, nil
 }
 
 // sglangStream reads /generate's stream: "data: {json}" events and
