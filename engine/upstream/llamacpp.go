@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"bytes"
 	"container/list"
 	"context"
@@ -188,11 +189,13 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	st, err := e.openStream(ctx, "/completion", payload, req)
+	resp, err := e.post(ctx, "/completion", payload, req.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &llamaStream{sseStream: st, keys: keys}, nil
+	return &llamaStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs},
+		keys: keys}, nil
 }
 
 // llamaStream reads /completion's SSE stream: "data: {json}" events,
@@ -283,7 +286,7 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 			s.e.slots.remember(s.keys, *c.IDSlot)
 		}
 		s.done = true
-		s.end()
+		s.body.Close()
 		return d, nil
 	}
 }

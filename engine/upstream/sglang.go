@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -225,11 +226,13 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	st, err := e.openStream(ctx, "/generate", payload, req)
+	resp, err := e.post(ctx, "/generate", payload, req.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &sglangStream{sseStream: st, whole: !e.sglang.StreamOutput}, nil
+	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs},
+		whole: !e.sglang.StreamOutput}, nil
 }
 
 // sglangStream reads /generate's stream: "data: {json}" events and
@@ -260,7 +263,7 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 		data = bytes.TrimSpace(data)
 		if bytes.Equal(data, []byte("[DONE]")) {
 			s.done = true
-			s.end()
+			s.body.Close()
 			if !s.finished {
 				return engine.Delta{}, fmt.Errorf("upstream: stream ended without a finish reason: %w", io.ErrUnexpectedEOF)
 			}

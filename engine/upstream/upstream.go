@@ -700,50 +700,23 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 	if err != nil {
 		return nil, fmt.Errorf("upstream: encode request: %w", err)
 	}
-	if !b.Stream {
-		resp, err := e.post(ctx, "/v1/completions", payload, req.ID)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		return e.whole(resp.Body, len(req.Prompt), lpTop(req))
-	}
-	st, err := e.openStream(ctx, "/v1/completions", payload, req)
+	resp, err := e.post(ctx, "/v1/completions", payload, req.ID)
 	if err != nil {
 		return nil, err
 	}
-	return &st, nil
-}
-
-// openStream posts a streamed request. The request runs on a context of
-// its own that the caller's cancellation ends while the stream is read,
-// but not once the stream has finished (end), so that what follows the
-// last event is read, and the connection kept, after the last Delta is
-// returned.
-func (e *Engine) openStream(ctx context.Context, path string, payload []byte, req *engine.Request) (sseStream, error) {
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, cancel)
-	resp, err := e.send(ctx, rctx, path, payload, req.ID)
-	if err != nil {
-		stop()
-		cancel()
-		return sseStream{}, err
+	if !b.Stream {
+		defer resp.Body.Close()
+		return e.whole(resp.Body, len(req.Prompt), lpTop(req))
 	}
-	return sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
-		logprobs: req.Logprobs, top: req.TopLogprobs, stop: stop, cancel: cancel}, nil
+	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
+		logprobs: req.Logprobs, top: req.TopLogprobs}, nil
 }
 
 // post sends a JSON request and returns a 200 response; a refusal is
 // mapped by statusError, and an unreachable or failing server is checked
 // by the health watcher at once.
 func (e *Engine) post(ctx context.Context, path string, payload []byte, id string) (*http.Response, error) {
-	return e.send(ctx, ctx, path, payload, id)
-}
-
-// send is post with the request on rctx, which ends when ctx does (or
-// later: openStream).
-func (e *Engine) send(ctx, rctx context.Context, path string, payload []byte, id string) (*http.Response, error) {
-	hr, err := http.NewRequestWithContext(rctx, http.MethodPost, e.cfg.URL+path, bytes.NewReader(payload))
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.cfg.URL+path, bytes.NewReader(payload))
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
@@ -982,66 +955,20 @@ type sseStream struct {
 	sawUsage  bool
 	done      bool
 	started   bool
-
-	// The request's own context (openStream): stop detaches it from the
-	// caller's, cancel ends it.
-	stop   func() bool
-	cancel context.CancelFunc
 }
 
 func (s *sseStream) fail(err error) (engine.Delta, error) {
 	s.done = true
-	s.close()
-	return engine.Delta{}, err
-}
-
-// close closes the body at once and ends the request's context.
-func (s *sseStream) close() {
 	s.body.Close()
-	if s.cancel != nil {
-		s.stop()
-		s.cancel()
-	}
+	return engine.Delta{}, err
 }
 
 // release returns the held finish Delta (once).
 func (s *sseStream) release() (engine.Delta, error) {
 	d := *s.final
 	s.final, s.done = nil, true
-	s.end()
+	s.body.Close()
 	return d, nil
-}
-
-// Bounds on reading what follows a stream's last event (end).
-const (
-	// tailBytes: a trailing usage chunk, "data: [DONE]" and the chunked
-	// encoding's last chunk fit many times over.
-	tailBytes = 64 << 10
-	// tailWait: a server ends its response as soon as it has sent the
-	// last event; one that keeps it open longer loses the connection.
-	tailWait = time.Second
-)
-
-// end closes a stream that finished normally. net/http reuses the
-// connection only for a body read to its end: closed earlier (at the
-// finish event, before "[DONE]" or the chunked encoding's end arrived),
-// the transport drops the connection and the engine's next request dials
-// a new one. So the rest of the body (at most tailBytes, within tailWait)
-// is read in the background, on the request's own context, while the last
-// Delta goes to the caller at once; if the caller's context has already
-// ended, the body is closed now. Errors (fail) close at once.
-func (s *sseStream) end() {
-	if s.cancel == nil || !s.stop() {
-		s.close()
-		return
-	}
-	go func() {
-		cut := time.AfterFunc(tailWait, func() { s.body.Close() })
-		_, _ = io.Copy(io.Discard, io.LimitReader(s.r, tailBytes))
-		cut.Stop()
-		s.body.Close()
-		s.cancel()
-	}()
 }
 
 // line reads one SSE line, bounded by openai.MaxSSELine (the first chunk
@@ -1121,7 +1048,7 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 		}
 		if done {
 			s.done = true
-			s.end()
+			s.body.Close()
 		}
 		return d, nil
 	}
