@@ -310,8 +310,16 @@ func (f *Process) admit(rec discovery.Record) {
 }
 
 func (f *Process) admitLocked(rec discovery.Record) {
-	if old, ok := f.members[rec.ID]; ok && old.rec == rec {
-		return
+	if old, ok := f.members[rec.ID]; ok {
+		was := old.rec
+		was.ContextLength = rec.ContextLength
+		if was == rec {
+			// Only the context changed (an upstream server that answered
+			// after its worker registered): the worker stays routed as it is.
+			old.rec = rec
+			f.narrowContextLocked(rec.ContextLength)
+			return
+		}
 	}
 	if reason := f.refuseLocked(rec); reason != "" {
 		if _, was := f.members[rec.ID]; was {
@@ -391,16 +399,8 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
 }
 
-// NarrowContext lowers the context length the frontend checks prompts
-// against and /v1/models reports to n, if n is smaller (or none was
-// known): a worker whose server told its context only after it was
-// admitted (an upstream server that answered late).
-func (f *Process) NarrowContext(n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.narrowContextLocked(n)
-}
-
+// narrowContextLocked lowers the context length the frontend checks prompts
+// against and /v1/models reports to n, if n is smaller (or none was known).
 func (f *Process) narrowContextLocked(n int) {
 	if n > 0 && (f.ctxLen == 0 || n < f.ctxLen) {
 		// The frontend checks prompts against the smallest context of the

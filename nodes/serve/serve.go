@@ -103,13 +103,9 @@ type System struct {
 	pd       *vllmpd.Host        // nil unless VLLMPD is enabled
 
 	mu      sync.Mutex
-	engines []engine.Engine // the routed workers' (Engine(i))
-	routed  []*node         // the routed workers, in start order
-	prefill []*node         // prefill workers (Disagg or PDPrefillWorkers)
-	pool    poolState       // what runtime workers are built from (pools.go)
-
-	quit     chan struct{} // closed by stop: ends followInfo's goroutines
-	quitOnce sync.Once
+	routed  []*node   // the routed workers, in start order (Engine(i))
+	prefill []*node   // prefill workers (Disagg or PDPrefillWorkers)
+	pool    poolState // what runtime workers are built from (pools.go)
 }
 
 // node is one worker node of the system.
@@ -126,7 +122,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		return nil, err
 	}
 	base := process.New(log, nil, nil)
-	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem(), quit: make(chan struct{})}
+	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem()}
 	defer func() {
 		if err != nil {
 			if s.fe != nil {
@@ -151,13 +147,11 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	role, ids, prefillRole, prefillN := s.shape(&cfg)
 	// Prefill engines come first, with indexes after the routed workers',
 	// so seeds and ports never collide.
-	var preEngines []engine.Engine
 	for j := range prefillN {
 		eng, err := newEngine(cfg.Workers + j)
 		if err != nil {
 			return nil, fmt.Errorf("serve: prefill-%d: %w", j, err)
 		}
-		preEngines = append(preEngines, eng)
 		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
 	}
 	var engs []engine.Engine
@@ -172,7 +166,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, err
 		}
 	}
-	s.model, s.engines = engines.FitContext(model, engs[0]), engs
+	s.model = engines.FitContext(model, engs[0])
 	for _, n := range s.prefill {
 		if err := s.startNode(n, prefillRole); err != nil {
 			return nil, err
@@ -182,39 +176,13 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		if err := s.startNode(n, role); err != nil {
 			return nil, err
 		}
-		info := n.eng.Info()
-		info.Model = model.Name
-		s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Addr: s.addr(n), Info: info})
+		s.Workers = append(s.Workers, s.workerInfo(n))
 	}
 	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engs[0].Info().Kind == "upstream"}
 	if err := s.startFrontend(); err != nil {
 		return nil, err
 	}
-	s.followInfo()
 	return s, nil
-}
-
-// followInfo narrows the frontend's context length when an engine that
-// had not answered at start (an upstream server started after Tandem)
-// learns its server's: /v1/models and the length check then follow the
-// server, as if it had answered first.
-func (s *System) followInfo() {
-	for _, eng := range s.engines {
-		ch, ok := eng.(engine.InfoNotifier)
-		if !ok {
-			continue
-		}
-		go func() {
-			for {
-				select {
-				case <-s.quit:
-					return
-				case <-ch.InfoChanged():
-					s.fe.NarrowContext(eng.Info().ContextLength)
-				}
-			}
-		}()
-	}
 }
 
 // check refuses configurations that cannot run.
@@ -322,19 +290,22 @@ func (s *System) startFrontend() error {
 	return nil
 }
 
-// addr is n's request-plane address ("" in process).
-func (s *System) addr(n *node) string {
-	if s.cfg.RequestPlane != "grpc" {
-		return ""
+// workerInfo describes started worker n (its request-plane address only
+// over gRPC).
+func (s *System) workerInfo(n *node) WorkerInfo {
+	wi := WorkerInfo{ID: n.id, Info: n.eng.Info()}
+	wi.Info.Model = s.model.Name
+	if s.cfg.RequestPlane == "grpc" {
+		wi.Addr = n.w.Record().RequestPlane
 	}
-	return n.w.Record().RequestPlane
+	return wi
 }
 
 // Engine returns the engine of worker i.
 func (s *System) Engine(i int) engine.Engine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.engines[i]
+	return s.routed[i].eng
 }
 
 // URL is the frontend's base URL.
@@ -357,7 +328,6 @@ func (s *System) Shutdown(ctx context.Context) error {
 // stop stops every worker node (their engines close with them), or closes
 // the engines of those never started, then the registry.
 func (s *System) stop(ctx context.Context) {
-	s.quitOnce.Do(func() { close(s.quit) })
 	for _, n := range s.nodes() {
 		var err error
 		if n.w != nil {

@@ -148,14 +148,17 @@ type Worker struct {
 	eng   engine.Engine
 	disc  discovery.Registry
 	board *health.Board
-	rec   discovery.Record
+
+	mu       sync.Mutex // guards rec and lease (followInfo replaces them)
+	rec      discovery.Record
+	lease    discovery.Lease
+	infoStop context.CancelFunc
 
 	grpc     *requestplane.Server      // nil in process
 	local    *requestplane.LocalServer // nil on gRPC
 	served   chan error
 	reg      *prometheus.Registry
 	metrics  *http.Server
-	lease    discovery.Lease
 	node     *kvtransfer.Node // nil for aggregated workers
 	connM    *connlimit.Metrics
 	connOnce sync.Once
@@ -273,6 +276,11 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	// until the drain starts.
 	if w.grpc != nil {
 		w.grpc.SetServing(true)
+	}
+	if n, ok := eng.(engine.InfoNotifier); ok {
+		ictx, stop := context.WithCancel(context.Background())
+		w.infoStop = stop
+		go w.followInfo(ictx, n)
 	}
 	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
@@ -465,8 +473,42 @@ func (w *Worker) connMetrics() *connlimit.Metrics {
 	return w.connM
 }
 
+// followInfo publishes the engine's new context length when its Info
+// changes (an upstream server that answered after the worker started), so
+// every frontend's /v1/models and length check follow the server: the
+// record is registered again under a new lease, then the stale one goes.
+func (w *Worker) followInfo(ctx context.Context, n engine.InfoNotifier) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.InfoChanged():
+		}
+		w.mu.Lock()
+		rec := w.rec
+		rec.ContextLength = w.eng.Info().ContextLength
+		if rec != w.rec {
+			lease, err := w.disc.Register(ctx, rec)
+			if err != nil {
+				w.log.Warn("cannot publish the engine's new context length; frontends keep the old one", "context_length", rec.ContextLength, "err", err)
+			} else if err := w.lease.Revoke(ctx); err != nil {
+				w.log.Warn("revoking the record's previous lease", "err", err)
+			}
+			if err == nil {
+				w.rec, w.lease = rec, lease
+				w.log.Info("record registered again with the engine's new context length", "context_length", rec.ContextLength)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
 // Record returns the published record.
-func (w *Worker) Record() discovery.Record { return w.rec }
+func (w *Worker) Record() discovery.Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rec
+}
 
 // Done yields the request plane's exit error if it stops by itself.
 func (w *Worker) Done() <-chan error { return w.served }
@@ -483,10 +525,15 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // worker still serves (Shutdown begins with it; once is enough).
 func (w *Worker) Deregister(ctx context.Context) error {
 	w.deregOnce.Do(func() {
+		if w.infoStop != nil {
+			w.infoStop() // no registration after this one's revocation
+		}
 		// Health checks hear of the drain first, with the registry.
 		if w.grpc != nil {
 			w.grpc.SetServing(false)
 		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		if err := w.lease.Revoke(ctx); err != nil {
 			w.deregErr = fmt.Errorf("worker: deregister: %w", err)
 		}
