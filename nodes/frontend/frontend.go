@@ -132,12 +132,13 @@ type Process struct {
 	scheme  string
 	cluster *authn.Cluster // nil: plaintext request planes
 	served  chan error
+	done    chan error // Done's
+	once    sync.Once
 
-	mu       sync.Mutex
-	members  map[string]*member
-	refused  map[string]discovery.Record
-	followed map[string]bool
-	ctxLen   int
+	mu      sync.Mutex
+	members map[string]*member
+	refused map[string]discovery.Record
+	ctxLen  int
 }
 
 type member struct {
@@ -162,7 +163,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
 		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1),
-		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
+		members: map[string]*member{}, refused: map[string]discovery.Record{},
 		ctxLen: model.ContextLength,
 	}
 	if f.cluster, err = authn.LoadAs(cfg.MTLS, authn.RoleFrontend); err != nil {
@@ -193,8 +194,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 		return nil, err
 	}
 	if cfg.EventPlane.Plane == "nats" {
-		if err := f.connectNATS(log); err != nil {
-			return nil, err
+		if f.nats, err = eventplane.Open(f.ctx, cfg.EventPlane, "tandem-frontend", board, log); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
 	policy, err := f.policy(log)
@@ -248,22 +249,6 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 		return f.share, nil
 	}
 	return p, nil
-}
-
-// connectNATS connects to the event plane (starting the embedded server
-// if asked) and, in kv mode, prepares the subscription side.
-func (f *Process) connectNATS(log *slog.Logger) error {
-	ep := f.cfg.EventPlane
-	if ep.NATS == "embedded" && authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
-		f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
-			"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
-	}
-	nc, err := eventplane.Open(f.ctx, ep, "tandem-frontend", f.Board, log)
-	if err != nil {
-		return fmt.Errorf("fleet: %w", err)
-	}
-	f.nats = nc
-	return nil
 }
 
 func (f *Process) closeNATS() {
@@ -415,12 +400,10 @@ func (f *Process) narrowContextLocked(n int) {
 // followLocked has the KV policy follow the worker's events: from its
 // model's subject on the event plane, else from its own sockets.
 func (f *Process) followLocked(rec discovery.Record) {
-	if f.evs != nil && !f.followed[rec.Model] {
+	if f.evs != nil {
 		if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
 			f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
 				"model", rec.Model, "err", err)
-		} else {
-			f.followed[rec.Model] = true
 		}
 	}
 	if err := follow.Record(f.KV, rec, f.evs != nil); err != nil {
@@ -543,22 +526,24 @@ func (f *Process) URL() string { return f.scheme + f.lis.Addr().String() }
 func (f *Process) Addr() net.Addr { return f.lis.Addr() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
-// if that fails for good.
+// if that fails for good (one channel, whoever asks).
 func (f *Process) Done() <-chan error {
-	out := make(chan error, 1)
-	go func() {
-		select {
-		case err := <-f.served:
-			out <- err
-		case err := <-f.watched:
-			if err == nil {
-				err = errors.New("fleet: discovery watch ended")
+	f.once.Do(func() {
+		f.done = make(chan error, 1)
+		go func() {
+			select {
+			case err := <-f.served:
+				f.done <- err
+			case err := <-f.watched:
+				if err == nil {
+					err = errors.New("fleet: discovery watch ended")
+				}
+				f.done <- fmt.Errorf("fleet: discovery: %w", err)
+			case <-f.ctx.Done():
 			}
-			out <- fmt.Errorf("fleet: discovery: %w", err)
-		case <-f.ctx.Done():
-		}
-	}()
-	return out
+		}()
+	})
+	return f.done
 }
 
 // Shutdown drains: /health turns 503, the listener closes, in-flight

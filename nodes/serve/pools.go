@@ -93,8 +93,8 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: worker %d: %w", i, err)
 	}
-	n := &node{id: fmt.Sprintf("worker-%d", i), eng: eng}
-	if err := s.startNode(n, discovery.RoleAggregated); err != nil {
+	n := &node{id: fmt.Sprintf("worker-%d", i), role: discovery.RoleAggregated, eng: eng}
+	if err := s.startNode(n); err != nil {
 		_ = eng.Close()
 		return err
 	}
@@ -142,7 +142,7 @@ func (s *System) awaitMember(ctx context.Context, id string, in bool) error {
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for slices.Contains(s.fe.Members(), id) != in {
+	for slices.Contains(s.Members(), id) != in {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("serve: worker %s: the frontend did not follow its registration: %w", id, ctx.Err())

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -19,13 +18,11 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/nodes/worker"
 	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -85,19 +82,17 @@ type WorkerInfo struct {
 // System is a running one-process Tandem: N worker nodes and one frontend
 // node (the same assembly as `tandem worker` and `tandem frontend`) over
 // an in-process discovery registry and, by default, the in-process
-// transport.
+// transport. The frontend node's fields and methods are the system's:
+// Router, Frontend, URL, Addr, Done (nil until Start has started it).
 type System struct {
+	*frontend.Process
 	cfg      Config
 	log      *slog.Logger
 	Registry *prometheus.Registry
 	Board    *health.Board
-	Router   *router.Router
-	Frontend *httpapi.Server
 	Workers  []WorkerInfo
 
 	disc     *discovery.Mem
-	fe       *frontend.Process
-	done     <-chan error
 	model    *tokenizer.Model
 	transfer *kvtransfer.Metrics // the transfer nodes' shared series
 	pd       *vllmpd.Host        // nil unless VLLMPD is enabled
@@ -110,9 +105,10 @@ type System struct {
 
 // node is one worker node of the system.
 type node struct {
-	id  string
-	eng engine.Engine
-	w   *worker.Worker
+	id   string
+	role discovery.Role
+	eng  engine.Engine
+	w    *worker.Worker
 }
 
 // Start builds and starts the system. On error everything already started
@@ -125,8 +121,8 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem()}
 	defer func() {
 		if err != nil {
-			if s.fe != nil {
-				_ = s.fe.Shutdown(context.Background())
+			if s.Process != nil {
+				_ = s.Process.Shutdown(context.Background())
 			}
 			s.stop(context.Background())
 		}
@@ -144,7 +140,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 	}
-	role, ids, prefillRole, prefillN := s.shape(&cfg)
+	role, ids, prefillN := s.shape(&cfg)
 	// Prefill engines come first, with indexes after the routed workers',
 	// so seeds and ports never collide.
 	for j := range prefillN {
@@ -152,7 +148,7 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		if err != nil {
 			return nil, fmt.Errorf("serve: prefill-%d: %w", j, err)
 		}
-		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
+		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), role: discovery.RolePrefill, eng: eng})
 	}
 	var engs []engine.Engine
 	for i := range cfg.Workers {
@@ -161,21 +157,18 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
 		}
 		engs = append(engs, eng)
-		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
+		s.routed = append(s.routed, &node{id: ids[i], role: role, eng: eng})
 		if model, err = engines.ServedModel(cfg.ServedModelName, model, eng, engs, i); err != nil {
 			return nil, err
 		}
 	}
 	s.model = engines.FitContext(model, engs[0])
-	for _, n := range s.prefill {
-		if err := s.startNode(n, prefillRole); err != nil {
+	for _, n := range s.nodes() {
+		if err := s.startNode(n); err != nil {
 			return nil, err
 		}
 	}
 	for _, n := range s.routed {
-		if err := s.startNode(n, role); err != nil {
-			return nil, err
-		}
 		s.Workers = append(s.Workers, s.workerInfo(n))
 	}
 	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engs[0].Info().Kind == "upstream"}
@@ -205,9 +198,9 @@ func (c *Config) check() error {
 	return nil
 }
 
-// shape names the routed workers and their role, and the prefill workers'.
-func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillRole discovery.Role, prefillN int) {
-	role, prefillRole = discovery.RoleAggregated, discovery.RolePrefill
+// shape names the routed workers, their role, and how many prefill workers run.
+func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillN int) {
+	role = discovery.RoleAggregated
 	prefix := "worker"
 	switch {
 	case cfg.Disagg.Enabled():
@@ -223,15 +216,15 @@ func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillR
 		}
 		ids = append(ids, id)
 	}
-	return role, ids, prefillRole, prefillN
+	return role, ids, prefillN
 }
 
 // startNode starts the worker node of n's engine and registers it.
-func (s *System) startNode(n *node, role discovery.Role) error {
+func (s *System) startNode(n *node) error {
 	c := s.cfg
 	dc := c.Disagg
 	wc := worker.DefaultConfig()
-	wc.ID, wc.Role, wc.AdvertiseHost, wc.DeregisterDelay, wc.TransferPeers = n.id, string(role), "127.0.0.1", 0, worker.PeersAny
+	wc.ID, wc.Role, wc.AdvertiseHost, wc.DeregisterDelay, wc.TransferPeers = n.id, string(n.role), "127.0.0.1", 0, worker.PeersAny
 	// Loopback ports of one process are not capped.
 	wc.ConnLimits, wc.RequestPlaneAddr = connlimit.Limits{}, "127.0.0.1:0"
 	wc.KVTransferAddr = cmp.Or(dc.ListenHost, "127.0.0.1") + ":0"
@@ -271,7 +264,7 @@ func (s *System) startFrontend() error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	s.fe, s.Router, s.Frontend, s.done = fe, fe.Router, fe.Frontend, fe.Done()
+	s.Process = fe
 	select {
 	case <-fe.Synced():
 	case <-time.After(time.Minute):
@@ -308,19 +301,10 @@ func (s *System) Engine(i int) engine.Engine {
 	return s.routed[i].eng
 }
 
-// URL is the frontend's base URL.
-func (s *System) URL() string { return s.fe.URL() }
-
-// Addr is the frontend's listening address.
-func (s *System) Addr() net.Addr { return s.fe.Addr() }
-
-// Done yields the HTTP server's exit error once it stops serving.
-func (s *System) Done() <-chan error { return s.done }
-
 // Shutdown drains: /health turns 503, the listener stops accepting, and
 // in-flight requests get until ctx ends to finish. Then workers stop.
 func (s *System) Shutdown(ctx context.Context) error {
-	err := s.fe.Shutdown(ctx)
+	err := s.Process.Shutdown(ctx)
 	s.stop(ctx)
 	return err
 }

@@ -113,11 +113,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// Diagnostic codes raised by a worker.
-const (
-	DiagDrainTimeout = process.DiagDrainTimeout
-)
-
 // Options are a worker's collaborators.
 type Options struct {
 	Registry discovery.Registry
@@ -560,7 +555,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		if cut := w.local.Drain(ctx); cut > 0 {
 			// Logged, not raised: the worker is gone from its frontend's
 			// board with its record.
-			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", DiagDrainTimeout,
+			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", process.DiagDrainTimeout,
 				"streams", cut, "waited", time.Since(start))
 		}
 	} else {
@@ -569,7 +564,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		select {
 		case <-stopped:
 		case <-ctx.Done():
-			w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
+			w.board.Raise(process.DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
 			w.grpc.Stop()
 			<-stopped
 			errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
