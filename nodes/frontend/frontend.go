@@ -71,12 +71,11 @@ func DefaultConfig() Config {
 		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: disagg.DefaultSettings()}
 }
 
-// Diagnostic codes raised by the frontend about workers it refuses.
+// Diagnostic codes raised by the frontend about workers it refuses (with
+// discovery.Refuse's: discovery.DiagKVLayoutMismatch, DiagModelUnserved,
+// DiagTokenizer).
 const (
-	DiagKVLayoutMismatch = discovery.DiagKVLayoutMismatch
-	DiagModelUnserved    = discovery.DiagModelUnserved
-	DiagTokenizer        = discovery.DiagTokenizer
-	DiagWorkerRefused    = "worker_refused"
+	DiagWorkerRefused = "worker_refused"
 	// DiagNoTransferAddr: a decode worker publishes no KV transfer
 	// address, so it prefills every prompt itself.
 	DiagNoTransferAddr = "disagg_no_transfer_addr"
@@ -133,7 +132,6 @@ type Process struct {
 	cluster *authn.Cluster // nil: plaintext request planes
 	served  chan error
 	done    chan error // Done's
-	once    sync.Once
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -162,7 +160,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	f := &Process{
 		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
-		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1),
+		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1), done: make(chan error, 1),
 		members: map[string]*member{}, refused: map[string]discovery.Record{},
 		ctxLen: model.ContextLength,
 	}
@@ -183,11 +181,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: mode == disagg.Always, Logger: f.log, Registerer: reg})
 	defer func() {
 		if err != nil {
-			f.cancel()
-			if f.KV != nil {
-				f.KV.Close()
-			}
-			f.closeNATS()
+			f.stop()
 		}
 	}()
 	if err := cfg.EventPlane.Validate(); err != nil {
@@ -222,6 +216,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	}
 	go func() { f.served <- httpapi.Serve(f.http, lis, tc) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
+	go f.wait()
 	return f, nil
 }
 
@@ -249,18 +244,6 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 		return f.share, nil
 	}
 	return p, nil
-}
-
-func (f *Process) closeNATS() {
-	if f.share != nil {
-		f.share.Close()
-	}
-	if f.evs != nil {
-		_ = f.evs.Close()
-	}
-	if f.nats != nil {
-		f.nats.Close()
-	}
 }
 
 // NATSURL is the event plane's server URL ("" on zmq): the embedded
@@ -467,7 +450,7 @@ func (f *Process) recordsLocked() []discovery.Record {
 }
 
 func (f *Process) clearRefusalsLocked(id string) {
-	for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch, DiagWorkerRefused} {
+	for _, code := range []string{discovery.DiagModelUnserved, discovery.DiagTokenizer, discovery.DiagKVLayoutMismatch, DiagWorkerRefused} {
 		f.Board.Clear(code, id, "", "")
 	}
 }
@@ -527,23 +510,20 @@ func (f *Process) Addr() net.Addr { return f.lis.Addr() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
 // if that fails for good (one channel, whoever asks).
-func (f *Process) Done() <-chan error {
-	f.once.Do(func() {
-		f.done = make(chan error, 1)
-		go func() {
-			select {
-			case err := <-f.served:
-				f.done <- err
-			case err := <-f.watched:
-				if err == nil {
-					err = errors.New("fleet: discovery watch ended")
-				}
-				f.done <- fmt.Errorf("fleet: discovery: %w", err)
-			case <-f.ctx.Done():
-			}
-		}()
-	})
-	return f.done
+func (f *Process) Done() <-chan error { return f.done }
+
+// wait feeds Done until the frontend shuts down.
+func (f *Process) wait() {
+	select {
+	case err := <-f.served:
+		f.done <- err
+	case err := <-f.watched:
+		if err == nil {
+			err = errors.New("fleet: discovery watch ended")
+		}
+		f.done <- fmt.Errorf("fleet: discovery: %w", err)
+	case <-f.ctx.Done():
+	}
 }
 
 // Shutdown drains: /health turns 503, the listener closes, in-flight
@@ -552,18 +532,32 @@ func (f *Process) Done() <-chan error {
 func (f *Process) Shutdown(ctx context.Context) error {
 	f.Frontend.SetDraining()
 	err := process.ShutdownHTTP(ctx, f.http, f.log)
+	f.stop()
+	return err
+}
+
+// stop ends the watch, the orchestrator, the KV policy, the event plane
+// and every worker connection (Shutdown, or a failed Start).
+func (f *Process) stop() {
 	f.cancel()
 	f.Disagg.Close()
 	if f.KV != nil {
 		f.KV.Close()
 	}
-	f.closeNATS()
+	if f.share != nil {
+		f.share.Close()
+	}
+	if f.evs != nil {
+		_ = f.evs.Close()
+	}
+	if f.nats != nil {
+		f.nats.Close()
+	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, m := range f.members {
 		if m.conn != nil {
 			m.conn.Close()
 		}
 	}
-	f.mu.Unlock()
-	return err
 }

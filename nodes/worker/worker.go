@@ -216,11 +216,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	defer func() {
 		if err != nil {
 			w.stopPlane()
-			w.closeNode()
-			if w.metrics != nil {
-				_ = w.metrics.Close()
-			}
-			w.stopRelay()
+			w.release()
 		}
 	}()
 	var rpAddr string
@@ -367,10 +363,15 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) (err error) {
 	return nil
 }
 
-func (w *Worker) stopRelay() {
+// release stops the event relay, the KV transfer node and the metrics
+// listener (Shutdown, or a failed Start).
+func (w *Worker) release() {
 	if w.relay != nil {
 		w.relay.Close()
-		w.relay = nil
+	}
+	w.closeNode()
+	if w.metrics != nil {
+		_ = w.metrics.Close()
 	}
 }
 
@@ -570,13 +571,9 @@ func (w *Worker) shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
 		}
 	}
-	w.stopRelay()
-	w.closeNode()
+	w.release()
 	if err := w.eng.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: close engine: %w", err))
-	}
-	if w.metrics != nil {
-		_ = w.metrics.Close()
 	}
 	return errors.Join(errs...)
 }
