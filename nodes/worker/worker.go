@@ -235,18 +235,15 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		metricsAddr = discovery.Advertise(metricsAddr, host)
 	}
+	w.rec = discovery.RecordOf(cfg.ID, eng, model, cfg.KVEventsFormat)
+	w.rec.Role, w.rec.Version, w.rec.KVLayout.Config = role, cfg.Version, cfg.KVConfig
+	w.rec.RequestPlane, w.rec.MetricsAddr = rpAddr, metricsAddr
 	if !opts.InProcess {
 		// A process's own in-process workers are not planes of their own
 		// (tandem serve never raised these).
 		w.raiseOpenPlanes(rpAddr, metricsAddr)
-	}
-	w.rec = discovery.RecordOf(cfg.ID, eng, model, cfg.KVEventsFormat)
-	w.rec.Role, w.rec.Version, w.rec.KVLayout.Config = role, cfg.Version, cfg.KVConfig
-	w.rec.RequestPlane = rpAddr
-	if !opts.InProcess {
 		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
 	}
-	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
 		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
 	} else if p := discovery.TransferProtocol(eng); p != "" && role != discovery.RoleAggregated {
