@@ -106,7 +106,8 @@ func ReplayToken(eng Engine) []byte {
 // InfoNotifier is implemented by engines whose Info can change after they
 // start: engine/upstream, whose server may answer (model, context length)
 // only after Tandem started. The channel is signalled once per change,
-// coalesced. Asked by serve, which narrows the frontend's context to it.
+// coalesced. Asked by the worker node, which registers its record again
+// with the new context length; frontends narrow theirs to it.
 type InfoNotifier interface {
 	InfoChanged() <-chan struct{}
 }

@@ -59,6 +59,7 @@ type Kube struct {
 
 	mu     sync.Mutex
 	leases map[*kubeLease]struct{}
+	latest *kubeLease // the registration the annotation holds
 	closed bool
 }
 
@@ -149,6 +150,7 @@ func (k *Kube) Register(ctx context.Context, rec Record) (Lease, error) {
 	l := &kubeLease{k: k}
 	k.mu.Lock()
 	k.leases[l] = struct{}{}
+	k.latest = l
 	k.mu.Unlock()
 	return l, nil
 }
@@ -179,14 +181,18 @@ type kubeLease struct {
 }
 
 // Revoke implements Lease: the annotation goes, and watchers drop the
-// worker before its readiness changes.
+// worker before its readiness changes. A lease that a later registration
+// of the pod replaced leaves the successor's annotation alone.
 func (l *kubeLease) Revoke(ctx context.Context) error {
 	var err error
 	l.once.Do(func() {
 		l.k.mu.Lock()
 		delete(l.k.leases, l)
+		stale := l.k.latest != l
 		l.k.mu.Unlock()
-		err = l.k.annotate(ctx, nil)
+		if !stale {
+			err = l.k.annotate(ctx, nil)
+		}
 	})
 	return err
 }

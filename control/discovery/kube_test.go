@@ -186,6 +186,19 @@ func TestKubeWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("w3 registered", "w1", "w2", "w3")
+	// Registering again replaces the record; revoking the replaced lease
+	// leaves the successor's.
+	changed := testRecord("w3")
+	changed.ContextLength = 512
+	l3b, err := k3.Register(ctx, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor(10*time.Second, "w3 changed", func() bool { return w.live["w3"].ContextLength == 512 })
+	if err := l3.Revoke(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l3 = l3b
 
 	// A failing readiness probe takes w1 out; a terminating w2 too.
 	f.slice(map[string]bool{"w1": false, "w2": true, "w3": true}, "w2")

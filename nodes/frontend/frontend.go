@@ -71,12 +71,11 @@ func DefaultConfig() Config {
 		EventPlane: eventplane.DefaultConfig(), ShareLoad: true, DrainTimeout: 30 * time.Second, Disagg: disagg.DefaultSettings()}
 }
 
-// Diagnostic codes raised by the frontend about workers it refuses.
+// Diagnostic codes raised by the frontend about workers it refuses (with
+// discovery.Refuse's: discovery.DiagKVLayoutMismatch, DiagModelUnserved,
+// DiagTokenizer).
 const (
-	DiagKVLayoutMismatch = discovery.DiagKVLayoutMismatch
-	DiagModelUnserved    = discovery.DiagModelUnserved
-	DiagTokenizer        = discovery.DiagTokenizer
-	DiagWorkerRefused    = "worker_refused"
+	DiagWorkerRefused = "worker_refused"
 	// DiagNoTransferAddr: a decode worker publishes no KV transfer
 	// address, so it prefills every prompt itself.
 	DiagNoTransferAddr = "disagg_no_transfer_addr"
@@ -132,12 +131,12 @@ type Process struct {
 	scheme  string
 	cluster *authn.Cluster // nil: plaintext request planes
 	served  chan error
+	done    chan error // Done's
 
-	mu       sync.Mutex
-	members  map[string]*member
-	refused  map[string]discovery.Record
-	followed map[string]bool
-	ctxLen   int
+	mu      sync.Mutex
+	members map[string]*member
+	refused map[string]discovery.Record
+	ctxLen  int
 }
 
 type member struct {
@@ -161,8 +160,8 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	f := &Process{
 		cfg: cfg, model: model, tok: model.Tokenizer.Fingerprint(), reg: opts.Registry,
 		log: log.With("component", "fleet"), Metrics: reg, Board: board,
-		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1),
-		members: map[string]*member{}, refused: map[string]discovery.Record{}, followed: map[string]bool{},
+		watched: make(chan error, 1), synced: make(chan struct{}), served: make(chan error, 1), done: make(chan error, 1),
+		members: map[string]*member{}, refused: map[string]discovery.Record{},
 		ctxLen: model.ContextLength,
 	}
 	if f.cluster, err = authn.LoadAs(cfg.MTLS, authn.RoleFrontend); err != nil {
@@ -182,19 +181,15 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	f.PD = vllmpd.NewProxy(vllmpd.ProxyConfig{Always: mode == disagg.Always, Logger: f.log, Registerer: reg})
 	defer func() {
 		if err != nil {
-			f.cancel()
-			if f.KV != nil {
-				f.KV.Close()
-			}
-			f.closeNATS()
+			f.stop()
 		}
 	}()
 	if err := cfg.EventPlane.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.EventPlane.Plane == "nats" {
-		if err := f.connectNATS(log); err != nil {
-			return nil, err
+		if f.nats, err = eventplane.Open(f.ctx, cfg.EventPlane, "tandem-frontend", board, log); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
 		}
 	}
 	policy, err := f.policy(log)
@@ -221,6 +216,7 @@ func Start(ctx context.Context, cfg Config, model *tokenizer.Model, opts Options
 	}
 	go func() { f.served <- httpapi.Serve(f.http, lis, tc) }()
 	go func() { f.watched <- f.reg.Watch(f.ctx, f.apply) }()
+	go f.wait()
 	return f, nil
 }
 
@@ -248,34 +244,6 @@ func (f *Process) policy(log *slog.Logger) (router.Policy, error) {
 		return f.share, nil
 	}
 	return p, nil
-}
-
-// connectNATS connects to the event plane (starting the embedded server
-// if asked) and, in kv mode, prepares the subscription side.
-func (f *Process) connectNATS(log *slog.Logger) error {
-	ep := f.cfg.EventPlane
-	if ep.NATS == "embedded" && authn.Exposed(ep.EmbeddedAddr) && ep.Auth.TokenFile == "" && ep.Auth.CA == "" {
-		f.Board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
-			"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", ep.EmbeddedAddr)
-	}
-	nc, err := eventplane.Open(f.ctx, ep, "tandem-frontend", f.Board, log)
-	if err != nil {
-		return fmt.Errorf("fleet: %w", err)
-	}
-	f.nats = nc
-	return nil
-}
-
-func (f *Process) closeNATS() {
-	if f.share != nil {
-		f.share.Close()
-	}
-	if f.evs != nil {
-		_ = f.evs.Close()
-	}
-	if f.nats != nil {
-		f.nats.Close()
-	}
 }
 
 // NATSURL is the event plane's server URL ("" on zmq): the embedded
@@ -310,8 +278,16 @@ func (f *Process) admit(rec discovery.Record) {
 }
 
 func (f *Process) admitLocked(rec discovery.Record) {
-	if old, ok := f.members[rec.ID]; ok && old.rec == rec {
-		return
+	if old, ok := f.members[rec.ID]; ok {
+		was := old.rec
+		was.ContextLength = rec.ContextLength
+		if was == rec {
+			// Only the context changed (an upstream server that answered
+			// after its worker registered): the worker stays routed as it is.
+			old.rec = rec
+			f.narrowContextLocked(rec.ContextLength)
+			return
+		}
 	}
 	if reason := f.refuseLocked(rec); reason != "" {
 		if _, was := f.members[rec.ID]; was {
@@ -391,16 +367,8 @@ func (f *Process) admitLocked(rec discovery.Record) {
 		"kv_events", rec.KVEvents.Endpoint, "kv_layout", rec.KVLayout.Fingerprint(), "engine", rec.Engine, "version", rec.Version)
 }
 
-// NarrowContext lowers the context length the frontend checks prompts
-// against and /v1/models reports to n, if n is smaller (or none was
-// known): a worker whose server told its context only after it was
-// admitted (an upstream server that answered late).
-func (f *Process) NarrowContext(n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.narrowContextLocked(n)
-}
-
+// narrowContextLocked lowers the context length the frontend checks prompts
+// against and /v1/models reports to n, if n is smaller (or none was known).
 func (f *Process) narrowContextLocked(n int) {
 	if n > 0 && (f.ctxLen == 0 || n < f.ctxLen) {
 		// The frontend checks prompts against the smallest context of the
@@ -415,12 +383,10 @@ func (f *Process) narrowContextLocked(n int) {
 // followLocked has the KV policy follow the worker's events: from its
 // model's subject on the event plane, else from its own sockets.
 func (f *Process) followLocked(rec discovery.Record) {
-	if f.evs != nil && !f.followed[rec.Model] {
+	if f.evs != nil {
 		if err := f.evs.Follow(f.ctx, rec.Model, f.KV.Ingest); err != nil {
 			f.log.Error("cannot follow the model's KV event subject; its workers are routed by approximation",
 				"model", rec.Model, "err", err)
-		} else {
-			f.followed[rec.Model] = true
 		}
 	}
 	if err := follow.Record(f.KV, rec, f.evs != nil); err != nil {
@@ -484,7 +450,7 @@ func (f *Process) recordsLocked() []discovery.Record {
 }
 
 func (f *Process) clearRefusalsLocked(id string) {
-	for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch, DiagWorkerRefused} {
+	for _, code := range []string{discovery.DiagModelUnserved, discovery.DiagTokenizer, discovery.DiagKVLayoutMismatch, DiagWorkerRefused} {
 		f.Board.Clear(code, id, "", "")
 	}
 }
@@ -543,22 +509,21 @@ func (f *Process) URL() string { return f.scheme + f.lis.Addr().String() }
 func (f *Process) Addr() net.Addr { return f.lis.Addr() }
 
 // Done yields the HTTP server's error if it stops, or the registry watch's
-// if that fails for good.
-func (f *Process) Done() <-chan error {
-	out := make(chan error, 1)
-	go func() {
-		select {
-		case err := <-f.served:
-			out <- err
-		case err := <-f.watched:
-			if err == nil {
-				err = errors.New("fleet: discovery watch ended")
-			}
-			out <- fmt.Errorf("fleet: discovery: %w", err)
-		case <-f.ctx.Done():
+// if that fails for good (one channel, whoever asks).
+func (f *Process) Done() <-chan error { return f.done }
+
+// wait feeds Done until the frontend shuts down.
+func (f *Process) wait() {
+	select {
+	case err := <-f.served:
+		f.done <- err
+	case err := <-f.watched:
+		if err == nil {
+			err = errors.New("fleet: discovery watch ended")
 		}
-	}()
-	return out
+		f.done <- fmt.Errorf("fleet: discovery: %w", err)
+	case <-f.ctx.Done():
+	}
 }
 
 // Shutdown drains: /health turns 503, the listener closes, in-flight
@@ -567,18 +532,32 @@ func (f *Process) Done() <-chan error {
 func (f *Process) Shutdown(ctx context.Context) error {
 	f.Frontend.SetDraining()
 	err := process.ShutdownHTTP(ctx, f.http, f.log)
+	f.stop()
+	return err
+}
+
+// stop ends the watch, the orchestrator, the KV policy, the event plane
+// and every worker connection (Shutdown, or a failed Start).
+func (f *Process) stop() {
 	f.cancel()
 	f.Disagg.Close()
 	if f.KV != nil {
 		f.KV.Close()
 	}
-	f.closeNATS()
+	if f.share != nil {
+		f.share.Close()
+	}
+	if f.evs != nil {
+		_ = f.evs.Close()
+	}
+	if f.nats != nil {
+		f.nats.Close()
+	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, m := range f.members {
 		if m.conn != nil {
 			m.conn.Close()
 		}
 	}
-	f.mu.Unlock()
-	return err
 }

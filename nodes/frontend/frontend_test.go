@@ -193,13 +193,13 @@ func TestWorkerAdmission(t *testing.T) {
 		members []string
 	}{
 		{"aggregated", nil, rec("a", discovery.RoleAggregated, nil), "", []string{"a"}},
-		{"other model", nil, rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.Model = "llama" }), DiagModelUnserved, nil},
-		{"other tokenizer", nil, rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.KVLayout.TokenizerHash = "beef" }), DiagTokenizer, nil},
+		{"other model", nil, rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.Model = "llama" }), discovery.DiagModelUnserved, nil},
+		{"other tokenizer", nil, rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.KVLayout.TokenizerHash = "beef" }), discovery.DiagTokenizer, nil},
 		{"decode matching prefill", []discovery.Record{rec("p", discovery.RolePrefill, nil)}, rec("d", discovery.RoleDecode, nil), "", []string{"d", "p"}},
 		{"decode with other block size", []discovery.Record{rec("p", discovery.RolePrefill, nil)},
-			rec("d", discovery.RoleDecode, func(r *discovery.Record) { r.KVLayout.BlockSize = 32 }), DiagKVLayoutMismatch, []string{"p"}},
+			rec("d", discovery.RoleDecode, func(r *discovery.Record) { r.KVLayout.BlockSize = 32 }), discovery.DiagKVLayoutMismatch, []string{"p"}},
 		{"prefill with other dtype", []discovery.Record{rec("d", discovery.RoleDecode, nil)},
-			rec("p", discovery.RolePrefill, func(r *discovery.Record) { r.KVLayout.DType = "fp8" }), DiagKVLayoutMismatch, []string{"d"}},
+			rec("p", discovery.RolePrefill, func(r *discovery.Record) { r.KVLayout.DType = "fp8" }), discovery.DiagKVLayoutMismatch, []string{"d"}},
 		{"aggregated with other layout", []discovery.Record{rec("p", discovery.RolePrefill, nil)},
 			rec("a", discovery.RoleAggregated, func(r *discovery.Record) { r.KVLayout.BlockSize = 32 }), "", []string{"a", "p"}},
 	}
@@ -213,15 +213,15 @@ func TestWorkerAdmission(t *testing.T) {
 			if got := h.fe.Members(); !slices.Equal(got, c.members) {
 				t.Fatalf("members %v, want %v", got, c.members)
 			}
-			for _, code := range []string{DiagModelUnserved, DiagTokenizer, DiagKVLayoutMismatch} {
+			for _, code := range []string{discovery.DiagModelUnserved, discovery.DiagTokenizer, discovery.DiagKVLayoutMismatch} {
 				if got := h.fe.Board.IsActive(code, c.rec.ID); got != (code == c.diag) {
 					t.Errorf("%s active = %v", code, got)
 				}
 			}
-			if c.diag == DiagKVLayoutMismatch {
+			if c.diag == discovery.DiagKVLayoutMismatch {
 				var d health.Diagnostic
 				for _, x := range h.fe.Board.Active() {
-					if x.Code == DiagKVLayoutMismatch {
+					if x.Code == discovery.DiagKVLayoutMismatch {
 						d = x
 					}
 				}
@@ -232,7 +232,7 @@ func TestWorkerAdmission(t *testing.T) {
 					}
 				}
 			}
-			if c.diag == DiagKVLayoutMismatch {
+			if c.diag == discovery.DiagKVLayoutMismatch {
 				// When the counterpart leaves, the refused worker pairs
 				// with nobody and is admitted.
 				h.fe.remove(c.first[0].ID, "test")

@@ -87,7 +87,7 @@ func TestUpstreamExternalLoad(t *testing.T) {
 				}()
 			}
 			waitFor(t, 30*time.Second, "server 0's /metrics to show the flood waiting", func() bool {
-				l, ok := sys.engines[0].(*upstream.Engine).Load()
+				l, ok := sys.Engine(0).(*upstream.Engine).Load()
 				return ok && l.Waiting >= 4
 			})
 			// /health shows what the router reads.
@@ -131,7 +131,7 @@ func TestUpstreamExternalLoad(t *testing.T) {
 			}
 			stop()
 			waitFor(t, 30*time.Second, "server 0's queue to drain", func() bool {
-				l, ok := sys.engines[0].(*upstream.Engine).Load()
+				l, ok := sys.Engine(0).(*upstream.Engine).Load()
 				return ok && l.Waiting == 0 && l.Running == 0
 			})
 			before = [2]int64{srvs[0].Requests(), srvs[1].Requests()}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/control/discovery"
-	"github.com/tandemllm/tandem/engine"
 )
 
 // The in-process pool: `tandem serve` grows and shrinks its workers at
@@ -94,16 +93,13 @@ func (s *System) addPoolWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: worker %d: %w", i, err)
 	}
-	n := &node{id: fmt.Sprintf("worker-%d", i), eng: eng}
-	if err := s.startNode(n, discovery.RoleAggregated); err != nil {
+	n := &node{id: fmt.Sprintf("worker-%d", i), role: discovery.RoleAggregated, eng: eng}
+	if err := s.startNode(n); err != nil {
 		_ = eng.Close()
 		return err
 	}
-	info := eng.Info()
-	info.Model = s.model.Name
 	s.mu.Lock()
-	s.routed, s.engines = append(s.routed, n), append(s.engines, eng)
-	s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Info: info})
+	s.routed, s.Workers = append(s.routed, n), append(s.Workers, s.workerInfo(n))
 	s.mu.Unlock()
 	if err := s.awaitMember(ctx, n.id, true); err != nil {
 		return err
@@ -120,7 +116,6 @@ func (s *System) removePoolWorker(ctx context.Context) error {
 	}
 	n := s.routed[len(s.routed)-1]
 	s.routed = s.routed[:len(s.routed)-1]
-	s.engines = slices.DeleteFunc(s.engines, func(x engine.Engine) bool { return x == n.eng })
 	s.Workers = slices.DeleteFunc(s.Workers, func(w WorkerInfo) bool { return w.ID == n.id })
 	s.mu.Unlock()
 	start := time.Now()
@@ -147,7 +142,7 @@ func (s *System) awaitMember(ctx context.Context, id string, in bool) error {
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for slices.Contains(s.fe.Members(), id) != in {
+	for slices.Contains(s.Members(), id) != in {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("serve: worker %s: the frontend did not follow its registration: %w", id, ctx.Err())

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -19,13 +18,11 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/engines"
 	"github.com/tandemllm/tandem/health"
-	"github.com/tandemllm/tandem/httpapi"
 	"github.com/tandemllm/tandem/internal/connlimit"
 	"github.com/tandemllm/tandem/nodes/frontend"
 	"github.com/tandemllm/tandem/nodes/worker"
 	"github.com/tandemllm/tandem/planes/kvtransfer"
 	"github.com/tandemllm/tandem/process"
-	"github.com/tandemllm/tandem/router"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -85,38 +82,33 @@ type WorkerInfo struct {
 // System is a running one-process Tandem: N worker nodes and one frontend
 // node (the same assembly as `tandem worker` and `tandem frontend`) over
 // an in-process discovery registry and, by default, the in-process
-// transport.
+// transport. The frontend node's fields and methods are the system's:
+// Router, Frontend, URL, Addr, Done (nil until Start has started it).
 type System struct {
+	*frontend.Process
 	cfg      Config
 	log      *slog.Logger
 	Registry *prometheus.Registry
 	Board    *health.Board
-	Router   *router.Router
-	Frontend *httpapi.Server
 	Workers  []WorkerInfo
 
 	disc     *discovery.Mem
-	fe       *frontend.Process
-	done     <-chan error
 	model    *tokenizer.Model
 	transfer *kvtransfer.Metrics // the transfer nodes' shared series
 	pd       *vllmpd.Host        // nil unless VLLMPD is enabled
 
 	mu      sync.Mutex
-	engines []engine.Engine // the routed workers' (Engine(i))
-	routed  []*node         // the routed workers, in start order
-	prefill []*node         // prefill workers (Disagg or PDPrefillWorkers)
-	pool    poolState       // what runtime workers are built from (pools.go)
-
-	quit     chan struct{} // closed by stop: ends followInfo's goroutines
-	quitOnce sync.Once
+	routed  []*node   // the routed workers, in start order (Engine(i))
+	prefill []*node   // prefill workers (Disagg or PDPrefillWorkers)
+	pool    poolState // what runtime workers are built from (pools.go)
 }
 
 // node is one worker node of the system.
 type node struct {
-	id  string
-	eng engine.Engine
-	w   *worker.Worker
+	id   string
+	role discovery.Role
+	eng  engine.Engine
+	w    *worker.Worker
 }
 
 // Start builds and starts the system. On error everything already started
@@ -126,11 +118,11 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 		return nil, err
 	}
 	base := process.New(log, nil, nil)
-	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem(), quit: make(chan struct{})}
+	s := &System{cfg: cfg, log: log, Registry: base.Registry, Board: base.Board, disc: discovery.NewMem()}
 	defer func() {
 		if err != nil {
-			if s.fe != nil {
-				_ = s.fe.Shutdown(context.Background())
+			if s.Process != nil {
+				_ = s.Process.Shutdown(context.Background())
 			}
 			s.stop(context.Background())
 		}
@@ -148,17 +140,15 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 	}
-	role, ids, prefillRole, prefillN := s.shape(&cfg)
+	role, ids, prefillN := s.shape(&cfg)
 	// Prefill engines come first, with indexes after the routed workers',
 	// so seeds and ports never collide.
-	var preEngines []engine.Engine
 	for j := range prefillN {
 		eng, err := newEngine(cfg.Workers + j)
 		if err != nil {
 			return nil, fmt.Errorf("serve: prefill-%d: %w", j, err)
 		}
-		preEngines = append(preEngines, eng)
-		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), eng: eng})
+		s.prefill = append(s.prefill, &node{id: fmt.Sprintf("prefill-%d", j), role: discovery.RolePrefill, eng: eng})
 	}
 	var engs []engine.Engine
 	for i := range cfg.Workers {
@@ -167,54 +157,25 @@ func Start(cfg Config, model *tokenizer.Model, newEngine EngineFactory, log *slo
 			return nil, fmt.Errorf("serve: worker %d: %w", i, err)
 		}
 		engs = append(engs, eng)
-		s.routed = append(s.routed, &node{id: ids[i], eng: eng})
+		s.routed = append(s.routed, &node{id: ids[i], role: role, eng: eng})
 		if model, err = engines.ServedModel(cfg.ServedModelName, model, eng, engs, i); err != nil {
 			return nil, err
 		}
 	}
-	s.model, s.engines = engines.FitContext(model, engs[0]), engs
-	for _, n := range s.prefill {
-		if err := s.startNode(n, prefillRole); err != nil {
+	s.model = engines.FitContext(model, engs[0])
+	for _, n := range s.nodes() {
+		if err := s.startNode(n); err != nil {
 			return nil, err
 		}
 	}
 	for _, n := range s.routed {
-		if err := s.startNode(n, role); err != nil {
-			return nil, err
-		}
-		info := n.eng.Info()
-		info.Model = model.Name
-		s.Workers = append(s.Workers, WorkerInfo{ID: n.id, Addr: s.addr(n), Info: info})
+		s.Workers = append(s.Workers, s.workerInfo(n))
 	}
 	s.pool = poolState{factory: newEngine, next: cfg.Workers, external: engs[0].Info().Kind == "upstream"}
 	if err := s.startFrontend(); err != nil {
 		return nil, err
 	}
-	s.followInfo()
 	return s, nil
-}
-
-// followInfo narrows the frontend's context length when an engine that
-// had not answered at start (an upstream server started after Tandem)
-// learns its server's: /v1/models and the length check then follow the
-// server, as if it had answered first.
-func (s *System) followInfo() {
-	for _, eng := range s.engines {
-		ch, ok := eng.(engine.InfoNotifier)
-		if !ok {
-			continue
-		}
-		go func() {
-			for {
-				select {
-				case <-s.quit:
-					return
-				case <-ch.InfoChanged():
-					s.fe.NarrowContext(eng.Info().ContextLength)
-				}
-			}
-		}()
-	}
 }
 
 // check refuses configurations that cannot run.
@@ -237,9 +198,9 @@ func (c *Config) check() error {
 	return nil
 }
 
-// shape names the routed workers and their role, and the prefill workers'.
-func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillRole discovery.Role, prefillN int) {
-	role, prefillRole = discovery.RoleAggregated, discovery.RolePrefill
+// shape names the routed workers, their role, and how many prefill workers run.
+func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillN int) {
+	role = discovery.RoleAggregated
 	prefix := "worker"
 	switch {
 	case cfg.Disagg.Enabled():
@@ -255,15 +216,15 @@ func (s *System) shape(cfg *Config) (role discovery.Role, ids []string, prefillR
 		}
 		ids = append(ids, id)
 	}
-	return role, ids, prefillRole, prefillN
+	return role, ids, prefillN
 }
 
 // startNode starts the worker node of n's engine and registers it.
-func (s *System) startNode(n *node, role discovery.Role) error {
+func (s *System) startNode(n *node) error {
 	c := s.cfg
 	dc := c.Disagg
 	wc := worker.DefaultConfig()
-	wc.ID, wc.Role, wc.AdvertiseHost, wc.DeregisterDelay, wc.TransferPeers = n.id, string(role), "127.0.0.1", 0, worker.PeersAny
+	wc.ID, wc.Role, wc.AdvertiseHost, wc.DeregisterDelay, wc.TransferPeers = n.id, string(n.role), "127.0.0.1", 0, worker.PeersAny
 	// Loopback ports of one process are not capped.
 	wc.ConnLimits, wc.RequestPlaneAddr = connlimit.Limits{}, "127.0.0.1:0"
 	wc.KVTransferAddr = cmp.Or(dc.ListenHost, "127.0.0.1") + ":0"
@@ -303,7 +264,7 @@ func (s *System) startFrontend() error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	s.fe, s.Router, s.Frontend, s.done = fe, fe.Router, fe.Frontend, fe.Done()
+	s.Process = fe
 	select {
 	case <-fe.Synced():
 	case <-time.After(time.Minute):
@@ -322,34 +283,28 @@ func (s *System) startFrontend() error {
 	return nil
 }
 
-// addr is n's request-plane address ("" in process).
-func (s *System) addr(n *node) string {
-	if s.cfg.RequestPlane != "grpc" {
-		return ""
+// workerInfo describes started worker n (its request-plane address only
+// over gRPC).
+func (s *System) workerInfo(n *node) WorkerInfo {
+	wi := WorkerInfo{ID: n.id, Info: n.eng.Info()}
+	wi.Info.Model = s.model.Name
+	if s.cfg.RequestPlane == "grpc" {
+		wi.Addr = n.w.Record().RequestPlane
 	}
-	return n.w.Record().RequestPlane
+	return wi
 }
 
 // Engine returns the engine of worker i.
 func (s *System) Engine(i int) engine.Engine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.engines[i]
+	return s.routed[i].eng
 }
-
-// URL is the frontend's base URL.
-func (s *System) URL() string { return s.fe.URL() }
-
-// Addr is the frontend's listening address.
-func (s *System) Addr() net.Addr { return s.fe.Addr() }
-
-// Done yields the HTTP server's exit error once it stops serving.
-func (s *System) Done() <-chan error { return s.done }
 
 // Shutdown drains: /health turns 503, the listener stops accepting, and
 // in-flight requests get until ctx ends to finish. Then workers stop.
 func (s *System) Shutdown(ctx context.Context) error {
-	err := s.fe.Shutdown(ctx)
+	err := s.Process.Shutdown(ctx)
 	s.stop(ctx)
 	return err
 }
@@ -357,7 +312,6 @@ func (s *System) Shutdown(ctx context.Context) error {
 // stop stops every worker node (their engines close with them), or closes
 // the engines of those never started, then the registry.
 func (s *System) stop(ctx context.Context) {
-	s.quitOnce.Do(func() { close(s.quit) })
 	for _, n := range s.nodes() {
 		var err error
 		if n.w != nil {

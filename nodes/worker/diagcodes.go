@@ -7,4 +7,4 @@ import (
 
 // The package's diagnostic codes (health.Register; docs/ARCHITECTURE.md);
 // authn's, which this package raises, with them (authn sits below health).
-var _ = health.Register(DiagDrainTimeout, authn.DiagOpenPlane)
+var _ = health.Register(authn.DiagOpenPlane)

@@ -113,11 +113,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// Diagnostic codes raised by a worker.
-const (
-	DiagDrainTimeout = process.DiagDrainTimeout
-)
-
 // Options are a worker's collaborators.
 type Options struct {
 	Registry discovery.Registry
@@ -148,14 +143,17 @@ type Worker struct {
 	eng   engine.Engine
 	disc  discovery.Registry
 	board *health.Board
-	rec   discovery.Record
+
+	mu       sync.Mutex // guards rec and lease (followInfo replaces them)
+	rec      discovery.Record
+	lease    discovery.Lease
+	infoStop context.CancelFunc
 
 	grpc     *requestplane.Server      // nil in process
 	local    *requestplane.LocalServer // nil on gRPC
 	served   chan error
 	reg      *prometheus.Registry
 	metrics  *http.Server
-	lease    discovery.Lease
 	node     *kvtransfer.Node // nil for aggregated workers
 	connM    *connlimit.Metrics
 	connOnce sync.Once
@@ -218,11 +216,7 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	defer func() {
 		if err != nil {
 			w.stopPlane()
-			w.closeNode()
-			if w.metrics != nil {
-				_ = w.metrics.Close()
-			}
-			w.stopRelay()
+			w.release()
 		}
 	}()
 	var rpAddr string
@@ -241,18 +235,15 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 		}
 		metricsAddr = discovery.Advertise(metricsAddr, host)
 	}
+	w.rec = discovery.RecordOf(cfg.ID, eng, model, cfg.KVEventsFormat)
+	w.rec.Role, w.rec.Version, w.rec.KVLayout.Config = role, cfg.Version, cfg.KVConfig
+	w.rec.RequestPlane, w.rec.MetricsAddr = rpAddr, metricsAddr
 	if !opts.InProcess {
 		// A process's own in-process workers are not planes of their own
 		// (tandem serve never raised these).
 		w.raiseOpenPlanes(rpAddr, metricsAddr)
-	}
-	w.rec = discovery.RecordOf(cfg.ID, eng, model, cfg.KVEventsFormat)
-	w.rec.Role, w.rec.Version, w.rec.KVLayout.Config = role, cfg.Version, cfg.KVConfig
-	w.rec.RequestPlane = rpAddr
-	if !opts.InProcess {
 		w.rec.RequestPlane = discovery.Advertise(rpAddr, host)
 	}
-	w.rec.MetricsAddr = metricsAddr
 	if w.node != nil {
 		w.rec.KVTransfer = discovery.KVTransfer{Addr: discovery.Advertise(w.node.Addr(), host), BlockBytes: eng.(engine.KVPort).KVBlockBytes()}
 	} else if p := discovery.TransferProtocol(eng); p != "" && role != discovery.RoleAggregated {
@@ -273,6 +264,11 @@ func Start(ctx context.Context, cfg Config, eng engine.Engine, model *tokenizer.
 	// until the drain starts.
 	if w.grpc != nil {
 		w.grpc.SetServing(true)
+	}
+	if n, ok := eng.(engine.InfoNotifier); ok {
+		ictx, stop := context.WithCancel(context.Background())
+		w.infoStop = stop
+		go w.followInfo(ictx, n)
 	}
 	w.log.Info("registered", "role", w.rec.Role, "request_plane", w.rec.RequestPlane, "kv_events", w.rec.KVEvents.Endpoint, "kv_transfer", w.rec.KVTransfer.Addr,
 		"kv_layout", w.rec.KVLayout.Fingerprint(), "capacity_blocks", w.rec.CapacityBlocks)
@@ -364,10 +360,15 @@ func (w *Worker) startRelay(ctx context.Context, log *slog.Logger) (err error) {
 	return nil
 }
 
-func (w *Worker) stopRelay() {
+// release stops the event relay, the KV transfer node and the metrics
+// listener (Shutdown, or a failed Start).
+func (w *Worker) release() {
 	if w.relay != nil {
 		w.relay.Close()
-		w.relay = nil
+	}
+	w.closeNode()
+	if w.metrics != nil {
+		_ = w.metrics.Close()
 	}
 }
 
@@ -465,8 +466,42 @@ func (w *Worker) connMetrics() *connlimit.Metrics {
 	return w.connM
 }
 
+// followInfo publishes the engine's new context length when its Info
+// changes (an upstream server that answered after the worker started), so
+// every frontend's /v1/models and length check follow the server: the
+// record is registered again under a new lease, then the stale one goes.
+func (w *Worker) followInfo(ctx context.Context, n engine.InfoNotifier) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.InfoChanged():
+		}
+		w.mu.Lock()
+		rec := w.rec
+		rec.ContextLength = w.eng.Info().ContextLength
+		if rec != w.rec {
+			lease, err := w.disc.Register(ctx, rec)
+			if err != nil {
+				w.log.Warn("cannot publish the engine's new context length; frontends keep the old one", "context_length", rec.ContextLength, "err", err)
+			} else if err := w.lease.Revoke(ctx); err != nil {
+				w.log.Warn("revoking the record's previous lease", "err", err)
+			}
+			if err == nil {
+				w.rec, w.lease = rec, lease
+				w.log.Info("record registered again with the engine's new context length", "context_length", rec.ContextLength)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
 // Record returns the published record.
-func (w *Worker) Record() discovery.Record { return w.rec }
+func (w *Worker) Record() discovery.Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rec
+}
 
 // Done yields the request plane's exit error if it stops by itself.
 func (w *Worker) Done() <-chan error { return w.served }
@@ -483,10 +518,15 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // worker still serves (Shutdown begins with it; once is enough).
 func (w *Worker) Deregister(ctx context.Context) error {
 	w.deregOnce.Do(func() {
+		if w.infoStop != nil {
+			w.infoStop() // no registration after this one's revocation
+		}
 		// Health checks hear of the drain first, with the registry.
 		if w.grpc != nil {
 			w.grpc.SetServing(false)
 		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
 		if err := w.lease.Revoke(ctx); err != nil {
 			w.deregErr = fmt.Errorf("worker: deregister: %w", err)
 		}
@@ -513,7 +553,7 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		if cut := w.local.Drain(ctx); cut > 0 {
 			// Logged, not raised: the worker is gone from its frontend's
 			// board with its record.
-			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", DiagDrainTimeout,
+			w.log.Warn("worker drain timed out: closing it with streams in flight", "diagnostic_code", process.DiagDrainTimeout,
 				"streams", cut, "waited", time.Since(start))
 		}
 	} else {
@@ -522,19 +562,15 @@ func (w *Worker) shutdown(ctx context.Context) error {
 		select {
 		case <-stopped:
 		case <-ctx.Done():
-			w.board.Raise(DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
+			w.board.Raise(process.DiagDrainTimeout, w.cfg.ID, health.Warn, "in-flight requests outlived the drain timeout and were cut")
 			w.grpc.Stop()
 			<-stopped
 			errs = append(errs, fmt.Errorf("worker: drain: %w", ctx.Err()))
 		}
 	}
-	w.stopRelay()
-	w.closeNode()
+	w.release()
 	if err := w.eng.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("worker: close engine: %w", err))
-	}
-	if w.metrics != nil {
-		_ = w.metrics.Close()
 	}
 	return errors.Join(errs...)
 }

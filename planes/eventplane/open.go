@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tandemllm/tandem/authn"
 	"github.com/tandemllm/tandem/health"
 )
 
@@ -17,10 +18,15 @@ type Conn struct {
 }
 
 // Open starts the embedded server if cfg asks for it, then connects as
-// name (ConnectWith).
+// name (ConnectWith). An embedded server that listens beyond this host
+// without authentication raises plane_unauthenticated.
 func Open(ctx context.Context, cfg Config, name string, board *health.Board, log *slog.Logger) (*Conn, error) {
 	c, url := &Conn{}, cfg.NATS
 	if url == "embedded" {
+		if authn.Exposed(cfg.EmbeddedAddr) && cfg.Auth.TokenFile == "" && cfg.Auth.CA == "" {
+			board.Raise(authn.DiagOpenPlane, "nats", health.Warn,
+				"the embedded NATS server listens beyond this host without --nats-token-file or client certificates: anyone can read the KV events and load messages", "addr", cfg.EmbeddedAddr)
+		}
 		srv, err := StartServerWith(cfg.EmbeddedAddr, cfg.Auth)
 		if err != nil {
 			return nil, err

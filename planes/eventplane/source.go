@@ -21,7 +21,7 @@ type Source struct {
 	log    *slog.Logger
 
 	mu     sync.Mutex
-	subs   []*nats.Subscription
+	subs   map[string]*nats.Subscription // by model
 	closed bool
 
 	received, corrupt, unknown atomic.Uint64
@@ -32,7 +32,7 @@ func NewSource(nc *nats.Conn, prefix string, log *slog.Logger) *Source {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{nc: nc, prefix: prefix, log: log.With("component", "eventplane.source")}
+	return &Source{nc: nc, prefix: prefix, log: log.With("component", "eventplane.source"), subs: map[string]*nats.Subscription{}}
 }
 
 // Follow subscribes to model's KV subject and hands every batch to ingest
@@ -40,8 +40,15 @@ func NewSource(nc *nats.Conn, prefix string, log *slog.Logger) *Source {
 // during the call. NATS delivers one
 // subscription's messages in order from one goroutine, and each worker
 // publishes from one connection, so each worker's batches arrive in its
-// sequence order; what NATS drops shows up as a sequence gap.
+// sequence order; what NATS drops shows up as a sequence gap. A model
+// already followed is left as it is (its first ingest keeps its batches).
 func (s *Source) Follow(ctx context.Context, model string, ingest func(worker string, seq uint64, b *kvevents.Batch) error) error {
+	s.mu.Lock()
+	followed := s.subs[model] != nil
+	s.mu.Unlock()
+	if followed {
+		return nil
+	}
 	var dec kvevents.Decoder
 	var batch kvevents.Batch
 	sub, err := s.nc.Subscribe(KVSubject(s.prefix, model), func(m *nats.Msg) {
@@ -79,12 +86,22 @@ func (s *Source) Follow(ctx context.Context, model string, ingest func(worker st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || s.subs[model] != nil {
 		_ = sub.Unsubscribe()
-		return fmt.Errorf("eventplane: source closed")
+		if s.closed {
+			return fmt.Errorf("eventplane: source closed")
+		}
+		return nil // a concurrent Follow of the model won
 	}
-	s.subs = append(s.subs, sub)
-	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
+	s.subs[model] = sub
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.subs[model] == sub {
+			delete(s.subs, model)
+		}
+		_ = sub.Unsubscribe()
+	})
 	return nil
 }
 
@@ -102,6 +119,6 @@ func (s *Source) Close() error {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
 	}
-	s.subs = nil
+	clear(s.subs)
 	return nil
 }

@@ -25,8 +25,9 @@ const BoundPrefix = "topic:"
 type IngestFunc = func(worker string, seq uint64, b *event.Batch) error
 
 // Source feeds a consumer from an event plane other than per-worker ZMQ
-// subscriptions (eventplane's NATS source): Follow is called once per model
-// before its first worker is added; Close on shutdown.
+// subscriptions (eventplane's NATS source): Follow is called before each
+// worker of a model is added and subscribes once per model (a model already
+// followed is left as it is); Close on shutdown.
 type Source interface {
 	Follow(ctx context.Context, model string, ingest IngestFunc) error
 	Close() error
