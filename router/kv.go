@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/planes/kvevents/event"
 	"github.com/tandemllm/tandem/router/accuracy"
 	"github.com/tandemllm/tandem/router/kvindex"
@@ -534,28 +535,55 @@ type SharedTierEngine interface {
 	KVSharedTier() string
 }
 
-// setShare tells the event index which shared tier the worker's disk
-// blocks are (kvindex.Index.SetShareGroup).
+// SharedHostEngine is an engine whose host-memory tier is shared with
+// other workers of its host (engine/mocker's --kv-offload-host-shared):
+// its KV events' host blocks are the shared pool's.
+type SharedHostEngine interface {
+	KVSharedHost() string
+}
+
+// setShare tells the event indexes which shared tiers the worker's host
+// and disk blocks are, from its engine in this process.
 func (k *KV) setShare(id string, src any) {
+	var host, disk string
+	s, okDisk := src.(SharedTierEngine)
+	if okDisk {
+		disk = s.KVSharedTier()
+	}
+	h, okHost := src.(SharedHostEngine)
+	if okHost {
+		host = h.KVSharedHost()
+	}
+	if okDisk || okHost {
+		k.SetShareGroups(id, host, disk)
+	}
+}
+
+// SetShareGroups tells the event indexes that the worker's host-memory
+// tier is the shared pool named host and its disk tier the shared disk
+// named disk ("": its own), so a group member's events for a shared tier
+// count for every member (kvindex.Index.SetShareGroupTier). An engine in
+// this process says so itself (SharedTierEngine, SharedHostEngine); a
+// worker in another process says so in its discovery record.
+func (k *KV) SetShareGroups(id, host, disk string) {
 	if k.events == nil {
 		return
 	}
-	s, ok := src.(SharedTierEngine)
-	if !ok {
-		return
+	k.events.SetShareGroupTier(id, kvcache.TierG2, host)
+	k.events.SetShareGroupTier(id, kvcache.TierG3, disk)
+	if k.hostIx != nil {
+		k.hostIx.SetShareGroupTier(id, kvcache.TierG2, host)
 	}
-	g := s.KVSharedTier()
-	k.events.SetShareGroup(id, g)
-	if g == "" {
+	if host == "" && disk == "" {
 		return
 	}
 	k.mu.RLock()
 	w := k.workers[id]
 	k.mu.RUnlock()
 	if w != nil {
-		// Its disk tier fills from the other workers' streams too: its
+		// Its shared tiers fill from the other workers' streams too: its
 		// pool-only and host indexes are kept from the start, so a hit
-		// it holds only there is priced as the read it is.
+		// it holds only there is priced as the copy it is.
 		w.tiered.Store(true)
 	}
 }

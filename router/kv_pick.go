@@ -174,7 +174,11 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 		if k.events != nil {
 			sc.ov = k.events.LookupTags(hashes, sc.ov[:0])
 			sc.fill(sc.ov, sc.evOv)
-			if k.poolIx.Len() > 0 {
+			// The pool index may be empty while the host index is not
+			// (tiered workers whose pool blocks are all gone, or a shared
+			// host pool's blocks on workers that hold nothing in their
+			// pools): either lookup counts.
+			if k.poolIx.Len() > 0 || k.hostIx.Len() > 0 {
 				sc.ov = k.poolIx.LookupTags(hashes, sc.ov[:0])
 				sc.fill(sc.ov, sc.poolOv)
 				sc.ov = k.hostIx.LookupTags(hashes, sc.ov[:0])

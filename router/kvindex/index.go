@@ -106,8 +106,9 @@ type worker struct {
 	// fp is the worker's term in a hashEntry's set fingerprint.
 	fp  uint16
 	tag int32
-	// share is the worker's shared lower tier (SetShareGroup), "" if none.
-	share string
+	// share names the worker's shared lower tiers (SetShareGroupTier),
+	// by tier; "" if none.
+	share [kvcache.NumTiers]string
 }
 
 // hashEntry heads the chain of one hash's residences. n and fp summarize
@@ -168,8 +169,9 @@ type Index struct {
 	tags []int32
 	byID map[string]uint32
 	free []uint32
-	// shares are the workers of each shared tier (SetShareGroup), by slot.
-	shares map[string][]uint32
+	// shares are the workers of each shared tier (SetShareGroupTier), by
+	// slot.
+	shares map[shareKey][]uint32
 	hasher blockhash.Hasher // used under the write lock
 	group  []uint64         // scratch for one event's hashes
 	sink   uint64           // keeps the warming loads alive
@@ -288,7 +290,8 @@ func (ix *Index) RemoveWorker(id string) {
 	}
 	w := ix.workers[slot]
 	ix.clearLocked(w)
-	ix.leaveShareLocked(w)
+	ix.leaveShareLocked(w, kvcache.TierG2)
+	ix.leaveShareLocked(w, kvcache.TierG3)
 	delete(ix.byID, id)
 	ix.workers[slot] = nil
 	ix.tags[slot] = -1
@@ -403,42 +406,62 @@ func (ix *Index) parentKey(w *worker, t kvcache.Tier, parent uint64) (uint32, bo
 
 // SetShareGroup says that the worker's disk tier (G3) is one it shares
 // with every other worker of the same group name (a host's shared
-// directory or simulated disk): the engines of a group publish the shared
-// tier's content, each change once, by the worker that made it
-// (kvcache.SharedRecorder), and the index applies a group member's G3
-// events to every member, since each can onboard those blocks. A block in
-// the shared tier is then a residence of each member (the memory per
-// residence is unchanged; the residences are as many as the members).
-// "" leaves the worker's group. Only with LowerTiers; it reports whether
-// the worker exists.
+// directory or simulated disk): SetShareGroupTier for G3.
 func (ix *Index) SetShareGroup(id, group string) bool {
+	return ix.SetShareGroupTier(id, kvcache.TierG3, group)
+}
+
+// SetShareGroupTier says that the worker's lower tier t (G2: host memory,
+// G3: disk) is one it shares with every other worker of the same group
+// name for that tier (a host's shared-memory pool, directory or simulated
+// disk): the engines of a group publish the shared tier's content, each
+// change once, by the worker that made it (kvcache.SharedRecorder,
+// kvcache.SharedHostRecorder), and the index applies a group member's
+// events for tier t to every member, since each can onboard those blocks.
+// A block in the shared tier is then a residence of each member (the
+// memory per residence is unchanged; the residences are as many as the
+// members). "" leaves the worker's group for t. Only with LowerTiers (and
+// for G3 not with NoDisk, whose index ignores the disk); it reports
+// whether the worker exists.
+func (ix *Index) SetShareGroupTier(id string, t kvcache.Tier, group string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	slot, ok := ix.byID[id]
 	if !ok {
 		return false
 	}
-	w := ix.workers[slot]
-	if w.share == group {
+	if t != kvcache.TierG2 && t != kvcache.TierG3 {
 		return true
 	}
-	ix.leaveShareLocked(w)
+	w := ix.workers[slot]
+	if w.share[t] == group {
+		return true
+	}
+	ix.leaveShareLocked(w, t)
 	if group == "" || !ix.lowerTiers {
 		return true
 	}
 	if ix.shares == nil {
-		ix.shares = map[string][]uint32{}
+		ix.shares = map[shareKey][]uint32{}
 	}
-	w.share = group
-	ix.shares[group] = append(ix.shares[group], slot)
+	w.share[t] = group
+	k := shareKey{t, group}
+	ix.shares[k] = append(ix.shares[k], slot)
 	return true
 }
 
-func (ix *Index) leaveShareLocked(w *worker) {
-	if w.share == "" {
+// shareKey names one shared tier: a group's host pool and disk are apart.
+type shareKey struct {
+	tier kvcache.Tier
+	name string
+}
+
+func (ix *Index) leaveShareLocked(w *worker, t kvcache.Tier) {
+	if w.share[t] == "" {
 		return
 	}
-	ms := ix.shares[w.share]
+	k := shareKey{t, w.share[t]}
+	ms := ix.shares[k]
 	for j, s := range ms {
 		if s == w.slot {
 			ms[j] = ms[len(ms)-1]
@@ -447,23 +470,24 @@ func (ix *Index) leaveShareLocked(w *worker) {
 		}
 	}
 	if len(ms) == 0 {
-		delete(ix.shares, w.share)
+		delete(ix.shares, k)
 	} else {
-		ix.shares[w.share] = ms
+		ix.shares[k] = ms
 	}
-	w.share = ""
+	w.share[t] = ""
 }
 
-// sharedBy returns the workers a G3 event of w applies to when w shares
-// its disk tier (nil: w alone).
+// sharedBy returns the workers a lower-tier event of w applies to when w
+// shares that tier (nil: w alone).
 func (ix *Index) sharedBy(w *worker, ev *event.Event) []uint32 {
-	if w.share == "" {
+	if w.share[kvcache.TierG2] == "" && w.share[kvcache.TierG3] == "" {
 		return nil
 	}
-	if t, ok := ix.eventTier(ev); !ok || t != kvcache.TierG3 {
+	t, ok := ix.eventTier(ev)
+	if !ok || t == kvcache.TierG1 || w.share[t] == "" {
 		return nil
 	}
-	return ix.shares[w.share]
+	return ix.shares[shareKey{t, w.share[t]}]
 }
 
 // applyStored places ev's blocks as w's; from is the worker that published

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/tandemllm/tandem/blockhash"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
@@ -133,6 +134,80 @@ func TestShareGroup(t *testing.T) {
 			}
 			if ix.SetShareGroup("w1", "host") {
 				t.Fatal("SetShareGroup of a removed worker reported it")
+			}
+		})
+	}
+}
+
+// TestShareGroupHost: a host-memory group applies a member's G2 events to
+// every member, in a full index and in a NoDisk one (which prices host
+// copies apart from disk reads); its disk events stay the publisher's
+// unless the disk is shared too, under its own group.
+func TestShareGroupHost(t *testing.T) {
+	a := seqTokens(1, 6)
+	ea := engineHash(1)
+	in := func(medium string, from, to int) kvevents.Event {
+		e := stored(a, from, to, ea, bs)
+		e.Medium = medium
+		return e
+	}
+	out := removed(ea(5))
+	out.Medium = "CPU"
+	tests := []struct {
+		name    string
+		noDisk  bool
+		diskToo bool // w0 and w1 share their disk as well
+		events  []kvevents.Event
+		want    map[string]int
+	}{
+		{"whole prefix in the shared host pool", false, false,
+			[]kvevents.Event{in("CPU", 0, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"NoDisk index takes the shared host pool", true, false,
+			[]kvevents.Event{in("CPU", 0, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"removed from the pool: from every member", false, false,
+			[]kvevents.Event{in("CPU", 0, 6), out}, map[string]int{"w0": 5, "w1": 5}},
+		{"host shared, disk not: the disk part is the publisher's", false, false,
+			[]kvevents.Event{in("CPU", 0, 3), in("STORAGE", 3, 6)}, map[string]int{"w0": 6, "w1": 3}},
+		{"host and disk shared", false, true,
+			[]kvevents.Event{in("CPU", 0, 3), in("STORAGE", 3, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"host and disk shared, NoDisk", true, true,
+			[]kvevents.Event{in("CPU", 0, 3), in("STORAGE", 3, 6)}, map[string]int{"w0": 3, "w1": 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := mustNew(t, Config{LowerTiers: true, NoDisk: tc.noDisk})
+			for _, w := range []string{"w0", "w1", "w2"} {
+				if err := ix.AddWorker(w, bs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, w := range []string{"w0", "w1"} {
+				ix.SetShareGroupTier(w, kvcache.TierG2, "host")
+				if tc.diskToo {
+					ix.SetShareGroupTier(w, kvcache.TierG3, "host")
+				}
+			}
+			if _, err := ix.Apply("w0", tc.events); err != nil {
+				t.Fatal(err)
+			}
+			got := lookupMap(ix, blockhash.Blocks(a, bs))
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("lookup = %v, want %v", got, tc.want)
+			}
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+			// Leaving the host group leaves the disk group as it was.
+			ix.SetShareGroupTier("w1", kvcache.TierG2, "")
+			if got := len(ix.shares[shareKey{kvcache.TierG2, "host"}]); got != 1 {
+				t.Fatalf("host group has %d members after one left, want 1", got)
+			}
+			if tc.diskToo && len(ix.shares[shareKey{kvcache.TierG3, "host"}]) != 2 {
+				t.Fatal("leaving the host group left the disk group")
+			}
+			ix.RemoveWorker("w0")
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
