@@ -19,6 +19,9 @@ func testRecord(id string) Record {
 		KVEvents:       KVEvents{Endpoint: "tcp://127.0.0.1:5557", Format: "map"},
 		KVLayout:       KVLayout{Model: "tandem-mock", DType: "bf16", BlockSize: 16},
 		CapacityBlocks: 1024, Engine: "mocker", Version: "test",
+		// Every backend carries the shared tiers' names (kube in an
+		// annotation, file and etcd as JSON, mem as the value).
+		KVShare: KVShare{Host: "host-a/1234/host0", Disk: "native:host-a:/var/lib/tandem/kv"},
 	}
 }
 
