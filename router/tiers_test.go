@@ -202,15 +202,16 @@ func TestTTFTCostPricesSharedHost(t *testing.T) {
 			if d.PredictedCachedTokens < len(pre)-tbs {
 				t.Fatalf("predicted cached %d of a %d-token prefix", d.PredictedCachedTokens, len(pre))
 			}
-			// The pool's blocks are w1's in the host index too (a host
-			// copy, not a disk read), and not w0's.
-			got := f.kv.hostIx.Lookup(new(blockhash.Hasher).Append(nil, 0, false, pre, tbs), nil)
-			held := map[string]int{}
+			// The pool's blocks are w1's as host blocks (a host copy, not
+			// a disk read), and w0 holds none there.
+			got := f.kv.events.LookupTiers(new(blockhash.Hasher).Append(nil, 0, false, pre, tbs), nil)
+			host := map[int32]int32{}
 			for _, o := range got {
-				held[o.Worker] = o.Blocks
+				host[o.Tag] = o.Host - o.Pool
 			}
-			if held["w1"] == 0 || held["w2"] == 0 || held["w0"] != 0 {
-				t.Fatalf("host index holds %v", held)
+			slot := func(id string) int32 { return int32(f.kv.workerFor(id).slot) }
+			if host[slot("w1")] == 0 || host[slot("w2")] == 0 || host[slot("w0")] != 0 {
+				t.Fatalf("host blocks by slot %v", host)
 			}
 		})
 	}

@@ -115,20 +115,31 @@ type worker struct {
 // the set of workers on the chain (count, and a sum of per-worker 16-bit
 // mixes), so a lookup can tell in O(1) that block i is held by exactly the
 // workers that held block i-1, the common case for a prefix, and skip the
-// walk. 16 bytes per map slot, like a bare uint32 value would take.
+// walk.
 type hashEntry struct {
 	head uint32
 	n    uint16 // residences; saturated means "unknown, walk"
-	fp   uint16
+	// fp is the workers' 15-bit fingerprint sum (fpMask) and fpLower,
+	// set while a residence on the chain is below the pool (host
+	// memory, disk): LookupTiers skips a chain of pool residences alone
+	// whose workers are the previous chain's, as walk skips any such
+	// chain, without widening the entry.
+	fp uint16
 }
+
+const (
+	fpLower = 1 << 15
+	fpMask  = fpLower - 1
+)
 
 const nSaturated = ^uint16(0)
 
 // bigChain is the residence count from which a hash keeps a worker array.
 const bigChain = 8
 
-// workerFP mixes a slot into 16 bits (a multiplicative hash's top bits).
-func workerFP(slot uint32) uint16 { return uint16((uint64(slot) + 1) * 0x9E3779B97F4A7C15 >> 48) }
+// workerFP mixes a slot into 15 bits (a multiplicative hash's top bits;
+// hashEntry.fp's top bit is fpLower).
+func workerFP(slot uint32) uint16 { return uint16((uint64(slot) + 1) * 0x9E3779B97F4A7C15 >> 49) }
 
 // Index maps Tandem block hashes to the workers holding them. It is safe for
 // concurrent use: lookups share a read lock, event application takes the
@@ -584,7 +595,7 @@ func (ix *Index) applyStored(w, from *worker, ev *event.Event, now uint32, st *A
 		}
 		up := nilNode
 		for _, h := range g {
-			up = ix.insert(w, h, eh, up, now)
+			up = ix.insert(w, h, eh, up, now, tier)
 		}
 		w.engine.put(eh, up)
 		st.Stored += k
@@ -657,7 +668,7 @@ func (ix *Index) Store(workerID string, hashes []uint64) error {
 			ix.refresh(i, now)
 			continue
 		}
-		w.engine.put(h, ix.insert(w, h, h, nilNode, now))
+		w.engine.put(h, ix.insert(w, h, h, nilNode, now, kvcache.TierG1))
 	}
 	ix.pruneLocked()
 	return nil
@@ -751,6 +762,149 @@ func (ix *Index) LookupTags(hashes []uint64, dst []TagOverlap) []TagOverlap {
 			dst = append(dst, TagOverlap{Tag: t, Blocks: int32(sc.blocks(w))})
 		}
 	}
+	ix.putScratch(sc)
+	return dst
+}
+
+// TierOverlap is one worker's answer to LookupTiers: its tag (SetTag), how
+// many leading blocks of the request it holds in any tier (Blocks, as
+// LookupTags answers), and how many of those lead in its pool alone (Pool)
+// and in its pool or host memory (Host): the rest of Blocks is onboarded
+// from host memory (Host − Pool) and from disk (Blocks − Host).
+type TierOverlap struct{ Tag, Blocks, Pool, Host int32 }
+
+// tierState is one worker's run during LookupTiers: the depth at which
+// each of its prefixes ended (-1: still going) and the tiers it holds the
+// current block in.
+type tierState struct {
+	slot               uint32
+	blocks, pool, host int32
+	mask               uint8
+}
+
+// LookupTiers is LookupTags with each worker's answer split by tier (the
+// per-tier residences of a LowerTiers index: each node knows its tier).
+// It walks every residence on the prompt's chains, where Lookup skips
+// chains whose set of workers is unchanged, so it costs more per lookup:
+// callers use it while some worker has lower tiers.
+func (ix *Index) LookupTiers(hashes []uint64, dst []TierOverlap) []TierOverlap {
+	if len(hashes) == 0 {
+		return dst
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	e0, ok := ix.heads.get(hashes[0])
+	if !ok {
+		return dst
+	}
+	sc := ix.getScratch()
+	touch := ix.ttlTicks == 0
+	var now uint32
+	if touch {
+		now = ix.tick()
+	}
+	states := sc.tiers[:0]
+	sc.first = sc.first[:0]
+	// sc.gen[slot] is the worker's position in states plus one.
+	for i := e0.head; i != nilNode; i = ix.nodes.at(i).sibling {
+		n := ix.nodes.at(i)
+		p := sc.gen[n.worker]
+		if p == 0 {
+			states = append(states, tierState{slot: n.worker, blocks: -1, pool: -1, host: -1})
+			p = int32(len(states))
+			sc.gen[n.worker] = p
+			sc.first = append(sc.first, n.worker)
+		}
+		states[p-1].mask |= 1 << *ix.nodes.tierAt(i)
+	}
+	if touch {
+		ix.nodes.at(e0.head).touch(now)
+	}
+	// live lists the states whose run goes on, compacted at every depth,
+	// so a long prompt held by few workers costs those few per block.
+	live := sc.live[:0]
+	for k := range states {
+		live = append(live, int32(k))
+	}
+	end := int32(len(hashes))
+	prev := e0
+	for depth := int32(0); ; depth++ {
+		// Close the runs that block depth ends (its masks are complete).
+		n := 0
+		for _, k := range live {
+			st := &states[k]
+			m := st.mask
+			st.mask = 0
+			if m == 0 {
+				st.blocks = depth
+				if st.pool < 0 {
+					st.pool = depth
+				}
+				if st.host < 0 {
+					st.host = depth
+				}
+				continue
+			}
+			if st.pool < 0 && m&(1<<kvcache.TierG1) == 0 {
+				st.pool = depth
+			}
+			if st.host < 0 && m&(1<<kvcache.TierG1|1<<kvcache.TierG2) == 0 {
+				st.host = depth
+			}
+			live[n] = k
+			n++
+		}
+		live = live[:n]
+		if n == 0 || depth+1 >= int32(len(hashes)) {
+			break
+		}
+		// The next chain that is not the same workers in their pools.
+		var e hashEntry
+		for {
+			depth++
+			var ok bool
+			if e, ok = ix.heads.get(hashes[depth]); !ok {
+				end = depth
+				break
+			}
+			if touch {
+				ix.nodes.at(e.head).touch(now)
+			}
+			if e.n != prev.n || e.fp&fpMask != prev.fp&fpMask || e.n == nSaturated || e.fp&fpLower != 0 || depth+1 >= int32(len(hashes)) {
+				break
+			}
+			// Same workers as the chain before, every residence in
+			// its pool: every live run goes on in every tier.
+		}
+		if end == depth {
+			break
+		}
+		prev = e
+		for i := e.head; i != nilNode; i = ix.nodes.at(i).sibling {
+			n := ix.nodes.at(i)
+			if p := sc.gen[n.worker]; p != 0 && states[p-1].blocks < 0 {
+				states[p-1].mask |= 1 << *ix.nodes.tierAt(i)
+			}
+		}
+		depth-- // the loop's close step is for this depth
+	}
+	sc.live = live
+	for k := range states {
+		st := &states[k]
+		if st.blocks < 0 {
+			st.blocks = end
+		}
+		if st.pool < 0 {
+			st.pool = st.blocks
+		}
+		if st.host < 0 {
+			st.host = st.blocks
+		}
+		if t := ix.tags[st.slot]; t >= 0 {
+			dst = append(dst, TierOverlap{Tag: t, Blocks: st.blocks, Pool: st.pool, Host: st.host})
+		}
+	}
+	sc.tiers = states
 	ix.putScratch(sc)
 	return dst
 }
@@ -870,6 +1024,8 @@ func (ix *Index) putScratch(sc *scratch) {
 
 type scratch struct {
 	gen       []int32 // by worker slot; all zero between lookups
+	tiers     []tierState
+	live      []int32
 	walkDepth []int32
 	first     []uint32 // workers on the first chain
 	g         int32    // the last walk's number
@@ -934,10 +1090,11 @@ func (ix *Index) Stats() Stats {
 
 // --- residences ---
 
-func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
+func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32, tier kvcache.Tier) uint32 {
 	i := ix.nodes.alloc()
 	n := ix.nodes.at(i)
 	*n = node{hash: hash, engine: engine, sibling: nilNode, up: up, worker: w.slot, stamp: now}
+	*ix.nodes.tierAt(i) = uint8(tier)
 	if ix.nodes.live == 1 {
 		ix.oldest = now
 	}
@@ -949,7 +1106,10 @@ func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
 		if e.n != nSaturated {
 			e.n++
 		}
-		e.fp += w.fp
+		e.fp = (e.fp+w.fp)&fpMask | e.fp&fpLower
+		if tier != kvcache.TierG1 {
+			e.fp |= fpLower
+		}
 		ix.heads.put(hash, e)
 		switch {
 		case e.n == bigChain:
@@ -959,7 +1119,11 @@ func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
 			ix.groups[g] = append(ix.groups[g], w.slot)
 		}
 	} else {
-		ix.heads.put(hash, hashEntry{head: i, n: 1, fp: w.fp})
+		e := hashEntry{head: i, n: 1, fp: w.fp}
+		if tier != kvcache.TierG1 {
+			e.fp |= fpLower
+		}
+		ix.heads.put(hash, e)
 	}
 	w.blocks++
 	return i
@@ -1011,7 +1175,12 @@ func (ix *Index) removeNode(i uint32) {
 		}
 	}
 	if e.n != 0 {
-		e.fp -= w.fp
+		e.fp = (e.fp-w.fp)&fpMask | e.fp&fpLower
+		if e.fp&fpLower != 0 && *ix.nodes.tierAt(i) != uint8(kvcache.TierG1) && !ix.chainHasLower(e.head) {
+			// i is off the chain already: the flag goes with the
+			// chain's last residence below the pool.
+			e.fp &^= fpLower
+		}
 		if e.n == nSaturated {
 			e.n = ix.chainLen(e.head)
 		} else {
@@ -1021,6 +1190,17 @@ func (ix *Index) removeNode(i uint32) {
 	}
 	w.blocks--
 	ix.nodes.release(i)
+}
+
+// chainHasLower reports whether a residence of the chain from head is
+// below the pool.
+func (ix *Index) chainHasLower(head uint32) bool {
+	for i := head; i != nilNode; i = ix.nodes.at(i).sibling {
+		if *ix.nodes.tierAt(i) != uint8(kvcache.TierG1) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ix *Index) newGroup(head uint32) uint32 {

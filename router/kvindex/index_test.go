@@ -534,6 +534,7 @@ func (ix *Index) check() error {
 	var err error
 	ix.heads.each(func(h uint64, e hashEntry) {
 		var n, fp uint16
+		lower := false
 		for i := e.head; i != nilNode; i = ix.nodes.at(i).sibling {
 			nd := ix.nodes.at(i)
 			if nd.hash != h && err == nil {
@@ -541,10 +542,16 @@ func (ix *Index) check() error {
 			}
 			inChain++
 			n++
-			fp += ix.workers[nd.worker].fp
+			fp = (fp + ix.workers[nd.worker].fp) & fpMask
+			if *ix.nodes.tierAt(i) != 0 {
+				lower = true
+			}
+		}
+		if lower {
+			fp |= fpLower
 		}
 		if (n != e.n || fp != e.fp) && err == nil {
-			err = fmt.Errorf("entry %x: n=%d fp=%d, chain has n=%d fp=%d", h, e.n, e.fp, n, fp)
+			err = fmt.Errorf("entry %x: n=%d fp=%#x, chain has n=%d fp=%#x", h, e.n, e.fp, n, fp)
 		}
 		g, big := ix.big.get(h)
 		if big != (n >= bigChain) && err == nil {

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
@@ -211,4 +212,128 @@ func TestShareGroupHost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLookupTiers: LookupTiers answers each worker's leading blocks in any
+// tier, in its pool, and in its pool or host memory as a walk of every
+// chain finds them, over random stores and removals of prefixes in every
+// tier by several workers, with and without a host pool shared by two of
+// them. (The separate pool-only and NoDisk indexes it replaces in the
+// router answered less: they dropped a block stored while its parent was
+// in a tier they leave out.)
+func TestLookupTiers(t *testing.T) {
+	media := []string{"GPU", "CPU", "STORAGE"}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			full := mustNew(t, Config{LowerTiers: true})
+			ixs := []*Index{full}
+			workers := []string{"w0", "w1", "w2", "w3"}
+			for k, w := range workers {
+				for _, ix := range ixs {
+					if err := ix.AddWorker(w, bs); err != nil {
+						t.Fatal(err)
+					}
+					ix.SetTag(w, int32(k))
+					if shared && k < 2 {
+						ix.SetShareGroupTier(w, kvcache.TierG2, "pool")
+					}
+				}
+			}
+			prefixes := [][]int32{seqTokens(1, 8), seqTokens(2, 8), append(seqTokens(1, 4)[:4*bs:4*bs], seqTokens(3, 4)...)}
+			hashes := make([][]uint64, len(prefixes))
+			for p, toks := range prefixes {
+				hashes[p] = blockhash.Blocks(toks, bs)
+			}
+			// A worker's engine hash of block i of prefix p (prefix 2
+			// shares prefix 0's first four blocks).
+			eng := func(p int) func(int) uint64 {
+				return func(i int) uint64 {
+					if p == 2 && i < 4 {
+						p = 0
+					}
+					return engineHash(p + 1)(i)
+				}
+			}
+			rng := rand.New(rand.NewPCG(7, 11))
+			for step := range 600 {
+				w := workers[rng.IntN(len(workers))]
+				p := rng.IntN(len(prefixes))
+				medium := media[rng.IntN(len(media))]
+				var ev kvevents.Event
+				if rng.IntN(3) > 0 {
+					from := rng.IntN(8)
+					to := from + 1 + rng.IntN(8-from)
+					ev = stored(prefixes[p], from, to, eng(p), bs)
+				} else {
+					ev = removed(eng(p)(rng.IntN(8)))
+				}
+				ev.Medium = medium
+				for _, ix := range ixs {
+					if _, err := ix.Apply(w, []kvevents.Event{ev}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for q := range prefixes {
+					got := map[int32]TierOverlap{}
+					for _, o := range full.LookupTiers(hashes[q], nil) {
+						got[o.Tag] = o
+					}
+					want := map[int32]TierOverlap{}
+					for k, mask := range []uint8{7, 1, 3} {
+						for tag, n := range leading(full, hashes[q], mask) {
+							w := want[tag]
+							w.Tag = tag
+							switch k {
+							case 0:
+								w.Blocks = n
+							case 1:
+								w.Pool = n
+							case 2:
+								w.Host = n
+							}
+							want[tag] = w
+						}
+					}
+					for tag, w := range want {
+						if w.Blocks == 0 {
+							delete(want, tag)
+						}
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("step %d, prefix %d: LookupTiers %v, a walk of every chain %v", step, q, got, want)
+					}
+				}
+			}
+			if err := full.check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// leading is Lookup the slow way: each worker's run of leading blocks with
+// a residence in one of the tiers of mask on every chain, by tag.
+func leading(ix *Index, hashes []uint64, mask uint8) map[int32]int32 {
+	out := map[int32]int32{}
+	alive := map[uint32]bool{}
+	for d, h := range hashes {
+		e, ok := ix.heads.get(h)
+		on := map[uint32]bool{}
+		for i := e.head; ok && i != nilNode; i = ix.nodes.at(i).sibling {
+			if mask&(1<<*ix.nodes.tierAt(i)) != 0 {
+				on[ix.nodes.at(i).worker] = true
+			}
+		}
+		if d == 0 {
+			alive = on
+		}
+		for w := range alive {
+			if !on[w] {
+				delete(alive, w)
+				continue
+			}
+			out[ix.tags[w]] = int32(d + 1)
+		}
+	}
+	return out
 }
