@@ -137,9 +137,18 @@ const nSaturated = ^uint16(0)
 // bigChain is the residence count from which a hash keeps a worker array.
 const bigChain = 8
 
-// workerFP mixes a slot into 15 bits (a multiplicative hash's top bits;
-// hashEntry.fp's top bit is fpLower).
-func workerFP(slot uint32) uint16 { return uint16((uint64(slot) + 1) * 0x9E3779B97F4A7C15 >> 49) }
+// workerFP mixes a slot into 15 bits (hashEntry.fp's top bit is
+// fpLower). The mix is not linear: a multiplicative hash's top bits are
+// nearly so, and slot pairs with equal sums ({0, 3} and {1, 2}) then had
+// equal fingerprint sums, which made a walk skip a chain held by other
+// workers than the chain before.
+func workerFP(slot uint32) uint16 {
+	// splitmix64's finalizer: every output bit depends on every input bit.
+	z := uint64(slot) + 1
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return uint16((z ^ z>>31) >> 49)
+}
 
 // Index maps Tandem block hashes to the workers holding them. It is safe for
 // concurrent use: lookups share a read lock, event application takes the
