@@ -712,7 +712,7 @@ type workerHealth struct {
 	// disk), when it has lower ones.
 	KVTiers []tierHealth `json:"kv_tiers,omitempty"`
 	// KVSharedOnboardedBlocks counts the blocks it onboarded from other
-	// workers' copies on a shared disk tier.
+	// workers' copies in a shared tier (a host's memory pool or disk).
 	KVSharedOnboardedBlocks uint64 `json:"kv_shared_onboarded_blocks,omitempty"`
 }
 

@@ -103,6 +103,23 @@ type TierConfig struct {
 	// miss is onboarded from it when it holds the block, so a prefix one
 	// worker computed is copied, not recomputed, by another.
 	Shared SharedTier
+	// SharedHost, if set, is a host-memory pool the workers of a host
+	// share (a shared-memory segment several workers read): the cache
+	// records its G2 blocks there, and a block its own tiers miss that
+	// the pool holds is onboarded from it over the host link, as a G2
+	// block. Each worker's part stays bounded by HostBytes.
+	SharedHost SharedHostRecorder
+}
+
+// SharedHostRecorder is SharedRecorder for a shared host-memory tier: the
+// cache reports each block entering and leaving its own G2; the answers
+// say whether the pool's content changed (first copy in, last copy out),
+// and only those changes are published as G2 events (a router applies
+// them to every worker of the pool, kvindex.Index.SetShareGroupTier).
+type SharedHostRecorder interface {
+	SharedTier
+	StoredG2(h BlockHash) (first bool)
+	RemovedG2(h BlockHash) (last bool)
 }
 
 // SharedTier answers whether another worker's copy of a block is there to
@@ -141,6 +158,43 @@ func (t *tiers) noteG3(h BlockHash, in bool) bool {
 	return r.RemovedG3(h)
 }
 
+// noteG2 is noteG3 for the shared host pool: whether h entering (in) or
+// leaving G2 is to be published.
+func (t *tiers) noteG2(h BlockHash, in bool) bool {
+	r := t.cfg.SharedHost
+	if r == nil {
+		return true
+	}
+	if in {
+		return r.StoredG2(h)
+	}
+	return r.RemovedG2(h)
+}
+
+// note tells tier dst's shared pool, if any, that h entered (in) or left
+// it, and reports whether to publish the change.
+func (t *tiers) note(dst Tier, h BlockHash, in bool) bool {
+	switch dst {
+	case TierG2:
+		return t.noteG2(h, in)
+	case TierG3:
+		return t.noteG3(h, in)
+	}
+	return true
+}
+
+// sharedHas reports whether a shared pool holds h and which: the host
+// pool first (the faster copy), then the disk.
+func (t *tiers) sharedHas(h BlockHash) (Tier, bool) {
+	if t.cfg.SharedHost != nil && t.cfg.SharedHost.Has(h) {
+		return TierG2, true
+	}
+	if t.cfg.Shared != nil && t.cfg.Shared.Has(h) {
+		return TierG3, true
+	}
+	return TierG1, false
+}
+
 // PayloadStore moves real K/V bytes between the pool and the lower tiers.
 // The cache calls it from its owner goroutine; an implementation that does
 // slow work (a disk write) queues it rather than doing it in the call.
@@ -167,7 +221,7 @@ type TierStats struct {
 	OffloadErr uint64           // offloads refused by the payload store
 	LoadErr    uint64           // onboards whose copy could not be read back (recomputed)
 	// SharedOnboarded counts blocks onboarded from another worker's copy
-	// in the shared tier (also counted in Onboarded[TierG3]).
+	// in a shared tier (also counted in Onboarded of its tier).
 	SharedOnboarded uint64
 }
 
@@ -232,6 +286,9 @@ func newTiers(cfg TierConfig) (*tiers, error) {
 	if cfg.BlockBytes <= 0 {
 		return nil, fmt.Errorf("kvcache: tiers need the block's size in bytes")
 	}
+	if cfg.SharedHost != nil && cfg.HostBytes < cfg.BlockBytes {
+		return nil, fmt.Errorf("kvcache: a shared host tier needs a host tier of at least one block (%d bytes)", cfg.BlockBytes)
+	}
 	t := &tiers{cfg: cfg, m: make(map[uint64]*tierEntry)}
 	t.lru[TierG2].cap = int(min(cfg.HostBytes/cfg.BlockBytes, 1<<31-1))
 	t.lru[TierG3].cap = int(min(cfg.DiskBytes/cfg.BlockBytes, 1<<31-1))
@@ -290,7 +347,7 @@ func (c *Cache) offload(b BlockID) {
 	t.m[m.hash.Uint64()] = e
 	t.lru[dst].push(e)
 	t.stats.Offloaded[dst]++
-	publish := dst != TierG3 || t.noteG3(e.hash, true)
+	publish := t.note(dst, e.hash, true)
 	if s := c.tierSink(); s != nil && publish {
 		t.one[0] = e.hash
 		s.TierStored(dst, e.parent, t.one[:], e.tokens)
@@ -307,9 +364,9 @@ func (t *tiers) makeRoom(c *Cache, dst Tier) {
 	e := l.head
 	l.remove(e)
 	sink := c.tierSink()
-	// Out of G3 is out of the shared tier too (noteG3); out of G2 is
-	// always published.
-	if publish := dst != TierG3 || t.noteG3(e.hash, false); sink != nil && publish {
+	// Out of a shared tier's part is out of the shared tier when it was
+	// the last copy (note).
+	if publish := t.note(dst, e.hash, false); sink != nil && publish {
 		t.one[0] = e.hash
 		sink.TierRemoved(dst, t.one[:])
 	}
@@ -337,7 +394,7 @@ func (c *Cache) dropEntry(e *tierEntry) {
 	t := c.tiers
 	t.lru[e.tier].remove(e)
 	delete(t.m, e.hash.Uint64())
-	publish := e.tier != TierG3 || t.noteG3(e.hash, false)
+	publish := t.note(e.tier, e.hash, false)
 	if s := c.tierSink(); s != nil && publish {
 		t.one[0] = e.hash
 		s.TierRemoved(e.tier, t.one[:])
@@ -379,12 +436,11 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill fu
 	full := len(tokens) / c.bs
 	start := len(s.blocks)
 	n := 0
-	shared := c.tiers.cfg.Shared
 	for i := start; i < full; i++ {
 		c.hashUpTo(s, tokens, i+1)
 		e := c.tiers.lookup(s.hashes[i])
 		if e == nil {
-			if shared == nil || !shared.Has(s.hashes[i]) {
+			if _, ok := c.tiers.sharedHas(s.hashes[i]); !ok {
 				break
 			}
 			n++
@@ -404,10 +460,12 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill fu
 	}
 	for i := start; i < start+n; i++ {
 		e := c.tiers.lookup(s.hashes[i])
-		o := Onboard{Index: i, Block: s.blocks[i], Hash: s.hashes[i], From: TierG3, Shared: true}
+		o := Onboard{Index: i, Block: s.blocks[i], Hash: s.hashes[i]}
 		if e != nil {
-			o.From, o.Shared = e.tier, false
-		} else if shared == nil || !shared.Has(s.hashes[i]) {
+			o.From = e.tier
+		} else if from, ok := c.tiers.sharedHas(s.hashes[i]); ok {
+			o.From, o.Shared = from, true
+		} else {
 			// Pushed out of its tier by this very allocation's offloads
 			// (a tier smaller than the prefix): the rest is recomputed.
 			break
@@ -437,7 +495,7 @@ func (c *Cache) AcquireTiers(s *Seq, tokens []tokenid.ID, dst []Onboard, fill fu
 
 // MatchTiers is Match for every tier: how many leading tokens the pool
 // holds, then how many of the tokens right after them G2 and G3 hold (a run
-// of blocks, each in either; a shared tier's blocks count as G3, as
+// of blocks, each in either; a shared pool's blocks count as its tier, as
 // AcquireTiers onboards them). It hashes tokens on every call.
 func (c *Cache) MatchTiers(tokens []tokenid.ID) (g1 int, lower [NumTiers]int) {
 	if c.noPrefix {
@@ -452,12 +510,11 @@ func (c *Cache) MatchTiers(tokens []tokenid.ID) (g1 int, lower [NumTiers]int) {
 				break
 			}
 			e := c.tiers.lookup(h)
-			switch {
-			case e != nil:
+			if e != nil {
 				lower[e.tier] += c.bs
-			case c.tiers.cfg.Shared != nil && c.tiers.cfg.Shared.Has(h):
-				lower[TierG3] += c.bs
-			default:
+			} else if from, ok := c.tiers.sharedHas(h); ok {
+				lower[from] += c.bs
+			} else {
 				return g1, lower
 			}
 		} else if lower[TierG2]+lower[TierG3] == 0 {

@@ -251,3 +251,98 @@ func TestTiersSharedEvents(t *testing.T) {
 		t.Fatalf("%d G3 stores published for %d offloads: copies of one block were published twice", stored, own)
 	}
 }
+
+// hostRecorder is a SharedHostRecorder that counts copies per block.
+type hostRecorder struct{ refs map[BlockHash]int }
+
+func (r *hostRecorder) Has(h BlockHash) bool       { return r.refs[h] > 0 }
+func (r *hostRecorder) StoredG2(h BlockHash) bool  { r.refs[h]++; return r.refs[h] == 1 }
+func (r *hostRecorder) RemovedG2(h BlockHash) bool { r.refs[h]--; return r.refs[h] == 0 }
+
+// TestTiersSharedHost: a shared host pool holds the union of the caches'
+// G2 blocks; a second cache matches a prefix only the first computed as
+// G2 (not G3) and onboards it from the pool, marked shared; G2 events over
+// both sinks net to the pool's content (first copy in, last copy out);
+// with a shared disk too, the host copy is preferred.
+func TestTiersSharedHost(t *testing.T) {
+	const bs = 4
+	tests := []struct {
+		name     string
+		disk     bool  // a shared disk beside the host pool
+		pushOut  int   // prompts pushed through cache 0 after a
+		wantFrom Tier  // where the second cache finds a
+		wantHit  int   // tokens of a it onboards
+		host     int64 // host tier in blocks
+	}{
+		{"in host", false, 1, TierG2, 2 * bs, 4},
+		{"in host, disk beside", true, 1, TierG2, 2 * bs, 4},
+		{"spilled to the shared disk", true, 2, TierG3, 2 * bs, 2},
+		{"out of both", false, 4, TierG1, 0, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			host := &hostRecorder{refs: map[BlockHash]int{}}
+			tc2 := TierConfig{BlockBytes: 100, HostBytes: tc.host * 100, SharedHost: host}
+			if tc.disk {
+				tc2.DiskBytes, tc2.Shared = 2*100, &recorder{refs: map[BlockHash]int{}}
+			}
+			sinks := []*tierSink{{}, {}}
+			var caches []*Cache
+			for _, s := range sinks {
+				c, err := New(Config{NumBlocks: 3, BlockSize: bs, Sink: s, Tiers: tc2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				caches = append(caches, c)
+			}
+			a := seqTokens(1000, 2*bs+1)
+			fill(t, caches[0], a)
+			for i := range tc.pushOut {
+				fill(t, caches[0], seqTokens(2000+1000*i, 2*bs+1))
+			}
+			_, lower := caches[1].MatchTiers(a[:len(a)-1])
+			if tc.wantHit > 0 && lower[tc.wantFrom] != tc.wantHit {
+				t.Fatalf("second cache matches %v, want %d in %v", lower, tc.wantHit, tc.wantFrom)
+			}
+			hit, ob := fill(t, caches[1], a)
+			if hit != tc.wantHit {
+				t.Fatalf("second cache hit %d, want %d", hit, tc.wantHit)
+			}
+			for _, o := range ob {
+				if !o.Shared || o.From != tc.wantFrom {
+					t.Fatalf("onboard %+v, want shared from %v", o, tc.wantFrom)
+				}
+			}
+			// Both caches churn; the G2 events over both sinks net to the
+			// pool's content.
+			for _, c := range caches {
+				for i := range 3 {
+					fill(t, c, seqTokens(9000+1000*i, 2*bs+1))
+				}
+			}
+			held := 0
+			for _, n := range host.refs {
+				if n < 0 {
+					t.Fatalf("pool counts %v", host.refs)
+				}
+				held += min(n, 1)
+			}
+			stored := sinks[0].count("stored CPU") + sinks[1].count("stored CPU")
+			removed := sinks[0].count("removed CPU") + sinks[1].count("removed CPU")
+			if stored-removed != held {
+				t.Fatalf("G2 events net to %d blocks (%d stored, %d removed), the pool holds %d", stored-removed, stored, removed, held)
+			}
+			own := caches[0].TierStats().Blocks[TierG2] + caches[1].TierStats().Blocks[TierG2]
+			sum := 0
+			for _, n := range host.refs {
+				sum += n
+			}
+			if sum != own {
+				t.Fatalf("pool counts %d copies, the caches' G2 hold %d", sum, own)
+			}
+		})
+	}
+	if _, err := New(Config{NumBlocks: 2, BlockSize: bs, Tiers: TierConfig{BlockBytes: 100, DiskBytes: 200, SharedHost: &hostRecorder{}}}); err == nil {
+		t.Fatal("a shared host pool without a host tier was accepted")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemllm/tandem/health"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/planes/kvevents/event"
 	"github.com/tandemllm/tandem/router/accuracy"
 	"github.com/tandemllm/tandem/router/kvindex"
@@ -227,23 +228,21 @@ func (c KVConfig) withDefaults() (KVConfig, error) {
 // Observer; the lead wires workers in and out with AddWorker and
 // RemoveWorker.
 type KV struct {
-	cfg    KVConfig
-	name   string
-	cost   cost
-	events *kvindex.Index // nil in kv-approx
-	// poolIx is the events' pool (GPU) blocks alone: events holds every
-	// tier, and the difference of their answers is what a worker must
-	// onboard from host memory or disk. nil in kv-approx.
-	poolIx *kvindex.Index
-	// hostIx is the events' pool and host-memory blocks: events' answer
-	// less its answer is what a worker must read from disk (its own, or
-	// a disk it shares with other workers). nil in kv-approx.
-	hostIx *kvindex.Index
-	approx *kvindex.Index
-	active *activeTracker
-	met    *kvMetrics
-	log    *slog.Logger
-	board  *health.Board
+	cfg  KVConfig
+	name string
+	cost cost
+	// events holds every tier's residences, each node with its tier
+	// (kvindex.Index.LookupTiers splits a worker's hit into pool, host
+	// and disk blocks). nil in kv-approx.
+	events *kvindex.Index
+	// anyTiered: some worker has published a block below its pool (or
+	// shares a lower tier), so decisions split hits by tier.
+	anyTiered atomic.Bool
+	approx    *kvindex.Index
+	active    *activeTracker
+	met       *kvMetrics
+	log       *slog.Logger
+	board     *health.Board
 
 	mu      sync.RWMutex
 	workers map[string]*kvWorker
@@ -335,15 +334,6 @@ func newKV(ctx context.Context, cfg KVConfig, events bool) (_ *KV, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("router: event index: %w", err)
 		}
-		k.poolIx, err = kvindex.New(kvindex.Config{Name: "events_pool", BlockSize: cfg.BlockSize, MaxBlocks: cfg.IndexMaxBlocks, Now: cfg.Now})
-		if err != nil {
-			return nil, fmt.Errorf("router: event index: %w", err)
-		}
-		k.hostIx, err = kvindex.New(kvindex.Config{Name: "events_host", BlockSize: cfg.BlockSize, MaxBlocks: cfg.IndexMaxBlocks, Now: cfg.Now,
-			LowerTiers: true, NoDisk: true})
-		if err != nil {
-			return nil, fmt.Errorf("router: event index: %w", err)
-		}
 	}
 	k.active = newActiveTracker()
 	if k.met, err = newKVMetrics(cfg.Registerer, k.name); err != nil {
@@ -417,12 +407,6 @@ func (k *KV) AddWorker(id, endpoint, replayEndpoint string, blockSize int) error
 	}
 	err := k.events.AddWorker(id, blockSize)
 	k.events.SetTag(id, int32(w.slot))
-	if k.poolIx.AddWorker(id, blockSize) == nil {
-		k.poolIx.SetTag(id, int32(w.slot))
-	}
-	if k.hostIx.AddWorker(id, blockSize) == nil {
-		k.hostIx.SetTag(id, int32(w.slot))
-	}
 	k.mu.RLock()
 	tw, ok := k.timings[id]
 	k.mu.RUnlock()
@@ -485,8 +469,6 @@ func (k *KV) RemoveWorker(id string) {
 	}
 	if k.events != nil {
 		k.events.RemoveWorker(id)
-		k.poolIx.RemoveWorker(id)
-		k.hostIx.RemoveWorker(id)
 	}
 	k.approx.RemoveWorker(id)
 	// Only now may the slot go to another worker: until the indexes have
@@ -534,29 +516,54 @@ type SharedTierEngine interface {
 	KVSharedTier() string
 }
 
-// setShare tells the event index which shared tier the worker's disk
-// blocks are (kvindex.Index.SetShareGroup).
+// SharedHostEngine is an engine whose host-memory tier is shared with
+// other workers of its host (engine/mocker's --kv-offload-host-shared):
+// its KV events' host blocks are the shared pool's.
+type SharedHostEngine interface {
+	KVSharedHost() string
+}
+
+// setShare tells the event indexes which shared tiers the worker's host
+// and disk blocks are, from its engine in this process.
 func (k *KV) setShare(id string, src any) {
+	var host, disk string
+	s, okDisk := src.(SharedTierEngine)
+	if okDisk {
+		disk = s.KVSharedTier()
+	}
+	h, okHost := src.(SharedHostEngine)
+	if okHost {
+		host = h.KVSharedHost()
+	}
+	if okDisk || okHost {
+		k.SetShareGroups(id, host, disk)
+	}
+}
+
+// SetShareGroups tells the event indexes that the worker's host-memory
+// tier is the shared pool named host and its disk tier the shared disk
+// named disk ("": its own), so a group member's events for a shared tier
+// count for every member (kvindex.Index.SetShareGroupTier). An engine in
+// this process says so itself (SharedTierEngine, SharedHostEngine); a
+// worker in another process says so in its discovery record.
+func (k *KV) SetShareGroups(id, host, disk string) {
 	if k.events == nil {
 		return
 	}
-	s, ok := src.(SharedTierEngine)
-	if !ok {
-		return
-	}
-	g := s.KVSharedTier()
-	k.events.SetShareGroup(id, g)
-	if g == "" {
+	k.events.SetShareGroupTier(id, kvcache.TierG2, host)
+	k.events.SetShareGroupTier(id, kvcache.TierG3, disk)
+	if host == "" && disk == "" {
 		return
 	}
 	k.mu.RLock()
 	w := k.workers[id]
 	k.mu.RUnlock()
 	if w != nil {
-		// Its disk tier fills from the other workers' streams too: its
-		// pool-only and host indexes are kept from the start, so a hit
-		// it holds only there is priced as the read it is.
+		// Its shared tiers fill from the other workers' streams too: its
+		// hits are split by tier from the start, so a hit it holds only
+		// there is priced as the copy it is.
 		w.tiered.Store(true)
+		k.anyTiered.Store(true)
 	}
 }
 
@@ -604,10 +611,6 @@ func (k *KV) workerFor(id string) *kvWorker {
 			// and lookups are consistent; no stream will come.
 			_ = k.events.AddWorker(id, 0)
 			k.events.SetTag(id, int32(w.slot))
-			_ = k.poolIx.AddWorker(id, 0)
-			k.poolIx.SetTag(id, int32(w.slot))
-			_ = k.hostIx.AddWorker(id, 0)
-			k.hostIx.SetTag(id, int32(w.slot))
 		}
 	}
 	return w

@@ -175,15 +175,12 @@ func (w *kvWorker) HandleBatch(seq uint64, b *event.Batch) {
 		return
 	}
 	st, err := k.events.Apply(w.id, b.Events)
-	if err == nil && (w.tiered.Load() || hasLowerTier(b.Events)) {
-		// The pool-only index is kept from a worker's first offload on:
-		// until then its pool is all it holds (and the index's work is
-		// not doubled for workers without tiers). Blocks stored before
-		// that are missing from it, so they are priced as an onboard
-		// until they are stored again: a cost too high, never too low.
+	if err == nil && !w.tiered.Load() && hasLowerTier(b.Events) {
+		// From a worker's first offload on, its hits are split by tier
+		// (until then its pool is all it holds, and decisions take the
+		// cheaper lookup while no worker has tiers).
 		w.tiered.Store(true)
-		_, _ = k.poolIx.Apply(w.id, b.Events)
-		_, _ = k.hostIx.Apply(w.id, b.Events)
+		k.anyTiered.Store(true)
 	}
 	if err != nil {
 		k.log.Debug("KV events for a worker the index does not know", "worker", w.id, "err", err)
@@ -267,7 +264,6 @@ func (w *kvWorker) HandleState(st event.StreamStatus) {
 		// let new events rebuild it, routing with the approximate records
 		// meanwhile.
 		k.events.ClearWorker(w.id)
-		k.poolIx.ClearWorker(w.id)
 		w.mu.Lock()
 		until := w.rebuildLocked()
 		w.recomputeLocked()
@@ -280,7 +276,6 @@ func (w *kvWorker) HandleState(st event.StreamStatus) {
 		// A restarted engine has an empty cache: forget what it held and
 		// where we sent requests before.
 		k.events.ClearWorker(w.id)
-		k.poolIx.ClearWorker(w.id)
 		k.approx.ClearWorker(w.id)
 		k.log.Warn("KV event publisher restarted; cleared the worker's index", "worker", w.id)
 		return

@@ -57,6 +57,7 @@ type pickScratch struct {
 	hasher      blockhash.Hasher
 	hashes      []uint64
 	ov          []kvindex.TagOverlap
+	tov         []kvindex.TierOverlap
 	evOv, apOv  []int32
 	poolOv      []int32
 	hostOv      []int32
@@ -172,13 +173,19 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	k.maybeExpire(now)
 	if k.cfg.OverlapWeight > 0 && len(hashes) > 0 {
 		if k.events != nil {
-			sc.ov = k.events.LookupTags(hashes, sc.ov[:0])
-			sc.fill(sc.ov, sc.evOv)
-			if k.poolIx.Len() > 0 {
-				sc.ov = k.poolIx.LookupTags(hashes, sc.ov[:0])
-				sc.fill(sc.ov, sc.poolOv)
-				sc.ov = k.hostIx.LookupTags(hashes, sc.ov[:0])
-				sc.fill(sc.ov, sc.hostOv)
+			if k.anyTiered.Load() {
+				// One walk answers every tier's run: what a worker holds
+				// in its pool, in its pool or host memory, and anywhere.
+				sc.tov = k.events.LookupTiers(hashes, sc.tov[:0])
+				for _, o := range sc.tov {
+					if s := o.Tag; s >= 0 && int(s) < len(sc.evOv) {
+						sc.touch(s)
+						sc.evOv[s], sc.poolOv[s], sc.hostOv[s] = o.Blocks, o.Pool, o.Host
+					}
+				}
+			} else {
+				sc.ov = k.events.LookupTags(hashes, sc.ov[:0])
+				sc.fill(sc.ov, sc.evOv)
 			}
 		}
 		sc.ov = k.approx.LookupTags(hashes, sc.ov[:0])

@@ -19,6 +19,9 @@ func testRecord(id string) Record {
 		KVEvents:       KVEvents{Endpoint: "tcp://127.0.0.1:5557", Format: "map"},
 		KVLayout:       KVLayout{Model: "tandem-mock", DType: "bf16", BlockSize: 16},
 		CapacityBlocks: 1024, Engine: "mocker", Version: "test",
+		// Every backend carries the shared tiers' names (file and etcd
+		// as JSON, mem as the value; kube's annotation in its own test).
+		KVShare: KVShare{Host: "host-a/1234/host0", Disk: "native:host-a:/var/lib/tandem/kv"},
 	}
 }
 
@@ -164,6 +167,9 @@ func TestRegistryContract(t *testing.T) {
 			w.waitFor(5*time.Second, "initial sync", func() bool { return w.synced && len(w.live) == 1 })
 			if w.events[0].Type != EventPut || w.events[1].Type != EventSynced {
 				t.Fatalf("want Put then Synced first, got %v", w.events)
+			}
+			if got := w.events[0].Record; got != testRecord("w-before") {
+				t.Fatalf("record read back %+v, want %+v", got, testRecord("w-before"))
 			}
 
 			l1, err := wreg.Register(ctx, testRecord("w1"))

@@ -28,7 +28,23 @@ func RecordOf(id string, eng engine.Engine, model *tokenizer.Model, eventsFormat
 	if rec.KVEvents.Endpoint != "" {
 		rec.KVEvents.Format = eventsFormat
 	}
+	rec.KVShare = ShareOf(eng)
 	return rec
+}
+
+// ShareOf names the lower KV tiers eng shares with other workers of its
+// host: its KVSharedHost (a shared host-memory pool: engine/mocker's
+// --kv-offload-host-shared) and KVSharedTier (a shared disk:
+// --kv-offload-disk-shared), when it has them.
+func ShareOf(eng engine.Engine) KVShare {
+	var s KVShare
+	if e, ok := eng.(interface{ KVSharedHost() string }); ok {
+		s.Host = e.KVSharedHost()
+	}
+	if e, ok := eng.(interface{ KVSharedTier() string }); ok {
+		s.Disk = e.KVSharedTier()
+	}
+	return s
 }
 
 // LayoutOf describes eng's KV cache as far as the engine can tell

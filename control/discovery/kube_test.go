@@ -172,6 +172,9 @@ func TestKubeWatch(t *testing.T) {
 		})
 	}
 	expect("w1 only (w2 not ready, w3 unregistered)", "w1")
+	if got := w.live["w1"]; got != r1 {
+		t.Fatalf("record from the pod annotation %+v, want %+v (kv_share included)", got, r1)
+	}
 
 	f.slice(map[string]bool{"w1": true, "w2": true, "w3": true})
 	expect("w2 ready", "w1", "w2")

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Role is what a worker does in a (possibly disaggregated) deployment.
@@ -163,6 +165,39 @@ type Record struct {
 	Engine string `json:"engine"`
 	// Version is the worker's Tandem version.
 	Version string `json:"version"`
+	// KVShare names the lower KV tiers the worker shares with other
+	// workers of its host; zero: none.
+	KVShare KVShare `json:"kv_share,omitzero"`
+}
+
+// KVShare names a worker's shared KV tiers (a host-memory pool, a disk
+// directory several workers read): workers whose records name the same
+// tier are one share group, and a router counts a block one of them
+// publishes in that tier (a KV event with its medium) as every member's,
+// since each can onboard it. "" is a tier of the worker's own.
+type KVShare struct {
+	// Host is the shared host-memory pool's name (medium CPU).
+	Host string `json:"host,omitempty"`
+	// Disk is the shared disk tier's name (medium STORAGE or DISK), e.g.
+	// the native engine's "native:HOST:DIR".
+	Disk string `json:"disk,omitempty"`
+}
+
+// maxShareName bounds a shared tier's name in a record.
+const maxShareName = 1024
+
+// validShareName reports whether s may name a shared tier: at most
+// maxShareName bytes of printable UTF-8.
+func validShareName(s string) bool {
+	if len(s) > maxShareName || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // idRE keeps ids usable as file names, etcd key segments, metric labels and
@@ -192,6 +227,8 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: %s: KV transfer address %q is not host:port", ErrInvalidRecord, r.ID, r.KVTransfer.Addr)
 	case r.CapacityBlocks < 0 || r.KVLayout.BlockSize < 0 || r.ContextLength < 0 || r.KVTransfer.BlockBytes < 0:
 		return fmt.Errorf("%w: %s: negative size", ErrInvalidRecord, r.ID)
+	case !validShareName(r.KVShare.Host) || !validShareName(r.KVShare.Disk):
+		return fmt.Errorf("%w: %s: shared KV tier name not printable or over %d bytes", ErrInvalidRecord, r.ID, maxShareName)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package discovery
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +26,10 @@ func TestRecordValidate(t *testing.T) {
 		{"decode with transfer address", func(r *Record) { r.Role, r.KVTransfer = RoleDecode, KVTransfer{Addr: "h:7", BlockBytes: 1 << 20} }, true},
 		{"transfer address without port", func(r *Record) { r.KVTransfer.Addr = "h" }, false},
 		{"negative block bytes", func(r *Record) { r.KVTransfer.BlockBytes = -1 }, false},
+		{"no shared tiers", func(r *Record) { r.KVShare = KVShare{} }, true},
+		{"shared tier name with a newline", func(r *Record) { r.KVShare.Host = "a\nb" }, false},
+		{"shared disk name too long", func(r *Record) { r.KVShare.Disk = strings.Repeat("d", maxShareName+1) }, false},
+		{"shared disk name not UTF-8", func(r *Record) { r.KVShare.Disk = "\xff" }, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -52,6 +57,13 @@ func TestRecordRoundTrip(t *testing.T) {
 	got, err := UnmarshalRecord(b)
 	if err != nil || got != r {
 		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	if !strings.Contains(string(b), `"kv_share":{"host":"host-a/1234/host0","disk":"native:host-a:/var/lib/tandem/kv"}`) {
+		t.Fatalf("record JSON %s does not carry kv_share", b)
+	}
+	r.KVShare = KVShare{}
+	if b, err := r.Marshal(); err != nil || strings.Contains(string(b), "kv_share") {
+		t.Fatalf("a record without shared tiers writes %s, %v", b, err)
 	}
 	// A record from an older worker without a role is aggregated; unknown
 	// fields from a newer one are ignored.

@@ -79,11 +79,15 @@ type tierFlags struct {
 	host, disk string // sizes: bytes, or with a KB/MB/GB/TB or KiB/MiB/GiB/TiB suffix
 	diskDir    string
 	diskShared bool
+	// hostShared: the mocker's host tier is one simulated pool per group
+	// of workers (--kv-offload-host-shared).
+	hostShared bool
 	// sharedWorkers is how many consecutive in-process mocker workers
-	// share one simulated disk (0: all of them).
+	// share one simulated disk or host pool (0: all of them).
 	sharedWorkers int
 	sharedMu      sync.Mutex
 	sharedDisks   map[int]*mocker.SharedDisk
+	sharedHosts   map[int]*mocker.SharedHost
 	hostBW        float64
 	diskBW        float64
 	hostLat       time.Duration
@@ -133,6 +137,9 @@ func (t *tierFlags) mockerTiers() (mocker.TierConfig, error) {
 	if t.diskShared && disk == 0 {
 		return mocker.TierConfig{}, errors.New("--kv-offload-disk-shared needs a disk tier (--kv-offload-disk-bytes)")
 	}
+	if t.hostShared && host == 0 {
+		return mocker.TierConfig{}, errors.New("--kv-offload-host-shared needs a host tier (--kv-offload-host-bytes)")
+	}
 	return mocker.TierConfig{HostBytes: host, DiskBytes: disk, HostBandwidth: t.hostBW, DiskBandwidth: t.diskBW,
 		HostLatency: t.hostLat, DiskLatency: t.diskLat}, nil
 }
@@ -154,7 +161,8 @@ func (e *Config) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.tiers.disk, "kv-offload-disk-bytes", "0", "KV offload: disk tier (G3) size, e.g. 500GB: blocks evicted from the host tier (or the pool, without one) go there (0: off)")
 	f.StringVar(&e.tiers.diskDir, "kv-offload-disk-dir", "", "KV offload: directory under which the native engine writes the disk tier's files (one fresh subdirectory per worker, removed at exit; default: the system's temporary directory); the mocker only models the disk's time")
 	f.BoolVar(&e.tiers.diskShared, "kv-offload-disk-shared", false, "KV offload: the disk tier is one the workers of the host share: each writes its evicted blocks there and onboards the others', so a prefix computed by one worker is copied, not recomputed, by another (native: --kv-offload-disk-dir is that directory; mocker: one simulated disk per --kv-offload-shared-workers workers, whose reads queue on it, and whose blocks the router counts as every sharing worker's)")
-	f.IntVar(&e.tiers.sharedWorkers, "kv-offload-shared-workers", 0, "KV offload (mocker, with --kv-offload-disk-shared): how many consecutive in-process workers share one simulated disk, e.g. 8 for an 8-GPU host (0: all)")
+	f.BoolVar(&e.tiers.hostShared, "kv-offload-host-shared", false, "KV offload (mocker): the host-memory tier is one pool the workers of the host share (a shared-memory segment): each keeps its evicted blocks there, bounded by --kv-offload-host-bytes, and onboards the others' over its own host link; one pool per --kv-offload-shared-workers workers, whose blocks the router counts as every sharing worker's")
+	f.IntVar(&e.tiers.sharedWorkers, "kv-offload-shared-workers", 0, "KV offload (mocker, with --kv-offload-disk-shared or --kv-offload-host-shared): how many consecutive in-process workers share one simulated disk and host pool, e.g. 8 for an 8-GPU host (0: all)")
 	f.Float64Var(&e.tiers.hostBW, "kv-offload-host-bandwidth", mocker.DefaultHostBandwidth, "mocker: simulated host↔GPU copy bandwidth, bytes/s (PCIe 5.0 x16 class)")
 	f.Float64Var(&e.tiers.diskBW, "kv-offload-disk-bandwidth", mocker.DefaultDiskBandwidth, "mocker: simulated disk read bandwidth, bytes/s (NVMe class)")
 	f.DurationVar(&e.tiers.hostLat, "kv-offload-host-latency", mocker.DefaultHostLatency, "mocker: simulated latency of one host↔GPU copy")
@@ -211,6 +219,9 @@ func (e *Config) Build(log *slog.Logger) (*tokenizer.Model, Factory, error) {
 		tiers, err := e.tiers.mockerTiers() // the sizes; the links are real here
 		if err != nil {
 			return nil, nil, err
+		}
+		if e.tiers.hostShared {
+			return nil, nil, errors.New("--kv-offload-host-shared is the mocker's (the native engine shares its disk tier: --kv-offload-disk-shared)")
 		}
 		return model, func(i int) (engine.Engine, error) {
 			ev, err := e.eventsFor(events, i)
@@ -332,9 +343,33 @@ func (t *tierFlags) sharedDisk(i int) *mocker.SharedDisk {
 	return d
 }
 
+// sharedHost is worker i's simulated shared host pool
+// (--kv-offload-host-shared), grouped as sharedDisk groups disks.
+func (t *tierFlags) sharedHost(i int) *mocker.SharedHost {
+	g := 0
+	if t.sharedWorkers > 0 {
+		g = i / t.sharedWorkers
+	}
+	t.sharedMu.Lock()
+	defer t.sharedMu.Unlock()
+	if t.sharedHosts == nil {
+		t.sharedHosts = map[int]*mocker.SharedHost{}
+	}
+	p := t.sharedHosts[g]
+	if p == nil {
+		host, _ := os.Hostname()
+		p = mocker.NewSharedHost(fmt.Sprintf("%s/%d/host%d", host, os.Getpid(), g))
+		t.sharedHosts[g] = p
+	}
+	return p
+}
+
 func (e *Config) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
 	if e.tiers.diskShared {
 		cfg.Tiers.Shared = e.tiers.sharedDisk(i)
+	}
+	if e.tiers.hostShared {
+		cfg.Tiers.SharedHost = e.tiers.sharedHost(i)
 	}
 	cfg.EngineLabel = fmt.Sprint(i)
 	cfg.Seed += uint64(i)

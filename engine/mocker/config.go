@@ -104,6 +104,67 @@ type TierConfig struct {
 	// G3 is onboarded by the others too, and every G3 read of the host's
 	// workers queues on that one disk at DiskBandwidth. Needs DiskBytes.
 	Shared *SharedDisk
+	// SharedHost, if set, is the host memory this worker shares with the
+	// other workers of its host (NewSharedHost, one per host): a block any
+	// of them holds in G2 is onboarded by the others over their own host
+	// link, at HostBandwidth, as from their own G2. Needs HostBytes.
+	SharedHost *SharedHost
+}
+
+// SharedHost is a simulated host-memory tier several mocker workers of one
+// host share (a shared-memory segment each worker's process maps): it
+// holds the union of their G2 blocks, each worker's part bounded by its
+// HostBytes, and counts a block's copies so that it is in the pool from
+// its first copy in to its last copy out. Each worker reads it over its
+// own host↔device link.
+type SharedHost struct {
+	name string
+	mu   sync.Mutex
+	refs map[kvcache.BlockHash]int32 // G2 copies per block, over the workers
+}
+
+// NewSharedHost returns an empty shared host pool whose workers tell a
+// router its name (Engine.KVSharedHost; "" for none): the router's index
+// applies one worker's G2 events to every worker of that name.
+func NewSharedHost(name string) *SharedHost {
+	return &SharedHost{name: name, refs: make(map[kvcache.BlockHash]int32)}
+}
+
+// Name is the shared host pool's name.
+func (p *SharedHost) Name() string { return p.name }
+
+// Has implements kvcache.SharedTier.
+func (p *SharedHost) Has(h kvcache.BlockHash) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refs[h] > 0
+}
+
+// StoredG2 implements kvcache.SharedHostRecorder.
+func (p *SharedHost) StoredG2(h kvcache.BlockHash) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refs[h]++
+	return p.refs[h] == 1
+}
+
+// RemovedG2 implements kvcache.SharedHostRecorder.
+func (p *SharedHost) RemovedG2(h kvcache.BlockHash) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refs[h] <= 1 {
+		delete(p.refs, h)
+		return true
+	}
+	p.refs[h]--
+	return false
+}
+
+// Blocks is how many distinct blocks the pool holds.
+func (p *SharedHost) Blocks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.refs)
 }
 
 // SharedDisk is a simulated disk tier several mocker workers of one host
@@ -373,6 +434,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("mocker: KV offload sizes, bandwidths and latencies must not be negative")
 	case c.Tiers.Shared != nil && c.Tiers.DiskBytes == 0:
 		return c, fmt.Errorf("mocker: a shared disk tier needs a disk size (--kv-offload-disk-bytes)")
+	case c.Tiers.SharedHost != nil && c.Tiers.HostBytes == 0:
+		return c, fmt.Errorf("mocker: a shared host tier needs a host size (--kv-offload-host-bytes)")
 	case c.Speedup < 0:
 		return c, fmt.Errorf("mocker: speedup %v must be positive", c.Speedup)
 	case c.DisableChunkedPrefill && c.MaxNumBatchedTokens < c.ContextLength:

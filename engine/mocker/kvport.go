@@ -238,3 +238,14 @@ func (e *Engine) KVSharedTier() string {
 	}
 	return ""
 }
+
+// KVSharedHost names the host-memory tier this worker shares with others
+// of its host ("" when none): its KV events' G2 blocks are the shared
+// pool's, so a router applies them to every worker of the same name
+// (kvindex.Index.SetShareGroupTier).
+func (e *Engine) KVSharedHost() string {
+	if p := e.cfg.Tiers.SharedHost; p != nil {
+		return p.name
+	}
+	return ""
+}

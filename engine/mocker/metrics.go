@@ -89,7 +89,7 @@ type stats struct {
 	tierBlocks, tierBytes    [kvcache.NumTiers]atomic.Int64
 	tierOffload, tierDropped [kvcache.NumTiers]atomic.Uint64
 	onboardBlocks            [kvcache.NumTiers]atomic.Uint64
-	sharedOnboard            atomic.Uint64 // blocks of onboardBlocks[G3] read from another worker's copy on the shared disk
+	sharedOnboard            atomic.Uint64 // onboarded blocks read from another worker's copy in a shared tier (host or disk)
 	onboard                  *histogram
 	// queue is each request's wait from arrival to its first admission
 	// (vLLM's request_queue_time): TTFT less it is the onboard and prefill.
@@ -170,7 +170,7 @@ func (c *collector) init() {
 		d.tierDropped = prometheus.NewDesc("tandem_kv_tier_dropped_blocks_total", "KV blocks evicted out of a lower tier for good.", tl, nil)
 		d.onboardSeconds = prometheus.NewDesc("tandem_kv_tier_onboard_seconds", "Time from admission until a prompt's onboarded blocks are in the pool.", l, nil)
 		d.tierCapacity = prometheus.NewDesc("tandem_kv_tier_capacity_bytes", "Bytes each lower KV tier may hold (--kv-offload-host-bytes, --kv-offload-disk-bytes; whole blocks).", tl, nil)
-		d.sharedOnboard = prometheus.NewDesc("tandem_kv_tier_shared_onboard_blocks_total", "KV blocks onboarded from another worker's copy on the shared disk tier (--kv-offload-disk-shared; also counted in tier g3's onboards).", l, nil)
+		d.sharedOnboard = prometheus.NewDesc("tandem_kv_tier_shared_onboard_blocks_total", "KV blocks onboarded from another worker's copy in a shared tier (--kv-offload-host-shared, --kv-offload-disk-shared; also counted in that tier's onboards).", l, nil)
 	})
 }
 

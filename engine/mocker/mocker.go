@@ -129,6 +129,9 @@ func newEngine(cfg Config) (*Engine, error) {
 		if cfg.Tiers.Shared != nil {
 			ccfg.Tiers.Shared = cfg.Tiers.Shared
 		}
+		if cfg.Tiers.SharedHost != nil {
+			ccfg.Tiers.SharedHost = cfg.Tiers.SharedHost
+		}
 	}
 	if ev := cfg.KVEvents; ev.Enabled && !cfg.DisablePrefixCaching {
 		// Hash like vLLM only when someone can see the hashes; otherwise the

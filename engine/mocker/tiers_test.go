@@ -167,3 +167,58 @@ func TestTierSharedDisk(t *testing.T) {
 		t.Fatal("shared disk without a disk size accepted")
 	}
 }
+
+// TestTierSharedHost: with a shared host pool, a prefix worker A computed
+// and pushed out to its G2 is onboarded by worker B, which never saw it,
+// over B's host link: B's match counts it as G2, its first request hits,
+// and its TTFT is a pool hit's plus the host copy, less than a read of
+// the same blocks from a shared disk.
+func TestTierSharedHost(t *testing.T) {
+	const capacity = 4096
+	const gib = 1 << 30
+	doc := prompt(1000, 3000)
+	ask := append(slices.Clone(doc), prompt(90000, 16)...)
+	run := func(t *testing.T, tiers func() TierConfig) (ttft time.Duration, hit int, lower [kvcache.NumTiers]int, b *Engine) {
+		clock := NewVirtualClock(time.Unix(1_700_000_000, 0)) // one host, one clock
+		newWorker := func() *Engine {
+			e := newTest(t, Config{Clock: clock, Timing: Qwen3_0_6BTiming(), KVCapacityTokens: capacity, Tiers: tiers()})
+			e.validate = true
+			return e
+		}
+		a := newWorker()
+		b = newWorker()
+		generate(t, a, &engine.Request{Prompt: doc, MaxTokens: 1})
+		generate(t, a, &engine.Request{Prompt: prompt(50000, 3500), MaxTokens: 1})
+		generate(t, a, &engine.Request{Prompt: prompt(60000, 3500), MaxTokens: 1})
+		if err := b.do(t.Context(), func() { _, lower = b.cache.MatchTiers(ask) }); err != nil {
+			t.Fatal(err)
+		}
+		ttft, r := ttftOf(t, b, &engine.Request{Prompt: ask, MaxTokens: 1})
+		for _, e := range []*Engine{a, b} {
+			if _, err := schedState(t, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ttft, r.hit, lower, b
+	}
+	host := NewSharedHost("h")
+	viaHost, hitHost, lowerHost, b := run(t, func() TierConfig { return TierConfig{HostBytes: 8 * gib, SharedHost: host} })
+	disk := NewSharedDisk()
+	viaDisk, hitDisk, _, _ := run(t, func() TierConfig { return TierConfig{DiskBytes: 8 * gib, Shared: disk} })
+	if lowerHost[kvcache.TierG2] != 2992 || lowerHost[kvcache.TierG3] != 0 {
+		t.Fatalf("B's match %v, want 2992 in G2", lowerHost)
+	}
+	if hitHost != 2992 || hitDisk != 2992 || b.stats.onboardBlocks[kvcache.TierG2].Load() != 187 || b.stats.sharedOnboard.Load() != 187 {
+		t.Fatalf("B's first request: cached %d (disk %d), onboarded %d blocks from G2 (%d shared); want 2992 and 187",
+			hitHost, hitDisk, b.stats.onboardBlocks[kvcache.TierG2].Load(), b.stats.sharedOnboard.Load())
+	}
+	if !(viaHost < viaDisk) {
+		t.Fatalf("TTFT onboarding from the shared host %v, from the shared disk %v: want host faster", viaHost, viaDisk)
+	}
+	if b.KVSharedHost() != "h" || host.Blocks() == 0 {
+		t.Fatalf("shared host %q holds %d blocks", b.KVSharedHost(), host.Blocks())
+	}
+	if _, err := New(Config{Tiers: TierConfig{DiskBytes: gib, SharedHost: NewSharedHost("")}}); err == nil {
+		t.Fatal("shared host without a host size accepted")
+	}
+}

@@ -36,7 +36,9 @@ import (
 // It is an experiment, not a unit test: it runs only with
 // TANDEM_TRACE_REPLAY=1 (traces from $TANDEM_SHARED/traces/mooncake) or
 // TANDEM_TRACE_REPLAY=DIR; TANDEM_TRACE_NAMES=conversation_trace picks
-// traces, TANDEM_TRACE_WORKERS the number of workers.
+// traces, TANDEM_TRACE_WORKERS the number of workers, TANDEM_TRACE_CONFIGS
+// the configurations besides g1 (g1+g2+g3, +shared, +shared-g2,
+// +shared-g2g3, +fleet-g2).
 func TestMooncakeTierReplay(t *testing.T) {
 	dir := os.Getenv("TANDEM_TRACE_REPLAY")
 	if dir == "" {
@@ -46,14 +48,29 @@ func TestMooncakeTierReplay(t *testing.T) {
 		dir = filepath.Join(os.Getenv("TANDEM_SHARED"), "traces", "mooncake")
 	}
 	const gib = 1 << 30
-	configs := []struct {
-		name   string
-		tiers  TierConfig
-		shared bool // one G3 disk per host of replayHostWorkers workers
-	}{
-		{"g1", TierConfig{}, false},
-		{"g1+g2+g3", replayTiers(16*gib, 128*gib), false},
-		{"+shared", replayTiers(16*gib, 128*gib), true},
+	type config struct {
+		name  string
+		tiers TierConfig
+		share replayShare
+	}
+	tiered := replayTiers(16*gib, 128*gib)
+	configs := []config{
+		{"g1", TierConfig{}, replayShare{}},
+		{"g1+g2+g3", tiered, replayShare{}},
+		{"+shared", tiered, replayShare{disk: true}},
+		{"+shared-g2", tiered, replayShare{host: true}},
+		{"+shared-g2g3", tiered, replayShare{host: true, disk: true}},
+		{"+fleet-g2", tiered, replayShare{host: true, group: -1}},
+	}
+	if n := os.Getenv("TANDEM_TRACE_CONFIGS"); n != "" {
+		// The baseline always runs first: every other line is against it.
+		keep := configs[:1]
+		for _, c := range configs[1:] {
+			if slices.Contains(strings.Split(n, ","), c.name) {
+				keep = append(keep, c)
+			}
+		}
+		configs = keep
 	}
 	names := []string{"conversation_trace", "synthetic_trace"}
 	if n := os.Getenv("TANDEM_TRACE_NAMES"); n != "" {
@@ -67,15 +84,15 @@ func TestMooncakeTierReplay(t *testing.T) {
 		var base replayResult
 		for i, c := range configs {
 			var r replayResult
-			synctest.Test(t, func(t *testing.T) { r = replay(t, entries, c.tiers, c.shared) })
-			t.Logf("%-18s %-9s requests %d  prompt tokens %d  from cache %d (%.1f%%; onboarded %d: host %d, disk %d)  TTFT mean %.0f ms  p90 %.0f ms  (mean queue %.0f ms, onboard copy %.1f ms, prefill %.0f ms)",
+			synctest.Test(t, func(t *testing.T) { r = replay(t, entries, c.tiers, c.share) })
+			t.Logf("%-18s %-12s requests %d  prompt tokens %d  from cache %d (%.1f%%; onboarded %d: host %d, disk %d)  TTFT mean %.0f ms  p90 %.0f ms  (mean queue %.0f ms, onboard copy %.1f ms, prefill %.0f ms)",
 				name, c.name, r.n, r.prompt, r.cached, 100*float64(r.cached)/float64(r.prompt), r.onboarded, r.fromHost, r.fromDisk,
 				r.mean*1000, r.p90*1000, r.queue*1000, r.copying*1000, (r.mean-r.queue-r.copying)*1000)
 			if i == 0 {
 				base = r
 				continue
 			}
-			t.Logf("%-18s %-9s cached tokens ×%.2f, mean TTFT %+.1f%%, p90 TTFT %+.1f%%", name, "vs g1",
+			t.Logf("%-18s %-12s cached tokens ×%.2f, mean TTFT %+.1f%%, p90 TTFT %+.1f%%", name, "vs g1",
 				float64(r.cached)/float64(max(base.cached, 1)), 100*(r.mean/base.mean-1), 100*(r.p90/base.p90-1))
 		}
 	}
@@ -98,6 +115,14 @@ func replayTiers(host, disk int64) TierConfig {
 		HostBandwidth: f("TANDEM_TRACE_HOST_BW", 0),
 		DiskBandwidth: f("TANDEM_TRACE_DISK_BW", 0),
 	}
+}
+
+// replayShare says which lower tiers the workers share and in groups of
+// how many consecutive workers: 0 is replayHostWorkers (a host), -1 all
+// of them (a fleet-wide pool: a bound, not a host's memory).
+type replayShare struct {
+	host, disk bool
+	group      int
 }
 
 type traceEntry struct {
@@ -168,16 +193,26 @@ func tracePrompt(e traceEntry) []engine.Token {
 	return p
 }
 
-func replay(t *testing.T, entries []traceEntry, tiers TierConfig, shared bool) replayResult {
+func replay(t *testing.T, entries []traceEntry, tiers TierConfig, share replayShare) replayResult {
 	ctx := context.Background()
 	workers := replayWorkers
 	if n, err := strconv.Atoi(os.Getenv("TANDEM_TRACE_WORKERS")); err == nil && n > 0 && n <= 1024 {
 		workers = n
 	}
 	var ws []*Engine
+	group := share.group
+	switch {
+	case group == 0:
+		group = replayHostWorkers
+	case group < 0:
+		group = workers
+	}
 	for i := range workers {
-		if shared && i%replayHostWorkers == 0 {
+		if share.disk && i%group == 0 {
 			tiers.Shared = NewSharedDisk()
+		}
+		if share.host && i%group == 0 {
+			tiers.SharedHost = NewSharedHost("")
 		}
 		e, err := New(Config{Model: "qwen3-0.6b", Timing: Qwen3_0_6BTiming(), KVCapacityTokens: SeedKVCapacityTokens,
 			Tiers: tiers, Logger: quiet(), Vocabulary: vocab, EngineLabel: fmt.Sprint(i)})

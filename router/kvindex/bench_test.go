@@ -222,3 +222,34 @@ func stored16(tokens []int32, parent *kvevents.Event, base uint64) kvevents.Even
 	}
 	return ev
 }
+
+// BenchmarkLookupTiers is BenchmarkLookup's lookup split by tier: one
+// LookupTiers (every residence on the prompt's chains walked), against
+// the three LookupTags the router made before (an index per tier set,
+// each skipping chains whose workers are unchanged).
+func BenchmarkLookupTiers(b *testing.B) {
+	ix, q := lookupFixture(b, 100, 10000)
+	for w := range 100 {
+		ix.SetTag(fmt.Sprint("worker-", w), int32(w))
+	}
+	b.Run("LookupTiers", func(b *testing.B) {
+		dst := make([]TierOverlap, 0, 128)
+		for range b.N {
+			dst = ix.LookupTiers(q, dst[:0])
+		}
+		if len(dst) != 100 {
+			b.Fatalf("%d overlaps", len(dst))
+		}
+	})
+	b.Run("3xLookupTags", func(b *testing.B) {
+		dst := make([]TagOverlap, 0, 128)
+		for range b.N {
+			for range 3 {
+				dst = ix.LookupTags(q, dst[:0])
+			}
+		}
+		if len(dst) != 100 {
+			b.Fatalf("%d overlaps", len(dst))
+		}
+	})
+}

@@ -21,9 +21,10 @@
 // # Cost
 //
 // Each residence (worker, block) is a 32-byte node in a chunked slab
-// addressed by uint32; nodes of one hash form a chain headed in an
-// open-addressing table, whose entry also carries the chain's length and a
-// 16-bit fingerprint of its worker set. A lookup probes the table once per
+// addressed by uint32, and its tier a byte beside it; nodes of one hash
+// form a chain headed in an open-addressing table, whose entry also
+// carries the chain's length, a 15-bit fingerprint of its worker set and
+// whether a residence on it is below the pool. A lookup probes the table once per
 // prompt block and walks a chain only where the set of matching workers
 // changes: the cost grows with the prompt and with the workers that match,
 // never with the workers that do not. Hashes held by many workers also keep

@@ -106,28 +106,49 @@ type worker struct {
 	// fp is the worker's term in a hashEntry's set fingerprint.
 	fp  uint16
 	tag int32
-	// share is the worker's shared lower tier (SetShareGroup), "" if none.
-	share string
+	// share names the worker's shared lower tiers (SetShareGroupTier),
+	// by tier; "" if none.
+	share [kvcache.NumTiers]string
 }
 
 // hashEntry heads the chain of one hash's residences. n and fp summarize
 // the set of workers on the chain (count, and a sum of per-worker 16-bit
 // mixes), so a lookup can tell in O(1) that block i is held by exactly the
 // workers that held block i-1, the common case for a prefix, and skip the
-// walk. 16 bytes per map slot, like a bare uint32 value would take.
+// walk.
 type hashEntry struct {
 	head uint32
 	n    uint16 // residences; saturated means "unknown, walk"
-	fp   uint16
+	// fp is the workers' 15-bit fingerprint sum (fpMask) and fpLower,
+	// set while a residence on the chain is below the pool (host
+	// memory, disk): LookupTiers skips a chain of pool residences alone
+	// whose workers are the previous chain's, as walk skips any such
+	// chain, without widening the entry.
+	fp uint16
 }
+
+const (
+	fpLower = 1 << 15
+	fpMask  = fpLower - 1
+)
 
 const nSaturated = ^uint16(0)
 
 // bigChain is the residence count from which a hash keeps a worker array.
 const bigChain = 8
 
-// workerFP mixes a slot into 16 bits (a multiplicative hash's top bits).
-func workerFP(slot uint32) uint16 { return uint16((uint64(slot) + 1) * 0x9E3779B97F4A7C15 >> 48) }
+// workerFP mixes a slot into 15 bits (hashEntry.fp's top bit is
+// fpLower). The mix is not linear: a multiplicative hash's top bits are
+// nearly so, and slot pairs with equal sums ({0, 3} and {1, 2}) then had
+// equal fingerprint sums, which made a walk skip a chain held by other
+// workers than the chain before.
+func workerFP(slot uint32) uint16 {
+	// splitmix64's finalizer: every output bit depends on every input bit.
+	z := uint64(slot) + 1
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return uint16((z ^ z>>31) >> 49)
+}
 
 // Index maps Tandem block hashes to the workers holding them. It is safe for
 // concurrent use: lookups share a read lock, event application takes the
@@ -168,8 +189,9 @@ type Index struct {
 	tags []int32
 	byID map[string]uint32
 	free []uint32
-	// shares are the workers of each shared tier (SetShareGroup), by slot.
-	shares map[string][]uint32
+	// shares are the workers of each shared tier (SetShareGroupTier), by
+	// slot.
+	shares map[shareKey][]uint32
 	hasher blockhash.Hasher // used under the write lock
 	group  []uint64         // scratch for one event's hashes
 	sink   uint64           // keeps the warming loads alive
@@ -288,7 +310,8 @@ func (ix *Index) RemoveWorker(id string) {
 	}
 	w := ix.workers[slot]
 	ix.clearLocked(w)
-	ix.leaveShareLocked(w)
+	ix.leaveShareLocked(w, kvcache.TierG2)
+	ix.leaveShareLocked(w, kvcache.TierG3)
 	delete(ix.byID, id)
 	ix.workers[slot] = nil
 	ix.tags[slot] = -1
@@ -403,42 +426,62 @@ func (ix *Index) parentKey(w *worker, t kvcache.Tier, parent uint64) (uint32, bo
 
 // SetShareGroup says that the worker's disk tier (G3) is one it shares
 // with every other worker of the same group name (a host's shared
-// directory or simulated disk): the engines of a group publish the shared
-// tier's content, each change once, by the worker that made it
-// (kvcache.SharedRecorder), and the index applies a group member's G3
-// events to every member, since each can onboard those blocks. A block in
-// the shared tier is then a residence of each member (the memory per
-// residence is unchanged; the residences are as many as the members).
-// "" leaves the worker's group. Only with LowerTiers; it reports whether
-// the worker exists.
+// directory or simulated disk): SetShareGroupTier for G3.
 func (ix *Index) SetShareGroup(id, group string) bool {
+	return ix.SetShareGroupTier(id, kvcache.TierG3, group)
+}
+
+// SetShareGroupTier says that the worker's lower tier t (G2: host memory,
+// G3: disk) is one it shares with every other worker of the same group
+// name for that tier (a host's shared-memory pool, directory or simulated
+// disk): the engines of a group publish the shared tier's content, each
+// change once, by the worker that made it (kvcache.SharedRecorder,
+// kvcache.SharedHostRecorder), and the index applies a group member's
+// events for tier t to every member, since each can onboard those blocks.
+// A block in the shared tier is then a residence of each member (the
+// memory per residence is unchanged; the residences are as many as the
+// members). "" leaves the worker's group for t. Only with LowerTiers (and
+// for G3 not with NoDisk, whose index ignores the disk); it reports
+// whether the worker exists.
+func (ix *Index) SetShareGroupTier(id string, t kvcache.Tier, group string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	slot, ok := ix.byID[id]
 	if !ok {
 		return false
 	}
-	w := ix.workers[slot]
-	if w.share == group {
+	if t != kvcache.TierG2 && t != kvcache.TierG3 {
 		return true
 	}
-	ix.leaveShareLocked(w)
+	w := ix.workers[slot]
+	if w.share[t] == group {
+		return true
+	}
+	ix.leaveShareLocked(w, t)
 	if group == "" || !ix.lowerTiers {
 		return true
 	}
 	if ix.shares == nil {
-		ix.shares = map[string][]uint32{}
+		ix.shares = map[shareKey][]uint32{}
 	}
-	w.share = group
-	ix.shares[group] = append(ix.shares[group], slot)
+	w.share[t] = group
+	k := shareKey{t, group}
+	ix.shares[k] = append(ix.shares[k], slot)
 	return true
 }
 
-func (ix *Index) leaveShareLocked(w *worker) {
-	if w.share == "" {
+// shareKey names one shared tier: a group's host pool and disk are apart.
+type shareKey struct {
+	tier kvcache.Tier
+	name string
+}
+
+func (ix *Index) leaveShareLocked(w *worker, t kvcache.Tier) {
+	if w.share[t] == "" {
 		return
 	}
-	ms := ix.shares[w.share]
+	k := shareKey{t, w.share[t]}
+	ms := ix.shares[k]
 	for j, s := range ms {
 		if s == w.slot {
 			ms[j] = ms[len(ms)-1]
@@ -447,23 +490,24 @@ func (ix *Index) leaveShareLocked(w *worker) {
 		}
 	}
 	if len(ms) == 0 {
-		delete(ix.shares, w.share)
+		delete(ix.shares, k)
 	} else {
-		ix.shares[w.share] = ms
+		ix.shares[k] = ms
 	}
-	w.share = ""
+	w.share[t] = ""
 }
 
-// sharedBy returns the workers a G3 event of w applies to when w shares
-// its disk tier (nil: w alone).
+// sharedBy returns the workers a lower-tier event of w applies to when w
+// shares that tier (nil: w alone).
 func (ix *Index) sharedBy(w *worker, ev *event.Event) []uint32 {
-	if w.share == "" {
+	if w.share[kvcache.TierG2] == "" && w.share[kvcache.TierG3] == "" {
 		return nil
 	}
-	if t, ok := ix.eventTier(ev); !ok || t != kvcache.TierG3 {
+	t, ok := ix.eventTier(ev)
+	if !ok || t == kvcache.TierG1 || w.share[t] == "" {
 		return nil
 	}
-	return ix.shares[w.share]
+	return ix.shares[shareKey{t, w.share[t]}]
 }
 
 // applyStored places ev's blocks as w's; from is the worker that published
@@ -560,7 +604,7 @@ func (ix *Index) applyStored(w, from *worker, ev *event.Event, now uint32, st *A
 		}
 		up := nilNode
 		for _, h := range g {
-			up = ix.insert(w, h, eh, up, now)
+			up = ix.insert(w, h, eh, up, now, tier)
 		}
 		w.engine.put(eh, up)
 		st.Stored += k
@@ -633,7 +677,7 @@ func (ix *Index) Store(workerID string, hashes []uint64) error {
 			ix.refresh(i, now)
 			continue
 		}
-		w.engine.put(h, ix.insert(w, h, h, nilNode, now))
+		w.engine.put(h, ix.insert(w, h, h, nilNode, now, kvcache.TierG1))
 	}
 	ix.pruneLocked()
 	return nil
@@ -727,6 +771,149 @@ func (ix *Index) LookupTags(hashes []uint64, dst []TagOverlap) []TagOverlap {
 			dst = append(dst, TagOverlap{Tag: t, Blocks: int32(sc.blocks(w))})
 		}
 	}
+	ix.putScratch(sc)
+	return dst
+}
+
+// TierOverlap is one worker's answer to LookupTiers: its tag (SetTag), how
+// many leading blocks of the request it holds in any tier (Blocks, as
+// LookupTags answers), and how many of those lead in its pool alone (Pool)
+// and in its pool or host memory (Host): the rest of Blocks is onboarded
+// from host memory (Host − Pool) and from disk (Blocks − Host).
+type TierOverlap struct{ Tag, Blocks, Pool, Host int32 }
+
+// tierState is one worker's run during LookupTiers: the depth at which
+// each of its prefixes ended (-1: still going) and the tiers it holds the
+// current block in.
+type tierState struct {
+	slot               uint32
+	blocks, pool, host int32
+	mask               uint8
+}
+
+// LookupTiers is LookupTags with each worker's answer split by tier (the
+// per-tier residences of a LowerTiers index: each node knows its tier).
+// It walks every residence on the prompt's chains, where Lookup skips
+// chains whose set of workers is unchanged, so it costs more per lookup:
+// callers use it while some worker has lower tiers.
+func (ix *Index) LookupTiers(hashes []uint64, dst []TierOverlap) []TierOverlap {
+	if len(hashes) == 0 {
+		return dst
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	e0, ok := ix.heads.get(hashes[0])
+	if !ok {
+		return dst
+	}
+	sc := ix.getScratch()
+	touch := ix.ttlTicks == 0
+	var now uint32
+	if touch {
+		now = ix.tick()
+	}
+	states := sc.tiers[:0]
+	sc.first = sc.first[:0]
+	// sc.gen[slot] is the worker's position in states plus one.
+	for i := e0.head; i != nilNode; i = ix.nodes.at(i).sibling {
+		n := ix.nodes.at(i)
+		p := sc.gen[n.worker]
+		if p == 0 {
+			states = append(states, tierState{slot: n.worker, blocks: -1, pool: -1, host: -1})
+			p = int32(len(states))
+			sc.gen[n.worker] = p
+			sc.first = append(sc.first, n.worker)
+		}
+		states[p-1].mask |= 1 << *ix.nodes.tierAt(i)
+	}
+	if touch {
+		ix.nodes.at(e0.head).touch(now)
+	}
+	// live lists the states whose run goes on, compacted at every depth,
+	// so a long prompt held by few workers costs those few per block.
+	live := sc.live[:0]
+	for k := range states {
+		live = append(live, int32(k))
+	}
+	end := int32(len(hashes))
+	prev := e0
+	for depth := int32(0); ; depth++ {
+		// Close the runs that block depth ends (its masks are complete).
+		n := 0
+		for _, k := range live {
+			st := &states[k]
+			m := st.mask
+			st.mask = 0
+			if m == 0 {
+				st.blocks = depth
+				if st.pool < 0 {
+					st.pool = depth
+				}
+				if st.host < 0 {
+					st.host = depth
+				}
+				continue
+			}
+			if st.pool < 0 && m&(1<<kvcache.TierG1) == 0 {
+				st.pool = depth
+			}
+			if st.host < 0 && m&(1<<kvcache.TierG1|1<<kvcache.TierG2) == 0 {
+				st.host = depth
+			}
+			live[n] = k
+			n++
+		}
+		live = live[:n]
+		if n == 0 || depth+1 >= int32(len(hashes)) {
+			break
+		}
+		// The next chain that is not the same workers in their pools.
+		var e hashEntry
+		for {
+			depth++
+			var ok bool
+			if e, ok = ix.heads.get(hashes[depth]); !ok {
+				end = depth
+				break
+			}
+			if touch {
+				ix.nodes.at(e.head).touch(now)
+			}
+			if e.n != prev.n || e.fp&fpMask != prev.fp&fpMask || e.n == nSaturated || e.fp&fpLower != 0 || depth+1 >= int32(len(hashes)) {
+				break
+			}
+			// Same workers as the chain before, every residence in
+			// its pool: every live run goes on in every tier.
+		}
+		if end == depth {
+			break
+		}
+		prev = e
+		for i := e.head; i != nilNode; i = ix.nodes.at(i).sibling {
+			n := ix.nodes.at(i)
+			if p := sc.gen[n.worker]; p != 0 && states[p-1].blocks < 0 {
+				states[p-1].mask |= 1 << *ix.nodes.tierAt(i)
+			}
+		}
+		depth-- // the loop's close step is for this depth
+	}
+	sc.live = live
+	for k := range states {
+		st := &states[k]
+		if st.blocks < 0 {
+			st.blocks = end
+		}
+		if st.pool < 0 {
+			st.pool = st.blocks
+		}
+		if st.host < 0 {
+			st.host = st.blocks
+		}
+		if t := ix.tags[st.slot]; t >= 0 {
+			dst = append(dst, TierOverlap{Tag: t, Blocks: st.blocks, Pool: st.pool, Host: st.host})
+		}
+	}
+	sc.tiers = states
 	ix.putScratch(sc)
 	return dst
 }
@@ -846,6 +1033,8 @@ func (ix *Index) putScratch(sc *scratch) {
 
 type scratch struct {
 	gen       []int32 // by worker slot; all zero between lookups
+	tiers     []tierState
+	live      []int32
 	walkDepth []int32
 	first     []uint32 // workers on the first chain
 	g         int32    // the last walk's number
@@ -910,10 +1099,11 @@ func (ix *Index) Stats() Stats {
 
 // --- residences ---
 
-func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
+func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32, tier kvcache.Tier) uint32 {
 	i := ix.nodes.alloc()
 	n := ix.nodes.at(i)
 	*n = node{hash: hash, engine: engine, sibling: nilNode, up: up, worker: w.slot, stamp: now}
+	*ix.nodes.tierAt(i) = uint8(tier)
 	if ix.nodes.live == 1 {
 		ix.oldest = now
 	}
@@ -925,7 +1115,10 @@ func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
 		if e.n != nSaturated {
 			e.n++
 		}
-		e.fp += w.fp
+		e.fp = (e.fp+w.fp)&fpMask | e.fp&fpLower
+		if tier != kvcache.TierG1 {
+			e.fp |= fpLower
+		}
 		ix.heads.put(hash, e)
 		switch {
 		case e.n == bigChain:
@@ -935,7 +1128,11 @@ func (ix *Index) insert(w *worker, hash, engine uint64, up, now uint32) uint32 {
 			ix.groups[g] = append(ix.groups[g], w.slot)
 		}
 	} else {
-		ix.heads.put(hash, hashEntry{head: i, n: 1, fp: w.fp})
+		e := hashEntry{head: i, n: 1, fp: w.fp}
+		if tier != kvcache.TierG1 {
+			e.fp |= fpLower
+		}
+		ix.heads.put(hash, e)
 	}
 	w.blocks++
 	return i
@@ -987,7 +1184,12 @@ func (ix *Index) removeNode(i uint32) {
 		}
 	}
 	if e.n != 0 {
-		e.fp -= w.fp
+		e.fp = (e.fp-w.fp)&fpMask | e.fp&fpLower
+		if e.fp&fpLower != 0 && *ix.nodes.tierAt(i) != uint8(kvcache.TierG1) && !ix.chainHasLower(e.head) {
+			// i is off the chain already: the flag goes with the
+			// chain's last residence below the pool.
+			e.fp &^= fpLower
+		}
 		if e.n == nSaturated {
 			e.n = ix.chainLen(e.head)
 		} else {
@@ -997,6 +1199,17 @@ func (ix *Index) removeNode(i uint32) {
 	}
 	w.blocks--
 	ix.nodes.release(i)
+}
+
+// chainHasLower reports whether a residence of the chain from head is
+// below the pool.
+func (ix *Index) chainHasLower(head uint32) bool {
+	for i := head; i != nilNode; i = ix.nodes.at(i).sibling {
+		if *ix.nodes.tierAt(i) != uint8(kvcache.TierG1) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ix *Index) newGroup(head uint32) uint32 {

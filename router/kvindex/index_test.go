@@ -534,6 +534,7 @@ func (ix *Index) check() error {
 	var err error
 	ix.heads.each(func(h uint64, e hashEntry) {
 		var n, fp uint16
+		lower := false
 		for i := e.head; i != nilNode; i = ix.nodes.at(i).sibling {
 			nd := ix.nodes.at(i)
 			if nd.hash != h && err == nil {
@@ -541,10 +542,16 @@ func (ix *Index) check() error {
 			}
 			inChain++
 			n++
-			fp += ix.workers[nd.worker].fp
+			fp = (fp + ix.workers[nd.worker].fp) & fpMask
+			if *ix.nodes.tierAt(i) != 0 {
+				lower = true
+			}
+		}
+		if lower {
+			fp |= fpLower
 		}
 		if (n != e.n || fp != e.fp) && err == nil {
-			err = fmt.Errorf("entry %x: n=%d fp=%d, chain has n=%d fp=%d", h, e.n, e.fp, n, fp)
+			err = fmt.Errorf("entry %x: n=%d fp=%#x, chain has n=%d fp=%#x", h, e.n, e.fp, n, fp)
 		}
 		g, big := ix.big.get(h)
 		if big != (n >= bigChain) && err == nil {
@@ -646,5 +653,44 @@ func TestParentZeroIsNone(t *testing.T) {
 	}
 	if got := lookupMap(ix, h.Append(nil, 0, false, b, bs)); got["w"] != 2 {
 		t.Fatalf("chain on hash 0: lookup %v", got)
+	}
+}
+
+// TestLookupNoSumCollision: Lookup skips a chain whose workers' count and
+// fingerprint sum are the previous chain's. Slot pairs with equal sums
+// must not read as the same workers: block 1 held by slots a and b, block
+// 2 by c and d (their block 1 removed since).
+func TestLookupNoSumCollision(t *testing.T) {
+	for _, tc := range [][4]int{{0, 3, 1, 2}, {0, 4, 1, 3}, {0, 5, 2, 3}, {1, 7, 3, 5}} {
+		t.Run(fmt.Sprint(tc), func(t *testing.T) {
+			ix := mustNew(t, Config{})
+			a := seqTokens(1, 3)
+			ea := engineHash(1)
+			for w := range 8 {
+				if err := ix.AddWorker(fmt.Sprint("w", w), bs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[string]int{}
+			for k, w := range tc {
+				id := fmt.Sprint("w", w)
+				evs := []kvevents.Event{stored(a, 0, 2, ea, bs)}
+				want[id] = 2
+				if k >= 2 {
+					evs = append(evs, stored(a, 2, 3, ea, bs), removed(ea(1)))
+					want[id] = 1
+				}
+				if _, err := ix.Apply(id, evs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := lookupMap(ix, blockhash.Blocks(a, bs))
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("lookup = %v, want %v", got, want)
+			}
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -48,14 +48,21 @@ const (
 
 type slab struct {
 	chunks [][]node
-	free   uint32 // head of the free list
-	used   int    // nodes ever handed out (high-water mark)
-	live   int
+	// tiers holds each node's tier (kvcache.Tier), one byte per node in
+	// chunks beside the nodes': a residence's tier costs a byte, not a
+	// second index.
+	tiers [][]uint8
+	free  uint32 // head of the free list
+	used  int    // nodes ever handed out (high-water mark)
+	live  int
 }
 
 func newSlab() slab { return slab{free: nilNode} }
 
 func (s *slab) at(i uint32) *node { return &s.chunks[i>>chunkBits][i&chunkMask] }
+
+// tierAt is node i's tier byte.
+func (s *slab) tierAt(i uint32) *uint8 { return &s.tiers[i>>chunkBits][i&chunkMask] }
 
 func (s *slab) alloc() uint32 {
 	s.live++
@@ -67,6 +74,7 @@ func (s *slab) alloc() uint32 {
 	i := uint32(s.used)
 	if s.used&chunkMask == 0 {
 		s.chunks = append(s.chunks, make([]node, chunkLen))
+		s.tiers = append(s.tiers, make([]uint8, chunkLen))
 	}
 	s.used++
 	return i
@@ -75,9 +83,10 @@ func (s *slab) alloc() uint32 {
 func (s *slab) release(i uint32) {
 	n := s.at(i)
 	*n = node{worker: freeWorker, sibling: s.free}
+	*s.tierAt(i) = 0
 	s.free = i
 	s.live--
 }
 
 // bytes is the slab's footprint, for the memory metric.
-func (s *slab) bytes() int { return len(s.chunks) * chunkLen * 32 }
+func (s *slab) bytes() int { return len(s.chunks) * chunkLen * (32 + 1) }

@@ -2,10 +2,12 @@ package kvindex
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
 	"github.com/tandemllm/tandem/blockhash"
+	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/planes/kvevents"
 )
 
@@ -136,4 +138,202 @@ func TestShareGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShareGroupHost: a host-memory group applies a member's G2 events to
+// every member, in a full index and in a NoDisk one (which prices host
+// copies apart from disk reads); its disk events stay the publisher's
+// unless the disk is shared too, under its own group.
+func TestShareGroupHost(t *testing.T) {
+	a := seqTokens(1, 6)
+	ea := engineHash(1)
+	in := func(medium string, from, to int) kvevents.Event {
+		e := stored(a, from, to, ea, bs)
+		e.Medium = medium
+		return e
+	}
+	out := removed(ea(5))
+	out.Medium = "CPU"
+	tests := []struct {
+		name    string
+		noDisk  bool
+		diskToo bool // w0 and w1 share their disk as well
+		events  []kvevents.Event
+		want    map[string]int
+	}{
+		{"whole prefix in the shared host pool", false, false,
+			[]kvevents.Event{in("CPU", 0, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"NoDisk index takes the shared host pool", true, false,
+			[]kvevents.Event{in("CPU", 0, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"removed from the pool: from every member", false, false,
+			[]kvevents.Event{in("CPU", 0, 6), out}, map[string]int{"w0": 5, "w1": 5}},
+		{"host shared, disk not: the disk part is the publisher's", false, false,
+			[]kvevents.Event{in("CPU", 0, 3), in("STORAGE", 3, 6)}, map[string]int{"w0": 6, "w1": 3}},
+		{"host and disk shared", false, true,
+			[]kvevents.Event{in("CPU", 0, 3), in("STORAGE", 3, 6)}, map[string]int{"w0": 6, "w1": 6}},
+		{"host and disk shared, NoDisk", true, true,
+			[]kvevents.Event{in("CPU", 0, 3), in("STORAGE", 3, 6)}, map[string]int{"w0": 3, "w1": 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := mustNew(t, Config{LowerTiers: true, NoDisk: tc.noDisk})
+			for _, w := range []string{"w0", "w1", "w2"} {
+				if err := ix.AddWorker(w, bs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, w := range []string{"w0", "w1"} {
+				ix.SetShareGroupTier(w, kvcache.TierG2, "host")
+				if tc.diskToo {
+					ix.SetShareGroupTier(w, kvcache.TierG3, "host")
+				}
+			}
+			if _, err := ix.Apply("w0", tc.events); err != nil {
+				t.Fatal(err)
+			}
+			got := lookupMap(ix, blockhash.Blocks(a, bs))
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("lookup = %v, want %v", got, tc.want)
+			}
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+			// Leaving the host group leaves the disk group as it was.
+			ix.SetShareGroupTier("w1", kvcache.TierG2, "")
+			if got := len(ix.shares[shareKey{kvcache.TierG2, "host"}]); got != 1 {
+				t.Fatalf("host group has %d members after one left, want 1", got)
+			}
+			if tc.diskToo && len(ix.shares[shareKey{kvcache.TierG3, "host"}]) != 2 {
+				t.Fatal("leaving the host group left the disk group")
+			}
+			ix.RemoveWorker("w0")
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestLookupTiers: LookupTiers answers each worker's leading blocks in any
+// tier, in its pool, and in its pool or host memory as a walk of every
+// chain finds them, over random stores and removals of prefixes in every
+// tier by several workers, with and without a host pool shared by two of
+// them. (The separate pool-only and NoDisk indexes it replaces in the
+// router answered less: they dropped a block stored while its parent was
+// in a tier they leave out.)
+func TestLookupTiers(t *testing.T) {
+	media := []string{"GPU", "CPU", "STORAGE"}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			full := mustNew(t, Config{LowerTiers: true})
+			ixs := []*Index{full}
+			workers := []string{"w0", "w1", "w2", "w3"}
+			for k, w := range workers {
+				for _, ix := range ixs {
+					if err := ix.AddWorker(w, bs); err != nil {
+						t.Fatal(err)
+					}
+					ix.SetTag(w, int32(k))
+					if shared && k < 2 {
+						ix.SetShareGroupTier(w, kvcache.TierG2, "pool")
+					}
+				}
+			}
+			prefixes := [][]int32{seqTokens(1, 8), seqTokens(2, 8), append(seqTokens(1, 4)[:4*bs:4*bs], seqTokens(3, 4)...)}
+			hashes := make([][]uint64, len(prefixes))
+			for p, toks := range prefixes {
+				hashes[p] = blockhash.Blocks(toks, bs)
+			}
+			// A worker's engine hash of block i of prefix p (prefix 2
+			// shares prefix 0's first four blocks).
+			eng := func(p int) func(int) uint64 {
+				return func(i int) uint64 {
+					if p == 2 && i < 4 {
+						p = 0
+					}
+					return engineHash(p + 1)(i)
+				}
+			}
+			rng := rand.New(rand.NewPCG(7, 11))
+			for step := range 600 {
+				w := workers[rng.IntN(len(workers))]
+				p := rng.IntN(len(prefixes))
+				medium := media[rng.IntN(len(media))]
+				var ev kvevents.Event
+				if rng.IntN(3) > 0 {
+					from := rng.IntN(8)
+					to := from + 1 + rng.IntN(8-from)
+					ev = stored(prefixes[p], from, to, eng(p), bs)
+				} else {
+					ev = removed(eng(p)(rng.IntN(8)))
+				}
+				ev.Medium = medium
+				for _, ix := range ixs {
+					if _, err := ix.Apply(w, []kvevents.Event{ev}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for q := range prefixes {
+					got := map[int32]TierOverlap{}
+					for _, o := range full.LookupTiers(hashes[q], nil) {
+						got[o.Tag] = o
+					}
+					want := map[int32]TierOverlap{}
+					for k, mask := range []uint8{7, 1, 3} {
+						for tag, n := range leading(full, hashes[q], mask) {
+							w := want[tag]
+							w.Tag = tag
+							switch k {
+							case 0:
+								w.Blocks = n
+							case 1:
+								w.Pool = n
+							case 2:
+								w.Host = n
+							}
+							want[tag] = w
+						}
+					}
+					for tag, w := range want {
+						if w.Blocks == 0 {
+							delete(want, tag)
+						}
+					}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("step %d, prefix %d: LookupTiers %v, a walk of every chain %v", step, q, got, want)
+					}
+				}
+			}
+			if err := full.check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// leading is Lookup the slow way: each worker's run of leading blocks with
+// a residence in one of the tiers of mask on every chain, by tag.
+func leading(ix *Index, hashes []uint64, mask uint8) map[int32]int32 {
+	out := map[int32]int32{}
+	alive := map[uint32]bool{}
+	for d, h := range hashes {
+		e, ok := ix.heads.get(h)
+		on := map[uint32]bool{}
+		for i := e.head; ok && i != nilNode; i = ix.nodes.at(i).sibling {
+			if mask&(1<<*ix.nodes.tierAt(i)) != 0 {
+				on[ix.nodes.at(i).worker] = true
+			}
+		}
+		if d == 0 {
+			alive = on
+		}
+		for w := range alive {
+			if !on[w] {
+				delete(alive, w)
+				continue
+			}
+			out[ix.tags[w]] = int32(d + 1)
+		}
+	}
+	return out
 }

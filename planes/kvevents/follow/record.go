@@ -15,7 +15,8 @@ type Policy interface {
 }
 
 // Record has kv follow worker rec's KV events as its discovery record
-// publishes them (AddWorker, with the record's replay token). ingested: the
+// publishes them (AddWorker, with the record's replay token, and the
+// shared tiers it names: ShareGrouper). ingested: the
 // worker's batches arrive through Ingest (an event plane such as NATS) and
 // no socket is dialled; kv-approx follows no events. In kv mode a worker
 // with neither is not followed: the policy routes it by approximation and,
@@ -33,5 +34,19 @@ func Record(kv Policy, rec discovery.Record, ingested bool) error {
 	} else {
 		kv.SetReplayToken(rec.ID, nil) // none, or malformed: replay answers no history
 	}
-	return kv.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize)
+	if err := kv.AddWorker(rec.ID, endpoint, replay, rec.KVLayout.BlockSize); err != nil {
+		return err
+	}
+	if g, ok := kv.(ShareGrouper); ok {
+		g.SetShareGroups(rec.ID, rec.KVShare.Host, rec.KVShare.Disk)
+	}
+	return nil
+}
+
+// ShareGrouper is a Policy that knows which workers share a lower KV tier
+// (router.KV): Record tells it the groups the worker's record names
+// (discovery.KVShare), so workers in other processes that share a host's
+// memory pool or disk directory are one group.
+type ShareGrouper interface {
+	SetShareGroups(id, host, disk string)
 }
