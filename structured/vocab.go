@@ -43,6 +43,7 @@ type Vocab struct {
 	exit, local, localRest trie
 	long, longRest         [len(cutDepths)]trie
 	shapes                 shapeCache
+	composed               composedCache
 	// counted holds, per position set within a JSON string character,
 	// the tokens by characters started (counted.go); built with the
 	// vocabulary, read-only after.
@@ -279,15 +280,77 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 func (v *Vocab) addExit(d *dfa, st int32, states []int32, local []uint64, shared bool, extra []int32) []uint64 {
 	extra = walkTrieIDs(extra, d, st, states, &v.exit)
 	d.extra = extra[:0]
-	mask, cloned := local, !shared
+	if !shared {
+		for _, id := range extra {
+			local[id>>6] |= 1 << (uint(id) & 63)
+		}
+		return local
+	}
+	// The tokens local lacks, in walk order (the same order for the same
+	// set); the mask is local's own slice when there are none, else the
+	// composed mask of (local, adds), shared by every state and grammar
+	// that meets the pair.
+	adds := extra[:0]
 	for _, id := range extra {
-		if bit := uint64(1) << (uint(id) & 63); mask[id>>6]&bit == 0 {
-			if !cloned {
-				mask, cloned = slices.Clone(local), true
-			}
-			mask[id>>6] |= bit
+		if local[id>>6]&(1<<(uint(id)&63)) == 0 {
+			adds = append(adds, id)
 		}
 	}
+	if len(adds) == 0 {
+		return local
+	}
+	return v.composed.get(local, adds)
+}
+
+// maxComposedBytes bounds the composed masks of one vocabulary; past it
+// the cache is dropped.
+const maxComposedBytes = 128 << 20
+
+// composedCache maps a shared mask and the tokens added to it to the
+// resulting mask. A state's mask is its shape's (or counted set's) mask
+// plus the few tokens with exitByte it allows; the pair recurs across
+// positions and grammars (a string followed by the same punctuation),
+// and a copy of a whole mask per state costs more than its walk.
+type composedCache struct {
+	mu    sync.Mutex
+	m     map[composedKey][]composed
+	bytes int
+}
+
+type composedKey struct {
+	base *uint64 // the shared mask's first word: its identity
+	h    uint64  // hash of the tokens added
+}
+
+type composed struct {
+	adds []int32
+	mask []uint64
+}
+
+// get is the mask of base plus adds (base shared, read-only; adds a
+// scratch slice, copied when kept).
+func (c *composedCache) get(base []uint64, adds []int32) []uint64 {
+	k := composedKey{base: &base[0], h: hashStacks(adds)}
+	c.mu.Lock()
+	for _, e := range c.m[k] {
+		if slices.Equal(e.adds, adds) {
+			c.mu.Unlock()
+			return e.mask
+		}
+	}
+	c.mu.Unlock()
+	mask := slices.Clone(base)
+	for _, id := range adds {
+		mask[id>>6] |= 1 << (uint(id) & 63)
+	}
+	n := len(mask)*8 + len(adds)*4
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.bytes+n > maxComposedBytes {
+		c.m, c.bytes = map[composedKey][]composed{}, 0
+	}
+	c.m[k] = append(c.m[k], composed{adds: slices.Clone(adds), mask: mask})
+	c.bytes += n
 	return mask
 }
 
@@ -317,7 +380,7 @@ func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
 		s := states[nd.dep]
-		nx := d.trans[int(s)<<8|int(nd.b)]
+		nx := d.trans[s>>pageShift][int(s&pageMask)<<8|int(nd.b)]
 		if nx == 0 {
 			nx = d.step(s, nd.b) + 1
 		}
@@ -341,7 +404,7 @@ func walkTrieIDs(ids []int32, d *dfa, st int32, states []int32, tr *trie) []int3
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
 		s := states[nd.dep]
-		nx := d.trans[int(s)<<8|int(nd.b)]
+		nx := d.trans[s>>pageShift][int(s&pageMask)<<8|int(nd.b)]
 		if nx == 0 {
 			nx = d.step(s, nd.b) + 1
 		}
