@@ -380,9 +380,16 @@ func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
 		s := states[nd.dep]
-		nx := d.trans[s>>pageShift][int(s&pageMask)<<8|int(nd.b)]
+		row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
+		nx := row[nd.b]
 		if nx == 0 {
-			nx = d.step(s, nd.b) + 1
+			// First visit: the whole row, one step per byte class
+			// (a walk meets many bytes from one state).
+			if d.fill(s); d.err != nil {
+				nx = -1
+			} else {
+				nx = row[nd.b]
+			}
 		}
 		if nx <= 0 {
 			i = int(nd.end)
@@ -404,9 +411,16 @@ func walkTrieIDs(ids []int32, d *dfa, st int32, states []int32, tr *trie) []int3
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
 		s := states[nd.dep]
-		nx := d.trans[s>>pageShift][int(s&pageMask)<<8|int(nd.b)]
+		row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
+		nx := row[nd.b]
 		if nx == 0 {
-			nx = d.step(s, nd.b) + 1
+			// First visit: the whole row, one step per byte class
+			// (a walk meets many bytes from one state).
+			if d.fill(s); d.err != nil {
+				nx = -1
+			} else {
+				nx = row[nd.b]
+			}
 		}
 		if nx <= 0 {
 			i = int(nd.end)
