@@ -78,7 +78,6 @@ type dfa struct {
 	// being explored, plus one (0: not in it).
 	local    []uint8
 	members  []int32
-	dist     []uint16
 	shapeKey []byte
 	extra    []int32 // computeMask's scratch
 	err      error
@@ -364,15 +363,11 @@ func (d *dfa) fill(st int32) {
 	}
 }
 
-// Shape bounds: a whole shape has at most maxShapeStates states; past
-// that, the shape cut at one of cutDepths (maxCutStates states at most,
-// the deepest that fits) decides the tokens of at most that many bytes.
-const (
-	maxShapeStates = 64
-	maxCutStates   = 254 // local indices plus one are bytes
-)
-
-var cutDepths = [...]int{16, 8}
+// maxShapeStates bounds a shape: past it the state's mask is walked
+// against the automaton. (Shapes cut at a depth, with their long tokens
+// walked, were measured slower: exploring a large shape builds states
+// that no token reaches.)
+const maxShapeStates = 64
 
 // shape explores the states reachable from st on every byte but
 // exitByte and returns their transitions on those bytes, in the order
@@ -382,32 +377,19 @@ var cutDepths = [...]int{16, 8}
 // table without a 0, so two states with one shape allow the same such
 // tokens.
 //
-// With depth > 0 only the states fewer than depth bytes from st get rows
-// (the table is then prefixed by one byte, depth, so that it is never
-// taken for a whole shape): it decides exactly the tokens of at most
-// depth bytes, since such a token reads rows only of states it reaches
-// within depth-1 bytes.
-//
 // It reports false when more than max states are met, when the state
 // budget is near, or on a DFA error. The table is d's scratch, valid
 // until the next call.
-func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
+func (d *dfa) shape(st int32, max int) ([]byte, bool) {
 	if len(d.states)+max > maxStates/2 {
 		return nil, false
 	}
 	members := append(d.members[:0], st)
-	dist := append(d.dist[:0], 0)
 	d.setLocal(st, 1)
 	key := d.shapeKey[:0]
-	if depth > 0 {
-		key = append(key, byte(depth))
-	}
 	ok := true
 	for i := 0; i < len(members) && ok; i++ {
 		m := members[i]
-		if depth > 0 && int(dist[i]) >= depth {
-			break // the rest are as far: no rows
-		}
 		d.fill(m)
 		if d.err != nil {
 			ok = false
@@ -427,7 +409,6 @@ func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
 					break
 				}
 				members = append(members, s)
-				dist = append(dist, dist[i]+1)
 				l = uint8(len(members))
 				d.setLocal(s, l)
 			}
@@ -437,7 +418,7 @@ func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
 	for _, m := range members {
 		d.local[m] = 0
 	}
-	d.members, d.dist, d.shapeKey = members, dist, key
+	d.members, d.shapeKey = members, key
 	return key, ok
 }
 

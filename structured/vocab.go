@@ -37,11 +37,8 @@ type Vocab struct {
 	// rest.
 	plain []uint64
 	// The tokens with bytes (EOS aside) as tries: exit holds those with
-	// exitByte, local the others, localRest those of local not plain;
-	// long[i] and longRest[i] those of local and localRest longer than
-	// cutDepths[i].
+	// exitByte, local the others, localRest those of local not plain.
 	exit, local, localRest trie
-	long, longRest         [len(cutDepths)]trie
 	shapes                 shapeCache
 	composed               composedCache
 	// counted holds, per position set within a JSON string character,
@@ -180,18 +177,6 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		}
 	}
 	v.exit, v.local, v.localRest = v.newTrie(exit), v.newTrie(local), v.newTrie(localRest)
-	longer := func(ids []int32, n int) []int32 {
-		var out []int32
-		for _, id := range ids {
-			if len(v.toks[id]) > n {
-				out = append(out, id)
-			}
-		}
-		return out
-	}
-	for i, n := range cutDepths {
-		v.long[i], v.longRest[i] = v.newTrie(longer(local, n)), v.newTrie(longer(localRest, n))
-	}
 	v.buildCounted()
 	return v, nil
 }
@@ -229,11 +214,9 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 
 // computeMask is the mask of DFA state st. The tokens without exitByte
 // come from the shape cache, keyed by st's shape (computed on a miss by a
-// walk over the shape's small table); where the whole shape is too
-// large, the shape cut at a depth gives the short ones and the longer
-// ones are walked against the automaton; the tokens with exitByte (few)
-// are walked against the automaton too. A state whose cut shape is still
-// too large gets the whole walk. The caller holds the grammar's lock.
+// walk over the shape's small table); the tokens with exitByte (few) are
+// walked against the automaton. A state whose shape is too large gets the
+// whole walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	if local, shared, ok := v.countedMask(d, st); ok {
 		extra := d.extra[:0]
@@ -242,18 +225,13 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		}
 		return v.addExit(d, st, states, local, shared, extra)
 	}
-	depth, cut := 0, 0 // cut: 1 + the index in cutDepths of the depth used, 0 for a whole shape
-	key, ok := d.shape(st, maxShapeStates, 0)
-	for ; !ok && cut < len(cutDepths); cut++ {
-		depth = cutDepths[cut]
-		key, ok = d.shape(st, maxCutStates, depth)
-	}
+	key, ok := d.shape(st, maxShapeStates)
 	if !ok {
 		return v.walkMask(d, st, states)
 	}
 	local := v.shapes.get(key)
 	if local == nil {
-		local = v.shapeMask(key, depth)
+		local = v.shapeMask(key)
 		v.shapes.put(string(key), local)
 	}
 	// The exit tokens (and EOS) allowed; the mask is the shared one when
@@ -261,15 +239,6 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	extra := d.extra[:0]
 	if d.states[st].accept {
 		extra = append(extra, v.eos...)
-	}
-	if depth > 0 {
-		// The tokens longer than the cut; the plain ones are in the
-		// cached mask already where the state loops on plain bytes.
-		tr := &v.long[cut-1]
-		if shapeLoops(key[1:]) {
-			tr = &v.longRest[cut-1]
-		}
-		extra = walkTrieIDs(extra, d, st, states, tr)
 	}
 	return v.addExit(d, st, states, local, true, extra)
 }
@@ -445,15 +414,9 @@ func shapeLoops(table []byte) bool {
 }
 
 // shapeMask is the mask of the tokens without exitByte that a shape (see
-// dfa.shape) allows from its first state: with depth > 0 (a cut shape),
-// those of at most depth bytes.
-func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
+// dfa.shape) allows from its first state.
+func (v *Vocab) shapeMask(table []byte) []uint64 {
 	mask := make([]uint64, v.MaskWords())
-	table := key
-	maxDep := uint16(v.maxLen)
-	if depth > 0 {
-		table, maxDep = key[1:], uint16(depth-1)
-	}
 	tr := &v.local
 	if shapeLoops(table) {
 		copy(mask, v.plain)
@@ -463,10 +426,6 @@ func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
 	nodes := tr.nodes
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
-		if nd.dep > maxDep {
-			i = int(nd.end)
-			continue
-		}
 		nx := table[int(states[nd.dep])<<8|int(nd.b)]
 		if nx == 0 {
 			i = int(nd.end)
