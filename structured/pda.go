@@ -22,6 +22,10 @@ const (
 	maxStacks = 1 << 21
 )
 
+// maxMemo bounds the closure memo (stack ids kept); a variable for the
+// test that makes it tiny.
+var maxMemo = 1 << 22
+
 // ErrStateBudget is returned when a grammar's lazily built automaton has
 // reached its size limit.
 var ErrStateBudget = errors.New("structured: grammar state budget exhausted")
@@ -146,6 +150,11 @@ func (d *dfa) closure(s int32) []int32 {
 	if int(s) < len(d.memoAt) && d.memoAt[s] > 0 {
 		at := d.memoAt[s] - 1
 		return d.memo[at : at+d.memoN[s]]
+	}
+	if len(d.memo) > maxMemo {
+		// Bounded: start the memo again (closures are recomputed as met).
+		d.memo = d.memo[:0]
+		clear(d.memoAt)
 	}
 	at := int32(len(d.memo))
 	d.seenGen++
