@@ -59,3 +59,33 @@ func TestClosureMemoBound(t *testing.T) {
 		t.Logf("%d states", len(queue))
 	}
 }
+
+// TestStateHashCollision: a stack set whose hash is taken by another
+// state gets its own state, found again through the collision map.
+func TestStateHashCollision(t *testing.T) {
+	g, err := CompileRegex("ab|cd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &g.dfa
+	st := d.step(0, 'a')
+	if st <= 0 {
+		t.Fatalf("step: %d", st)
+	}
+	stacks := slices.Clone(d.states[st].stacks)
+	d.stateI[hashStacks(stacks)] = 0 // as if state 0's set had this hash
+	n := len(d.states)
+	d.scratch = append(d.scratch[:0], stacks...)
+	id := d.addState()
+	if id != int32(n) || !slices.Equal(d.states[id].stacks, stacks) {
+		t.Fatalf("colliding set: state %d of %d, stacks %v, want a new state with %v", id, n, d.states[id].stacks, stacks)
+	}
+	d.scratch = append(d.scratch[:0], stacks...)
+	if again := d.addState(); again != id {
+		t.Fatalf("colliding set again: state %d, want %d", again, id)
+	}
+	d.scratch = append(d.scratch[:0], d.states[0].stacks...)
+	if zero := d.addState(); zero != 0 {
+		t.Fatalf("state 0's set: state %d", zero)
+	}
+}
