@@ -70,6 +70,7 @@ func BenchmarkMask(b *testing.B) {
 			}
 			for range b.N {
 				v.shapes.reset()
+				v.composed.reset()
 				var cs []*Compiled
 				for _, s := range walkSchemas {
 					c := bind(s)
@@ -81,6 +82,7 @@ func BenchmarkMask(b *testing.B) {
 				}
 				for _, s := range walkSchemas {
 					v.shapes.reset()
+					v.composed.reset()
 					walk(bind(s), 0)
 				}
 			}

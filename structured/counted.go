@@ -16,8 +16,8 @@ import (
 // vocabulary keeps, per position within a character, every token's count
 // of characters started, computed once when the vocabulary is built; a
 // mask is then a lookup (or, for long budgets, a copy less the few tokens
-// longer than the budget) instead of a cut shape and a walk of the long
-// tokens, whose states are new at every count.
+// longer than the budget) instead of a shape per count, whose states are
+// new at every count.
 
 // charRule is the JSON string character rule as newJSONRules builds it,
 // flattened as finish lays out a rule: its alternatives one after another,

@@ -26,11 +26,14 @@
 //     exactly when they pass through the shape, so their mask is cached
 //     per shape and vocabulary, shared by every grammar; only the tokens
 //     holding '"' (few) are walked against the whole
-//     automaton. A shape too large is cut at a depth (it then decides the
-//     tokens no longer than that, and the longer ones are walked); a state
-//     whose cut shape is still too large gets the whole walk.
+//     automaton, and a state whose shape is too large gets the whole walk.
+//     A shared mask plus the '"' tokens a state adds is itself cached per
+//     vocabulary (the pair recurs across positions and grammars).
 //   - Masks are also cached per DFA state, so a state the grammar
-//     revisits costs a lookup.
+//     revisits costs a lookup. The automaton's states are interned by a
+//     hash of their stack sets, each frame's closure is computed once, and
+//     transitions live in fixed pages, so a new state costs no copy of
+//     the table.
 //   - EOS is allowed only in an accepting state; tokens with no bytes
 //     (control tokens) never are.
 //

@@ -27,3 +27,10 @@ func (s *shapeCache) reset() {
 	defer s.mu.Unlock()
 	s.m, s.bytes = nil, 0
 }
+
+// reset empties the cache (benchmarks of a process's first schema).
+func (c *composedCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m, c.bytes = nil, 0
+}

@@ -22,9 +22,25 @@ const (
 	maxStacks = 1 << 21
 )
 
+// maxMemo bounds the closure memo (stack ids kept); a variable for the
+// test that makes it tiny.
+var maxMemo = 1 << 22
+
 // ErrStateBudget is returned when a grammar's lazily built automaton has
 // reached its size limit.
 var ErrStateBudget = errors.New("structured: grammar state budget exhausted")
+
+// Transition table pages: 1<<pageShift states each.
+const (
+	pageShift = 6
+	pageMask  = 1<<pageShift - 1
+)
+
+// row is state st's transitions, one per byte.
+func (d *dfa) row(st int32) []int32 {
+	off := int(st&pageMask) << 8
+	return d.trans[st>>pageShift][off : off+256 : off+256]
+}
 
 type dstate struct {
 	stacks []int32
@@ -34,22 +50,38 @@ type dstate struct {
 type dfa struct {
 	g      *Grammar
 	frames []frame
-	frameI map[frame]int32
+	frameI map[uint64]int32 // pos<<32 | parent
 	states []*dstate
-	// trans[st<<8|b]: 0 not computed yet, -1 dead, else next state + 1
-	// (one flat table: the mask walk's inner loop is one load).
-	trans  []int32
-	stateI map[string]int32
-	// scratch for closure
-	seen    map[int32]struct{}
-	scratch []int32
-	keybuf  []byte
-	classes []byteSet // fill's scratch
+	// trans[st>>pageShift][(st&pageMask)<<8|b]: 0 not computed yet, -1
+	// dead, else next state + 1. Pages of fixed size, never copied: a
+	// flat table grown by append copied all of it (most of a new state's
+	// cost in a large automaton).
+	trans [][]int32
+	// States are interned by a hash of their sorted stack set; stateC
+	// holds the rare sets whose hash another set already has, by their
+	// bytes.
+	stateI map[uint64]int32
+	stateC map[string]int32
+	// closure memo: the stacks reachable from frame s without consuming
+	// a byte are memo[memoAt[s]-1 : memoAt[s]-1+memoN[s]] (memoAt 0: not
+	// computed). A step's targets recur across the states of a position
+	// (every character of a string returns to the same frame), so each
+	// expansion is computed once per frame.
+	memo   []int32
+	memoAt []int32
+	memoN  []int32
+	// Dedup by generation: stamp[s] == gen marks stack s as met in the
+	// current expansion (seen) or union (added).
+	seen, added []uint32
+	seenGen     uint32
+	addedGen    uint32
+	scratch     []int32
+	keybuf      []byte
+	classes     []byteSet // fill's scratch
 	// shape's scratch: local[state] is the state's index in the shape
 	// being explored, plus one (0: not in it).
 	local    []uint8
 	members  []int32
-	dist     []uint16
 	shapeKey []byte
 	extra    []int32 // computeMask's scratch
 	err      error
@@ -57,19 +89,19 @@ type dfa struct {
 
 func (d *dfa) init(g *Grammar) {
 	d.g = g
-	d.frameI = make(map[frame]int32)
-	d.stateI = make(map[string]int32)
-	d.seen = make(map[int32]struct{})
+	d.frameI = make(map[uint64]int32)
+	d.stateI = make(map[uint64]int32)
 	d.scratch = d.scratch[:0]
+	d.beginUnion()
 	for _, start := range g.alts[0] {
-		d.expand(d.intern(start, -1))
+		d.union(d.intern(start, -1))
 	}
 	d.addState() // state 0: the start
 }
 
 func (d *dfa) intern(pos, parent int32) int32 {
-	f := frame{pos, parent}
-	if id, ok := d.frameI[f]; ok {
+	k := uint64(uint32(pos))<<32 | uint64(uint32(parent))
+	if id, ok := d.frameI[k]; ok {
 		return id
 	}
 	if len(d.frames) >= maxStacks {
@@ -77,29 +109,96 @@ func (d *dfa) intern(pos, parent int32) int32 {
 		return -1
 	}
 	id := int32(len(d.frames))
-	d.frames = append(d.frames, f)
-	d.frameI[f] = id
+	d.frames = append(d.frames, frame{pos, parent})
+	d.frameI[k] = id
 	return id
 }
 
-// expand adds to d.scratch the stacks reachable from s without consuming a
-// byte: calls are pushed, ends popped.
+// beginUnion starts a new stack set in d.scratch.
+func (d *dfa) beginUnion() {
+	d.scratch = d.scratch[:0]
+	d.addedGen++
+	if d.addedGen == 0 { // wrapped: old stamps could match
+		clear(d.added)
+		d.addedGen = 1
+	}
+}
+
+// union adds to d.scratch the stacks reachable from s without consuming
+// a byte (s's closure), each once.
+func (d *dfa) union(s int32) {
+	if s < 0 {
+		return
+	}
+	if len(d.added) < len(d.frames) {
+		d.added = append(d.added, make([]uint32, len(d.frames)-len(d.added)+len(d.frames)/2)...)
+	}
+	for _, x := range d.closure(s) {
+		if int(x) >= len(d.added) {
+			d.added = append(d.added, make([]uint32, int(x)+1-len(d.added)+len(d.frames)/2)...)
+		}
+		if d.added[x] != d.addedGen {
+			d.added[x] = d.addedGen
+			d.scratch = append(d.scratch, x)
+		}
+	}
+}
+
+// closure is s's closure (memoized; d.memo's storage, valid until the
+// next closure call).
+func (d *dfa) closure(s int32) []int32 {
+	if int(s) < len(d.memoAt) && d.memoAt[s] > 0 {
+		at := d.memoAt[s] - 1
+		return d.memo[at : at+d.memoN[s]]
+	}
+	if len(d.memo) > maxMemo {
+		// Bounded: start the memo again (closures are recomputed as met).
+		d.memo = d.memo[:0]
+		clear(d.memoAt)
+	}
+	at := int32(len(d.memo))
+	d.seenGen++
+	if d.seenGen == 0 {
+		clear(d.seen)
+		d.seenGen = 1
+	}
+	d.expand(s)
+	n := int32(len(d.memo)) - at
+	if len(d.memoAt) < len(d.frames) {
+		grow := len(d.frames) - len(d.memoAt) + len(d.frames)/2
+		d.memoAt = append(d.memoAt, make([]int32, grow)...)
+		d.memoN = append(d.memoN, make([]int32, grow)...)
+	}
+	if d.err != nil {
+		// Not memoized: the closure may be incomplete.
+		d.memo = d.memo[:at]
+		return nil
+	}
+	d.memoAt[s], d.memoN[s] = at+1, n
+	return d.memo[at : at+n]
+}
+
+// expand appends to d.memo the stacks reachable from s without consuming
+// a byte: calls are pushed, ends popped.
 func (d *dfa) expand(s int32) {
 	if s < 0 {
 		return
 	}
-	if _, ok := d.seen[s]; ok {
+	if int(s) >= len(d.seen) {
+		d.seen = append(d.seen, make([]uint32, int(s)+1-len(d.seen)+len(d.frames)/2)...)
+	}
+	if d.seen[s] == d.seenGen {
 		return
 	}
-	d.seen[s] = struct{}{}
+	d.seen[s] = d.seenGen
 	f := d.frames[s]
 	n := d.g.prog[f.pos]
 	switch n.kind {
 	case nodeTerm:
-		d.scratch = append(d.scratch, s)
+		d.memo = append(d.memo, s)
 	case nodeEnd:
 		if f.parent < 0 {
-			d.scratch = append(d.scratch, s) // accepting
+			d.memo = append(d.memo, s) // accepting
 			return
 		}
 		d.expand(f.parent)
@@ -119,27 +218,43 @@ func (d *dfa) expand(s int32) {
 	}
 }
 
+// hashStacks is a hash of a sorted stack set.
+func hashStacks(st []int32) uint64 {
+	h := uint64(len(st)) * 0x9e3779b97f4a7c15
+	for _, s := range st {
+		h ^= uint64(uint32(s))
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 31
+	}
+	return h
+}
+
 // addState interns the stack set in d.scratch as a DFA state.
 func (d *dfa) addState() int32 {
 	st := d.scratch
 	slices.Sort(st)
-	st = slices.Compact(st)
-	clear(d.seen)
+	d.scratch = st[:0]
 	if len(st) == 0 {
-		d.scratch = st[:0]
 		return -1
 	}
-	d.keybuf = d.keybuf[:0]
-	for _, s := range st {
-		d.keybuf = binary.LittleEndian.AppendUint32(d.keybuf, uint32(s))
-	}
-	if id, ok := d.stateI[string(d.keybuf)]; ok {
-		d.scratch = st[:0]
-		return id
+	h := hashStacks(st)
+	id, ok := d.stateI[h]
+	collided := false
+	if ok {
+		if slices.Equal(d.states[id].stacks, st) {
+			return id
+		}
+		d.keybuf = d.keybuf[:0]
+		for _, s := range st {
+			d.keybuf = binary.LittleEndian.AppendUint32(d.keybuf, uint32(s))
+		}
+		if id, ok := d.stateC[string(d.keybuf)]; ok {
+			return id
+		}
+		collided = true
 	}
 	if len(d.states) >= maxStates {
 		d.err = ErrStateBudget
-		d.scratch = st[:0]
 		return -1
 	}
 	ds := &dstate{stacks: slices.Clone(st)}
@@ -149,13 +264,19 @@ func (d *dfa) addState() int32 {
 			ds.accept = true
 		}
 	}
-	id := int32(len(d.states))
+	id = int32(len(d.states))
 	d.states = append(d.states, ds)
-	n := len(d.trans)
-	d.trans = slices.Grow(d.trans, 256)[:n+256]
-	clear(d.trans[n:])
-	d.stateI[string(d.keybuf)] = id
-	d.scratch = st[:0]
+	if int(id)>>pageShift == len(d.trans) {
+		d.trans = append(d.trans, make([]int32, 256<<pageShift))
+	}
+	if collided {
+		if d.stateC == nil {
+			d.stateC = map[string]int32{}
+		}
+		d.stateC[string(d.keybuf)] = id
+	} else {
+		d.stateI[h] = id
+	}
 	return id
 }
 
@@ -171,8 +292,8 @@ func (d *dfa) dead(st int32) bool {
 // step is the transition of state st on byte c, or -1.
 func (d *dfa) step(st int32, c byte) int32 {
 	ds := d.states[st]
-	i := int(st)<<8 | int(c)
-	if t := d.trans[i]; t > 0 {
+	row := d.row(st)
+	if t := row[c]; t > 0 {
 		return t - 1
 	} else if t < 0 {
 		return -1
@@ -180,11 +301,12 @@ func (d *dfa) step(st int32, c byte) int32 {
 	if d.err != nil {
 		return -1
 	}
+	d.beginUnion()
 	for _, s := range ds.stacks {
 		f := d.frames[s]
 		n := &d.g.prog[f.pos]
 		if n.kind == nodeTerm && n.set.has(c) {
-			d.expand(d.intern(f.pos+1, f.parent))
+			d.union(d.intern(f.pos+1, f.parent))
 		}
 	}
 	next := d.addState()
@@ -193,9 +315,9 @@ func (d *dfa) step(st int32, c byte) int32 {
 		return -1
 	}
 	if next < 0 {
-		d.trans[i] = -1
+		row[c] = -1
 	} else {
-		d.trans[i] = next + 1
+		row[c] = next + 1
 	}
 	return next
 }
@@ -230,35 +352,31 @@ func (d *dfa) fill(st int32) {
 		}
 	}
 	d.classes = classes
-	base := int(st) << 8
+	row := d.row(st)
 	for _, cl := range classes {
 		rep := cl.first()
-		t := d.trans[base|int(rep)]
+		t := row[rep]
 		if t == 0 {
 			if d.step(st, rep); d.err != nil {
 				return
 			}
-			t = d.trans[base|int(rep)]
+			t = row[rep]
 		}
 		for w, bits := range cl {
 			for bits != 0 {
 				c := w<<6 | tz64(bits)
 				bits &= bits - 1
-				d.trans[base|c] = t
+				row[c] = t
 			}
 		}
 	}
 }
 
-// Shape bounds: a whole shape has at most maxShapeStates states; past
-// that, the shape cut at one of cutDepths (maxCutStates states at most,
-// the deepest that fits) decides the tokens of at most that many bytes.
-const (
-	maxShapeStates = 64
-	maxCutStates   = 254 // local indices plus one are bytes
-)
-
-var cutDepths = [...]int{16, 8}
+// maxShapeStates bounds a shape: past it the state's mask is walked
+// against the automaton. (Shapes cut at a depth, with their long tokens
+// walked, were measured slower: exploring a large shape builds states
+// that no token reaches.)
+const maxShapeStates = 64
 
 // shape explores the states reachable from st on every byte but
 // exitByte and returns their transitions on those bytes, in the order
@@ -268,38 +386,25 @@ var cutDepths = [...]int{16, 8}
 // table without a 0, so two states with one shape allow the same such
 // tokens.
 //
-// With depth > 0 only the states fewer than depth bytes from st get rows
-// (the table is then prefixed by one byte, depth, so that it is never
-// taken for a whole shape): it decides exactly the tokens of at most
-// depth bytes, since such a token reads rows only of states it reaches
-// within depth-1 bytes.
-//
 // It reports false when more than max states are met, when the state
 // budget is near, or on a DFA error. The table is d's scratch, valid
 // until the next call.
-func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
+func (d *dfa) shape(st int32, max int) ([]byte, bool) {
 	if len(d.states)+max > maxStates/2 {
 		return nil, false
 	}
 	members := append(d.members[:0], st)
-	dist := append(d.dist[:0], 0)
 	d.setLocal(st, 1)
 	key := d.shapeKey[:0]
-	if depth > 0 {
-		key = append(key, byte(depth))
-	}
 	ok := true
 	for i := 0; i < len(members) && ok; i++ {
 		m := members[i]
-		if depth > 0 && int(dist[i]) >= depth {
-			break // the rest are as far: no rows
-		}
 		d.fill(m)
 		if d.err != nil {
 			ok = false
 			break
 		}
-		row := d.trans[int(m)<<8 : int(m)<<8+256]
+		row := d.row(m)
 		for c, t := range row {
 			if t <= 0 || c == exitByte {
 				key = append(key, 0)
@@ -313,7 +418,6 @@ func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
 					break
 				}
 				members = append(members, s)
-				dist = append(dist, dist[i]+1)
 				l = uint8(len(members))
 				d.setLocal(s, l)
 			}
@@ -323,7 +427,7 @@ func (d *dfa) shape(st int32, max, depth int) ([]byte, bool) {
 	for _, m := range members {
 		d.local[m] = 0
 	}
-	d.members, d.dist, d.shapeKey = members, dist, key
+	d.members, d.shapeKey = members, key
 	return key, ok
 }
 

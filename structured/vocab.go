@@ -37,12 +37,10 @@ type Vocab struct {
 	// rest.
 	plain []uint64
 	// The tokens with bytes (EOS aside) as tries: exit holds those with
-	// exitByte, local the others, localRest those of local not plain;
-	// long[i] and longRest[i] those of local and localRest longer than
-	// cutDepths[i].
+	// exitByte, local the others, localRest those of local not plain.
 	exit, local, localRest trie
-	long, longRest         [len(cutDepths)]trie
 	shapes                 shapeCache
+	composed               composedCache
 	// counted holds, per position set within a JSON string character,
 	// the tokens by characters started (counted.go); built with the
 	// vocabulary, read-only after.
@@ -179,18 +177,6 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 		}
 	}
 	v.exit, v.local, v.localRest = v.newTrie(exit), v.newTrie(local), v.newTrie(localRest)
-	longer := func(ids []int32, n int) []int32 {
-		var out []int32
-		for _, id := range ids {
-			if len(v.toks[id]) > n {
-				out = append(out, id)
-			}
-		}
-		return out
-	}
-	for i, n := range cutDepths {
-		v.long[i], v.longRest[i] = v.newTrie(longer(local, n)), v.newTrie(longer(localRest, n))
-	}
 	v.buildCounted()
 	return v, nil
 }
@@ -228,11 +214,9 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 
 // computeMask is the mask of DFA state st. The tokens without exitByte
 // come from the shape cache, keyed by st's shape (computed on a miss by a
-// walk over the shape's small table); where the whole shape is too
-// large, the shape cut at a depth gives the short ones and the longer
-// ones are walked against the automaton; the tokens with exitByte (few)
-// are walked against the automaton too. A state whose cut shape is still
-// too large gets the whole walk. The caller holds the grammar's lock.
+// walk over the shape's small table); the tokens with exitByte (few) are
+// walked against the automaton. A state whose shape is too large gets the
+// whole walk. The caller holds the grammar's lock.
 func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	if local, shared, ok := v.countedMask(d, st); ok {
 		extra := d.extra[:0]
@@ -241,18 +225,13 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 		}
 		return v.addExit(d, st, states, local, shared, extra)
 	}
-	depth, cut := 0, 0 // cut: 1 + the index in cutDepths of the depth used, 0 for a whole shape
-	key, ok := d.shape(st, maxShapeStates, 0)
-	for ; !ok && cut < len(cutDepths); cut++ {
-		depth = cutDepths[cut]
-		key, ok = d.shape(st, maxCutStates, depth)
-	}
+	key, ok := d.shape(st, maxShapeStates)
 	if !ok {
 		return v.walkMask(d, st, states)
 	}
 	local := v.shapes.get(key)
 	if local == nil {
-		local = v.shapeMask(key, depth)
+		local = v.shapeMask(key)
 		v.shapes.put(string(key), local)
 	}
 	// The exit tokens (and EOS) allowed; the mask is the shared one when
@@ -260,15 +239,6 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	extra := d.extra[:0]
 	if d.states[st].accept {
 		extra = append(extra, v.eos...)
-	}
-	if depth > 0 {
-		// The tokens longer than the cut; the plain ones are in the
-		// cached mask already where the state loops on plain bytes.
-		tr := &v.long[cut-1]
-		if shapeLoops(key[1:]) {
-			tr = &v.longRest[cut-1]
-		}
-		extra = walkTrieIDs(extra, d, st, states, tr)
 	}
 	return v.addExit(d, st, states, local, true, extra)
 }
@@ -279,15 +249,77 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 func (v *Vocab) addExit(d *dfa, st int32, states []int32, local []uint64, shared bool, extra []int32) []uint64 {
 	extra = walkTrieIDs(extra, d, st, states, &v.exit)
 	d.extra = extra[:0]
-	mask, cloned := local, !shared
+	if !shared {
+		for _, id := range extra {
+			local[id>>6] |= 1 << (uint(id) & 63)
+		}
+		return local
+	}
+	// The tokens local lacks, in walk order (the same order for the same
+	// set); the mask is local's own slice when there are none, else the
+	// composed mask of (local, adds), shared by every state and grammar
+	// that meets the pair.
+	adds := extra[:0]
 	for _, id := range extra {
-		if bit := uint64(1) << (uint(id) & 63); mask[id>>6]&bit == 0 {
-			if !cloned {
-				mask, cloned = slices.Clone(local), true
-			}
-			mask[id>>6] |= bit
+		if local[id>>6]&(1<<(uint(id)&63)) == 0 {
+			adds = append(adds, id)
 		}
 	}
+	if len(adds) == 0 {
+		return local
+	}
+	return v.composed.get(local, adds)
+}
+
+// maxComposedBytes bounds the composed masks of one vocabulary; past it
+// the cache is dropped.
+const maxComposedBytes = 128 << 20
+
+// composedCache maps a shared mask and the tokens added to it to the
+// resulting mask. A state's mask is its shape's (or counted set's) mask
+// plus the few tokens with exitByte it allows; the pair recurs across
+// positions and grammars (a string followed by the same punctuation),
+// and a copy of a whole mask per state costs more than its walk.
+type composedCache struct {
+	mu    sync.Mutex
+	m     map[composedKey][]composed
+	bytes int
+}
+
+type composedKey struct {
+	base *uint64 // the shared mask's first word: its identity
+	h    uint64  // hash of the tokens added
+}
+
+type composed struct {
+	adds []int32
+	mask []uint64
+}
+
+// get is the mask of base plus adds (base shared, read-only; adds a
+// scratch slice, copied when kept).
+func (c *composedCache) get(base []uint64, adds []int32) []uint64 {
+	k := composedKey{base: &base[0], h: hashStacks(adds)}
+	c.mu.Lock()
+	for _, e := range c.m[k] {
+		if slices.Equal(e.adds, adds) {
+			c.mu.Unlock()
+			return e.mask
+		}
+	}
+	c.mu.Unlock()
+	mask := slices.Clone(base)
+	for _, id := range adds {
+		mask[id>>6] |= 1 << (uint(id) & 63)
+	}
+	n := len(mask)*8 + len(adds)*4
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || c.bytes+n > maxComposedBytes {
+		c.m, c.bytes = map[composedKey][]composed{}, 0
+	}
+	c.m[k] = append(c.m[k], composed{adds: slices.Clone(adds), mask: mask})
+	c.bytes += n
 	return mask
 }
 
@@ -317,9 +349,16 @@ func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
 		s := states[nd.dep]
-		nx := d.trans[int(s)<<8|int(nd.b)]
+		row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
+		nx := row[nd.b]
 		if nx == 0 {
-			nx = d.step(s, nd.b) + 1
+			// First visit: the whole row, one step per byte class
+			// (a walk meets many bytes from one state).
+			if d.fill(s); d.err != nil {
+				nx = -1
+			} else {
+				nx = row[nd.b]
+			}
 		}
 		if nx <= 0 {
 			i = int(nd.end)
@@ -341,9 +380,16 @@ func walkTrieIDs(ids []int32, d *dfa, st int32, states []int32, tr *trie) []int3
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
 		s := states[nd.dep]
-		nx := d.trans[int(s)<<8|int(nd.b)]
+		row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
+		nx := row[nd.b]
 		if nx == 0 {
-			nx = d.step(s, nd.b) + 1
+			// First visit: the whole row, one step per byte class
+			// (a walk meets many bytes from one state).
+			if d.fill(s); d.err != nil {
+				nx = -1
+			} else {
+				nx = row[nd.b]
+			}
 		}
 		if nx <= 0 {
 			i = int(nd.end)
@@ -368,15 +414,9 @@ func shapeLoops(table []byte) bool {
 }
 
 // shapeMask is the mask of the tokens without exitByte that a shape (see
-// dfa.shape) allows from its first state: with depth > 0 (a cut shape),
-// those of at most depth bytes.
-func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
+// dfa.shape) allows from its first state.
+func (v *Vocab) shapeMask(table []byte) []uint64 {
 	mask := make([]uint64, v.MaskWords())
-	table := key
-	maxDep := uint16(v.maxLen)
-	if depth > 0 {
-		table, maxDep = key[1:], uint16(depth-1)
-	}
 	tr := &v.local
 	if shapeLoops(table) {
 		copy(mask, v.plain)
@@ -386,10 +426,6 @@ func (v *Vocab) shapeMask(key []byte, depth int) []uint64 {
 	nodes := tr.nodes
 	for i := 0; i < len(nodes)-1; {
 		nd := &nodes[i]
-		if nd.dep > maxDep {
-			i = int(nd.end)
-			continue
-		}
 		nx := table[int(states[nd.dep])<<8|int(nd.b)]
 		if nx == 0 {
 			i = int(nd.end)
