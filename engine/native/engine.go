@@ -100,9 +100,6 @@ func (o *Options) defaults() {
 	if o.BlockSize <= 0 {
 		o.BlockSize = 16
 	}
-	if o.KVBytes <= 0 {
-		o.KVBytes = 256 << 20
-	}
 	if o.MaxSeqs <= 0 {
 		o.MaxSeqs = 16
 	}
