@@ -44,7 +44,7 @@ func TestNativeQ8RSS(t *testing.T) {
 	var rss1, weights int64
 	for _, workers := range []int{1, 2} {
 		p := startProc(t, fmt.Sprintf("serve-%d", workers), fmt.Sprintf("serve --engine native --threads 1 --kv-events off --http-addr 127.0.0.1:0 --workers %d --model %s", workers, path), frontendReady)
-		url := frontendReady.FindStringSubmatch(p.line)[1]
+		url := p.line // the banner's URL, without /v1
 		h := waitNativeHealth(t, url, workers)
 		rss := procRSS(p.cmd.Process.Pid)
 		var kv int64
