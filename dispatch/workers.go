@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/kvcache"
 	"github.com/tandemllm/tandem/router"
 )
@@ -28,6 +29,9 @@ type WorkerStatus struct {
 	// Tiers are the KV tiers of an in-process engine that has some
 	// (TierReporter; nil otherwise).
 	Tiers *kvcache.TierStats
+	// Memory is an in-process engine's memory (engine.MemoryReporter;
+	// nil otherwise).
+	Memory *engine.Memory
 }
 
 // TierReporter is an in-process engine with KV tiers below its pool
@@ -91,6 +95,10 @@ func (d *Dispatcher) Workers() []WorkerStatus {
 			if st, ok := tr.KVTiers(); ok {
 				ws.Tiers = &st
 			}
+		}
+		if mr, ok := wk.Timing.(engine.MemoryReporter); ok {
+			m := mr.Memory()
+			ws.Memory = &m
 		}
 		out = append(out, ws)
 	}

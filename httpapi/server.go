@@ -714,6 +714,25 @@ type workerHealth struct {
 	// KVSharedOnboardedBlocks counts the blocks it onboarded from other
 	// workers' copies in a shared tier (a host's memory pool or disk).
 	KVSharedOnboardedBlocks uint64 `json:"kv_shared_onboarded_blocks,omitempty"`
+	// Memory is an in-process engine's memory (the native engine's).
+	Memory *memoryHealth `json:"memory,omitempty"`
+}
+
+// memoryHealth is a worker's memory. The weights are the process's, held
+// once however many workers share them (weights_shared_by): summing
+// weights_bytes over workers counts them that many times. The KV cache is
+// the worker's own, allocated at start (pages become resident as it
+// fills).
+type memoryHealth struct {
+	WeightsBytes int64 `json:"weights_bytes"`
+	// WeightsSharedBy is how many workers of the process share them.
+	WeightsSharedBy int `json:"weights_shared_by"`
+	// WeightsMappedBytes of them are read in place from the model file's
+	// mapping (page cache); the rest were copied to the heap at load.
+	WeightsMappedBytes int64  `json:"weights_mapped_bytes"`
+	KVBytes            int64  `json:"kv_bytes"`
+	KVTokens           int    `json:"kv_tokens"`
+	KVSizedBy          string `json:"kv_sized_by,omitempty"`
 }
 
 // tierHealth is one KV tier of a worker: what it holds now and its
@@ -755,6 +774,10 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 					Offloaded: ts.Offloaded[t], Onboarded: ts.Onboarded[t], Dropped: ts.Dropped[t]})
 			}
 			wh.KVSharedOnboardedBlocks = ts.SharedOnboarded
+		}
+		if m := wk.Memory; m != nil {
+			wh.Memory = &memoryHealth{WeightsBytes: m.WeightsBytes, WeightsSharedBy: m.WeightsSharedBy, WeightsMappedBytes: m.WeightsMappedBytes,
+				KVBytes: m.KVBytes, KVTokens: m.KVTokens, KVSizedBy: m.KVSizedBy}
 		}
 		if st := wk.Events; st != nil {
 			wh.KVEventsApplied = st.Applied

@@ -72,6 +72,10 @@ type Config struct {
 	loaded *native.Loaded
 	// kvBytes is --kv-cache-bytes (native; 0: the engine's default).
 	kvBytes int64
+	// Workers is how many engines the factory will build in this process
+	// (serve's workers; 0: 1): the native engine's default KV size splits
+	// the machine's memory between them.
+	Workers int
 }
 
 // tierFlags are the KV offload tiers' flags (kvcache G2 and G3).
@@ -152,7 +156,7 @@ func (e *Config) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.ModelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
-	f.Var((*process.ByteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker (e.g. 512MiB, 2GiB; 0: 256 MiB, and always room for one full context)")
+	f.Var((*process.ByteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker, always at least one full context (e.g. 512MiB, 2GiB; 0: one full context or 256 MiB, whichever is larger, if half the machine's available memory (MemAvailable, or the cgroup's limit) split between the workers has room, else what fits, with the context shortened to it; the choice is logged and on /health)")
 	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
 	e.Mock.AddFlags(f)
 	f.StringVar(&e.script, "mocker-script", "", `mocker: a reply script (JSON {"rules":[{"when":"substring of the last user message","reply":"exact text"}]}): the first matching rule's reply is written, then EOS, so a random engine can write a tool call`)
@@ -232,7 +236,7 @@ func (e *Config) Build(log *slog.Logger) (*tokenizer.Model, Factory, error) {
 			if err != nil {
 				return nil, err
 			}
-			return native.New(l.Model, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev, KVBytes: e.kvBytes, Vocab: vocab,
+			return native.New(l.Model, native.Options{Model: model.Name, Threads: e.threads, KVType: kvType, KVEvents: ev, KVBytes: e.kvBytes, Workers: e.Workers, Vocab: vocab,
 				KVOffloadHostBytes: tiers.HostBytes, KVOffloadDiskBytes: tiers.DiskBytes, KVOffloadDiskDir: e.tiers.diskDir, KVOffloadDiskShared: e.tiers.diskShared})
 		}, nil
 	case "upstream":

@@ -28,6 +28,7 @@ var (
 	_ engine.KVEventsReplayer  = (*Engine)(nil)
 	_ engine.ReplayTokener     = (*Engine)(nil)
 	_ engine.TokenIDPublisher  = (*Engine)(nil)
+	_ engine.MemoryReporter    = (*Engine)(nil)
 )
 
 // Options tune an Engine. The zero value is usable.
@@ -38,9 +39,14 @@ type Options struct {
 	Threads int
 	// BlockSize is the KV block size in tokens (default 16).
 	BlockSize int
-	// KVBytes bounds the KV cache memory (default 256 MiB, but always at
-	// least one full context).
+	// KVBytes is the KV cache's memory, always at least one full context
+	// (0: one full context or 256 MiB, whichever is larger, where half the
+	// machine's available memory split between Workers has room for it,
+	// else what fits, the context shortened to it: planKV).
 	KVBytes int64
+	// Workers is how many engines of this process share the machine's
+	// memory, for the default KV size (0: 1).
+	Workers int
 	// KVType is the KV cache's element type (default model.KVF32;
 	// model.KVF16 halves the cache's memory and decode's attention reads,
 	// as llama.cpp's default F16 cache does). KV transfer and export carry
@@ -94,9 +100,6 @@ func (o *Options) defaults() {
 	if o.BlockSize <= 0 {
 		o.BlockSize = 16
 	}
-	if o.KVBytes <= 0 {
-		o.KVBytes = 256 << 20
-	}
 	if o.MaxSeqs <= 0 {
 		o.MaxSeqs = 16
 	}
@@ -139,6 +142,7 @@ type Engine struct {
 	// disaggregation decider on other goroutines.
 	prefillRate atomic.Uint64
 	running     atomic.Int64 // of them decoding (past their prompt)
+	kvSizedBy   string       // how the KV pool's size was chosen (planKV)
 }
 
 // minRateTokens: steps with fewer tokens are mostly decodes, bound by
@@ -154,12 +158,19 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 		ctxLen = opts.ContextLength
 	}
 	blockBytes := int64(opts.BlockSize) * int64(c.KVDim()) * int64(c.Layers) * 2 * int64(opts.KVType.Bytes())
-	blocks := int(opts.KVBytes / blockBytes)
-	blocks = max(blocks, (ctxLen+opts.BlockSize-1)/opts.BlockSize+1)
+	plan := planKV(opts.KVBytes, ctxLen, opts.BlockSize, blockBytes, opts.Workers, m.MappedWeightBytes(), readMachineMemory())
+	blocks := plan.blocks
+	if plan.ctxLen < ctxLen {
+		slog.Warn("native: the machine's memory leaves a shorter context than the model's; pass --kv-cache-bytes to choose",
+			"model", opts.Model, "context", plan.ctxLen, "model_context", ctxLen, "sized_by", plan.sizedBy)
+	}
+	ctxLen = plan.ctxLen
 	kv, err := model.NewKVStoreOf(c, opts.BlockSize, blocks, opts.KVType)
 	if err != nil {
 		return nil, err
 	}
+	slog.Info("native: KV cache", "model", opts.Model, "bytes", int64(blocks)*blockBytes, "tokens", blocks*opts.BlockSize,
+		"dtype", opts.KVType.String(), "context", ctxLen, "sized_by", plan.sizedBy)
 	var events *kvevents.EngineEvents
 	if opts.KVEvents.Enabled && !opts.DisablePrefixCaching {
 		if events, err = kvevents.NewEngineEvents(context.Background(), opts.KVEvents, opts.BlockSize, nil); err != nil {
@@ -207,15 +218,17 @@ func New(m *model.Model, opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		m: m, opts: opts, pool: kernels.NewPool(opts.Threads), kv: kv, cache: cache, events: events, tiers: tiers,
-		fp:     Fingerprint(m),
-		reqs:   make(chan *seq, opts.MaxQueue),
-		cmds:   make(chan func()),
-		closed: make(chan struct{}),
-		done:   make(chan struct{}),
-		seeds:  uint64(time.Now().UnixNano()),
+		fp:        Fingerprint(m),
+		kvSizedBy: plan.sizedBy,
+		reqs:      make(chan *seq, opts.MaxQueue),
+		cmds:      make(chan func()),
+		closed:    make(chan struct{}),
+		done:      make(chan struct{}),
+		seeds:     uint64(time.Now().UnixNano()),
 	}
 	e.info = engine.Info{Kind: "native", Model: opts.Model, BlockSize: opts.BlockSize, ContextLength: ctxLen,
 		KVCapacityTokens: blocks * opts.BlockSize, EOS: eos}
+	addUser(m, 1)
 	go e.loop()
 	return e, nil
 }
@@ -248,6 +261,7 @@ func (e *Engine) Close() error {
 	close(e.closed)
 	e.closeMu.Unlock()
 	<-e.done
+	addUser(e.m, -1)
 	e.pool.Close()
 	if e.tiers != nil {
 		e.tiers.close()

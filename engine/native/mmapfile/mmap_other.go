@@ -13,3 +13,6 @@ func Map(path string) ([]byte, error) { return os.ReadFile(path) }
 // Unmap releases a mapping Map returned (unused where the bytes may
 // still be referenced).
 func Unmap([]byte) {}
+
+// Release is a no-op where Map reads files (the bytes are the heap's).
+func Release([]byte) {}

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/tandemllm/tandem/engine/native/gguf"
 	"github.com/tandemllm/tandem/engine/native/kernels"
+	"github.com/tandemllm/tandem/engine/native/mmapfile"
 )
 
 // maxGGUFContext caps the context length taken from GGUF metadata: the
@@ -27,7 +30,7 @@ func LoadGGUF(path string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}
-	m.Source = path
+	m.Source, m.Mapped = path, f.Mapped
 	return m, nil
 }
 
@@ -228,14 +231,11 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 		if cols%kernels.QK != 0 {
 			return nil, fmt.Errorf("tensor %s: Q8_0 rows of %d are not whole blocks", name, cols)
 		}
+		// The Q8_0 kernels read quants and fp32 scales as separate runs
+		// (32 quants a group, eight or sixteen scales a load), not the
+		// file's 34-byte blocks: repacked, and the file's pages released.
 		w.Type, w.Q, w.S = kernels.Q8_0, kernels.NewI8(n), kernels.NewScales(n/kernels.QK)
-		for g := range w.S {
-			blk := data[34*g : 34*g+34]
-			w.S[g] = kernels.F16ToF32(le.Uint16(blk))
-			for i := range kernels.QK {
-				w.Q[g*kernels.QK+i] = int8(blk[2+i])
-			}
-		}
+		repackQ8(w.Q, w.S, data[:34*len(w.S)])
 	case gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		// Kept as the file's blocks, aliasing the read-only mapping:
 		// nothing is copied and no page is touched until a product reads it.
@@ -246,7 +246,49 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 	default:
 		return nil, fmt.Errorf("tensor %s has unsupported type %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, t.Type)
 	}
+	if f.Mapped && w.B == nil && w.H == nil {
+		// Copied out of the mapping: its pages would otherwise stay
+		// resident beside the copy, the weights counted twice.
+		mmapfile.Release(data)
+	}
 	return w, nil
+}
+
+// repackQ8 splits Q8_0 blocks (fp16 scale, 32 int8 quants) into quants
+// and fp32 scales, the layout the Q8_0 kernels read, on every core for a
+// large tensor: it is most of a Q8_0 model's load time.
+func repackQ8(q []int8, s []float32, data []byte) {
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
+	le := binary.LittleEndian
+	run := func(lo, hi int) {
+		for g := lo; g < hi; g++ {
+			b := data[34*g : 34*g+34 : 34*g+34]
+			d := dst[32*g : 32*g+32 : 32*g+32]
+			s[g] = kernels.F16ToF32(le.Uint16(b))
+			// Four 8-byte moves: a 32-byte copy call per group costs more
+			// than the copy.
+			le.PutUint64(d, le.Uint64(b[2:]))
+			le.PutUint64(d[8:], le.Uint64(b[10:]))
+			le.PutUint64(d[16:], le.Uint64(b[18:]))
+			le.PutUint64(d[24:], le.Uint64(b[26:]))
+		}
+	}
+	const chunk = 1 << 15 // groups (1 MiB of quants) per goroutine at least
+	n := len(s)
+	parts := min(runtime.GOMAXPROCS(0), (n+chunk-1)/chunk)
+	if parts <= 1 {
+		run(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(i*n/parts, (i+1)*n/parts)
+		}()
+	}
+	wg.Wait()
 }
 
 // halves views little-endian fp16 data as []uint16 without copying when

@@ -36,6 +36,10 @@ type Model struct {
 	// llama2.c checkpoints, whose tokenizer is a separate file.
 	Vocab *Vocab
 
+	// Mapped: the weights file is memory-mapped, and the matrices kept in
+	// the file's layout (block types, F16 halves) alias the mapping.
+	Mapped bool
+
 	cos, sin []float32 // [SeqLen][HeadDim/2]
 }
 
@@ -143,6 +147,32 @@ func (m *Model) WeightBytes() int64 {
 	for _, l := range m.Layers {
 		for _, w := range []*kernels.Mat{l.Wq, l.Wk, l.Wv, l.Wo, l.W1, l.W2, l.W3} {
 			n += w.Bytes()
+		}
+	}
+	return n
+}
+
+// MappedWeightBytes is the part of WeightBytes read in place from the
+// file's mapping (zero where the file was read into memory): the page
+// cache holds it, paged in as products first read it, and it is shared
+// with every process that maps the same file.
+func (m *Model) MappedWeightBytes() int64 {
+	if !m.Mapped {
+		return 0
+	}
+	var n int64
+	add := func(w *kernels.Mat) {
+		if w.B != nil || w.H != nil {
+			n += w.Bytes()
+		}
+	}
+	add(m.Embed)
+	if m.Output != m.Embed {
+		add(m.Output)
+	}
+	for _, l := range m.Layers {
+		for _, w := range []*kernels.Mat{l.Wq, l.Wk, l.Wv, l.Wo, l.W1, l.W2, l.W3} {
+			add(w)
 		}
 	}
 	return n

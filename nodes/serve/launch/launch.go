@@ -45,6 +45,7 @@ func New() *Setup {
 // and the model's name. Resolving an SGLang server's ranks is bounded by
 // upstream.Fleet.ResolveTargets.
 func (s *Setup) Start(log *slog.Logger) (*serve.System, string, error) {
+	s.Engine.Workers = int(s.Resources()["workers"])
 	model, factory, err := s.Engine.Build(log)
 	if err != nil {
 		return nil, "", err
