@@ -32,6 +32,9 @@ func (s *sampler) sample(logits []float32) int32 {
 		return argmax(logits)
 	}
 	inv := 1 / s.p.Temperature
+	if (s.p.TopK <= 0 || s.p.TopK >= len(logits)) && (s.p.TopP <= 0 || s.p.TopP >= 1) {
+		return s.sampleAll(logits, inv)
+	}
 	s.idx = s.idx[:0]
 	for i, v := range logits {
 		if !math.IsInf(float64(v), -1) {
@@ -87,6 +90,53 @@ func (s *sampler) sample(logits []float32) int32 {
 		}
 	}
 	return s.idx[n-1]
+}
+
+// sampleAll draws from the softmax of logits/temperature over every
+// token not masked to -Inf, in id order: with no top-k or top-p cut there
+// is no need to sort the candidates (a full vocabulary's sort costs far
+// more than the forward pass of a small model), and the draw stays
+// reproducible per seed.
+func (s *sampler) sampleAll(logits []float32, inv float32) int32 {
+	m := float32(math.Inf(-1))
+	for _, v := range logits {
+		if v > m {
+			m = v
+		}
+	}
+	if math.IsInf(float64(m), -1) {
+		return argmax(logits)
+	}
+	if cap(s.prob) < len(logits) {
+		s.prob = make([]float32, len(logits))
+	}
+	s.prob = s.prob[:len(logits)]
+	var sum float64
+	for i, v := range logits {
+		var e float32
+		if v > float32(math.Inf(-1)) {
+			e = float32(math.Exp(float64((v - m) * inv)))
+		}
+		s.prob[i] = e
+		sum += float64(e)
+	}
+	r := s.rng.Float64() * sum
+	var cum float64
+	last := int32(-1)
+	for i, q := range s.prob {
+		if q == 0 {
+			continue
+		}
+		cum += float64(q)
+		last = int32(i)
+		if r < cum {
+			return last
+		}
+	}
+	if last < 0 {
+		return argmax(logits)
+	}
+	return last
 }
 
 func argmax(x []float32) int32 {
