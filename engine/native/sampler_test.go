@@ -85,3 +85,73 @@ func BenchmarkSample(b *testing.B) {
 		})
 	}
 }
+
+// TestSampleMasked: sampling over a constraint's mask without writing it
+// into the logits picks what masking the logits first would: the same
+// token greedily, the masked softmax's distribution at a temperature;
+// nothing when no allowed token has a logit.
+func TestSampleMasked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ninf := float32(math.Inf(-1))
+	const n = 200 // the last word partly past the logits
+	for round := range 50 {
+		logits := make([]float32, n)
+		for i := range logits {
+			logits[i] = float32(rng.IntN(8)) // ties: the first of equals wins
+		}
+		logits[rng.IntN(n)] = ninf
+		mask := make([]uint64, 4)
+		for w := range mask {
+			switch rng.IntN(3) {
+			case 0:
+				mask[w] = ^uint64(0)
+			case 1:
+				mask[w] = rng.Uint64() & rng.Uint64()
+			}
+		}
+		masked := append([]float32(nil), logits...)
+		any := false
+		for i := range masked {
+			if mask[i/64]&(1<<(i%64)) == 0 {
+				masked[i] = ninf
+			} else if masked[i] > ninf {
+				any = true
+			}
+		}
+		s := newSampler(engine.Sampling{}, 1)
+		got, ok := s.sampleMasked(logits, mask)
+		if ok != any || ok && got != argmax(masked) {
+			t.Fatalf("round %d: greedy %d %v, want %d %v", round, got, ok, argmax(masked), any)
+		}
+		if !any {
+			continue
+		}
+		if round%10 != 0 {
+			continue
+		}
+		// Temperature 0.5: the masked softmax's frequencies.
+		want := make([]float64, n)
+		var sum float64
+		for i, v := range masked {
+			if v > ninf {
+				want[i] = math.Exp(float64(v) * 2)
+				sum += want[i]
+			}
+		}
+		s = newSampler(engine.Sampling{Temperature: 0.5}, 1)
+		counts := make([]float64, n)
+		const draws = 50000
+		for range draws {
+			tok, ok := s.sampleMasked(logits, mask)
+			if !ok {
+				t.Fatal("no token")
+			}
+			counts[tok]++
+		}
+		for i := range want {
+			if f := counts[i] / draws; math.Abs(f-want[i]/sum) > 0.01 || masked[i] == ninf && counts[i] != 0 {
+				t.Fatalf("round %d token %d: drawn %.4f, want %.4f", round, i, f, want[i]/sum)
+			}
+		}
+	}
+}
