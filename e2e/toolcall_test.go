@@ -58,8 +58,9 @@ func TestForcedToolCallParsers(t *testing.T) {
 			{"native", "--engine native --threads 1 --model " + dir},
 			{"mocker", "--engine mocker --instant"},
 		} {
+			// One after the other: a server's start (the vocabulary's
+			// structured-output tables) is CPU-bound.
 			t.Run(parser+"/"+eng.name, func(t *testing.T) {
-				t.Parallel()
 				p := startTandem(t, "serve --http-addr 127.0.0.1:0 --workers 1 --tool-call-parser "+parser+" "+eng.args)
 				noParallel := false
 				model := p.model
