@@ -656,16 +656,19 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 			}
 		}
 	}
+	var tok int32
 	if s.matcher != nil {
-		if err := s.matcher.ApplyMask(s.logits); err != nil {
+		// Logprobs read the masked logits: the mask is written into them.
+		t, err := sampleConstrained(s.sampler, s.matcher, s.logits, lpLogits != nil)
+		if err == nil {
+			err = s.matcher.Accept(t)
+		}
+		if err != nil {
 			return e.constraintFailed(s, err)
 		}
-	}
-	tok := s.sampler.sample(s.logits)
-	if s.matcher != nil {
-		if err := s.matcher.Accept(tok); err != nil {
-			return e.constraintFailed(s, err)
-		}
+		tok = t
+	} else {
+		tok = s.sampler.sample(s.logits)
 	}
 	s.tokens = append(s.tokens, tok)
 	s.generated++
@@ -688,6 +691,29 @@ func (e *Engine) emit(s *seq) (engine.FinishReason, bool) {
 		return engine.FinishCancelled, true
 	}
 	return d.Finish, d.Finish != engine.FinishNone
+}
+
+// sampleConstrained picks the next token of a constrained sequence (the
+// matcher is not advanced). With inPlace, or a top-k/top-p cut, the mask
+// is written into logits (-Inf for every disallowed id) before sampling;
+// otherwise the sampler visits the allowed ids alone and logits are left
+// as they are.
+func sampleConstrained(sp *sampler, m *structured.Matcher, logits []float32, inPlace bool) (int32, error) {
+	if inPlace || sp.cuts(len(logits)) {
+		if err := m.ApplyMask(logits); err != nil {
+			return 0, err
+		}
+		return sp.sample(logits), nil
+	}
+	mask, err := m.Mask()
+	if err != nil {
+		return 0, err
+	}
+	tok, ok := sp.sampleMasked(logits, mask)
+	if !ok {
+		return 0, fmt.Errorf("%w: no allowed token has a logit", structured.ErrRejected)
+	}
+	return tok, nil
 }
 
 // constraintFailed ends a constrained sequence whose grammar can go no

@@ -2,6 +2,7 @@ package native
 
 import (
 	"math"
+	mbits "math/bits"
 	"math/rand/v2"
 	"slices"
 
@@ -32,6 +33,9 @@ func (s *sampler) sample(logits []float32) int32 {
 		return argmax(logits)
 	}
 	inv := 1 / s.p.Temperature
+	if !s.cuts(len(logits)) {
+		return s.sampleAll(logits, inv)
+	}
 	s.idx = s.idx[:0]
 	for i, v := range logits {
 		if !math.IsInf(float64(v), -1) {
@@ -87,6 +91,131 @@ func (s *sampler) sample(logits []float32) int32 {
 		}
 	}
 	return s.idx[n-1]
+}
+
+// cuts reports whether a top-k or top-p cut applies to a temperature draw
+// over n logits.
+func (s *sampler) cuts(n int) bool {
+	return s.p.Temperature > 0 && s.p.TopK != 1 && (s.p.TopK > 0 && s.p.TopK < n || s.p.TopP > 0 && s.p.TopP < 1)
+}
+
+// sampleMasked is sample over the tokens mask allows (bit id%64 of word
+// id/64; a constraint's mask) for a sampler without a top-k/top-p cut
+// (see cuts): it visits the allowed ids alone instead of writing -Inf over
+// every other logit first, so a constrained step costs no more than an
+// unconstrained one. It reads logits only; ok is false when no allowed
+// token has a logit above -Inf.
+func (s *sampler) sampleMasked(logits []float32, mask []uint64) (tok int32, ok bool) {
+	ninf := float32(math.Inf(-1))
+	words := min(len(mask), (len(logits)+63)/64)
+	// The largest allowed logit (the first of equals), word by word:
+	// whole words of allowed ids are scanned, others bit by bit.
+	best, bestV := -1, ninf
+	for w := range words {
+		bits := mask[w]
+		base := w * 64
+		if bits == ^uint64(0) && base+64 <= len(logits) {
+			for i, v := range logits[base : base+64] {
+				if v > bestV {
+					best, bestV = base+i, v
+				}
+			}
+			continue
+		}
+		for bits != 0 {
+			i := base + mbits.TrailingZeros64(bits)
+			if i >= len(logits) {
+				break
+			}
+			if v := logits[i]; v > bestV {
+				best, bestV = i, v
+			}
+			bits &= bits - 1
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	if s.p.Temperature <= 0 || s.p.TopK == 1 {
+		return int32(best), true
+	}
+	inv := 1 / s.p.Temperature
+	s.idx, s.prob = s.idx[:0], s.prob[:0]
+	var sum float64
+	for w := range words {
+		bits := mask[w]
+		base := w * 64
+		for bits != 0 {
+			i := base + mbits.TrailingZeros64(bits)
+			if i >= len(logits) {
+				break
+			}
+			bits &= bits - 1
+			if v := logits[i]; v > ninf {
+				if e := float32(math.Exp(float64((v - bestV) * inv))); e > 0 {
+					s.idx = append(s.idx, int32(i))
+					s.prob = append(s.prob, e)
+					sum += float64(e)
+				}
+			}
+		}
+	}
+	r := s.rng.Float64() * sum
+	var cum float64
+	for k, q := range s.prob {
+		cum += float64(q)
+		if r < cum {
+			return s.idx[k], true
+		}
+	}
+	return s.idx[len(s.idx)-1], true
+}
+
+// sampleAll draws from the softmax of logits/temperature over every
+// token not masked to -Inf, in id order: with no top-k or top-p cut there
+// is no need to sort the candidates (a full vocabulary's sort costs far
+// more than the forward pass of a small model), and the draw stays
+// reproducible per seed.
+func (s *sampler) sampleAll(logits []float32, inv float32) int32 {
+	m := float32(math.Inf(-1))
+	for _, v := range logits {
+		if v > m {
+			m = v
+		}
+	}
+	if math.IsInf(float64(m), -1) {
+		return argmax(logits)
+	}
+	if cap(s.prob) < len(logits) {
+		s.prob = make([]float32, len(logits))
+	}
+	s.prob = s.prob[:len(logits)]
+	var sum float64
+	for i, v := range logits {
+		var e float32
+		if v > float32(math.Inf(-1)) {
+			e = float32(math.Exp(float64((v - m) * inv)))
+		}
+		s.prob[i] = e
+		sum += float64(e)
+	}
+	r := s.rng.Float64() * sum
+	var cum float64
+	last := int32(-1)
+	for i, q := range s.prob {
+		if q == 0 {
+			continue
+		}
+		cum += float64(q)
+		last = int32(i)
+		if r < cum {
+			return last
+		}
+	}
+	if last < 0 {
+		return argmax(logits)
+	}
+	return last
 }
 
 func argmax(x []float32) int32 {
