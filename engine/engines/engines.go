@@ -329,43 +329,34 @@ func (e *Config) eventsConfig() (kvevents.EngineConfig, error) {
 // (--kv-offload-disk-shared): one per --kv-offload-shared-workers
 // consecutive workers, named for the router by process and group.
 func (t *tierFlags) sharedDisk(i int) *mocker.SharedDisk {
-	g := 0
-	if t.sharedWorkers > 0 {
-		g = i / t.sharedWorkers
-	}
-	t.sharedMu.Lock()
-	defer t.sharedMu.Unlock()
-	if t.sharedDisks == nil {
-		t.sharedDisks = map[int]*mocker.SharedDisk{}
-	}
-	d := t.sharedDisks[g]
-	if d == nil {
-		host, _ := os.Hostname()
-		d = mocker.NewSharedDiskNamed(fmt.Sprintf("%s/%d/disk%d", host, os.Getpid(), g))
-		t.sharedDisks[g] = d
-	}
-	return d
+	return sharedOf(t, &t.sharedDisks, i, "disk", mocker.NewSharedDiskNamed)
 }
 
 // sharedHost is worker i's simulated shared host pool
 // (--kv-offload-host-shared), grouped as sharedDisk groups disks.
 func (t *tierFlags) sharedHost(i int) *mocker.SharedHost {
+	return sharedOf(t, &t.sharedHosts, i, "host", mocker.NewSharedHost)
+}
+
+// sharedOf is worker i's group's shared tier in *m, made by mk under a
+// name unique to this process and group the first time it is asked for.
+func sharedOf[T any](t *tierFlags, m *map[int]T, i int, kind string, mk func(name string) T) T {
 	g := 0
 	if t.sharedWorkers > 0 {
 		g = i / t.sharedWorkers
 	}
 	t.sharedMu.Lock()
 	defer t.sharedMu.Unlock()
-	if t.sharedHosts == nil {
-		t.sharedHosts = map[int]*mocker.SharedHost{}
+	if *m == nil {
+		*m = map[int]T{}
 	}
-	p := t.sharedHosts[g]
-	if p == nil {
+	v, ok := (*m)[g]
+	if !ok {
 		host, _ := os.Hostname()
-		p = mocker.NewSharedHost(fmt.Sprintf("%s/%d/host%d", host, os.Getpid(), g))
-		t.sharedHosts[g] = p
+		v = mk(fmt.Sprintf("%s/%d/%s%d", host, os.Getpid(), kind, g))
+		(*m)[g] = v
 	}
-	return p
+	return v
 }
 
 func (e *Config) newMocker(cfg mocker.Config, i int) (engine.Engine, error) {
