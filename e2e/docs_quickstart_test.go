@@ -76,8 +76,8 @@ go() {
 		command go "$@"
 	fi
 }
-__settle() { # every worker's banner printed, every frontend healthy
-	local w i
+__settle() { # every worker's banner printed, every frontend healthy and using every worker
+	local w i id
 	while read -r w; do
 		for ((i = 0; i < 900; i++)); do
 			grep -q 'request-plane:' "$w" && break
@@ -86,6 +86,17 @@ __settle() { # every worker's banner printed, every frontend healthy
 		grep -q 'request-plane:' "$w" || { echo "$w: no banner within 90s" >&2; return 1; }
 	done <"$__LOGS/workers"
 	while read -r w; do __wait "$w" /health; done <"$__LOGS/urls"
+	# A frontend finds a new worker's record on its next discovery scan:
+	# wait for its "worker added" line, as a person would for the banner.
+	[[ -f $__LOGS/frontend.log && -f $__LOGS/workers ]] || return 0
+	while read -r w; do
+		id=$(sed -n 's/^Tandem worker \([^ ]*\) .*/\1/p' "$w" | head -n1)
+		[[ -n $id ]] || continue
+		for ((i = 0; i < 900; i++)); do
+			grep -q "worker added.* worker=$id " "$__LOGS/frontend.log" && break
+			command sleep 0.1
+		done
+	done <"$__LOGS/workers"
 }
 sleep() {
 	command sleep "$@"

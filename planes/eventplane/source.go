@@ -7,11 +7,16 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/tandemllm/tandem/planes/kvevents"
 )
+
+// followFlushTimeout bounds Follow's wait for the server to confirm the
+// subscription.
+const followFlushTimeout = 10 * time.Second
 
 // Source is the router side: one NATS subscription per model, every batch
 // handed to an IngestFunc. It implements fleet.EventSource.
@@ -81,6 +86,13 @@ func (s *Source) Follow(ctx context.Context, model string, ingest func(worker st
 	// A router that falls behind should lose batches (a visible gap), not
 	// stall the connection every other subscription shares.
 	if err := sub.SetPendingLimits(1<<20, 1<<30); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("eventplane: subscribe %s: %w", model, err)
+	}
+	// The server has the subscription once the flush returns: a batch a
+	// worker relays after Follow returned reaches this router (NATS drops
+	// messages published before the server processed the SUB).
+	if err := s.nc.FlushTimeout(followFlushTimeout); err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("eventplane: subscribe %s: %w", model, err)
 	}
