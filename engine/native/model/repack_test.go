@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
 
 	"github.com/tandemllm/tandem/engine/native/kernels"
@@ -31,5 +32,57 @@ func TestRepackQ8(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestF16Table: the repack's fp16 table is kernels.F16ToF32 bit for bit,
+// NaNs and subnormals included.
+func TestF16Table(t *testing.T) {
+	tab := f16Table()
+	for h := range 1 << 16 {
+		if got, want := math.Float32bits(tab[h]), math.Float32bits(kernels.F16ToF32(uint16(h))); got != want {
+			t.Fatalf("fp16 %#04x: table %#08x, F16ToF32 %#08x", h, got, want)
+		}
+	}
+}
+
+// TestQ8Slab: tensors taken from the slab do not overlap, keep NewScales's
+// zero spare capacity, and a slab too small (or none) falls back to
+// separate allocations.
+func TestQ8Slab(t *testing.T) {
+	sizes := []int{32, 64 * 32, 96}
+	sl := &q8Slab{q: make([]int8, 0, 64+64*32+64), s: make([]float32, 0, 1+64+3+3*kernels.ScalePad)}
+	var qs [][]int8
+	for _, n := range sizes {
+		q, s := sl.take(n)
+		if len(q) != n || len(s) != n/kernels.QK || cap(s)-len(s) < kernels.ScalePad {
+			t.Fatalf("take(%d): %d quants, %d scales (cap %d)", n, len(q), len(s), cap(s))
+		}
+		for _, x := range s[len(s):cap(s)] {
+			if x != 0 {
+				t.Fatalf("take(%d): spare scale %v", n, x)
+			}
+		}
+		for i := range q {
+			q[i] = int8(len(qs) + 1)
+		}
+		for i := range s {
+			s[i] = float32(len(qs) + 1)
+		}
+		qs = append(qs, q)
+	}
+	for i, q := range qs {
+		for _, x := range q {
+			if x != int8(i+1) {
+				t.Fatalf("tensor %d overwritten: %d", i, x)
+			}
+		}
+	}
+	if q, s := sl.take(32); len(q) != 32 || len(s) != 1 || cap(s) != 1+kernels.ScalePad {
+		t.Fatalf("fallback: %d quants, %d scales (cap %d)", len(q), len(s), cap(s))
+	}
+	var none *q8Slab
+	if q, s := none.take(64); len(q) != 64 || len(s) != 2 {
+		t.Fatalf("nil slab: %d quants, %d scales", len(q), len(s))
 	}
 }
