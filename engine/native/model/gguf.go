@@ -21,12 +21,18 @@ import (
 const maxGGUFContext = 32768
 
 // LoadGGUF reads a GGUF model file.
-func LoadGGUF(path string) (*Model, error) {
+func LoadGGUF(path string) (*Model, error) { return LoadGGUFWith(path, nil) }
+
+// LoadGGUFWith is LoadGGUF calling onVocab (when not nil) with the file's
+// vocabulary as soon as it is read, before the weights are: a caller can
+// build its tokenizer on another core while they load. onVocab is not
+// called for a file without a vocabulary or with a malformed one.
+func LoadGGUFWith(path string, onVocab func(*Vocab)) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := FromGGUF(f)
+	m, err := fromGGUF(f, onVocab)
 	if err != nil {
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}
@@ -46,7 +52,9 @@ func ParseGGUF(b []byte) (*Model, error) {
 // FromGGUF maps a parsed GGUF file onto a Model: llama, qwen2 and qwen3
 // architectures; F32, F16 and Q8_0 tensors. Anything else is refused by
 // name.
-func FromGGUF(f *gguf.File) (*Model, error) {
+func FromGGUF(f *gguf.File) (*Model, error) { return fromGGUF(f, nil) }
+
+func fromGGUF(f *gguf.File, onVocab func(*Vocab)) (*Model, error) {
 	arch, ok := f.String("general.architecture")
 	if !ok {
 		return nil, errors.New("general.architecture is missing")
@@ -124,6 +132,12 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Config: c, Layers: make([]Layer, c.Layers), BOS: -1}
+	// The vocabulary is read before the weights for onVocab; its error
+	// is still reported after theirs.
+	vocab, verr := ggufVocab(f)
+	if verr == nil && vocab != nil && onVocab != nil {
+		onVocab(vocab)
+	}
 	var err error
 	slab := newQ8Slab(f)
 	mat := func(name string, rows, cols int) *kernels.Mat {
@@ -171,10 +185,10 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Vocab, err = ggufVocab(f)
-	if err != nil {
-		return nil, err
+	if verr != nil {
+		return nil, verr
 	}
+	m.Vocab = vocab
 	if m.Vocab != nil {
 		m.BOS = m.Vocab.BOS
 		if m.Vocab.EOS >= 0 {
