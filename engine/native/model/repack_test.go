@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/tandemllm/tandem/engine/native/kernels"
 )
@@ -85,4 +86,35 @@ func TestQ8Slab(t *testing.T) {
 	if q, s := none.take(64); len(q) != 64 || len(s) != 2 {
 		t.Fatalf("nil slab: %d quants, %d scales", len(q), len(s))
 	}
+}
+
+// BenchmarkF16Scales widens a tensor's worth of Q8_0 scales (strided 34
+// bytes apart, as in the file) through the repack's table and through
+// kernels.F16ToF32, alternately in one run, and reports the table's time
+// over the conversion's as table/f16tof32. The scales are a quantizer's
+// (a group's largest magnitude over 127, normal fp16 numbers), so the
+// conversion's branches predict as well as they do on real files.
+func BenchmarkF16Scales(b *testing.B) {
+	const groups = 1 << 16
+	r := NewRand(1)
+	data := make([]byte, 34*groups)
+	for g := range groups {
+		absmax := 0.01 + 0.5*float32(r.Uint64()>>40)/(1<<24)
+		binary.LittleEndian.PutUint16(data[34*g:], kernels.F32ToF16(absmax/127))
+	}
+	s := make([]float32, groups)
+	tab := f16Table()
+	var tTab, tConv time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		for g := range groups {
+			s[g] = tab[binary.LittleEndian.Uint16(data[34*g:])]
+		}
+		t1 := time.Now()
+		for g := range groups {
+			s[g] = kernels.F16ToF32(binary.LittleEndian.Uint16(data[34*g:]))
+		}
+		tTab, tConv = tTab+t1.Sub(t0), tConv+time.Since(t1)
+	}
+	b.ReportMetric(float64(tTab)/float64(tConv), "table/f16tof32")
 }
