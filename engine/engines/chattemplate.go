@@ -32,6 +32,9 @@ func (e *Config) servedModel(log *slog.Logger) (*tokenizer.Model, error) {
 			var l *native.Loaded
 			if l, err = e.nativeModel(); err == nil {
 				model, err = native.ServedModelLoaded(l, src)
+				// Its tokenizer is l's: Build takes the structured
+				// vocabulary the load built beside the weights.
+				e.servedVocab = l.Structured
 			}
 		}
 	} else {

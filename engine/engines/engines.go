@@ -70,6 +70,9 @@ type Config struct {
 	// (nativeModel).
 	loadMu sync.Mutex
 	loaded *native.Loaded
+	// servedVocab is loaded's structured vocabulary when servedModel's
+	// tokenizer is loaded's (a native GGUF file), else nil.
+	servedVocab *structured.Vocab
 	// kvBytes is --kv-cache-bytes (native; 0: the engine's default).
 	kvBytes int64
 	// Workers is how many engines the factory will build in this process
@@ -196,9 +199,11 @@ func (e *Config) Build(log *slog.Logger) (*tokenizer.Model, Factory, error) {
 	}
 	// Token byte strings for structured outputs, built once and shared
 	// by every worker of the process.
-	vocab, err := structured.TokenizerVocab(model.Tokenizer)
-	if err != nil {
-		return nil, nil, err
+	vocab := e.servedVocab
+	if vocab == nil {
+		if vocab, err = structured.TokenizerVocab(model.Tokenizer); err != nil {
+			return nil, nil, err
+		}
 	}
 	switch e.Kind {
 	case "mocker":

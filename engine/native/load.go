@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -18,6 +19,9 @@ type Loaded struct {
 	Tokenizer tokenizer.Tokenizer
 	// Path is the weights file that was read.
 	Path string
+	// Structured is structured.TokenizerVocab(Tokenizer) where the load
+	// built it alongside the weights (GGUF files), else nil.
+	Structured *structured.Vocab
 }
 
 // LoadModel reads a model from a file or a directory. A directory is

@@ -4,19 +4,46 @@ import (
 	"fmt"
 
 	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
+// loadGGUF reads a GGUF file, building its tokenizer and the structured
+// outputs vocabulary on another goroutine while the weights load (both
+// are a fair part of the start on a small machine and need only the
+// vocabulary, which the file gives first).
 func loadGGUF(path string) (*Loaded, error) {
-	m, err := model.LoadGGUF(path)
+	var (
+		tok     tokenizer.Tokenizer
+		terr    error
+		sv      *structured.Vocab
+		started bool
+		done    = make(chan struct{})
+	)
+	m, err := model.LoadGGUFWith(path, func(v *model.Vocab) {
+		started = true
+		go func() {
+			defer close(done)
+			if tok, terr = VocabTokenizer(v); terr == nil {
+				// Its error, if any, comes again from the caller's own
+				// build (engines.Config.Build), which then reports it.
+				sv, _ = structured.TokenizerVocab(tok)
+			}
+		}()
+	})
+	if started {
+		<-done
+	}
 	if err != nil {
 		return nil, err
 	}
-	tok, err := VocabTokenizer(m.Vocab)
-	if err != nil {
-		return nil, fmt.Errorf("gguf %s: %w", path, err)
+	if !started {
+		tok, terr = VocabTokenizer(m.Vocab)
 	}
-	return &Loaded{Model: m, Tokenizer: tok, Path: path}, nil
+	if terr != nil {
+		return nil, fmt.Errorf("gguf %s: %w", path, terr)
+	}
+	return &Loaded{Model: m, Tokenizer: tok, Path: path, Structured: sv}, nil
 }
 
 // VocabTokenizer builds the tokenizer a GGUF file describes. SentencePiece

@@ -69,3 +69,19 @@ func Release(b []byte) {
 	}
 	_ = syscall.Madvise(b[start-p:end-p], syscall.MADV_DONTNEED) // advisory: the pages only stay resident
 }
+
+// Populate maps b's pages, a part of a mapping Map returned that is about
+// to be read whole, in one call (madvise MADV_POPULATE_READ, Linux 5.14
+// and later) instead of a page fault per few pages. Advisory: where the
+// kernel lacks it the reads fault the pages in as before.
+func Populate(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	p := uintptr(unsafe.Pointer(&b[0]))
+	start := p &^ (page - 1)
+	// start is inside the mapping, which Map made page-aligned.
+	whole := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(&b[0]), -int(p-start))), int(p+uintptr(len(b))-start))
+	populate(whole)
+}

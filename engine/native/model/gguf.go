@@ -21,12 +21,18 @@ import (
 const maxGGUFContext = 32768
 
 // LoadGGUF reads a GGUF model file.
-func LoadGGUF(path string) (*Model, error) {
+func LoadGGUF(path string) (*Model, error) { return LoadGGUFWith(path, nil) }
+
+// LoadGGUFWith is LoadGGUF calling onVocab (when not nil) with the file's
+// vocabulary as soon as it is read, before the weights are: a caller can
+// build its tokenizer on another core while they load. onVocab is not
+// called for a file without a vocabulary or with a malformed one.
+func LoadGGUFWith(path string, onVocab func(*Vocab)) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := FromGGUF(f)
+	m, err := fromGGUF(f, onVocab)
 	if err != nil {
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}
@@ -46,7 +52,9 @@ func ParseGGUF(b []byte) (*Model, error) {
 // FromGGUF maps a parsed GGUF file onto a Model: llama, qwen2 and qwen3
 // architectures; F32, F16 and Q8_0 tensors. Anything else is refused by
 // name.
-func FromGGUF(f *gguf.File) (*Model, error) {
+func FromGGUF(f *gguf.File) (*Model, error) { return fromGGUF(f, nil) }
+
+func fromGGUF(f *gguf.File, onVocab func(*Vocab)) (*Model, error) {
 	arch, ok := f.String("general.architecture")
 	if !ok {
 		return nil, errors.New("general.architecture is missing")
@@ -124,13 +132,20 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Config: c, Layers: make([]Layer, c.Layers), BOS: -1}
+	// The vocabulary is read before the weights for onVocab; its error
+	// is still reported after theirs.
+	vocab, verr := ggufVocab(f)
+	if verr == nil && vocab != nil && onVocab != nil {
+		onVocab(vocab)
+	}
 	var err error
+	slab := newQ8Slab(f)
 	mat := func(name string, rows, cols int) *kernels.Mat {
 		if err != nil {
 			return nil
 		}
 		var w *kernels.Mat
-		w, err = ggufMat(f, name, rows, cols)
+		w, err = ggufMat(f, slab, name, rows, cols)
 		return w
 	}
 	vec := func(name string, n int) []float32 {
@@ -138,7 +153,7 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 			return nil
 		}
 		var w *kernels.Mat
-		w, err = ggufMat(f, name, 1, n)
+		w, err = ggufMat(f, nil, name, 1, n)
 		if err != nil {
 			return nil
 		}
@@ -170,10 +185,10 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Vocab, err = ggufVocab(f)
-	if err != nil {
-		return nil, err
+	if verr != nil {
+		return nil, verr
 	}
+	m.Vocab = vocab
 	if m.Vocab != nil {
 		m.BOS = m.Vocab.BOS
 		if m.Vocab.EOS >= 0 {
@@ -189,7 +204,7 @@ func FromGGUF(f *gguf.File) (*Model, error) {
 	return m, nil
 }
 
-func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
+func ggufMat(f *gguf.File, slab *q8Slab, name string, rows, cols int) (*kernels.Mat, error) {
 	t, data, ok := f.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("tensor %s is missing", name)
@@ -234,8 +249,15 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 		// The Q8_0 kernels read quants and fp32 scales as separate runs
 		// (32 quants a group, eight or sixteen scales a load), not the
 		// file's 34-byte blocks: repacked, and the file's pages released.
-		w.Type, w.Q, w.S = kernels.Q8_0, kernels.NewI8(n), kernels.NewScales(n/kernels.QK)
-		repackQ8(w.Q, w.S, data[:34*len(w.S)])
+		w.Type = kernels.Q8_0
+		w.Q, w.S = slab.take(n)
+		src := data[:34*(n/kernels.QK)]
+		if f.Mapped {
+			// One call maps the file's pages instead of a fault per
+			// page (faults are dear on a virtual machine).
+			mmapfile.Populate(src)
+		}
+		repackQ8(w.Q, w.S, src)
 	case gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		// Kept as the file's blocks, aliasing the read-only mapping:
 		// nothing is copied and no page is touched until a product reads it.
@@ -254,17 +276,88 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 	return w, nil
 }
 
+// q8Slab hands out the repacked Q8_0 tensors' quants and scales from two
+// allocations sized for all of a file's Q8_0 tensors: each is advised for
+// huge pages before it is first touched (kernels.NewI8, NewF32), which a
+// tensor of a few MiB on its own mostly is not (only its 2 MiB-aligned
+// interior can be), so the repack takes a page fault per 2 MiB, not per
+// 4 KiB. The weights live as long as the model, so one allocation held
+// by all of them frees nothing later than separate ones would.
+type q8Slab struct {
+	q []int8
+	s []float32
+}
+
+// q8Align keeps every tensor's quants on a cache line of their own.
+const q8Align = 64
+
+// newQ8Slab sizes a slab for f's Q8_0 tensors (nil when it has none or
+// their sizes are out of range; take then allocates per tensor).
+func newQ8Slab(f *gguf.File) *q8Slab {
+	var nq, ns uint64
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if t.Type != gguf.Q8_0 {
+			continue
+		}
+		n := t.Elements()
+		if n == 0 || n > maxSlab {
+			return nil
+		}
+		nq += (n + q8Align - 1) &^ (q8Align - 1)
+		ns += n/kernels.QK + kernels.ScalePad
+		if nq > maxSlab || ns > maxSlab {
+			return nil
+		}
+	}
+	if nq == 0 {
+		return nil
+	}
+	return &q8Slab{q: kernels.NewI8(int(nq))[:0], s: kernels.NewF32(int(ns))[:0]}
+}
+
+// maxSlab bounds a slab's element count (a corrupt file's sizes are
+// refused per tensor elsewhere; this only keeps the sums in range).
+const maxSlab = 1 << 40
+
+// take returns room for n quants and n/QK scales (with NewScales's
+// spare capacity, zero), from the slab while it lasts.
+func (sl *q8Slab) take(n int) ([]int8, []float32) {
+	g := n / kernels.QK
+	nq := (n + q8Align - 1) &^ (q8Align - 1)
+	if sl == nil || len(sl.q)+nq > cap(sl.q) || len(sl.s)+g+kernels.ScalePad > cap(sl.s) {
+		return kernels.NewI8(n), kernels.NewScales(g)
+	}
+	q := sl.q[len(sl.q) : len(sl.q)+n : len(sl.q)+n]
+	s := sl.s[len(sl.s) : len(sl.s)+g : len(sl.s)+g+kernels.ScalePad]
+	sl.q, sl.s = sl.q[:len(sl.q)+nq], sl.s[:len(sl.s)+g+kernels.ScalePad]
+	return q, s
+}
+
+// f16Table holds every fp16 value widened to fp32 (kernels.F16ToF32 of
+// each bit pattern, so bit-identical to it): the repack widens one scale
+// per 34 bytes, and a load from a 256 KiB table costs less than the
+// branchy conversion.
+var f16Table = sync.OnceValue(func() *[1 << 16]float32 {
+	t := new([1 << 16]float32)
+	for i := range t {
+		t[i] = kernels.F16ToF32(uint16(i))
+	}
+	return t
+})
+
 // repackQ8 splits Q8_0 blocks (fp16 scale, 32 int8 quants) into quants
 // and fp32 scales, the layout the Q8_0 kernels read, on every core for a
 // large tensor: it is most of a Q8_0 model's load time.
 func repackQ8(q []int8, s []float32, data []byte) {
 	dst := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
 	le := binary.LittleEndian
+	tab := f16Table()
 	run := func(lo, hi int) {
 		for g := lo; g < hi; g++ {
 			b := data[34*g : 34*g+34 : 34*g+34]
 			d := dst[32*g : 32*g+32 : 32*g+32]
-			s[g] = kernels.F16ToF32(le.Uint16(b))
+			s[g] = tab[le.Uint16(b)]
 			// Four 8-byte moves: a 32-byte copy call per group costs more
 			// than the copy.
 			le.PutUint64(d, le.Uint64(b[2:]))
