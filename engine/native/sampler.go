@@ -18,6 +18,7 @@ type sampler struct {
 	idx  []int32   // scratch: candidate ids
 	prob []float32 // scratch: candidate probabilities
 	keys []uint64  // scratch: candidates' rank keys (see rankKey)
+	tmp  []uint64  // scratch: sortKeys' second buffer
 	slow int       // top-p draws whose nucleus took a sort of every candidate
 }
 
@@ -128,6 +129,38 @@ func rankKey(v float32, id int) uint64 {
 	return uint64(^b)<<32 | uint64(uint32(id))
 }
 
+// sortKeys sorts s.keys, appended in ascending id order: a stable radix
+// sort on their logit halves (three passes of 11 bits), so equal logits
+// keep id order; a comparison sort for a few keys.
+func (s *sampler) sortKeys() {
+	if len(s.keys) <= 256 {
+		slices.Sort(s.keys)
+		return
+	}
+	if cap(s.tmp) < len(s.keys) {
+		s.tmp = make([]uint64, len(s.keys))
+	}
+	src, dst := s.keys, s.tmp[:len(s.keys)]
+	for shift := uint(32); shift < 64; shift += 11 {
+		var count [1 << 11]int
+		for _, k := range src {
+			count[(k>>shift)&(1<<11-1)]++
+		}
+		at := 0
+		for d, c := range count {
+			count[d] = at
+			at += c
+		}
+		for _, k := range src {
+			d := (k >> shift) & (1<<11 - 1)
+			dst[count[d]] = k
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	s.keys, s.tmp = src, dst
+}
+
 // idsFromKeys sets s.idx to the ids of keys, in order.
 func (s *sampler) idsFromKeys() {
 	s.idx = s.idx[:0]
@@ -166,7 +199,7 @@ func (s *sampler) sortAll(logits []float32, k int) {
 			s.keys = append(s.keys, rankKey(v, i))
 		}
 	}
-	slices.Sort(s.keys)
+	s.sortKeys()
 	s.keys = s.keys[:k]
 	s.idsFromKeys()
 }
@@ -335,7 +368,7 @@ func (s *sampler) nucleus(logits []float32, m, inv float32) (int32, bool) {
 			s.keys = append(s.keys, rankKey(v, i))
 		}
 	}
-	slices.Sort(s.keys)
+	s.sortKeys()
 	s.idsFromKeys()
 	s.prob = s.prob[:0]
 	for _, id := range s.idx {
