@@ -340,7 +340,7 @@ func (s *sampler) nucleus(logits []float32, m, inv float32) (int32, bool) {
 			continue
 		}
 		x := (v - m) * inv
-		if x < negligibleX {
+		if !(x >= negligibleX) { // NaN too: no candidates, the full sort
 			continue
 		}
 		e := math.Exp(float64(x))

@@ -198,7 +198,7 @@ func TestSampleCutMatchesSort(t *testing.T) {
 	for _, name := range []string{"normal", "peaked", "ties", "masked", "nan", "nan only"} {
 		for _, n := range []int{7, 300, 3000} {
 			logits := gen[name](n)
-			for _, temp := range []float32{0.6, 1, 1.7} {
+			for _, temp := range []float32{0.6, 1, pinf} {
 				for _, topK := range []int{0, 2, 20, 50, n / 2, n - 1, n, n + 5} {
 					for _, topP := range []float32{0, 0.5, 0.9, 0.95, 0.999, 0.99999, 1} {
 						p := engine.Sampling{Temperature: temp, TopK: topK, TopP: topP, Seed: uint64(n + topK), HasSeed: true}
