@@ -37,7 +37,7 @@ func Bind(g *Grammar, v *Vocab) *Compiled {
 
 // Bind's precomputation bounds: the masks of the states nearest the start
 // (breadth first over bytes) are computed when the grammar is bound, up to
-// this many masks or this much time, and while the automaton is small
+// this many states visited or this much time, and while the automaton is small
 // (a state's mask may build states; the budget errors must stay the
 // walk's own).
 var (
@@ -46,7 +46,8 @@ var (
 )
 
 // precompute computes the masks of the states reachable from the start,
-// breadth first over bytes, within the bounds: a sequence's first steps
+// breadth first over bytes, within the bounds (the start, accepting states
+// and states with more than one successor): a sequence's first steps
 // (and every sequence's, the grammar being cached per vocabulary) then
 // read masks instead of building states and walking the vocabulary.
 func (c *Compiled) precompute(maxMasks int, maxTime time.Duration) {
@@ -68,9 +69,6 @@ func (c *Compiled) precompute(maxMasks int, maxTime time.Duration) {
 			return
 		}
 		st := queue[n]
-		if _, err := c.mask(st); err != nil {
-			return
-		}
 		g.dfaMu.Lock()
 		g.dfa.fill(st)
 		if g.dfa.err != nil {
@@ -78,13 +76,31 @@ func (c *Compiled) precompute(maxMasks int, maxTime time.Duration) {
 			return
 		}
 		row := g.dfa.row(st)
+		var first int32
+		branches := st == 0 || g.dfa.states[st].accept
 		for _, t := range row {
-			if t > 0 && !seen[t-1] {
+			if t <= 0 {
+				continue
+			}
+			if first == 0 {
+				first = t
+			} else if t != first {
+				branches = true
+			}
+			if !seen[t-1] {
 				seen[t-1] = true
 				queue = append(queue, t-1)
 			}
 		}
 		g.dfaMu.Unlock()
+		// A state with one way forward (inside a literal: a key, an
+		// enum member) is mostly met inside a token: its mask is left
+		// to the walk, the bound spent on states where sequences branch.
+		if branches {
+			if _, err := c.mask(st); err != nil {
+				return
+			}
+		}
 	}
 }
 
