@@ -203,6 +203,15 @@ func TestCorpus(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("TANDEM_SO_CORPUS_WALKS")); err == nil && n > 0 {
 		walks = n
 	}
+	if p := os.Getenv("TANDEM_SO_PRECOMPUTE"); p != "" {
+		// masks,microseconds: Bind's precomputation bounds.
+		var n, us int
+		if _, err := fmt.Sscanf(p, "%d,%d", &n, &us); err != nil {
+			t.Fatalf("TANDEM_SO_PRECOMPUTE=%q: want masks,microseconds", p)
+		}
+		defer func(n int, d time.Duration) { precomputeMasks, precomputeTime = n, d }(precomputeMasks, precomputeTime)
+		precomputeMasks, precomputeTime = n, time.Duration(us)*time.Microsecond
+	}
 	corpus := loadCorpus(t)
 	if sub := os.Getenv("TANDEM_SO_CORPUS_MATCH"); sub != "" {
 		corpus = slices.DeleteFunc(corpus, func(c corpusEntry) bool { return !strings.Contains(c.name, sub) })
@@ -216,7 +225,7 @@ func TestCorpus(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	refused := map[string]int{}
 	var compiled, outputs, unterminated int
-	var compileTimes, maskTimes, maskCPU []time.Duration
+	var compileTimes, bindTimes, maskTimes, maskCPU []time.Duration
 	validators := map[string]*jsonschema.Compiler{}
 	for _, c := range corpus {
 		t0 := time.Now()
@@ -235,7 +244,9 @@ func TestCorpus(t *testing.T) {
 			continue
 		}
 		compiled++
+		t1 := time.Now()
 		comp := Bind(g, v)
+		bindTimes = append(bindTimes, time.Since(t1))
 		key := fmt.Sprintf("%x", sha256.Sum256(c.doc))
 		vc := validators[key]
 		if vc == nil {
@@ -304,6 +315,7 @@ func TestCorpus(t *testing.T) {
 		len(corpus), compiled, len(corpus)-compiled, outputs, unterminated)
 	t.Logf("compile p50 %v p99 %v; mask p50 %v p99 %v (thread CPU p50 %v p99 %v) over %d steps (cold: each schema's first walk included)",
 		q(compileTimes, 0.5), q(compileTimes, 0.99), q(maskTimes, 0.5), q(maskTimes, 0.99), q(maskCPU, 0.5), q(maskCPU, 0.99), len(maskTimes))
+	t.Logf("bind (masks precomputed) p50 %v p99 %v", q(bindTimes, 0.5), q(bindTimes, 0.99))
 	keys := make([]string, 0, len(refused))
 	for k := range refused {
 		keys = append(keys, k)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/tandemllm/tandem/tokenid"
 )
@@ -29,7 +30,78 @@ type Compiled struct {
 
 // Bind prepares g for masks over v.
 func Bind(g *Grammar, v *Vocab) *Compiled {
-	return &Compiled{g: g, v: v, states: make([]int32, v.maxLen+1)}
+	c := &Compiled{g: g, v: v, states: make([]int32, v.maxLen+1)}
+	c.precompute(precomputeMasks, precomputeTime)
+	return c
+}
+
+// Bind's precomputation bounds: the masks of the states nearest the start
+// (breadth first over bytes) are computed when the grammar is bound, up to
+// this many states visited or this much time, and while the automaton is small
+// (a state's mask may build states; the budget errors must stay the
+// walk's own).
+var (
+	precomputeMasks = 4096
+	precomputeTime  = 3 * time.Millisecond
+)
+
+// precompute computes the masks of the states reachable from the start,
+// breadth first over bytes, within the bounds (the start, accepting states
+// and states with more than one successor): a sequence's first steps
+// (and every sequence's, the grammar being cached per vocabulary) then
+// read masks instead of building states and walking the vocabulary.
+func (c *Compiled) precompute(maxMasks int, maxTime time.Duration) {
+	if maxMasks <= 0 {
+		return
+	}
+	t0 := time.Now()
+	g := c.g
+	seen := map[int32]bool{0: true}
+	queue := []int32{0}
+	for n := 0; n < len(queue) && n < maxMasks; n++ {
+		if time.Since(t0) > maxTime {
+			return
+		}
+		g.dfaMu.Lock()
+		small := g.dfa.err == nil && len(g.dfa.states) < maxStates/8 && len(g.dfa.frames) < maxStacks/8
+		g.dfaMu.Unlock()
+		if !small {
+			return
+		}
+		st := queue[n]
+		g.dfaMu.Lock()
+		g.dfa.fill(st)
+		if g.dfa.err != nil {
+			g.dfaMu.Unlock()
+			return
+		}
+		row := g.dfa.row(st)
+		var first int32
+		branches := st == 0 || g.dfa.states[st].accept
+		for _, t := range row {
+			if t <= 0 {
+				continue
+			}
+			if first == 0 {
+				first = t
+			} else if t != first {
+				branches = true
+			}
+			if !seen[t-1] {
+				seen[t-1] = true
+				queue = append(queue, t-1)
+			}
+		}
+		g.dfaMu.Unlock()
+		// A state with one way forward (inside a literal: a key, an
+		// enum member) is mostly met inside a token: its mask is left
+		// to the walk, the bound spent on states where sequences branch.
+		if branches {
+			if _, err := c.mask(st); err != nil {
+				return
+			}
+		}
+	}
 }
 
 // Vocab is the vocabulary the masks are over.
