@@ -182,7 +182,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *Request) (*Stream, error
 		if fspan.IsRecording() {
 			tracing.SetAttributes(fspan, attribute.String(tracing.AttrWorker, route.Worker.ID), attribute.Int(tracing.AttrCachedTokens, first.CachedTokens))
 		}
-		endWithError(fspan, err)
+		tracing.EndWithError(fspan, err)
 		if err == nil {
 			return d.started(ctx, ereq, route, stream, first, tried, acancel), nil
 		}

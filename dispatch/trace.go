@@ -47,11 +47,3 @@ func endRoute(span trace.Span, rt *router.Route, attempt int, err error) {
 	tracing.SetAttributes(span, attrs...)
 	span.End()
 }
-
-// endWithError ends span, marking it failed when err is set.
-func endWithError(span trace.Span, err error) {
-	if err != nil && span.IsRecording() {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}

@@ -282,7 +282,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	_, tspan := child(r.Context(), tracing.SpanTemplate)
 	text, err := m.Template.Render(tokenizer.ChatInput{Messages: req.Messages, Tools: req.Tools, Kwargs: templateKwargs(req), AddGenerationPrompt: true})
-	endWithError(tspan, err)
+	tracing.EndWithError(tspan, err)
 	if err != nil {
 		s.fail(w, endpoint, m.Name, openai.BadRequest("messages", "template_error", "rendering the chat template: %v", err))
 		return
@@ -419,7 +419,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job, promptParam
 	_, qspan := child(r.Context(), tracing.SpanQueue)
 	release, e := m.adm.acquire(r.Context(), s.cfg.RetryAfter)
 	if e != nil {
-		endWithError(qspan, e)
+		tracing.EndWithError(qspan, e)
 	} else {
 		qspan.End()
 	}

@@ -77,11 +77,3 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 func child(ctx context.Context, name string) (context.Context, trace.Span) {
 	return tracing.Child(ctx, tracer, name)
 }
-
-// endWithError ends span, marking it failed when err is set.
-func endWithError(span trace.Span, err error) {
-	if err != nil && span.IsRecording() {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-}

@@ -2,6 +2,7 @@ package process
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,25 @@ func (b *ByteSize) Set(s string) error {
 	if err != nil || v <= 0 {
 		return fmt.Errorf("%q is not a positive size (e.g. 512MiB)", s)
 	}
+	// Range-checked before the conversion: a float beyond int64 converts
+	// to an undefined value, not an error.
+	if v*float64(mult) >= math.MaxInt64 {
+		return fmt.Errorf("%q is too large (at most %s)", s, FormatBytes(math.MaxInt64))
+	}
 	*b = ByteSize(v * float64(mult))
 	return nil
+}
+
+// FormatBytes writes n for people: GiB, MiB or KiB with a fraction, or
+// bytes.
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

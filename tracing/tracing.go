@@ -17,6 +17,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -225,6 +226,14 @@ func SetAttributes(span trace.Span, kvs ...attribute.KeyValue) {
 	if span.IsRecording() {
 		span.SetAttributes(slices.Clone(kvs)...)
 	}
+}
+
+// EndWithError ends span, marking it failed when err is set.
+func EndWithError(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // Child starts a span of t under ctx's only when ctx's span context is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine/native"
 	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/process"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -145,7 +146,7 @@ func describeWritten(w io.Writer, path, detail string, hasTokenizer bool) {
 			format = "llama2.c checkpoint (fp32)"
 		}
 	}
-	fmt.Fprintf(w, "wrote %s: %s, %s, %s\n", path, format, humanBytes(size), detail)
+	fmt.Fprintf(w, "wrote %s: %s, %s, %s\n", path, format, process.FormatBytes(size), detail)
 	switch {
 	case strings.HasPrefix(format, "llama2.c"):
 		fmt.Fprintf(w, "serve it with a llama2.c tokenizer (tok*.bin or tokenizer.bin) in the same directory:\n  tandem serve --engine native --model %s\n", path)
@@ -154,16 +155,4 @@ func describeWritten(w io.Writer, path, detail string, hasTokenizer bool) {
 	default:
 		fmt.Fprintf(w, "serve it with:\n  tandem serve --engine native --model %s\n", path)
 	}
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/process"
 )
 
 // defaultKVFloor is the smallest default KV cache: a small model's one
@@ -122,7 +123,7 @@ func planKV(explicit int64, ctxLen, blockSize int, blockBytes int64, workers int
 	workers = max(workers, 1)
 	share := (mem.avail - unresident) / 2 / int64(workers)
 	why := fmt.Sprintf("%s %s, half of it less %s of weights not yet resident, split between %d workers: %s each",
-		mem.from, fmtBytes(mem.avail), fmtBytes(unresident), workers, fmtBytes(max(share, 0)))
+		mem.from, process.FormatBytes(mem.avail), process.FormatBytes(unresident), workers, process.FormatBytes(max(share, 0)))
 	fits := int(max(share, 0) / blockBytes)
 	if fits >= want {
 		return kvPlan{blocks: want, ctxLen: ctxLen, sizedBy: "default: one full context or 256 MiB, which fits (" + why + ")"}
@@ -134,16 +135,6 @@ func planKV(explicit int64, ctxLen, blockSize int, blockBytes int64, workers int
 	blocks := max(fits, minBlocks)
 	return kvPlan{blocks: blocks, ctxLen: min(ctxLen, (blocks-1)*blockSize),
 		sizedBy: "default: what fits, the context shortened to it (" + why + ")"}
-}
-
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // users counts the engines of this process on each model: workers
