@@ -226,6 +226,10 @@ func TestCorpus(t *testing.T) {
 	refused := map[string]int{}
 	var compiled, outputs, unterminated int
 	var compileTimes, bindTimes, maskTimes, maskCPU []time.Duration
+	// TANDEM_SO_BINDMEM=1: the heap each Bind adds (after a collection on
+	// either side; the vocabulary's shared caches' growth included).
+	bindMem := os.Getenv("TANDEM_SO_BINDMEM") != ""
+	var bindBytes []int64
 	validators := map[string]*jsonschema.Compiler{}
 	for _, c := range corpus {
 		t0 := time.Now()
@@ -244,9 +248,21 @@ func TestCorpus(t *testing.T) {
 			continue
 		}
 		compiled++
+		var before runtime.MemStats
+		if bindMem {
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+		}
 		t1 := time.Now()
 		comp := Bind(g, v)
 		bindTimes = append(bindTimes, time.Since(t1))
+		if bindMem {
+			var after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			bindBytes = append(bindBytes, int64(after.HeapAlloc)-int64(before.HeapAlloc))
+			runtime.KeepAlive(comp)
+		}
 		key := fmt.Sprintf("%x", sha256.Sum256(c.doc))
 		vc := validators[key]
 		if vc == nil {
@@ -316,6 +332,11 @@ func TestCorpus(t *testing.T) {
 	t.Logf("compile p50 %v p99 %v; mask p50 %v p99 %v (thread CPU p50 %v p99 %v) over %d steps (cold: each schema's first walk included)",
 		q(compileTimes, 0.5), q(compileTimes, 0.99), q(maskTimes, 0.5), q(maskTimes, 0.99), q(maskCPU, 0.5), q(maskCPU, 0.99), len(maskTimes))
 	t.Logf("bind (masks precomputed) p50 %v p99 %v", q(bindTimes, 0.5), q(bindTimes, 0.99))
+	if bindMem {
+		slices.Sort(bindBytes)
+		t.Logf("bind heap added: p50 %d B, p99 %d B, max %d B over %d schemas",
+			bindBytes[len(bindBytes)/2], bindBytes[(len(bindBytes)-1)*99/100], bindBytes[len(bindBytes)-1], len(bindBytes))
+	}
 	keys := make([]string, 0, len(refused))
 	for k := range refused {
 		keys = append(keys, k)

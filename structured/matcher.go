@@ -41,8 +41,8 @@ func Bind(g *Grammar, v *Vocab) *Compiled {
 // (a state's mask may build states; the budget errors must stay the
 // walk's own).
 var (
-	precomputeMasks = 4096
-	precomputeTime  = 3 * time.Millisecond
+	precomputeMasks = 16384
+	precomputeTime  = 10 * time.Millisecond
 )
 
 // precompute computes the masks of the states reachable from the start,

@@ -78,6 +78,7 @@ type dfa struct {
 	scratch     []int32
 	keybuf      []byte
 	classes     []byteSet // fill's scratch
+	spans       []span    // the mask walks' scratch
 	// shape's scratch: local[state] is the state's index in the shape
 	// being explored, plus one (0: not in it).
 	local    []uint8

@@ -61,6 +61,11 @@ const exitByte = '"'
 type trie struct {
 	nodes []trieNode
 	ids   []int32
+	// root[c] is the node (plus one; 0: none) of depth 0 and byte c, and
+	// kids[c<<8|c1] the node (plus one) of depth 1 under it with byte c1:
+	// a walk finds its first two bytes' nodes by index (see spans).
+	root [256]int32
+	kids []int32
 }
 
 type trieNode struct {
@@ -100,7 +105,92 @@ func (v *Vocab) newTrie(ids []int32) trie {
 		tr.nodes[o].end = n
 	}
 	tr.nodes = append(tr.nodes, trieNode{end: n + 1, tok0: int32(len(tr.ids))})
+	tr.kids = make([]int32, 256*256)
+	var c0 int
+	for i, nd := range tr.nodes[:n] {
+		switch nd.dep {
+		case 0:
+			c0 = int(nd.b)
+			tr.root[c0] = int32(i) + 1
+		case 1:
+			tr.kids[c0<<8|int(nd.b)] = int32(i) + 1
+		}
+	}
 	return tr
+}
+
+// span is a part of a trie that a walk covers: the tokens ending at node
+// and, when deep, the node's descendants, the first of them met in state
+// st at depth dep.
+type span struct {
+	node, st int32
+	dep      uint16
+	deep     bool
+}
+
+// fewKids: past a first byte, a state with at most this many live bytes
+// has its second bytes' nodes found by index; from one with more (inside
+// a free string) they are read in preorder.
+const fewKids = 16
+
+// spans appends to dst the spans of tr that a walk from state st0 must
+// cover, in preorder. row(s) is state s's 256 transitions (the next state
+// plus one; ≤ 0: dead), nil when it cannot be had (the walk's budget
+// error: every byte dead). A preorder walk from the root reads every
+// child of the root and of each live first byte, one node each scattered
+// over megabytes of trie, which cost a cold mask tens of microseconds in
+// cache and TLB misses to allow a handful of tokens; here the first two
+// bytes are looked up instead.
+func spans[T int32 | uint8](dst []span, tr *trie, st0 int32, row func(int32) []T) []span {
+	r0 := row(st0)
+	if r0 == nil {
+		return dst
+	}
+	last, lastLive := int32(-1), 0
+	for c, n := range tr.root {
+		if n == 0 || r0[c] <= 0 {
+			continue
+		}
+		if tr.nodes[n-1].end == n { // a leaf: its tokens alone
+			dst = append(dst, span{node: n - 1})
+			continue
+		}
+		s1 := int32(r0[c]) - 1
+		r1 := row(s1)
+		if r1 == nil {
+			continue
+		}
+		if s1 != last {
+			last, lastLive = s1, 0
+			for _, t := range r1 {
+				if t > 0 {
+					lastLive++
+				}
+			}
+		}
+		if lastLive > fewKids {
+			dst = append(dst, span{node: n - 1, st: s1, dep: 1, deep: true})
+			continue
+		}
+		dst = append(dst, span{node: n - 1})
+		for c1, k := range tr.kids[c<<8 : c<<8+256] {
+			if k != 0 && r1[c1] > 0 {
+				dst = append(dst, span{node: k - 1, st: int32(r1[c1]) - 1, dep: 2, deep: true})
+			}
+		}
+	}
+	return dst
+}
+
+// dfaRow is spans' row for a DFA state, filled on first use.
+func (d *dfa) dfaRow(s int32) []int32 {
+	r := d.row(s)
+	if slices.Contains(r, 0) {
+		if d.fill(s); d.err != nil {
+			return nil
+		}
+	}
+	return r
 }
 
 // plainByte: printable ASCII but '"' and '\\'.
@@ -127,14 +217,22 @@ func NewVocab(tokens [][]byte, eos []tokenid.ID) (*Vocab, error) {
 			v.eos = append(v.eos, e)
 		}
 	}
+	total := 0
 	for id, t := range tokens {
 		if len(t) > maxTokenBytes {
 			return nil, fmt.Errorf("structured: token %d is %d bytes (limit %d)", id, len(t), maxTokenBytes)
 		}
+		total += len(t)
+	}
+	// The copies in one array: a slice each would be one object per token
+	// (200k) for every collection to mark.
+	arena := make([]byte, 0, total)
+	for id, t := range tokens {
 		binary.LittleEndian.PutUint32(lb[:], uint32(len(t)))
 		h.Write(lb[:])
 		h.Write(t)
-		v.toks[id] = slices.Clone(t)
+		arena = append(arena, t...)
+		v.toks[id] = arena[len(arena)-len(t) : len(arena) : len(arena)]
 		if len(t) > 0 && !isEOS[tokenid.ID(id)] {
 			all = append(all, int32(id))
 			v.maxLen = max(v.maxLen, len(t))
@@ -231,7 +329,7 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	}
 	local := v.shapes.get(key)
 	if local == nil {
-		local = v.shapeMask(key)
+		local = v.shapeMask(d, key)
 		v.shapes.put(string(key), local)
 	}
 	// The exit tokens (and EOS) allowed; the mask is the shared one when
@@ -344,60 +442,76 @@ func (v *Vocab) walkMask(d *dfa, st int32, states []int32) []uint64 {
 // walkTrie sets in mask the tokens of tr whose bytes all lead somewhere
 // from state st.
 func walkTrie(mask []uint64, d *dfa, st int32, states []int32, tr *trie) {
-	states[0] = st
+	sp := spans(d.spans[:0], tr, st, d.dfaRow)
+	d.spans = sp[:0]
 	nodes := tr.nodes
-	for i := 0; i < len(nodes)-1; {
-		nd := &nodes[i]
-		s := states[nd.dep]
-		row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
-		nx := row[nd.b]
-		if nx == 0 {
-			// First visit: the whole row, one step per byte class
-			// (a walk meets many bytes from one state).
-			if d.fill(s); d.err != nil {
-				nx = -1
-			} else {
-				nx = row[nd.b]
-			}
-		}
-		if nx <= 0 {
-			i = int(nd.end)
-			continue
-		}
-		states[nd.dep+1] = nx - 1
-		for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
+	for _, p := range sp {
+		for _, id := range tr.ids[nodes[p.node].tok0:nodes[p.node+1].tok0] {
 			mask[id>>6] |= 1 << (uint(id) & 63)
 		}
-		i++
+		if !p.deep {
+			continue
+		}
+		states[p.dep] = p.st
+		for i, end := int(p.node)+1, int(nodes[p.node].end); i < end; {
+			nd := &nodes[i]
+			s := states[nd.dep]
+			row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
+			nx := row[nd.b]
+			if nx == 0 {
+				// First visit: the whole row, one step per byte class
+				// (a walk meets many bytes from one state).
+				if d.fill(s); d.err != nil {
+					nx = -1
+				} else {
+					nx = row[nd.b]
+				}
+			}
+			if nx <= 0 {
+				i = int(nd.end)
+				continue
+			}
+			states[nd.dep+1] = nx - 1
+			for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
+				mask[id>>6] |= 1 << (uint(id) & 63)
+			}
+			i++
+		}
 	}
 }
 
 // walkTrieIDs appends to ids the tokens of tr whose bytes all lead
-// somewhere from state st.
+// somewhere from state st, in preorder.
 func walkTrieIDs(ids []int32, d *dfa, st int32, states []int32, tr *trie) []int32 {
-	states[0] = st
+	sp := spans(d.spans[:0], tr, st, d.dfaRow)
+	d.spans = sp[:0]
 	nodes := tr.nodes
-	for i := 0; i < len(nodes)-1; {
-		nd := &nodes[i]
-		s := states[nd.dep]
-		row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
-		nx := row[nd.b]
-		if nx == 0 {
-			// First visit: the whole row, one step per byte class
-			// (a walk meets many bytes from one state).
-			if d.fill(s); d.err != nil {
-				nx = -1
-			} else {
-				nx = row[nd.b]
-			}
-		}
-		if nx <= 0 {
-			i = int(nd.end)
+	for _, p := range sp {
+		ids = append(ids, tr.ids[nodes[p.node].tok0:nodes[p.node+1].tok0]...)
+		if !p.deep {
 			continue
 		}
-		states[nd.dep+1] = nx - 1
-		ids = append(ids, tr.ids[nd.tok0:nodes[i+1].tok0]...)
-		i++
+		states[p.dep] = p.st
+		for i, end := int(p.node)+1, int(nodes[p.node].end); i < end; {
+			nd := &nodes[i]
+			s := states[nd.dep]
+			row := d.trans[s>>pageShift][int(s&pageMask)<<8:]
+			nx := row[nd.b]
+			if nx == 0 {
+				if d.fill(s); d.err != nil {
+					nx = -1
+				} else {
+					nx = row[nd.b]
+				}
+			}
+			if nx <= 0 {
+				i = int(nd.end)
+				continue
+			}
+			states[nd.dep+1] = nx - 1
+			ids = append(ids, tr.ids[nd.tok0:nodes[i+1].tok0]...)
+			i++
+		}
 	}
 	return ids
 }
@@ -415,27 +529,38 @@ func shapeLoops(table []byte) bool {
 
 // shapeMask is the mask of the tokens without exitByte that a shape (see
 // dfa.shape) allows from its first state.
-func (v *Vocab) shapeMask(table []byte) []uint64 {
+func (v *Vocab) shapeMask(d *dfa, table []byte) []uint64 {
 	mask := make([]uint64, v.MaskWords())
 	tr := &v.local
 	if shapeLoops(table) {
 		copy(mask, v.plain)
 		tr = &v.localRest
 	}
+	sp := spans(d.spans[:0], tr, 0, func(s int32) []byte { return table[s<<8 : s<<8+256] })
+	d.spans = sp[:0]
 	states := make([]uint8, v.maxLen+1)
 	nodes := tr.nodes
-	for i := 0; i < len(nodes)-1; {
-		nd := &nodes[i]
-		nx := table[int(states[nd.dep])<<8|int(nd.b)]
-		if nx == 0 {
-			i = int(nd.end)
-			continue
-		}
-		states[nd.dep+1] = nx - 1
-		for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
+	for _, p := range sp {
+		for _, id := range tr.ids[nodes[p.node].tok0:nodes[p.node+1].tok0] {
 			mask[id>>6] |= 1 << (uint(id) & 63)
 		}
-		i++
+		if !p.deep {
+			continue
+		}
+		states[p.dep] = uint8(p.st)
+		for i, end := int(p.node)+1, int(nodes[p.node].end); i < end; {
+			nd := &nodes[i]
+			nx := table[int(states[nd.dep])<<8|int(nd.b)]
+			if nx == 0 {
+				i = int(nd.end)
+				continue
+			}
+			states[nd.dep+1] = nx - 1
+			for _, id := range tr.ids[nd.tok0:nodes[i+1].tok0] {
+				mask[id>>6] |= 1 << (uint(id) & 63)
+			}
+			i++
+		}
 	}
 	return mask
 }
