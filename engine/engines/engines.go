@@ -198,15 +198,21 @@ func (e *Config) Build(log *slog.Logger) (*tokenizer.Model, Factory, error) {
 		return nil, nil, fmt.Errorf("--mocker-script is for --engine mocker, not %s", e.Kind)
 	}
 	// Token byte strings for structured outputs, built once and shared
-	// by every worker of the process.
-	vocab := e.servedVocab
-	if vocab == nil {
-		if vocab, err = structured.TokenizerVocab(model.Tokenizer); err != nil {
-			return nil, nil, err
+	// by every worker of the process; an upstream server masks with its
+	// own, and a vocabulary held for nothing is heap every collection
+	// marks.
+	tokenVocab := func() (*structured.Vocab, error) {
+		if e.servedVocab != nil {
+			return e.servedVocab, nil
 		}
+		return structured.TokenizerVocab(model.Tokenizer)
 	}
 	switch e.Kind {
 	case "mocker":
+		vocab, err := tokenVocab()
+		if err != nil {
+			return nil, nil, err
+		}
 		cfg, err := e.mockerConfig(model, log)
 		if err != nil {
 			return nil, nil, err
@@ -231,6 +237,10 @@ func (e *Config) Build(log *slog.Logger) (*tokenizer.Model, Factory, error) {
 		}
 		if e.tiers.hostShared {
 			return nil, nil, errors.New("--kv-offload-host-shared is the mocker's (the native engine shares its disk tier: --kv-offload-disk-shared)")
+		}
+		vocab, err := tokenVocab()
+		if err != nil {
+			return nil, nil, err
 		}
 		return model, func(i int) (engine.Engine, error) {
 			ev, err := e.eventsFor(events, i)
