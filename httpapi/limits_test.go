@@ -537,13 +537,29 @@ func TestProbeReserve(t *testing.T) {
 		t.Fatalf("/v1/models on a reserved connection: %q, want 503", st)
 	}
 	// An idle connection holds the one reserved slot: the next gets the
-	// canned 503 without sending anything.
-	idle, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	// canned 503 without sending anything. The slot comes free when the
+	// server has closed the last reserved connection, which may be after
+	// the client saw it close: until then a new connection is itself past
+	// the reserve (the canned 503), so dial until one is held silent.
+	var idle net.Conn
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var err error
+		if idle, err = net.Dial("tcp", addr); err != nil {
+			t.Fatal(err)
+		}
+		idle.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		var b [1]byte
+		_, err = idle.Read(b[:])
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			break
+		}
+		idle.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the reserved slot never came free: last read %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	defer idle.Close()
-	time.Sleep(50 * time.Millisecond)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
