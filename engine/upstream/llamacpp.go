@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"container/list"
 	"context"
@@ -193,9 +192,7 @@ func (e *Engine) generateLlama(ctx context.Context, req *engine.Request) (engine
 	if err != nil {
 		return nil, err
 	}
-	return &llamaStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
-		logprobs: req.Logprobs, top: req.TopLogprobs},
-		keys: keys}, nil
+	return &llamaStream{sseStream: newSSEStream(e, resp.Body, req), keys: keys}, nil
 }
 
 // llamaStream reads /completion's SSE stream: "data: {json}" events,
@@ -285,8 +282,7 @@ func (s *llamaStream) Recv() (engine.Delta, error) {
 		if c.IDSlot != nil {
 			s.e.slots.remember(s.keys, *c.IDSlot)
 		}
-		s.done = true
-		s.body.Close()
+		s.finish()
 		return d, nil
 	}
 }

@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -230,9 +229,7 @@ func (e *Engine) generateSGLang(ctx context.Context, req *engine.Request) (engin
 	if err != nil {
 		return nil, err
 	}
-	return &sglangStream{sseStream: sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
-		logprobs: req.Logprobs, top: req.TopLogprobs},
-		whole: !e.sglang.StreamOutput}, nil
+	return &sglangStream{sseStream: newSSEStream(e, resp.Body, req), whole: !e.sglang.StreamOutput}, nil
 }
 
 // sglangStream reads /generate's stream: "data: {json}" events and
@@ -262,8 +259,7 @@ func (s *sglangStream) Recv() (engine.Delta, error) {
 		}
 		data = bytes.TrimSpace(data)
 		if bytes.Equal(data, []byte("[DONE]")) {
-			s.done = true
-			s.body.Close()
+			s.finish()
 			if !s.finished {
 				return engine.Delta{}, fmt.Errorf("upstream: stream ended without a finish reason: %w", io.ErrUnexpectedEOF)
 			}

@@ -708,8 +708,8 @@ func (e *Engine) Generate(ctx context.Context, req *engine.Request) (engine.Stre
 		defer resp.Body.Close()
 		return e.whole(resp.Body, len(req.Prompt), lpTop(req))
 	}
-	return &sseStream{e: e, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10), promptLen: len(req.Prompt),
-		logprobs: req.Logprobs, top: req.TopLogprobs}, nil
+	st := newSSEStream(e, resp.Body, req)
+	return &st, nil
 }
 
 // post sends a JSON request and returns a 200 response; a refusal is
@@ -957,17 +957,41 @@ type sseStream struct {
 	started   bool
 }
 
-func (s *sseStream) fail(err error) (engine.Delta, error) {
+// sseReaders holds the streams' line readers: a 64 KB buffer allocated
+// (and zeroed) per request was most of a streamed request's allocation in
+// the frontend, and the collections it paid for.
+var sseReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
+// newSSEStream reads body's events for req.
+func newSSEStream(e *Engine, body io.ReadCloser, req *engine.Request) sseStream {
+	r := sseReaders.Get().(*bufio.Reader)
+	r.Reset(body)
+	return sseStream{e: e, body: body, r: r, promptLen: len(req.Prompt), logprobs: req.Logprobs, top: req.TopLogprobs}
+}
+
+// finish ends the stream: the body is closed and the reader goes back to
+// the pool (nothing read from it is referenced once Recv returns). A
+// stream left unfinished (its request cancelled) keeps its reader.
+func (s *sseStream) finish() {
 	s.done = true
 	s.body.Close()
+	if s.r != nil {
+		s.r.Reset(nil)
+		sseReaders.Put(s.r)
+		s.r = nil
+	}
+}
+
+func (s *sseStream) fail(err error) (engine.Delta, error) {
+	s.finish()
 	return engine.Delta{}, err
 }
 
 // release returns the held finish Delta (once).
 func (s *sseStream) release() (engine.Delta, error) {
 	d := *s.final
-	s.final, s.done = nil, true
-	s.body.Close()
+	s.final = nil
+	s.finish()
 	return d, nil
 }
 
@@ -1047,8 +1071,7 @@ func (s *sseStream) Recv() (engine.Delta, error) {
 			continue
 		}
 		if done {
-			s.done = true
-			s.body.Close()
+			s.finish()
 		}
 		return d, nil
 	}
