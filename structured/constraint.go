@@ -117,12 +117,13 @@ func CompileToolCalls(tc *ToolCallsSpec) (*Grammar, error) {
 }
 
 // Cache holds compiled constraints per (kind, spec, vocabulary), least
-// recently used dropped first.
+// recently used dropped first, within a count and a memory bound.
 type Cache struct {
-	mu    sync.Mutex
-	max   int
-	ll    *list.List
-	items map[cacheKey]*list.Element
+	mu       sync.Mutex
+	max      int
+	maxBytes int64
+	ll       *list.List
+	items    map[cacheKey]*list.Element
 }
 
 type cacheKey struct {
@@ -136,9 +137,11 @@ type cacheEntry struct {
 	g   *Grammar  // (kind, spec) entries
 }
 
-// NewCache keeps up to max compiled constraints.
-func NewCache(max int) *Cache {
-	return &Cache{max: max, ll: list.New(), items: map[cacheKey]*list.Element{}}
+// NewCache keeps up to max compiled constraints holding up to maxBytes
+// (their automata and the masks of their own, as estimated when one is
+// added: both grow as masks are computed).
+func NewCache(max int, maxBytes int64) *Cache {
+	return &Cache{max: max, maxBytes: maxBytes, ll: list.New(), items: map[cacheKey]*list.Element{}}
 }
 
 // maxCachedSpec: longer specs are compiled but not cached.
@@ -195,17 +198,75 @@ func (c *Cache) Grammar(kind, spec string) (*Grammar, error) {
 
 func (c *Cache) put(k cacheKey, e *cacheEntry) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if _, ok := c.items[k]; ok {
+		c.mu.Unlock()
 		return
 	}
 	c.items[k] = c.ll.PushFront(e)
 	for c.ll.Len() > c.max {
-		old := c.ll.Back()
-		c.ll.Remove(old)
-		delete(c.items, old.Value.(*cacheEntry).key)
+		c.remove(c.ll.Back())
+	}
+	entries := make([]*cacheEntry, 0, c.ll.Len())
+	for el := c.ll.Front(); el != nil; el = el.Next() {
+		entries = append(entries, el.Value.(*cacheEntry))
+	}
+	c.mu.Unlock()
+	c.trim(entries)
+}
+
+// trim drops the least recently used entries while the cache holds more
+// than maxBytes (the newest entry stays, whatever its size). entries is
+// the list, most recent first, as put left it; sizes are taken without
+// the cache's lock (a grammar's lock may be held by a mask walk), and an
+// automaton is counted once however many entries share it.
+func (c *Cache) trim(entries []*cacheEntry) {
+	own := make([]int64, len(entries))
+	users := map[*Grammar]int{}
+	grammarBytes := map[*Grammar]int64{}
+	var total int64
+	for i, e := range entries {
+		g := e.g
+		if e.c != nil {
+			own[i] = e.c.heapBytes()
+			g = e.c.g
+		}
+		total += own[i]
+		if users[g]++; users[g] == 1 {
+			grammarBytes[g] = g.heapBytes()
+			total += grammarBytes[g]
+		}
+	}
+	if total <= c.maxBytes {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(entries) - 1; i > 0 && total > c.maxBytes; i-- {
+		e := entries[i]
+		el, ok := c.items[e.key]
+		if !ok || el.Value.(*cacheEntry) != e {
+			continue // dropped or replaced meanwhile
+		}
+		c.remove(el)
+		total -= own[i]
+		g := e.g
+		if e.c != nil {
+			g = e.c.g
+		}
+		if users[g]--; users[g] == 0 {
+			total -= grammarBytes[g]
+		}
 	}
 }
 
-// Shared is the process-wide cache the engines use.
-var Shared = NewCache(256)
+// remove drops an element; the caller holds c.mu.
+func (c *Cache) remove(el *list.Element) {
+	c.ll.Remove(el)
+	delete(c.items, el.Value.(*cacheEntry).key)
+}
+
+// Shared is the process-wide cache the engines use: 256 constraints, 512
+// MiB. A bound grammar of a large schema holds up to about 8 MB once bound
+// (a Kubernetes object's; docs/benchmarks/structured.md), a small one
+// under 1 MB.
+var Shared = NewCache(256, 512<<20)

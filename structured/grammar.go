@@ -236,6 +236,14 @@ type Grammar struct {
 	dfa    dfa
 }
 
+// heapBytes is about what g holds: its program and its automaton (which
+// grows as masks are computed).
+func (g *Grammar) heapBytes() int64 {
+	g.dfaMu.Lock()
+	defer g.dfaMu.Unlock()
+	return int64(cap(g.prog))*40 + g.dfa.bytes() // a node: its kind and a byteSet
+}
+
 // finish flattens the rules, checks them (no left recursion, a non-empty
 // language) and prepares the DFA.
 func (b *builder) finish() (*Grammar, error) {

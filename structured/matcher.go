@@ -11,8 +11,8 @@ import (
 	"github.com/tandemllm/tandem/tokenid"
 )
 
-// maxMaskBytes bounds the masks one Compiled keeps; past it the cache is
-// dropped and masks are recomputed as needed.
+// maxMaskBytes bounds the masks of its own one Compiled keeps; past it the
+// cache is dropped and masks are recomputed as needed.
 const maxMaskBytes = 256 << 20
 
 // Compiled is a grammar bound to a vocabulary: the mask cache lives here.
@@ -115,21 +115,34 @@ func (c *Compiled) mask(st int32) ([]uint64, error) {
 		return c.masks[st], nil
 	}
 	c.g.dfaMu.Lock()
-	m := c.v.computeMask(&c.g.dfa, st, c.states)
+	m, owned := c.v.computeMask(&c.g.dfa, st, c.states)
 	err := c.g.dfa.err
 	c.g.dfaMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if c.maskBytes+len(m)*8 > maxMaskBytes {
+	n := 0
+	if owned { // a shared mask is the vocabulary's caches' to count
+		n = len(m) * 8
+	}
+	if c.maskBytes+n > maxMaskBytes {
 		c.masks, c.maskBytes = nil, 0
 	}
 	for len(c.masks) <= int(st) {
 		c.masks = append(c.masks, nil)
 	}
 	c.masks[st] = m
-	c.maskBytes += len(m) * 8
+	c.maskBytes += n
 	return m, nil
+}
+
+// heapBytes is about what c holds of its own: the masks it computed that
+// no cache of the vocabulary shares, and its index of them (its grammar's
+// automaton is the grammar's, Grammar.heapBytes).
+func (c *Compiled) heapBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.maskBytes) + int64(cap(c.masks))*24
 }
 
 // Matcher follows one sequence through a Compiled grammar.

@@ -88,6 +88,20 @@ type dfa struct {
 	err      error
 }
 
+// bytes is about what the automaton holds: transition pages, states and
+// their stack sets, interned frames, the closure memo and the maps'
+// entries (estimated at 32 bytes each).
+func (d *dfa) bytes() int64 {
+	n := int64(len(d.trans)) * (1 << pageShift) * 256 * 4
+	n += int64(cap(d.frames))*8 + int64(len(d.frameI))*32
+	for _, s := range d.states {
+		n += 48 + int64(cap(s.stacks))*4
+	}
+	n += int64(len(d.stateI)+len(d.stateC)) * 32
+	n += int64(cap(d.memo)+cap(d.memoAt)+cap(d.memoN)+cap(d.seen)+cap(d.added)) * 4
+	return n
+}
+
 func (d *dfa) init(g *Grammar) {
 	d.g = g
 	d.frameI = make(map[uint64]int32)

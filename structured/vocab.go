@@ -315,17 +315,17 @@ func (v *Vocab) loopsOnPlain(d *dfa, st int32) bool {
 // walk over the shape's small table); the tokens with exitByte (few) are
 // walked against the automaton. A state whose shape is too large gets the
 // whole walk. The caller holds the grammar's lock.
-func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
+func (v *Vocab) computeMask(d *dfa, st int32, states []int32) (mask []uint64, owned bool) {
 	if local, shared, ok := v.countedMask(d, st); ok {
 		extra := d.extra[:0]
 		if d.states[st].accept {
 			extra = append(extra, v.eos...)
 		}
-		return v.addExit(d, st, states, local, shared, extra)
+		return v.addExit(d, st, states, local, shared, extra), !shared
 	}
 	key, ok := d.shape(st, maxShapeStates)
 	if !ok {
-		return v.walkMask(d, st, states)
+		return v.walkMask(d, st, states), true
 	}
 	local := v.shapes.get(key)
 	if local == nil {
@@ -338,7 +338,7 @@ func (v *Vocab) computeMask(d *dfa, st int32, states []int32) []uint64 {
 	if d.states[st].accept {
 		extra = append(extra, v.eos...)
 	}
-	return v.addExit(d, st, states, local, true, extra)
+	return v.addExit(d, st, states, local, true, extra), false
 }
 
 // addExit adds to local (the mask of the tokens without exitByte; shared:
