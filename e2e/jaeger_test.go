@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // jaegerConfig is Jaeger v2 (an OpenTelemetry Collector distribution)
@@ -52,8 +54,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 	t.Helper()
 	bin := os.Getenv("TANDEM_JAEGER")
 	if bin == "" {
-		home, _ := os.UserHomeDir()
-		bin = filepath.Join(home, ".cache", "tandem", "bin", "jaeger-v1.76.0")
+		bin = filepath.Join(sharedfiles.CacheDir(), "bin", "jaeger-v1.76.0")
 	}
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no Jaeger binary (scripts/build-jaeger.sh builds it): %v", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // TestNativeQ8RSS (go test -tags rss -run TestNativeQ8RSS ./e2e): `tandem
@@ -23,14 +24,9 @@ import (
 // costs weigh more), and the second worker adds no second copy of the
 // weights (/health says they are shared by both). Figures are logged.
 func TestNativeQ8RSS(t *testing.T) {
-	cache := os.Getenv("TANDEM_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tandem")
-	}
-	qwen3 := filepath.Join(cache, "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(qwen3, "tokenizer.json")); err != nil {
-		t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+	qwen3, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	path := filepath.Join(t.TempDir(), "15m-q8_0.gguf")
 	if err := native.GenerateModel(path, native.GenOptions{Shape: "15m", Seed: 1, DType: "q8_0", Tokenizer: qwen3}); err != nil {

@@ -28,12 +28,7 @@ func TestServeNativeModelKinds(t *testing.T) {
 	if _, err := os.Stat(tok512); err != nil {
 		t.Skipf("reference tokenizer absent: %v", err)
 	}
-	cache := os.Getenv("TANDEM_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tandem")
-	}
-	qwen3 := filepath.Join(cache, "tokenizers", "qwen3")
+	qwen3, qwen3Err := sharedfiles.Qwen3Tokenizer()
 	for _, c := range []struct {
 		name string
 		opts native.GenOptions
@@ -44,8 +39,8 @@ func TestServeNativeModelKinds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.opts.HF {
-				if _, err := os.Stat(filepath.Join(qwen3, "tokenizer.json")); err != nil {
-					t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+				if qwen3Err != nil {
+					t.Skip(qwen3Err)
 				}
 			}
 			path := filepath.Join(t.TempDir(), c.path)

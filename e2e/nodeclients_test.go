@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // The official API clients, unmodified, against `tandem serve` with a
@@ -81,12 +83,7 @@ func nodeClientsDir(t *testing.T) string {
 		list.WriteByte('\n')
 	}
 	sum := sha256.Sum256(list.Bytes())
-	cache := os.Getenv("TANDEM_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tandem")
-	}
-	return filepath.Join(cache, "node-clients-"+hex.EncodeToString(sum[:])[:12])
+	return filepath.Join(sharedfiles.CacheDir(), "node-clients-"+hex.EncodeToString(sum[:])[:12])
 }
 
 // probeFeature asks the server whether a feature works.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +16,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/internal/schematest"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // forcedTools are the tools of the forced-call requests: bounded
@@ -36,14 +37,9 @@ var forcedTools = map[string]string{
 // delta.tool_calls.
 func TestForcedToolCallParsers(t *testing.T) {
 	skipShort(t)
-	cache := os.Getenv("TANDEM_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tandem")
-	}
-	qwen3 := filepath.Join(cache, "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(qwen3, "tokenizer.json")); err != nil {
-		t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+	qwen3, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	dir := filepath.Join(t.TempDir(), "tiny-qwen3")
 	if err := native.GenerateModel(dir, native.GenOptions{Shape: "tiny-qwen3", Seed: 1, HF: true, Tokenizer: qwen3}); err != nil {
@@ -51,7 +47,7 @@ func TestForcedToolCallParsers(t *testing.T) {
 	}
 	validators := map[string]*jsonschema.Schema{}
 	for name, s := range forcedTools {
-		validators[name] = compileSchema(t, s)
+		validators[name] = schematest.Compile(t, s)
 	}
 	for _, parser := range []string{"llama3_json", "mistral"} {
 		for _, eng := range []struct{ name, args string }{
@@ -130,24 +126,6 @@ type forcedCall struct{ id, name, args string }
 type forcedReply struct {
 	content, finish string
 	calls           []forcedCall
-}
-
-func compileSchema(t *testing.T, schema string) *jsonschema.Schema {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("s.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile("s.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // modelID is the one model /v1/models lists.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
@@ -30,10 +31,9 @@ func TestNativeCorpus(t *testing.T) {
 		t.Skip("set TANDEM_SO_CORPUS_NATIVE=N for the native corpus run")
 	}
 	limit, _ := strconv.Atoi(nv)
-	home, _ := os.UserHomeDir()
-	tokDir := filepath.Join(home, ".cache", "tandem", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		t.Skip("no Qwen3 tokenizer")
+	tokDir, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	dir := filepath.Join(t.TempDir(), "m")
 	if err := native.GenerateModel(dir, native.GenOptions{Shape: "tiny-qwen3", Seed: 1, HF: true, Tokenizer: tokDir}); err != nil {

@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/tandemllm/tandem/internal/schematest"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/tokenid"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -56,9 +55,8 @@ func testO200k(t testing.TB) *Vocab {
 // on this machine (scripts/fetch-qwen3-tokenizer.sh fetches it).
 func testQwen3(t testing.TB) *Vocab {
 	qwenOnce.Do(func() {
-		home, _ := os.UserHomeDir()
-		dir := filepath.Join(home, ".cache", "tandem", "tokenizers", "qwen3")
-		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		dir, err := sharedfiles.Qwen3Tokenizer()
+		if err != nil {
 			return
 		}
 		m, err := tokenizer.LoadDir(dir)
@@ -68,7 +66,7 @@ func testQwen3(t testing.TB) *Vocab {
 		qwenVocab = vocabOf(t, m.Tokenizer)
 	})
 	if qwenVocab == nil {
-		t.Skip("no Qwen3 tokenizer in ~/.cache/tandem/tokenizers/qwen3")
+		t.Skip("no Qwen3 tokenizer (scripts/fetch-qwen3-tokenizer.sh fetches it)")
 	}
 	return qwenVocab
 }
@@ -92,23 +90,6 @@ func walk(t testing.TB, c *Compiled, rng *rand.Rand, limit int) (string, bool) {
 		out = append(out, c.v.Token(id)...)
 	}
 	return string(out), false
-}
-
-func validator(t testing.TB, schema string) *jsonschema.Schema {
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp := jsonschema.NewCompiler()
-	comp.AssertFormat()
-	if err := comp.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := comp.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sch
 }
 
 var walkSchemas = []string{
@@ -135,7 +116,7 @@ func TestRandomWalksValidate(t *testing.T) {
 					t.Fatalf("schema %d: %v", i, err)
 				}
 				c := Bind(g, v)
-				sch := validator(t, s)
+				sch := schematest.Compile(t, s)
 				done := 0
 				for range 3 {
 					out, ok := walk(t, c, rng, 4000)

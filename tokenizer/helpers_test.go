@@ -34,14 +34,7 @@ func testDefault(tb testing.TB) *Model {
 
 // qwen3CacheDir is where scripts/fetch-qwen3-tokenizer.sh puts the files.
 func qwen3CacheDir() string {
-	if c := os.Getenv("TANDEM_CACHE"); c != "" {
-		return filepath.Join(c, "tokenizers", "qwen3")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(home, ".cache", "tandem", "tokenizers", "qwen3")
+	return filepath.Join(sharedfiles.CacheDir(), "tokenizers", "qwen3")
 }
 
 // testQwen3 loads the cached Qwen3 tokenizer or skips the test.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine/native/kernels"
 	"github.com/tandemllm/tandem/engine/native/model"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // The llama.cpp comparison: the same GGUF file run by Tandem and by
@@ -31,12 +32,7 @@ func llamaCppDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("NODE_LLAMA_CPP_DIR")
 	if dir == "" {
-		root := os.Getenv("TANDEM_CACHE")
-		if root == "" {
-			home, _ := os.UserHomeDir()
-			root = filepath.Join(home, ".cache", "tandem")
-		}
-		dir = filepath.Join(root, "node-llama-cpp-3.21.1")
+		dir = filepath.Join(sharedfiles.CacheDir(), "node-llama-cpp-3.21.1")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json")); err != nil {
 		t.Skipf("node-llama-cpp not installed (scripts/install-node-llama-cpp.sh): %v", err)

@@ -1,25 +1,19 @@
 package native
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
 func qwen3Dir(t *testing.T) string {
 	t.Helper()
-	root := os.Getenv("TANDEM_CACHE")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tandem")
-	}
-	dir := filepath.Join(root, "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+	dir, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	return dir
 }

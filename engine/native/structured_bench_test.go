@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tandemllm/tandem/engine"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/structured"
 )
 
@@ -46,10 +47,9 @@ var coldSchemas atomic.Int64
 func BenchmarkConstrainedDecode(b *testing.B) {
 	path := os.Getenv("TANDEM_SO_BENCH_MODEL")
 	if path == "" {
-		home, _ := os.UserHomeDir()
-		tokDir := filepath.Join(home, ".cache", "tandem", "tokenizers", "qwen3")
-		if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-			b.Skip("no Qwen3 tokenizer (scripts/fetch-qwen3-tokenizer.sh)")
+		tokDir, err := sharedfiles.Qwen3Tokenizer()
+		if err != nil {
+			b.Skip(err)
 		}
 		path = filepath.Join(b.TempDir(), "m")
 		if err := GenerateModel(path, GenOptions{Shape: "tiny-qwen3", Seed: 1, HF: true, Tokenizer: tokDir}); err != nil {

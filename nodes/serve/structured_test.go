@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,6 +19,8 @@ import (
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
 	"github.com/tandemllm/tandem/engine/native"
+	"github.com/tandemllm/tandem/internal/schematest"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/structured"
 	"github.com/tandemllm/tandem/tokenizer"
 )
@@ -32,23 +33,6 @@ func structuredVocab(t testing.TB, tok tokenizer.Tokenizer) *structured.Vocab {
 		t.Fatal(err)
 	}
 	return v
-}
-
-func compileValidator(t testing.TB, schema string) *jsonschema.Schema {
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("s.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile("s.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // postJSON posts body and returns the status and decoded response.
@@ -87,7 +71,7 @@ var serveSchemas = []string{
 // system and checks every output.
 func checkStructured(t *testing.T, url, model string, rounds, maxTokens int, jsonObject bool) {
 	for i, s := range serveSchemas {
-		v := compileValidator(t, s)
+		v := schematest.Compile(t, s)
 		for r := range rounds {
 			code, out := postJSON(t, url+"/v1/chat/completions", map[string]any{
 				"model": model, "messages": []any{map[string]any{"role": "user", "content": "give me JSON"}},
@@ -141,7 +125,7 @@ func checkStructured(t *testing.T, url, model string, rounds, maxTokens int, jso
 	if code != 200 {
 		t.Fatalf("tool: %d %v", code, out)
 	}
-	checkToolCall(t, out, compileValidator(t, params))
+	checkToolCall(t, out, schematest.Compile(t, params))
 	checkRefusals(t, url, model)
 }
 
@@ -228,10 +212,9 @@ func TestStructuredOutputsMocker(t *testing.T) {
 // TestStructuredOutputsNative: a random-weight Qwen3-shaped model on the
 // native engine, masked, sampled at temperature 1.
 func TestStructuredOutputsNative(t *testing.T) {
-	home, _ := os.UserHomeDir()
-	tokDir := filepath.Join(home, ".cache", "tandem", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		t.Skip("no Qwen3 tokenizer (scripts/fetch-qwen3-tokenizer.sh)")
+	tokDir, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	dir := filepath.Join(t.TempDir(), "m")
 	if err := native.GenerateModel(dir, native.GenOptions{Shape: "tiny-qwen3", Seed: 1, HF: true, Tokenizer: tokDir}); err != nil {

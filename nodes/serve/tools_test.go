@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -234,14 +233,9 @@ func TestChatToolChoiceChecks(t *testing.T) {
 // template (hermes tool calls, qwen3 reasoning), <|im_end|> stays out of the
 // text, and enable_thinking=false (chat_template_kwargs) gives plain content.
 func TestChatToolsQwen3Template(t *testing.T) {
-	root := os.Getenv("TANDEM_CACHE")
-	if root == "" {
-		home, _ := os.UserHomeDir()
-		root = filepath.Join(home, ".cache", "tandem")
-	}
-	dir := filepath.Join(root, "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer_config.json")); err != nil {
-		t.Skip("Qwen3 tokenizer not cached; run scripts/fetch-qwen3-tokenizer.sh")
+	dir, err := sharedfiles.Qwen3Tokenizer()
+	if err != nil {
+		t.Skip(err)
 	}
 	model, err := tokenizer.LoadDir(dir)
 	if err != nil {

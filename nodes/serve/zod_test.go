@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandemllm/tandem/engine"
 	"github.com/tandemllm/tandem/engine/mocker"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 	"github.com/tandemllm/tandem/tokenizer"
 )
 
@@ -22,8 +23,7 @@ func nodeModules() string {
 	if d := os.Getenv("TANDEM_NODE_CLIENTS"); d != "" {
 		return filepath.Join(d, "node_modules")
 	}
-	home, _ := os.UserHomeDir()
-	dirs, _ := filepath.Glob(filepath.Join(home, ".cache", "tandem", "node-clients-*", "node_modules"))
+	dirs, _ := filepath.Glob(filepath.Join(sharedfiles.CacheDir(), "node-clients-*", "node_modules"))
 	if len(dirs) == 0 {
 		return ""
 	}
