@@ -466,8 +466,58 @@ func (ix *Index) SetShareGroupTier(id string, t kvcache.Tier, group string) bool
 	}
 	w.share[t] = group
 	k := shareKey{t, group}
-	ix.shares[k] = append(ix.shares[k], slot)
+	members := ix.shares[k]
+	// A worker that joins late (its record came after the others had
+	// filled the pool, or it restarted) sees the blocks already there, and
+	// the others see what it published before it was known to share: the
+	// group's members hold one content, each as its own residences.
+	now := ix.tick()
+	for _, m := range members {
+		ix.copyTierLocked(w, ix.workers[m], t, now)
+	}
+	if len(members) > 0 {
+		ix.copyTierLocked(ix.workers[members[0]], w, t, now)
+	}
+	ix.shares[k] = append(members, slot)
 	return true
+}
+
+// copyTierLocked gives to a residence of each of from's tier-t engine
+// blocks that to does not already hold, with from's index blocks in
+// order (a multi-block engine block's leading blocks first, as
+// applyStored places them).
+func (ix *Index) copyTierLocked(from, to *worker, t kvcache.Tier, now uint32) {
+	if from == to {
+		return
+	}
+	var chain []uint32
+	var hashes []uint64
+	from.engine.each(func(eh uint64, last uint32) {
+		if kvcache.Tier(*ix.nodes.tierAt(last)) != t {
+			return
+		}
+		if _, ok := to.engine.get(eh); ok {
+			return
+		}
+		chain = chain[:0]
+		for i := last; i != nilNode; {
+			n := ix.nodes.at(i)
+			if n.worker != from.slot || n.engine != eh {
+				break
+			}
+			chain = append(chain, i)
+			i = n.up
+		}
+		hashes = hashes[:0]
+		for j := len(chain) - 1; j >= 0; j-- {
+			hashes = append(hashes, ix.nodes.at(chain[j]).hash)
+		}
+		up := nilNode
+		for _, h := range hashes {
+			up = ix.insert(to, h, eh, up, now, t)
+		}
+		to.engine.put(eh, up)
+	})
 }
 
 // shareKey names one shared tier: a group's host pool and disk are apart.
@@ -479,6 +529,20 @@ type shareKey struct {
 func (ix *Index) leaveShareLocked(w *worker, t kvcache.Tier) {
 	if w.share[t] == "" {
 		return
+	}
+	// Its tier-t residences are the pool's, which it no longer reaches:
+	// dropped, so that no lookup credits it with a copy it cannot make.
+	var drop []uint64
+	w.engine.each(func(eh uint64, last uint32) {
+		if kvcache.Tier(*ix.nodes.tierAt(last)) == t {
+			drop = append(drop, eh)
+		}
+	})
+	for _, eh := range drop {
+		if last, ok := w.engine.get(eh); ok {
+			w.engine.del(eh)
+			ix.removeGroup(w, last)
+		}
 	}
 	k := shareKey{t, w.share[t]}
 	ms := ix.shares[k]

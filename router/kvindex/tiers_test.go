@@ -214,6 +214,74 @@ func TestShareGroupHost(t *testing.T) {
 	}
 }
 
+// TestShareGroupLateJoin: a worker that joins a shared host pool after
+// the others filled it is credited with the blocks already there, the
+// members with what it published before it joined (engine blocks of one
+// and of two index blocks), later events reach it like the others, and a
+// worker that leaves the pool loses the pool's blocks and only them.
+func TestShareGroupLateJoin(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprint("index blocks per engine block ", k), func(t *testing.T) {
+			ebs := k * bs
+			a, b := seqTokens(1, 6*k), seqTokens(2, 4*k)
+			ea, eb := engineHash(1), engineHash(2)
+			cpu := func(tokens []int32, from, to int, eng func(int) uint64) kvevents.Event {
+				e := stored(tokens, from, to, eng, ebs)
+				e.Medium = "CPU"
+				return e
+			}
+			ix := mustNew(t, Config{LowerTiers: true})
+			for _, w := range []string{"w0", "w1", "w2"} {
+				if err := ix.AddWorker(w, ebs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ix.SetShareGroupTier("w0", kvcache.TierG2, "host")
+			ix.SetShareGroupTier("w1", kvcache.TierG2, "host")
+			apply := func(w string, evs ...kvevents.Event) {
+				t.Helper()
+				if _, err := ix.Apply(w, evs); err != nil {
+					t.Fatal(err)
+				}
+				if err := ix.check(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// w0 fills the pool with a (the first two blocks in its own
+			// pool only); w2, not yet a member, offloads b and keeps a
+			// block of a in its pool.
+			apply("w0", stored(a, 0, 2, ea, ebs), cpu(a, 0, 6, ea))
+			apply("w2", cpu(b, 0, 4, eb), stored(a, 0, 1, ea, ebs))
+			expect := func(what string, tokens []int32, want map[string]int) {
+				t.Helper()
+				if got := lookupMap(ix, blockhash.Blocks(tokens, bs)); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("%s: lookup = %v, want %v", what, got, want)
+				}
+			}
+			expect("a before w2 joins", a, map[string]int{"w0": 6 * k, "w1": 6 * k, "w2": k})
+			expect("b before w2 joins", b, map[string]int{"w2": 4 * k})
+			ix.SetShareGroupTier("w2", kvcache.TierG2, "host")
+			expect("a after w2 joins", a, map[string]int{"w0": 6 * k, "w1": 6 * k, "w2": 6 * k})
+			expect("b after w2 joins", b, map[string]int{"w0": 4 * k, "w1": 4 * k, "w2": 4 * k})
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+			// A later removal from the pool reaches the late member too.
+			out := removed(ea(5))
+			out.Medium = "CPU"
+			apply("w1", out)
+			expect("a after its last block left the pool", a, map[string]int{"w0": 5 * k, "w1": 5 * k, "w2": 5 * k})
+			// Leaving: w2 keeps its pool block of a, loses the pool's.
+			ix.SetShareGroupTier("w2", kvcache.TierG2, "")
+			expect("a after w2 left", a, map[string]int{"w0": 5 * k, "w1": 5 * k, "w2": k})
+			expect("b after w2 left", b, map[string]int{"w0": 4 * k, "w1": 4 * k})
+			if err := ix.check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestLookupTiers: LookupTiers answers each worker's leading blocks in any
 // tier, in its pool, and in its pool or host memory as a walk of every
 // chain finds them, over random stores and removals of prefixes in every
