@@ -9,11 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
@@ -124,41 +119,40 @@ func TestKubeEndpointSliceMode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	core, err := corev1client.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := s.Client(t)
 	// The controller skips pods on a Node it cannot find; nothing runs on
 	// this one, it only has to exist.
-	if _, err := core.Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.Create(ctx, "/api/v1/nodes", kubetest.Object{"apiVersion": "v1", "kind": "Node", "metadata": kubetest.Object{"name": "node-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "workers"}, Spec: corev1.ServiceSpec{
-		ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app.kubernetes.io/component": "tandem-worker"},
-		Ports: []corev1.ServicePort{{Name: "grpc", Port: 9000}}}}
-	if _, err := core.Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	nsPath := "/api/v1/namespaces/" + ns
+	svc := kubetest.Object{"apiVersion": "v1", "kind": "Service", "metadata": kubetest.Object{"name": "workers"}, "spec": kubetest.Object{
+		"clusterIP": "None", "selector": map[string]string{"app.kubernetes.io/component": "tandem-worker"},
+		"ports": []any{kubetest.Object{"name": "grpc", "port": 9000}}}}
+	if _, err := admin.Create(ctx, nsPath+"/services", svc); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w1", Labels: map[string]string{"app.kubernetes.io/component": "tandem-worker"}},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "w", Image: "x", Ports: []corev1.ContainerPort{{Name: "grpc", ContainerPort: 9000}}}}}}
-	if _, err := core.Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	pod := kubetest.Object{"apiVersion": "v1", "kind": "Pod",
+		"metadata": kubetest.Object{"name": "w1", "labels": map[string]string{"app.kubernetes.io/component": "tandem-worker"}},
+		"spec": kubetest.Object{"nodeName": "node-1", "containers": []any{kubetest.Object{"name": "w", "image": "x",
+			"ports": []any{kubetest.Object{"name": "grpc", "containerPort": 9000}}}}}}
+	if _, err := admin.Create(ctx, nsPath+"/pods", pod); err != nil {
 		t.Fatal(err)
 	}
 	setReady := func(ready bool) {
 		t.Helper()
-		p, err := core.Pods(ns).Get(ctx, "w1", metav1.GetOptions{})
+		p, err := admin.Get(ctx, nsPath+"/pods/w1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := corev1.ConditionFalse
+		st := "False"
 		if ready {
-			st = corev1.ConditionTrue
+			st = "True"
 		}
 		// As a kubelet writes it; the API refuses loopback pod IPs.
-		p.Status.Phase = corev1.PodRunning
-		p.Status.PodIP, p.Status.PodIPs = "10.1.0.5", []corev1.PodIP{{IP: "10.1.0.5"}}
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}
-		if _, err := core.Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		p["status"] = kubetest.Object{"phase": "Running", "podIP": "10.1.0.5", "podIPs": []any{kubetest.Object{"ip": "10.1.0.5"}},
+			"conditions": []any{kubetest.Object{"type": "Ready", "status": st, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}}
+		if _, err := admin.Update(ctx, nsPath+"/pods/w1/status", p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -203,8 +197,8 @@ func TestKubeEndpointSliceMode(t *testing.T) {
 	}
 	setReady(true)
 	expect(EventPut, "ready in the controller's EndpointSlice")
-	sl, err := discoveryv1client.NewForConfigOrDie(s.Config()).EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=workers"})
-	if err != nil || len(sl.Items) == 0 || sl.Items[0].Labels["endpointslice.kubernetes.io/managed-by"] != "endpointslice-controller.k8s.io" {
+	sl, err := admin.List(ctx, "/apis/discovery.k8s.io/v1/namespaces/"+ns+"/endpointslices", "kubernetes.io/service-name=workers")
+	if err != nil || len(sl) == 0 || sl[0].Str("metadata", "labels", "endpointslice.kubernetes.io/managed-by") != "endpointslice-controller.k8s.io" {
 		t.Fatalf("EndpointSlices %+v, %v: want the controller's", sl, err)
 	}
 	setReady(false)

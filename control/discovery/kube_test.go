@@ -12,14 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
-
 	"github.com/tandemllm/tandem/health"
 	"github.com/tandemllm/tandem/internal/kubeapi"
 	"github.com/tandemllm/tandem/internal/kubetest"
@@ -31,13 +23,12 @@ const (
 	kubeService = "tandem-workers"
 )
 
-// kubeFixture is a real kube-apiserver with client-go's typed clients to
-// set the scene (the backend under test uses its own client).
+// kubeFixture is a real kube-apiserver with an admin client to set the
+// scene (the backend under test uses its own).
 type kubeFixture struct {
 	t     *testing.T
 	s     *kubetest.Server
-	core  corev1client.CoreV1Interface
-	disc  discoveryv1client.DiscoveryV1Interface
+	admin *kubetest.Client
 	api   *kubeapi.Client
 	ctx   context.Context
 	users []string
@@ -47,13 +38,8 @@ func newKubeFixture(t *testing.T, users ...string) *kubeFixture {
 	t.Helper()
 	s := kubetest.Start(t, users, kubeNS)
 	f := &kubeFixture{t: t, s: s, users: users}
+	f.admin = s.Client(t)
 	var err error
-	if f.core, err = corev1client.NewForConfig(s.Config()); err != nil {
-		t.Fatal(err)
-	}
-	if f.disc, err = discoveryv1client.NewForConfig(s.Config()); err != nil {
-		t.Fatal(err)
-	}
 	if f.api, err = NewClientsForConfig(s.APIConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +49,11 @@ func newKubeFixture(t *testing.T, users ...string) *kubeFixture {
 	return f
 }
 
+const (
+	podsPath   = "/api/v1/namespaces/" + kubeNS + "/pods"
+	slicesPath = "/apis/discovery.k8s.io/v1/namespaces/" + kubeNS + "/endpointslices"
+)
+
 // pod creates a worker pod (its record, if any, in the annotation) and
 // sets its status as a kubelet would.
 func (f *kubeFixture) pod(name string, ready bool, record *Record, labels map[string]string) {
@@ -70,28 +61,27 @@ func (f *kubeFixture) pod(name string, ready bool, record *Record, labels map[st
 	if labels == nil {
 		labels = map[string]string{"app.kubernetes.io/component": "tandem-worker"}
 	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x"}}}}
+	meta := kubetest.Object{"name": name, "labels": labels}
 	if record != nil {
 		b, _ := record.Marshal()
-		p.Annotations = map[string]string{DefaultAnnotation: string(b)}
+		meta["annotations"] = map[string]string{DefaultAnnotation: string(b)}
 	}
-	p, err := f.core.Pods(kubeNS).Create(f.ctx, p, metav1.CreateOptions{})
+	p, err := f.admin.Create(f.ctx, podsPath, kubetest.Object{"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+		"spec": kubetest.Object{"containers": []any{kubetest.Object{"name": "w", "image": "x"}}}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	f.setReady(p, ready)
 }
 
-func (f *kubeFixture) setReady(p *corev1.Pod, ready bool) {
+func (f *kubeFixture) setReady(p kubetest.Object, ready bool) {
 	f.t.Helper()
-	st := corev1.ConditionFalse
+	st := "False"
 	if ready {
-		st = corev1.ConditionTrue
+		st = "True"
 	}
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
-	if _, err := f.core.Pods(kubeNS).UpdateStatus(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+	p["status"] = kubetest.Object{"phase": "Running", "conditions": []any{kubetest.Object{"type": "Ready", "status": st}}}
+	if _, err := f.admin.Update(f.ctx, podsPath+"/"+p.Name()+"/status", p); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -100,38 +90,37 @@ func (f *kubeFixture) setReady(p *corev1.Pod, ready bool) {
 // the names in terminating marked terminating.
 func (f *kubeFixture) slice(ready map[string]bool, terminating ...string) {
 	f.t.Helper()
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: kubeService + "-abc", Namespace: kubeNS, Labels: map[string]string{discoveryv1.LabelServiceName: kubeService}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-	}
+	name := kubeService + "-abc"
+	s := kubetest.Object{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata":    kubetest.Object{"name": name, "namespace": kubeNS, "labels": map[string]string{"kubernetes.io/service-name": kubeService}},
+		"addressType": "IPv4"}
 	names := make([]string, 0, len(ready))
 	for n := range ready {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	eps := []any{}
 	for _, n := range names {
-		r := ready[n]
-		ep := discoveryv1.Endpoint{
-			Addresses:  []string{"10.0.0.1"},
-			Conditions: discoveryv1.EndpointConditions{Ready: &r},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: n, Namespace: kubeNS},
-		}
+		cond := kubetest.Object{"ready": ready[n]}
 		if slices.Contains(terminating, n) {
-			term := true
-			ep.Conditions.Terminating = &term
+			cond["terminating"] = true
 		}
-		s.Endpoints = append(s.Endpoints, ep)
+		eps = append(eps, kubetest.Object{
+			"addresses":  []string{"10.0.0.1"},
+			"conditions": cond,
+			"targetRef":  kubetest.Object{"kind": "Pod", "name": n, "namespace": kubeNS},
+		})
 	}
-	api := f.disc.EndpointSlices(kubeNS)
-	old, err := api.Get(f.ctx, s.Name, metav1.GetOptions{})
+	s["endpoints"] = eps
+	old, err := f.admin.Get(f.ctx, slicesPath+"/"+name)
 	if err != nil {
-		if _, err := api.Create(f.ctx, s, metav1.CreateOptions{}); err != nil {
+		if _, err := f.admin.Create(f.ctx, slicesPath, s); err != nil {
 			f.t.Fatal(err)
 		}
 		return
 	}
-	s.ResourceVersion = old.ResourceVersion
-	if _, err := api.Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+	s["metadata"].(kubetest.Object)["resourceVersion"] = old.Str("metadata", "resourceVersion")
+	if _, err := f.admin.Update(f.ctx, slicesPath+"/"+name, s); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -211,17 +200,17 @@ func TestKubeWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("w3 revoked", []string{}...)
-	p, err := f.core.Pods(kubeNS).Get(ctx, "w3", metav1.GetOptions{})
+	p, err := f.admin.Get(ctx, podsPath+"/w3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := p.Annotations[DefaultAnnotation]; ok {
+	if _, ok := p.Map("metadata", "annotations")[DefaultAnnotation]; ok {
 		t.Fatal("annotation left after Revoke")
 	}
 
 	f.slice(map[string]bool{"w1": true, "w2": true})
 	expect("w1 and w2 ready again", "w1", "w2")
-	if err := f.core.Pods(kubeNS).Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
+	if err := f.admin.Delete(ctx, podsPath+"/w1"); err != nil {
 		t.Fatal(err)
 	}
 	expect("w1 deleted", "w2")
@@ -229,12 +218,12 @@ func TestKubeWatch(t *testing.T) {
 	// A broken annotation is reported, not fatal.
 	bad := testRecord("w4")
 	f.pod("w4", true, &bad, nil)
-	p4, err := f.core.Pods(kubeNS).Get(ctx, "w4", metav1.GetOptions{})
+	p4, err := f.admin.Get(ctx, podsPath+"/w4")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p4.Annotations[DefaultAnnotation] = "{oops"
-	if _, err := f.core.Pods(kubeNS).Update(ctx, p4, metav1.UpdateOptions{}); err != nil {
+	p4.Map("metadata", "annotations")[DefaultAnnotation] = "{oops"
+	if _, err := f.admin.Update(ctx, podsPath+"/w4", p4); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -255,7 +244,7 @@ func TestKubeWatchWithoutService(t *testing.T) {
 	f.pod("w2", false, &r2, nil)
 	w := startWatch(t, f.newKube(f.api, "", "", nil))
 	w.waitFor(10*time.Second, "w1 only", func() bool { return w.synced && len(w.live) == 1 && w.live["w1"].ID == "w1" })
-	p, err := f.core.Pods(kubeNS).Get(f.ctx, "w2", metav1.GetOptions{})
+	p, err := f.admin.Get(f.ctx, podsPath+"/w2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,17 +269,16 @@ func TestKubeAPIErrors(t *testing.T) {
 		t.Fatalf("Register error %v, want it to wrap the API's 403", err)
 	}
 
-	rbac, err := rbacv1client.NewForConfig(f.s.Config())
-	if err != nil {
+	const rbacPath = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + kubeNS
+	if _, err := f.admin.Create(f.ctx, rbacPath+"/roles", kubetest.Object{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+		"metadata": kubetest.Object{"name": "list-pods"},
+		"rules":    []any{kubetest.Object{"apiGroups": []string{""}, "resources": []string{"pods"}, "verbs": []string{"list"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rbac.Roles(kubeNS).Create(f.ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "list-pods"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.RoleBindings(kubeNS).Create(f.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "list-pods"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "list-pods"},
-		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: lister}}}, metav1.CreateOptions{}); err != nil {
+	if _, err := f.admin.Create(f.ctx, rbacPath+"/rolebindings", kubetest.Object{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": kubetest.Object{"name": "list-pods"},
+		"roleRef":  kubetest.Object{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "list-pods"},
+		"subjects": []any{kubetest.Object{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": lister}}}); err != nil {
 		t.Fatal(err)
 	}
 	listOnly, err := NewClientsForConfig(f.s.APIConfigFor(lister))

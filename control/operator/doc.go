@@ -1,5 +1,5 @@
 // Package operator is `tandem operator`: a controller-runtime manager that
-// reconciles each TandemDeployment (control/api/v1alpha1) into its children, every
+// reconciles each TandemDeployment (control/operator/api/v1alpha1) into its children, every
 // one owned by the object (owner reference, controller=true) so that the
 // garbage collector deletes them with it:
 //

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/control/operator"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 )
 
 // Labels and annotations on the children.

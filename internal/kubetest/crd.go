@@ -3,81 +3,126 @@ package kubetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	discoveryclient "k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
+	"gopkg.in/yaml.v3"
 )
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+// resource is a kind's REST resource, from the server's discovery.
+type resource struct {
+	name       string
+	namespaced bool
+}
+
+// discovery resolves kinds to resources through the API server's
+// discovery documents (/api/v1, /apis/GROUP/VERSION), as kubectl does.
+type discovery struct {
+	c     *Client
+	cache map[string]map[string]resource // apiVersion → kind → resource
+}
+
+func (d *discovery) lookup(ctx context.Context, apiVersion, kind string, fresh bool) (resource, error) {
+	kinds, ok := d.cache[apiVersion]
+	if !ok || fresh {
+		path := "/apis/" + apiVersion
+		if !strings.Contains(apiVersion, "/") {
+			path = "/api/" + apiVersion
+		}
+		var list struct {
+			Resources []struct {
+				Name       string `json:"name"`
+				Namespaced bool   `json:"namespaced"`
+				Kind       string `json:"kind"`
+			} `json:"resources"`
+		}
+		raw, err := d.c.call(ctx, "GET", path, "", nil)
+		if err != nil {
+			return resource{}, err
+		}
+		b, _ := json.Marshal(raw)
+		if err := json.Unmarshal(b, &list); err != nil {
+			return resource{}, fmt.Errorf("discovery %s: %w", path, err)
+		}
+		kinds = map[string]resource{}
+		for _, r := range list.Resources {
+			if !strings.Contains(r.Name, "/") { // not a subresource
+				kinds[r.Kind] = resource{r.Name, r.Namespaced}
+			}
+		}
+		d.cache[apiVersion] = kinds
+	}
+	r, ok := kinds[kind]
+	if !ok {
+		return resource{}, fmt.Errorf("kind %s not served in %s", kind, apiVersion)
+	}
+	return r, nil
+}
 
 // Apply creates every object in the YAML files through the real API
 // server (as `kubectl create -f` would; existing objects are left as they
 // are), resolving kinds through the server's discovery, and returns them.
 // Namespaced objects without a namespace go to "default".
-func (s *Server) Apply(t testing.TB, files ...string) []*unstructured.Unstructured {
+func (s *Server) Apply(t testing.TB, files ...string) []Object {
 	t.Helper()
 	return s.ApplyIn(t, "default", files...)
 }
 
 // ApplyIn is Apply with another namespace for objects that name none (as
 // `kubectl create -n NS -f`).
-func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []*unstructured.Unstructured {
+func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []Object {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(s.Config())
-	must(t, err)
-	disc, err := discoveryclient.NewDiscoveryClientForConfig(s.Config())
-	must(t, err)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	c := s.Client(t)
+	disc := &discovery{c: c, cache: map[string]map[string]resource{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out []*unstructured.Unstructured
+	var out []Object
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		must(t, err)
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		dec := yaml.NewDecoder(bytes.NewReader(b))
 		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
+			var doc map[string]any
+			if err := dec.Decode(&doc); err != nil {
 				if errors.Is(err, io.EOF) {
 					break
 				}
 				t.Fatalf("kubetest: %s: %v", f, err)
 			}
-			if len(u.Object) == 0 {
+			if len(doc) == 0 {
 				continue
 			}
-			gvk := u.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				mapper.Reset() // a CRD applied just before
-				m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			u := Object(doc)
+			apiVersion, kind := u.Str("apiVersion"), u.Kind()
+			r, err := disc.lookup(ctx, apiVersion, kind, false)
+			for wait := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(wait); {
+				// A CRD applied just before is served shortly.
+				time.Sleep(100 * time.Millisecond)
+				r, err = disc.lookup(ctx, apiVersion, kind, true)
 			}
 			if err != nil {
-				t.Fatalf("kubetest: %s: kind %s: %v", f, gvk, err)
+				t.Fatalf("kubetest: %s: kind %s %s: %v", f, apiVersion, kind, err)
 			}
-			var ri dynamic.ResourceInterface = dc.Resource(m.Resource)
-			if m.Scope.Name() == meta.RESTScopeNameNamespace {
-				ns := u.GetNamespace()
+			prefix := "/apis/" + apiVersion
+			if !strings.Contains(apiVersion, "/") {
+				prefix = "/api/" + apiVersion
+			}
+			path := prefix + "/" + r.name
+			if r.namespaced {
+				ns := u.Namespace()
 				if ns == "" {
 					ns = namespace
 				}
-				ri = dc.Resource(m.Resource).Namespace(ns)
+				path = prefix + "/namespaces/" + ns + "/" + r.name
 			}
-			if _, err := ri.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("kubetest: create %s %s from %s: %v", gvk.Kind, u.GetName(), f, err)
+			if _, err := c.Create(ctx, path, u); err != nil && !IsAlreadyExists(err) {
+				t.Fatalf("kubetest: create %s %s from %s: %v", kind, u.Name(), f, err)
 			}
 			out = append(out, u)
 		}
@@ -91,8 +136,8 @@ func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []*uns
 func (s *Server) InstallCRDs(t testing.TB, files ...string) {
 	t.Helper()
 	for _, u := range s.Apply(t, files...) {
-		if u.GetKind() == "CustomResourceDefinition" {
-			s.WaitEstablished(t, u.GetName())
+		if u.Kind() == "CustomResourceDefinition" {
+			s.WaitEstablished(t, u.Name())
 		}
 	}
 }
@@ -101,12 +146,11 @@ func (s *Server) InstallCRDs(t testing.TB, files ...string) {
 // name (installed by any means: a test, helm) is Established.
 func (s *Server) WaitEstablished(t testing.TB, name string) {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(s.Config())
-	must(t, err)
+	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for {
-		got, err := dc.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		got, err := c.Get(ctx, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+name)
 		if err == nil && established(got) {
 			return
 		}
@@ -117,9 +161,8 @@ func (s *Server) WaitEstablished(t testing.TB, name string) {
 	}
 }
 
-func established(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
+func established(u Object) bool {
+	for _, c := range u.Slice("status", "conditions") {
 		m, _ := c.(map[string]any)
 		if m["type"] == "Established" && m["status"] == "True" {
 			return true

@@ -21,12 +21,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-
 	"github.com/tandemllm/tandem/internal/etcdtest"
 	"github.com/tandemllm/tandem/internal/kubeapi"
 )
@@ -85,32 +79,23 @@ type Server struct {
 	caData []byte
 }
 
-// Config returns a client config for the admin identity.
-func (s *Server) Config() *rest.Config { return s.ConfigFor(AdminUser) }
-
-// ConfigFor returns a client config for a user of the token file
-// (AdminUser, StrangerUser, or one passed to Start's extra users).
-func (s *Server) ConfigFor(user string) *rest.Config {
-	return &rest.Config{
-		Host:            s.URL,
-		BearerToken:     s.tokens[user],
-		TLSClientConfig: rest.TLSClientConfig{CAData: s.caData},
-		QPS:             1000,
-		Burst:           2000,
-		Timeout:         30 * time.Second,
-	}
-}
-
-// APIConfig is Config for the lean internal/kubeapi client.
+// APIConfig is the admin identity's config for the internal/kubeapi
+// client.
 func (s *Server) APIConfig() *kubeapi.Config { return s.APIConfigFor(AdminUser) }
 
-// APIConfigFor is ConfigFor for the lean internal/kubeapi client.
+// APIConfigFor is APIConfig for a user of the token file (AdminUser,
+// StrangerUser, or one passed to Start's extra users).
 func (s *Server) APIConfigFor(user string) *kubeapi.Config {
 	return &kubeapi.Config{Host: s.URL, BearerToken: s.tokens[user], CAData: s.caData, Timeout: 30 * time.Second}
 }
 
 // Token returns a user's bearer token.
 func (s *Server) Token(user string) string { return s.tokens[user] }
+
+// CA returns the PEM of the serving certificate, which a client must
+// trust (the operator module builds its client-go config from URL, Token
+// and CA).
+func (s *Server) CA() []byte { return s.caData }
 
 // Start runs kube-apiserver for the test (skipping it when the binary is
 // absent) and stops it at cleanup. users are extra identities for the
@@ -205,10 +190,8 @@ func Start(t testing.TB, users []string, namespaces ...string) *Server {
 	}
 	s.Kubeconfig = filepath.Join(dir, "kubeconfig")
 	must(t, s.writeKubeconfig(s.Kubeconfig, AdminUser))
-	core, err := corev1client.NewForConfig(s.Config())
-	must(t, err)
 	for _, ns := range namespaces {
-		s.ensureNamespace(t, core, ns)
+		s.EnsureNamespace(t, ns)
 	}
 	return s
 }
@@ -281,21 +264,14 @@ func (s *Server) StartControllerManager(t testing.TB, controllers ...string) {
 // (which the ServiceAccount admission plugin requires before any Pod).
 func (s *Server) EnsureNamespace(t testing.TB, ns string) {
 	t.Helper()
-	core, err := corev1client.NewForConfig(s.Config())
-	must(t, err)
-	s.ensureNamespace(t, core, ns)
-}
-
-func (s *Server) ensureNamespace(t testing.TB, core corev1client.CoreV1Interface, ns string) {
-	t.Helper()
+	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Create(ctx, "/api/v1/namespaces", Object{"apiVersion": "v1", "kind": "Namespace", "metadata": Object{"name": ns}}); err != nil && !IsAlreadyExists(err) {
 		t.Fatalf("kubetest: namespace %s: %v", ns, err)
 	}
-	_, err = core.ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	sa := Object{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": Object{"name": "default"}}
+	if _, err := c.Create(ctx, "/api/v1/namespaces/"+ns+"/serviceaccounts", sa); err != nil && !IsAlreadyExists(err) {
 		t.Fatalf("kubetest: default ServiceAccount in %s: %v", ns, err)
 	}
 }
@@ -306,19 +282,18 @@ func (s *Server) ensureNamespace(t testing.TB, core corev1client.CoreV1Interface
 // selected.
 func (s *Server) ReadyPod(t testing.TB, ns, name string, labels map[string]string) {
 	t.Helper()
-	core, err := corev1client.NewForConfig(s.Config())
-	must(t, err)
+	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x"}}}}
-	p, err = core.Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	p := Object{"apiVersion": "v1", "kind": "Pod", "metadata": Object{"name": name, "labels": labels},
+		"spec": Object{"containers": []any{Object{"name": "w", "image": "x"}}}}
+	path := "/api/v1/namespaces/" + ns + "/pods"
+	got, err := c.Create(ctx, path, p)
 	if err != nil {
 		t.Fatalf("kubetest: pod %s/%s: %v", ns, name, err)
 	}
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err := core.Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	got["status"] = Object{"phase": "Running", "conditions": []any{Object{"type": "Ready", "status": "True"}}}
+	if _, err := c.Update(ctx, path+"/"+name+"/status", got); err != nil {
 		t.Fatalf("kubetest: pod %s/%s status: %v", ns, name, err)
 	}
 }

@@ -10,12 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
 // CRDFile is the generated CRD, relative to this package.
-const CRDFile = "../../../deploy/crd/tandem.dev_tandemdeployments.yaml"
+const CRDFile = "../../../../deploy/crd/tandem.dev_tandemdeployments.yaml"
 
 func ptr[T any](v T) *T { return &v }
 

@@ -29,15 +29,15 @@ func TestCRDUpToDate(t *testing.T) {
 	crdDir, objDir, rbacDir := filepath.Join(tmp, "crd"), filepath.Join(tmp, "obj"), filepath.Join(tmp, "rbac")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "../../../scripts/gen-crd.sh")
+	cmd := exec.CommandContext(ctx, "../../../../scripts/gen-crd.sh")
 	cmd.Env = append(os.Environ(), "OUT="+crdDir, "OBJECT_OUT="+objDir, "RBAC_OUT="+rbacDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/gen-crd.sh: %v\n%s", err, out)
 	}
 	// The chart's copies (scripts/gen-crd.sh copies them) must match too.
 	for copy, orig := range map[string]string{
-		"../../../deploy/helm/tandem-operator/crds/tandem.dev_tandemdeployments.yaml": CRDFile,
-		"../../../deploy/helm/tandem-operator/templates/clusterrole.yaml":             "../../../deploy/operator/role.yaml",
+		"../../../../deploy/helm/tandem-operator/crds/tandem.dev_tandemdeployments.yaml": CRDFile,
+		"../../../../deploy/helm/tandem-operator/templates/clusterrole.yaml":             "../../../../deploy/operator/role.yaml",
 	} {
 		a, err1 := os.ReadFile(copy)
 		b, err2 := os.ReadFile(orig)
@@ -48,7 +48,7 @@ func TestCRDUpToDate(t *testing.T) {
 	for gen, committed := range map[string]string{
 		filepath.Join(crdDir, "tandem.dev_tandemdeployments.yaml"): CRDFile,
 		filepath.Join(objDir, "zz_generated.deepcopy.go"):          "zz_generated.deepcopy.go",
-		filepath.Join(rbacDir, "role.yaml"):                        "../../../deploy/operator/role.yaml",
+		filepath.Join(rbacDir, "role.yaml"):                        "../../../../deploy/operator/role.yaml",
 	} {
 		g, err := os.ReadFile(gen)
 		if err != nil {
