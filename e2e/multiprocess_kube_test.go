@@ -9,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
@@ -25,7 +21,7 @@ const kubeNS = "serving"
 // ServiceAccount's identity; the frontend runs as the frontend's.
 type kubeCluster struct {
 	s                          *kubetest.Server
-	core                       corev1client.CoreV1Interface
+	admin                      *kubetest.Client
 	frontendFlags, workerFlags string
 }
 
@@ -38,15 +34,12 @@ func startKubeCluster(t *testing.T, pods []string) *kubeCluster {
 	groups := "|system:serviceaccounts,system:serviceaccounts:" + kubeNS
 	s := kubetest.Start(t, []string{frontendSA + groups, workerSA + groups}, kubeNS)
 	s.ApplyIn(t, kubeNS, "../deploy/kubernetes/rbac.yaml")
-	core, err := corev1client.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := s.Client(t)
 	dir := t.TempDir()
 	feKC, wKC := filepath.Join(dir, "frontend.kubeconfig"), filepath.Join(dir, "worker.kubeconfig")
 	s.WriteKubeconfig(t, feKC, frontendSA)
 	s.WriteKubeconfig(t, wKC, workerSA)
-	kc := &kubeCluster{s: s, core: core}
+	kc := &kubeCluster{s: s, admin: admin}
 	// --kube-service= : readiness from the pods' Ready condition (no
 	// EndpointSlice controller runs here).
 	common := " --discovery kube --kube-namespace " + kubeNS + " --kube-service= --kube-selector app.kubernetes.io/component=tandem-worker"
@@ -55,11 +48,11 @@ func startKubeCluster(t *testing.T, pods []string) *kubeCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, name := range pods {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "tandem", "app.kubernetes.io/component": "tandem-worker"}},
-			Spec:       corev1.PodSpec{ServiceAccountName: "tandem-worker", Containers: []corev1.Container{{Name: "worker", Image: "tandem:dev"}}},
+		p := kubetest.Object{"apiVersion": "v1", "kind": "Pod",
+			"metadata": kubetest.Object{"name": name, "labels": map[string]string{"app.kubernetes.io/name": "tandem", "app.kubernetes.io/component": "tandem-worker"}},
+			"spec":     kubetest.Object{"serviceAccountName": "tandem-worker", "containers": []any{kubetest.Object{"name": "worker", "image": "tandem:dev"}}},
 		}
-		if _, err := core.Pods(kubeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if _, err := admin.Create(ctx, "/api/v1/namespaces/"+kubeNS+"/pods", p); err != nil {
 			t.Fatalf("create pod %s: %v", name, err)
 		}
 		kc.markReady(t, name, true)
@@ -74,19 +67,18 @@ func (kc *kubeCluster) markReady(t *testing.T, name string, ready bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := kc.core.Pods(kubeNS).Get(ctx, name, metav1.GetOptions{})
+	path := "/api/v1/namespaces/" + kubeNS + "/pods/" + name
+	p, err := kc.admin.Get(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := corev1.ConditionFalse
+	st := "False"
 	if ready {
-		st = corev1.ConditionTrue
+		st = "True"
 	}
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodRunning
-	p.Status.PodIP, p.Status.PodIPs = "10.1.0.1", []corev1.PodIP{{IP: "10.1.0.1"}}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now}}
-	if _, err := kc.core.Pods(kubeNS).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	p["status"] = kubetest.Object{"phase": "Running", "podIP": "10.1.0.1", "podIPs": []any{kubetest.Object{"ip": "10.1.0.1"}},
+		"conditions": []any{kubetest.Object{"type": "Ready", "status": st, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}}
+	if _, err := kc.admin.Update(ctx, path+"/status", p); err != nil {
 		t.Fatalf("pod %s status: %v", name, err)
 	}
 }

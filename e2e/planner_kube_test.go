@@ -6,12 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
-
-	"github.com/tandemllm/tandem/control/api/v1alpha1"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
@@ -28,22 +22,15 @@ func TestPlannerScalesTandemDeployment(t *testing.T) {
 	s.InstallCRDs(t, "../deploy/crd/tandem.dev_tandemdeployments.yaml")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	td := &v1alpha1.TandemDeployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TandemDeployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: ns},
-		Spec: v1alpha1.TandemDeploymentSpec{Model: v1alpha1.ModelSpec{Name: "tandem-mock"}, KV: v1alpha1.KVSpec{BlockSize: 16},
-			Pools: []v1alpha1.PoolSpec{{Name: "main", Replicas: 1, Engine: v1alpha1.EngineSpec{Kind: "mocker"}}}},
+	td := kubetest.Object{
+		"apiVersion": "tandem.dev/v1alpha1", "kind": "TandemDeployment",
+		"metadata": kubetest.Object{"name": "llm", "namespace": ns},
+		"spec": kubetest.Object{"model": kubetest.Object{"name": "tandem-mock"}, "kv": kubetest.Object{"blockSize": 16},
+			"pools": []any{kubetest.Object{"name": "main", "replicas": 1, "engine": kubetest.Object{"kind": "mocker"}}}},
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(td)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := dynamic.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := dc.Resource(v1alpha1.GroupVersion.WithResource("tandemdeployments")).Namespace(ns)
-	if _, err := res.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+	admin := s.Client(t)
+	tdPath := "/apis/tandem.dev/v1alpha1/namespaces/" + ns + "/tandemdeployments"
+	if _, err := admin.Create(ctx, tdPath, td); err != nil {
 		t.Fatal(err)
 	}
 	srv := startTandem(t, "serve --http-addr 127.0.0.1:0 --workers 1")
@@ -51,12 +38,12 @@ func TestPlannerScalesTandemDeployment(t *testing.T) {
 		" --namespace "+ns+" --name llm --pool main=aggregated:3:4 --interval 200ms --planner-listen 127.0.0.1:0",
 		regexp.MustCompile(`planner: policy`))
 	for {
-		u, err := res.Get(ctx, "llm", metav1.GetOptions{})
+		u, err := admin.Get(ctx, tdPath+"/llm")
 		if err != nil {
 			t.Fatal(err)
 		}
-		pools, _, _ := unstructured.NestedSlice(u.Object, "spec", "pools")
-		if r := pools[0].(map[string]any)["replicas"]; r == int64(3) {
+		pools := u.Slice("spec", "pools")
+		if r, _ := kubetest.Int(pools[0].(map[string]any)["replicas"]); r == 3 {
 			return
 		}
 		if ctx.Err() != nil {

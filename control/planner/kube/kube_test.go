@@ -2,20 +2,12 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/tandemllm/tandem/control/api/v1alpha1"
 	"github.com/tandemllm/tandem/internal/kubeapi"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
@@ -33,29 +25,22 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	td := &v1alpha1.TandemDeployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TandemDeployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: ns},
-		Spec: v1alpha1.TandemDeploymentSpec{
-			Model:          v1alpha1.ModelSpec{Name: "tandem-mock"},
-			KV:             v1alpha1.KVSpec{BlockSize: 16},
-			Disaggregation: v1alpha1.DisaggregationSpec{Mode: "always"},
-			Pools: []v1alpha1.PoolSpec{
-				{Name: "prefill", Role: "prefill", Replicas: 1, Engine: v1alpha1.EngineSpec{Kind: "mocker"}},
-				{Name: "decode", Role: "decode", Replicas: 2, Engine: v1alpha1.EngineSpec{Kind: "mocker"}},
-			},
+	pool := func(name string, replicas int) kubetest.Object {
+		return kubetest.Object{"name": name, "role": name, "replicas": replicas, "engine": kubetest.Object{"kind": "mocker"}}
+	}
+	td := kubetest.Object{
+		"apiVersion": "tandem.dev/v1alpha1", "kind": "TandemDeployment",
+		"metadata": kubetest.Object{"name": "llm", "namespace": ns},
+		"spec": kubetest.Object{
+			"model":          kubetest.Object{"name": "tandem-mock"},
+			"kv":             kubetest.Object{"blockSize": 16},
+			"disaggregation": kubetest.Object{"mode": "always"},
+			"pools":          []any{pool("prefill", 1), pool("decode", 2)},
 		},
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(td)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := dynamic.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := dc.Resource(v1alpha1.GroupVersion.WithResource("tandemdeployments")).Namespace(ns)
-	if _, err := res.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+	admin := s.Client(t)
+	tdPath := "/apis/tandem.dev/v1alpha1/namespaces/" + ns + "/tandemdeployments"
+	if _, err := admin.Create(ctx, tdPath, td); err != nil {
 		t.Fatalf("create TandemDeployment: %v", err)
 	}
 
@@ -73,19 +58,18 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 	if err := a.Scale(ctx, "prefill", 0); err != nil { // zero keeps the model advertised
 		t.Fatal(err)
 	}
-	u, err := res.Get(ctx, "llm", metav1.GetOptions{})
+	u, err := admin.Get(ctx, tdPath+"/llm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pools, _, _ := unstructured.NestedSlice(u.Object, "spec", "pools")
 	want := map[string]int64{"prefill": 0, "decode": 5}
-	for _, p := range pools {
+	for _, p := range u.Slice("spec", "pools") {
 		m := p.(map[string]any)
-		if m["replicas"] != want[m["name"].(string)] {
+		if n, ok := kubetest.Int(m["replicas"]); !ok || n != want[m["name"].(string)] {
 			t.Fatalf("stored pool %v, want replicas %d", m, want[m["name"].(string)])
 		}
 	}
-	if f := u.GetManagedFields(); !strings.Contains(strings.Join(managers(f), ","), "tandem-planner") {
+	if f := u.Slice("metadata", "managedFields"); !strings.Contains(strings.Join(managers(f), ","), "tandem-planner") {
 		t.Fatalf("managed fields %v do not name tandem-planner", managers(f))
 	}
 	if err := a.Scale(ctx, "nope", 1); err == nil || !strings.Contains(err.Error(), `no pool "nope"`) {
@@ -97,19 +81,15 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 
 	// A plain Deployment, scaled through its scale subresource (no
 	// controller runs: the spec is what the planner sets).
-	kc, err := kubernetes.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
+	dep := kubetest.Object{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": kubetest.Object{"name": "workers", "namespace": ns},
+		"spec": kubetest.Object{"replicas": 1,
+			"selector": kubetest.Object{"matchLabels": map[string]string{"app": "w"}},
+			"template": kubetest.Object{"metadata": kubetest.Object{"labels": map[string]string{"app": "w"}},
+				"spec": kubetest.Object{"containers": []any{kubetest.Object{"name": "w", "image": "tandem"}}}}},
 	}
-	one := int32(1)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "workers", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "w"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "w"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "tandem"}}}}},
-	}
-	if _, err := kc.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+	depPath := "/apis/apps/v1/namespaces/" + ns + "/deployments"
+	if _, err := admin.Create(ctx, depPath, dep); err != nil {
 		t.Fatal(err)
 	}
 	d, err := NewDeployments(s.APIConfig(), ns, map[string]string{"agg": "workers"})
@@ -122,7 +102,7 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 	if got, err := d.Replicas(ctx); err != nil || got["agg"] != 4 {
 		t.Fatalf("Deployment replicas %v %v, want 4", got, err)
 	}
-	if stored, err := kc.AppsV1().Deployments(ns).Get(ctx, "workers", metav1.GetOptions{}); err != nil || *stored.Spec.Replicas != 4 {
+	if stored, err := admin.Get(ctx, depPath+"/workers"); err != nil || stored.Get("spec", "replicas") != json.Number("4") {
 		t.Fatalf("stored Deployment %v %v", stored, err)
 	}
 
@@ -138,10 +118,12 @@ func TestActuatorsAgainstAPIServer(t *testing.T) {
 	}
 }
 
-func managers(fs []metav1.ManagedFieldsEntry) []string {
+func managers(fs []any) []string {
 	var out []string
 	for _, f := range fs {
-		out = append(out, f.Manager)
+		m, _ := f.(map[string]any)
+		s, _ := m["manager"].(string)
+		out = append(out, s)
 	}
 	return out
 }
