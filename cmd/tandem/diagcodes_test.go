@@ -7,31 +7,38 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/tandemllm/tandem/health"
-	// The operator is its own binary (cmd/tandem-operator); linked here
-	// so its codes are checked with the rest.
-	_ "github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/internal/diagdoc"
 )
 
 // TestDiagnosticCodesDocumented: the codes registered with health.Register
-// by the packages this binary links (all of them, and the operator's) and the codes in
-// docs/ARCHITECTURE.md's "Diagnostic codes" table are the same set, and no
-// Raise, Clear or "diagnostic_code" log attribute names a code with a
-// string literal (which would bypass the registry).
+// by the packages this binary links (all of them) and by the operator and
+// the codes in docs/ARCHITECTURE.md's "Diagnostic codes" table are the
+// same set, and no Raise, Clear or "diagnostic_code" log attribute names a
+// code with a string literal (which would bypass the registry). The
+// operator is a module of its own (control/operator), not linked here: its
+// codes are read from its source, and its own TestDiagnosticCodesDocumented
+// checks them against its linked registry.
 func TestDiagnosticCodesDocumented(t *testing.T) {
 	root := filepath.Join("..", "..")
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "ARCHITECTURE.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	documented := docCodes(t, string(doc))
-	registered := health.Registered()
+	documented, err := diagdoc.Documented(string(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := diagdoc.RegisteredIn(filepath.Join(root, "control", "operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := append(health.Registered(), op...)
 	for _, c := range registered {
 		if !slices.Contains(documented, c) {
 			t.Errorf("diagnostic code %s is registered but has no row in docs/ARCHITECTURE.md's table", c)
@@ -45,29 +52,6 @@ func TestDiagnosticCodesDocumented(t *testing.T) {
 	for _, bad := range literalCodes(t, root) {
 		t.Errorf("%s: a diagnostic code as a string literal; declare it as a constant and health.Register it", bad)
 	}
-}
-
-var docCode = regexp.MustCompile("`([a-z0-9_]+)`")
-
-// docCodes reads the first column of the table under "## Diagnostic codes".
-func docCodes(t *testing.T, doc string) []string {
-	_, sec, ok := strings.Cut(doc, "\n## Diagnostic codes\n")
-	if !ok {
-		t.Fatal("docs/ARCHITECTURE.md has no \"## Diagnostic codes\" section")
-	}
-	sec, _, _ = strings.Cut(sec, "\n## ")
-	var codes []string
-	for _, line := range strings.Split(sec, "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) < 3 || !strings.Contains(cells[1], "`") {
-			continue
-		}
-		for _, m := range docCode.FindAllStringSubmatch(cells[1], -1) {
-			codes = append(codes, m[1])
-		}
-	}
-	slices.Sort(codes)
-	return slices.Compact(codes)
 }
 
 // literalCodes finds string literals where a diagnostic code goes, in the

@@ -11,21 +11,117 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/yaml"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tandemllm/tandem/internal/kubeapi"
+	"github.com/tandemllm/tandem/internal/kubetest"
 )
+
+// The fields of deploy/kubernetes that the checks read, decoded with
+// yaml.v3 (the main module links no Kubernetes API types). Misspelled
+// fields are caught by TestKubernetesManifestsStrict, which has the real
+// API server decode the files strictly.
+type (
+	objectMeta struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	}
+	deployment struct {
+		Metadata objectMeta `yaml:"metadata"`
+		Spec     struct {
+			Selector struct {
+				MatchLabels      map[string]string `yaml:"matchLabels"`
+				MatchExpressions []any             `yaml:"matchExpressions"`
+			} `yaml:"selector"`
+			Template struct {
+				Metadata objectMeta `yaml:"metadata"`
+				Spec     podSpec    `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	podSpec struct {
+		ServiceAccountName            string      `yaml:"serviceAccountName"`
+		TerminationGracePeriodSeconds *int64      `yaml:"terminationGracePeriodSeconds"`
+		Containers                    []container `yaml:"containers"`
+		Volumes                       []struct {
+			Name   string `yaml:"name"`
+			Secret *struct {
+				SecretName string `yaml:"secretName"`
+			} `yaml:"secret"`
+		} `yaml:"volumes"`
+	}
+	container struct {
+		Name string   `yaml:"name"`
+		Args []string `yaml:"args"`
+		Env  []struct {
+			Name      string `yaml:"name"`
+			ValueFrom *struct {
+				FieldRef *struct {
+					FieldPath string `yaml:"fieldPath"`
+				} `yaml:"fieldRef"`
+			} `yaml:"valueFrom"`
+		} `yaml:"env"`
+		ReadinessProbe *struct {
+			GRPC *struct {
+				Port int32 `yaml:"port"`
+			} `yaml:"grpc"`
+			HTTPGet *struct {
+				Path string `yaml:"path"`
+			} `yaml:"httpGet"`
+		} `yaml:"readinessProbe"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
+	}
+	service struct {
+		Metadata objectMeta `yaml:"metadata"`
+		Spec     struct {
+			Selector  map[string]string `yaml:"selector"`
+			ClusterIP string            `yaml:"clusterIP"`
+		} `yaml:"spec"`
+	}
+	policyRule struct {
+		APIGroups []string `yaml:"apiGroups"`
+		Resources []string `yaml:"resources"`
+		Verbs     []string `yaml:"verbs"`
+	}
+	role struct {
+		Metadata objectMeta   `yaml:"metadata"`
+		Rules    []policyRule `yaml:"rules"`
+	}
+	subject struct {
+		Kind string `yaml:"kind"`
+		Name string `yaml:"name"`
+	}
+	roleBinding struct {
+		Subjects []subject `yaml:"subjects"`
+		RoleRef  struct {
+			Kind string `yaml:"kind"`
+			Name string `yaml:"name"`
+		} `yaml:"roleRef"`
+	}
+)
+
+// matches reports whether every label of set is in labels (a Service's
+// or a matchLabels selector; an empty one selects everything).
+func matches(set, labels map[string]string) bool {
+	for k, v := range set {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
+}
 
 // manifests are the decoded documents of deploy/kubernetes.
 type manifests struct {
-	deployments  map[string]*appsv1.Deployment
-	services     map[string]*corev1.Service
+	files        []string
+	deployments  map[string]*deployment
+	services     map[string]*service
 	accounts     map[string]bool
-	roles        map[string]*rbacv1.Role
-	roleBindings []*rbacv1.RoleBinding
+	roles        map[string]*role
+	roleBindings []*roleBinding
 }
 
 func loadManifests(t *testing.T) *manifests {
@@ -34,8 +130,8 @@ func loadManifests(t *testing.T) *manifests {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
-	m := &manifests{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
-		accounts: map[string]bool{}, roles: map[string]*rbacv1.Role{}}
+	m := &manifests{files: files, deployments: map[string]*deployment{}, services: map[string]*service{},
+		accounts: map[string]bool{}, roles: map[string]*role{}}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -45,38 +141,41 @@ func loadManifests(t *testing.T) *manifests {
 			if strings.TrimSpace(stripComments(doc)) == "" {
 				continue
 			}
-			var tm metav1.TypeMeta
+			var tm struct {
+				APIVersion string `yaml:"apiVersion"`
+				Kind       string `yaml:"kind"`
+			}
 			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 				t.Fatalf("%s #%d: %v", f, i, err)
 			}
-			// Strict: a misspelled field fails here instead of being
-			// silently dropped by the API server.
-			strict := func(into any) {
+			decode := func(into any) {
 				t.Helper()
-				if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+				if err := yaml.Unmarshal([]byte(doc), into); err != nil {
 					t.Fatalf("%s #%d (%s): %v", f, i, tm.Kind, err)
 				}
 			}
 			switch tm.APIVersion + " " + tm.Kind {
 			case "apps/v1 Deployment":
-				var d appsv1.Deployment
-				strict(&d)
-				m.deployments[d.Name] = &d
+				var d deployment
+				decode(&d)
+				m.deployments[d.Metadata.Name] = &d
 			case "v1 Service":
-				var s corev1.Service
-				strict(&s)
-				m.services[s.Name] = &s
+				var s service
+				decode(&s)
+				m.services[s.Metadata.Name] = &s
 			case "v1 ServiceAccount":
-				var s corev1.ServiceAccount
-				strict(&s)
-				m.accounts[s.Name] = true
+				var s struct {
+					Metadata objectMeta `yaml:"metadata"`
+				}
+				decode(&s)
+				m.accounts[s.Metadata.Name] = true
 			case "rbac.authorization.k8s.io/v1 Role":
-				var r rbacv1.Role
-				strict(&r)
-				m.roles[r.Name] = &r
+				var r role
+				decode(&r)
+				m.roles[r.Metadata.Name] = &r
 			case "rbac.authorization.k8s.io/v1 RoleBinding":
-				var r rbacv1.RoleBinding
-				strict(&r)
+				var r roleBinding
+				decode(&r)
 				m.roleBindings = append(m.roleBindings, &r)
 			default:
 				t.Fatalf("%s #%d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
@@ -100,7 +199,7 @@ func stripComments(doc string) string {
 // resource.
 func (m *manifests) allows(account, group, resource, verb string) bool {
 	for _, rb := range m.roleBindings {
-		bound := slices.ContainsFunc(rb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == account })
+		bound := slices.ContainsFunc(rb.Subjects, func(s subject) bool { return s.Kind == "ServiceAccount" && s.Name == account })
 		role := m.roles[rb.RoleRef.Name]
 		if !bound || rb.RoleRef.Kind != "Role" || role == nil {
 			continue
@@ -116,7 +215,7 @@ func (m *manifests) allows(account, group, resource, verb string) bool {
 
 // parseArgs parses a container's arguments with the real subcommand, so
 // a flag that does not exist (or a bad value) fails the test.
-func parseArgs(t *testing.T, c corev1.Container) *cobra.Command {
+func parseArgs(t *testing.T, c container) *cobra.Command {
 	t.Helper()
 	if len(c.Args) == 0 {
 		t.Fatalf("container %s has no args", c.Name)
@@ -162,7 +261,7 @@ func flag(t *testing.T, cmd *cobra.Command, name string) string {
 	return f.Value.String()
 }
 
-func fieldRefEnv(c corev1.Container, name, path string) bool {
+func fieldRefEnv(c container, name, path string) bool {
 	for _, e := range c.Env {
 		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == path {
 			return true
@@ -194,9 +293,8 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Fatalf("no Deployment %s", c.deployment)
 			}
 			tmpl := d.Spec.Template
-			sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-			if err != nil || !sel.Matches(labels.Set(tmpl.Labels)) {
-				t.Fatalf("selector %v does not match the template's labels %v (%v)", d.Spec.Selector, tmpl.Labels, err)
+			if sel := d.Spec.Selector; len(sel.MatchExpressions) > 0 || len(sel.MatchLabels) == 0 || !matches(sel.MatchLabels, tmpl.Metadata.Labels) {
+				t.Fatalf("selector %v does not match the template's labels %v (matchLabels only)", sel, tmpl.Metadata.Labels)
 			}
 			if tmpl.Spec.ServiceAccountName != c.account || !m.accounts[c.account] {
 				t.Fatalf("service account %q (declared: %v)", tmpl.Spec.ServiceAccountName, m.accounts[c.account])
@@ -229,19 +327,19 @@ func TestKubernetesManifests(t *testing.T) {
 			// The worker pods must be what the frontend's kube backend
 			// selects, behind the Service whose slices it reads.
 			workers := m.deployments["tandem-worker"].Spec.Template
-			wsel, err := labels.Parse(flag(t, cmd, "kube-selector"))
-			if err != nil || !wsel.Matches(labels.Set(workers.Labels)) {
-				t.Errorf("--kube-selector %q does not select the worker pods %v", flag(t, cmd, "kube-selector"), workers.Labels)
+			wsel, err := kubeapi.ParseSelector(flag(t, cmd, "kube-selector"))
+			if err != nil || !wsel.Matches(workers.Metadata.Labels) {
+				t.Errorf("--kube-selector %q does not select the worker pods %v (%v)", flag(t, cmd, "kube-selector"), workers.Metadata.Labels, err)
 			}
-			if wsel.Matches(labels.Set(m.deployments["tandem-frontend"].Spec.Template.Labels)) {
+			if wsel.Matches(m.deployments["tandem-frontend"].Spec.Template.Metadata.Labels) {
 				t.Error("--kube-selector also selects the frontend pods")
 			}
 			svc := m.services[flag(t, cmd, "kube-service")]
 			if svc == nil {
 				t.Fatalf("--kube-service %q names no Service", flag(t, cmd, "kube-service"))
 			}
-			if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(workers.Labels)) || svc.Spec.ClusterIP != "None" {
-				t.Errorf("Service %s must be headless and select the worker pods", svc.Name)
+			if !matches(svc.Spec.Selector, workers.Metadata.Labels) || svc.Spec.ClusterIP != "None" {
+				t.Errorf("Service %s must be headless and select the worker pods", svc.Metadata.Name)
 			}
 
 			// mTLS from mounted Secrets (docs/security.md).
@@ -269,7 +367,7 @@ func TestKubernetesManifests(t *testing.T) {
 				}
 			} else {
 				front := m.services["tandem-frontend"]
-				if front == nil || !labels.SelectorFromSet(front.Spec.Selector).Matches(labels.Set(tmpl.Labels)) {
+				if front == nil || !matches(front.Spec.Selector, tmpl.Metadata.Labels) {
 					t.Error("no Service in front of the frontend")
 				}
 				if ctr.ReadinessProbe.HTTPGet == nil || ctr.ReadinessProbe.HTTPGet.Path != "/health" {
@@ -282,7 +380,7 @@ func TestKubernetesManifests(t *testing.T) {
 
 // secretMounted reports whether path lies in a volume mount of ctr whose
 // volume is a Secret.
-func secretMounted(spec corev1.PodSpec, ctr corev1.Container, path string) bool {
+func secretMounted(spec podSpec, ctr container, path string) bool {
 	if path == "" {
 		return false
 	}
@@ -297,4 +395,16 @@ func secretMounted(spec corev1.PodSpec, ctr corev1.Container, path string) bool 
 		}
 	}
 	return false
+}
+
+// TestKubernetesManifestsStrict has the real API server decode every
+// document of deploy/kubernetes strictly (a dry-run create with
+// fieldValidation=Strict): a misspelled or misplaced field fails here
+// instead of being silently dropped by the API server.
+func TestKubernetesManifestsStrict(t *testing.T) {
+	m := loadManifests(t)
+	s := kubetest.Start(t, nil, "tandem")
+	if n := len(s.DryRunIn(t, "tandem", m.files...)); n == 0 {
+		t.Fatal("no documents validated")
+	}
 }

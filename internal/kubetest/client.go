@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"testing"
 
@@ -123,7 +124,11 @@ func IsForbidden(err error) bool { return kubeapi.IsStatus(err, http.StatusForbi
 func IsUnauthorized(err error) bool { return kubeapi.IsStatus(err, http.StatusUnauthorized) }
 
 func (c *Client) call(ctx context.Context, method, path, contentType string, in any) (Object, error) {
-	r := kubeapi.Request{Method: method, Path: path, ContentType: contentType}
+	return c.callQ(ctx, method, path, nil, contentType, in)
+}
+
+func (c *Client) callQ(ctx context.Context, method, path string, q url.Values, contentType string, in any) (Object, error) {
+	r := kubeapi.Request{Method: method, Path: path, Query: q, ContentType: contentType}
 	if in != nil {
 		switch b := in.(type) {
 		case []byte:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -78,6 +79,20 @@ func (s *Server) Apply(t testing.TB, files ...string) []Object {
 // `kubectl create -n NS -f`).
 func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []Object {
 	t.Helper()
+	return s.apply(t, namespace, nil, files)
+}
+
+// DryRunIn is ApplyIn as a server-side dry run with strict field
+// validation (kubectl create --dry-run=server --validate=strict): the
+// API server decodes and validates every document, refusing unknown or
+// duplicate fields, and stores nothing.
+func (s *Server) DryRunIn(t testing.TB, namespace string, files ...string) []Object {
+	t.Helper()
+	return s.apply(t, namespace, url.Values{"dryRun": {"All"}, "fieldValidation": {"Strict"}}, files)
+}
+
+func (s *Server) apply(t testing.TB, namespace string, query url.Values, files []string) []Object {
+	t.Helper()
 	c := s.Client(t)
 	disc := &discovery{c: c, cache: map[string]map[string]resource{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -121,7 +136,7 @@ func (s *Server) ApplyIn(t testing.TB, namespace string, files ...string) []Obje
 				}
 				path = prefix + "/namespaces/" + ns + "/" + r.name
 			}
-			if _, err := c.Create(ctx, path, u); err != nil && !IsAlreadyExists(err) {
+			if _, err := c.callQ(ctx, "POST", path, query, "", u); err != nil && !IsAlreadyExists(err) {
 				t.Fatalf("kubetest: create %s %s from %s: %v", kind, u.Name(), f, err)
 			}
 			out = append(out, u)
