@@ -10,8 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 )
 
 // TestReconcileLatency measures, against the real API server, the time

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/health"
 )
 

@@ -15,8 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/operator/internal/optest"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
@@ -65,7 +66,7 @@ func TestHelmInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := client.New(s.Config(), client.Options{Scheme: sch})
+	admin, err := client.New(optest.Config(s), client.Options{Scheme: sch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestHelmInstall(t *testing.T) {
 	octx, ocancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- operator.Run(octx, operator.Options{Config: s.ConfigFor(saUser), MetricsAddr: "0", ProbeAddr: "0", Logger: testLogger(),
+		done <- operator.Run(octx, operator.Options{Config: optest.ConfigFor(s, saUser), MetricsAddr: "0", ProbeAddr: "0", Logger: testLogger(),
 			HealthURL: func(*v1alpha1.TandemDeployment) string { return "" }})
 	}()
 	defer func() {

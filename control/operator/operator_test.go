@@ -23,8 +23,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
 	"github.com/tandemllm/tandem/control/operator"
+	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/operator/internal/optest"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
@@ -61,7 +62,7 @@ func startEnv(t *testing.T, ops ...operator.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := client.New(s.Config(), client.Options{Scheme: sch})
+	admin, err := client.New(optest.Config(s), client.Options{Scheme: sch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func startEnv(t *testing.T, ops ...operator.Options) *env {
 	for _, o := range ops {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		o.Config, o.MetricsAddr, o.ProbeAddr, o.Logger = s.ConfigFor(operatorUser), "0", "0", testLogger()
+		o.Config, o.MetricsAddr, o.ProbeAddr, o.Logger = optest.ConfigFor(s, operatorUser), "0", "0", testLogger()
 		o.HealthURL = func(*v1alpha1.TandemDeployment) string { return hs.URL + "/health" }
 		go func() { done <- operator.Run(ctx, o) }()
 		t.Cleanup(func() {
@@ -361,11 +362,11 @@ func TestOperator(t *testing.T) {
 	// RBAC: a stranger may not read the objects; the operator's own
 	// identity may not read Secrets (it never needs them).
 	sch, _ := operator.Scheme()
-	stranger, _ := client.New(e.s.ConfigFor(kubetest.StrangerUser), client.Options{Scheme: sch})
+	stranger, _ := client.New(optest.ConfigFor(e.s, kubetest.StrangerUser), client.Options{Scheme: sch})
 	if err := stranger.List(ctx, &v1alpha1.TandemDeploymentList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
 		t.Fatalf("stranger listed TandemDeployments: %v", err)
 	}
-	opc, _ := client.New(e.s.ConfigFor(operatorUser), client.Options{Scheme: sch})
+	opc, _ := client.New(optest.ConfigFor(e.s, operatorUser), client.Options{Scheme: sch})
 	if err := opc.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
 		t.Fatalf("operator listed Secrets: %v", err)
 	}

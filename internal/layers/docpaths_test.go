@@ -2,6 +2,7 @@ package layers
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -55,6 +56,8 @@ func TestDocPathsParse(t *testing.T) {
 		{"[vLLM](https://github.com/vllm-project/vllm/blob/main/x.py), `http://h/x.md`", nil},
 		{"`<dir>/x.md`, `$HOME/x.go`, `a/*.go`, `v0/x.tar.gz`", []string{"v0/x.tar.gz"}},
 		{"`kv_events.py` (no slash), `1/2` (no extension)", nil},
+		{"`(cd control/operator && go test ./...)`, `cd control/operator && go build ./cmd/tandem-operator`", []string{"control/operator", "control/operator/cmd/tandem-operator"}},
+		{"`go build -C control/operator -o /tmp/op ./cmd/tandem-operator`, `cd /tmp && go run ./x`", []string{"control/operator/cmd/tandem-operator"}},
 		{"`engine/engines.Config`, `gopkg.in/yaml.v3`, `vllm/distributed/kv_events.py`", nil},
 	}
 	for _, tt := range tests {
@@ -80,6 +83,7 @@ func TestDocTestCommandsParse(t *testing.T) {
 		{"`go test -run XXX -bench BenchmarkMask -benchtime 1x ./structured`", []string{"structured:BenchmarkMask"}},
 		{"`go test ./e2e/kvrouting -v -count=1`, `go test ./...`", nil},
 		{"`go test ./a ./b -run X`", nil}, // two packages: which holds X is not said
+		{"`(cd control/operator && go test -run TestCRDUpToDate ./api/v1alpha1)`", []string{"control/operator/api/v1alpha1:TestCRDUpToDate"}},
 	}
 	for _, tt := range tests {
 		var got []string
@@ -101,7 +105,7 @@ type testCommand struct {
 
 var (
 	runFlagRE = regexp.MustCompile(`-(?:test\.)?(?:run|bench)[ =]['"]?([^ '"]+)`)
-	pkgArgRE  = regexp.MustCompile(`(?:^|\s)\./([A-Za-z0-9_/.-]+)`)
+	pkgArgRE  = regexp.MustCompile(`^\./([A-Za-z0-9_/.-]+)`)
 )
 
 // docTestCommands returns the `go test` commands of one line that name
@@ -114,11 +118,24 @@ func docTestCommands(line string) []testCommand {
 		if !strings.Contains(span, "go test") {
 			continue
 		}
-		pkgs := pkgArgRE.FindAllStringSubmatch(span, -1)
-		if len(pkgs) != 1 || strings.Contains(pkgs[0][1], "...") {
+		// Package arguments, under the folder a `cd DIR` or `-C DIR`
+		// before them moved to.
+		var pkgs []string
+		dir, ok := "", true
+		fields := strings.Fields(span)
+		for i, f := range fields {
+			if d, moved := cdTo(fields, i); moved {
+				dir, ok = d, repoDir(d)
+				continue
+			}
+			if m := pkgArgRE.FindStringSubmatch(f); m != nil && ok {
+				pkgs = append(pkgs, path.Join(dir, m[1]))
+			}
+		}
+		if len(pkgs) != 1 || strings.Contains(pkgs[0], "...") {
 			continue
 		}
-		c := testCommand{pkg: strings.TrimSuffix(pkgs[0][1], "/")}
+		c := testCommand{pkg: strings.TrimSuffix(pkgs[0], "/")}
 		for _, f := range runFlagRE.FindAllStringSubmatch(span, -1) {
 			top, _, _ := strings.Cut(f[1], "/")
 			for _, alt := range strings.Split(strings.ReplaceAll(top, `\|`, "|"), "|") {
@@ -225,11 +242,16 @@ func docPaths(line string) []docRef {
 				continue
 			}
 		}
-		for _, f := range fields {
-			if p, ok := strings.CutPrefix(f, "./"); ok {
+		dir, ok := "", true // the folder a `cd DIR` or `-C DIR` moved to
+		for i, f := range fields {
+			if d, moved := cdTo(fields, i); moved {
+				dir, ok = d, repoDir(d)
+				continue
+			}
+			if p, isPath := strings.CutPrefix(strings.TrimRight(f, ");"), "./"); isPath && ok {
 				p = strings.TrimSuffix(strings.TrimSuffix(p, "..."), "/")
-				if p != "" && !strings.ContainsAny(p, "*<>{}$'\"|") {
-					refs = append(refs, docRef{path: p})
+				if !strings.ContainsAny(p, "*<>{}$'\"|") && (p != "" || dir != "") {
+					refs = append(refs, docRef{path: path.Join(dir, p)})
 				}
 			}
 		}
@@ -245,6 +267,25 @@ func docPaths(line string) []docRef {
 		}
 	}
 	return refs
+}
+
+// cdTo reports whether fields[i] is the folder argument of a `cd` (also
+// `(cd`) or of go's -C flag, and returns that folder.
+func cdTo(fields []string, i int) (string, bool) {
+	if i == 0 {
+		return "", false
+	}
+	switch fields[i-1] {
+	case "cd", "(cd", "-C":
+		return strings.TrimSuffix(strings.TrimSuffix(fields[i], ")"), "/"), true
+	}
+	return "", false
+}
+
+// repoDir reports whether a cd target is a folder of the repository
+// (relative, no variables), whose ./paths are then checked under it.
+func repoDir(d string) bool {
+	return d != "" && !strings.HasPrefix(d, "/") && !strings.HasPrefix(d, "~") && !strings.ContainsAny(d, "$*<>{}'\"")
 }
 
 // upstreamPaths are the prefixes of files the docs name in other projects'

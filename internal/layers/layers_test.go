@@ -88,8 +88,27 @@ func parseLayers(path string) (map[string]int, error) {
 	return layers, nil
 }
 
-// packages returns every package of the module (relative path → its
-// non-test imports within the module).
+var moduleLine = regexp.MustCompile(`(?m)^module\s+(\S+)\s*$`)
+
+// ownModule reports whether the module at p (a folder with a go.mod under
+// the main module's root) is one of this repository's, with the import
+// path its folder gives it (control/operator: the operator's module). Its
+// packages are held to the same layers and folders: go/build reads their
+// imports without compiling them, so the main module's tests link none of
+// their dependencies.
+func ownModule(root, p string) bool {
+	b, err := os.ReadFile(filepath.Join(p, "go.mod"))
+	if err != nil {
+		return false
+	}
+	m := moduleLine.FindSubmatch(b)
+	rel, err := filepath.Rel(root, p)
+	return m != nil && err == nil && string(m[1]) == module+"/"+filepath.ToSlash(rel)
+}
+
+// packages returns every package of the module and of the repository's
+// nested modules (relative path → its non-test imports within the
+// repository).
 func packages(t *testing.T, dir string) map[string][]string {
 	t.Helper()
 	pkgs := map[string][]string{}
@@ -105,7 +124,7 @@ func packages(t *testing.T, dir string) map[string][]string {
 			return filepath.SkipDir
 		}
 		if p != dir {
-			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil && !ownModule(dir, p) {
 				return filepath.SkipDir // another module
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tandemllm/tandem/control/operator/api/v1alpha1"
+	"github.com/tandemllm/tandem/control/operator/internal/optest"
 	"github.com/tandemllm/tandem/internal/kubetest"
 )
 
@@ -45,7 +46,7 @@ func newClient(t *testing.T, s *kubetest.Server) client.Client {
 	if err := v1alpha1.AddToScheme(sch); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(s.Config(), client.Options{Scheme: sch})
+	c, err := client.New(optest.Config(s), client.Options{Scheme: sch})
 	if err != nil {
 		t.Fatal(err)
 	}
