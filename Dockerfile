@@ -17,15 +17,19 @@ ARG GO_VERSION=1.26.8
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN go mod download
+# The operator is a Go module of its own (control/operator/go.mod: the
+# Kubernetes libraries are its requirements, not the main module's).
+COPY control/operator/go.mod control/operator/go.sum ./control/operator/
+RUN go mod download && cd control/operator && go mod download
 COPY . .
 ARG VERSION=unknown
 ARG COMMIT=unknown
 # -trimpath: no build-machine paths in the binary; -s -w: no symbol table or
 # DWARF (a third of the size); CGO_ENABLED=0: static, so the image needs no libc.
 RUN CGO_ENABLED=0 GOEXPERIMENT=simd go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem ./cmd/tandem
-# The operator is its own binary (controller-runtime is linked into it alone).
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem-operator ./cmd/tandem-operator
+# The operator is its own binary in its own module (controller-runtime is
+# linked into it alone).
+RUN cd control/operator && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/tandem-operator ./cmd/tandem-operator
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tandem /tandem

@@ -9,11 +9,13 @@
 #            and its compiles took (module download, compile, link)
 #   test     `go test ./...` (the README's test command) to its end
 #   compile  the compile alone, cumulative in one cache: `go build
-#            ./cmd/tandem`, then `go build ./cmd/tandem-operator` (what
-#            controller-runtime and client-go add), then every test binary
-#            (`go test -run '^$' ./...`); CPU seconds (user+sys) and wall
-#            for each step, so the cost of a dependency reads on a loaded
-#            machine too
+#            ./cmd/tandem`, then every test binary of the main module
+#            (`go test -run '^$' ./...`), then the operator's module
+#            (control/operator, its own go.mod: `go build
+#            ./cmd/tandem-operator` there, what controller-runtime and
+#            client-go add, and its test binaries); CPU seconds (user+sys)
+#            and wall for each step, so the cost of a dependency reads on a
+#            loaded machine too
 #
 #   scripts/cold-start.sh                 # serve, then test
 #   scripts/cold-start.sh serve           # any of serve, test, compile
@@ -144,8 +146,10 @@ compile_phase() {
 		l0=$(load)
 		step "go mod download" go mod download
 		step "go build ./cmd/tandem" go build -o "$work/tandem.bin" ./cmd/tandem
-		step "+ go build ./cmd/tandem-operator" go build -o "$work/operator.bin" ./cmd/tandem-operator
 		step "+ every test binary (go test -run '^\$' ./...)" go test -count=1 -run '^$' ./...
+		step "+ operator module: go mod download" go -C control/operator mod download
+		step "+ operator module: go build ./cmd/tandem-operator" go -C control/operator build -o "$work/operator.bin" ./cmd/tandem-operator
+		step "+ operator module: every test binary" go -C control/operator test -count=1 -run '^$' ./...
 		echo "cold-start compile: done ($(about "$l0"))"
 	)
 }

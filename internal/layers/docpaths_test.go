@@ -84,6 +84,7 @@ func TestDocTestCommandsParse(t *testing.T) {
 		{"`go test ./e2e/kvrouting -v -count=1`, `go test ./...`", nil},
 		{"`go test ./a ./b -run X`", nil}, // two packages: which holds X is not said
 		{"`(cd control/operator && go test -run TestCRDUpToDate ./api/v1alpha1)`", []string{"control/operator/api/v1alpha1:TestCRDUpToDate"}},
+		{"`cd control/operator && go test -run TestOperator ./`", []string{"control/operator:TestOperator"}},
 	}
 	for _, tt := range tests {
 		var got []string
@@ -105,7 +106,7 @@ type testCommand struct {
 
 var (
 	runFlagRE = regexp.MustCompile(`-(?:test\.)?(?:run|bench)[ =]['"]?([^ '"]+)`)
-	pkgArgRE  = regexp.MustCompile(`^\./([A-Za-z0-9_/.-]+)`)
+	pkgArgRE  = regexp.MustCompile(`^\./([A-Za-z0-9_/.-]*)`)
 )
 
 // docTestCommands returns the `go test` commands of one line that name
