@@ -16,7 +16,7 @@ func newOperatorCmd() *cobra.Command {
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(*cobra.Command, []string) error {
-			return errors.New("the operator is its own binary now: run tandem-operator with the same flags (go build ./cmd/tandem-operator; the image ships /tandem-operator; docs/kubernetes.md)")
+			return errors.New("the operator is its own binary now: run tandem-operator with the same flags (cd control/operator && go build ./cmd/tandem-operator: its own Go module; the image ships /tandem-operator; docs/kubernetes.md)")
 		},
 	}
 }

@@ -38,12 +38,12 @@ func NewTandemDeployment(cfg *kubeapi.Config, namespace, name string) (*TandemDe
 }
 
 // path is the object's URL path (group tandem.dev, version v1alpha1:
-// control/api/v1alpha1's GroupVersion).
+// control/operator/api/v1alpha1's GroupVersion).
 func (t *TandemDeployment) path() string {
 	return "/apis/tandem.dev/v1alpha1/namespaces/" + url.PathEscape(t.Namespace) + "/tandemdeployments/" + url.PathEscape(t.Name)
 }
 
-// poolSpec is the part of control/api/v1alpha1's PoolSpec the planner reads.
+// poolSpec is the part of control/operator/api/v1alpha1's PoolSpec the planner reads.
 type poolSpec struct {
 	Name     string `json:"name"`
 	Replicas int32  `json:"replicas"`

@@ -1,7 +1,9 @@
 // Command tandem-operator runs the TandemDeployment operator
 // (controller-runtime). It is a binary of its own, as Dynamo's and llm-d's
 // operators are, so that controller-runtime and the Kubernetes clients it
-// needs are linked into it alone and not into every `tandem` process.
+// needs are linked into it alone and not into every `tandem` process; and
+// in a Go module of its own (control/operator/go.mod), so that the main
+// module's build and tests compile none of them either.
 package main
 
 import (
