@@ -2,7 +2,12 @@
 // scripts/build-kube.sh kube-apiserver, on free loopback ports, over an
 // embedded etcd (internal/etcdtest), with self-signed serving certificates,
 // a token file and RBAC authorization. Tests that need it call Start, which
-// skips the test with a message when the binary is absent.
+// skips the test with a message when the binary is absent. Tests talk to it
+// through Client (internal/kubeapi with create, get, update, patch, delete
+// and list verbs on objects as JSON, Object) and Apply, InstallCRDs and
+// DryRunIn (YAML files, kinds resolved through the server's discovery), so
+// the main module's tests link no client-go; the operator's module builds
+// client-go configs from URL, Token and CA.
 //
 // Server.StartControllerManager adds kube-controller-manager (built by
 // scripts/build-kube.sh kube-controller-manager) with the controllers a test
