@@ -143,3 +143,17 @@ func skipShort(t *testing.T) {
 		t.Skip("starts tandem processes")
 	}
 }
+
+// longParallel marks one of the package's longest tests (tens of seconds,
+// mostly waiting on processes, leases and scrapes) as parallel: they run
+// two at a time (go test's -parallel, GOMAXPROCS by default) once the
+// package's serial tests are done, so that go test ./... is not left
+// running them one after the other on one core at its end. Each starts
+// its own processes on ports and directories of its own (freeAddr picks
+// random ports below the ephemeral range; t.TempDir), and none sets
+// environment variables or changes directory.
+func longParallel(t *testing.T) {
+	t.Helper()
+	skipShort(t)
+	t.Parallel()
+}

@@ -260,9 +260,7 @@ func startLoad(url string, clients int, next func(client, n int) (string, int)) 
 // already under way on the dead worker ended with an error event, and that
 // the dead worker left the router and the KV index.
 func TestMultiProcessFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts 4 processes per backend")
-	}
+	longParallel(t)
 	etcd := func(t *testing.T) string {
 		return "--discovery etcd --etcd-endpoints " + etcdtest.Start(t).Endpoint() + " --lease-ttl 2s"
 	}

@@ -119,6 +119,7 @@ func choice0(v map[string]any) map[string]any {
 }
 
 func TestNodeClients(t *testing.T) {
+	longParallel(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed")

@@ -150,9 +150,7 @@ func repoFile(t *testing.T, parts ...string) string {
 // `promtool check metrics`, loads the alert rules into it, and after a
 // load run evaluates every Grafana panel's PromQL: each must return data.
 func TestObservabilityPrometheus(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts 4 processes and Prometheus")
-	}
+	longParallel(t)
 	if secure.on {
 		t.Skip("sets up its own protections")
 	}

@@ -13,7 +13,7 @@ import (
 // tandemdeployment` against a live `tandem serve` and a real API server
 // raises a pool below its --pool minimum by patching the object.
 func TestPlannerScalesTandemDeployment(t *testing.T) {
-	skipShort(t)
+	longParallel(t)
 	if secure.on {
 		t.Skip("plain HTTP test")
 	}

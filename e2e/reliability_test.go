@@ -102,9 +102,7 @@ func waitHealthy(t *testing.T, url string, nWorkers int, within time.Duration) t
 // diagnostic (every one raised has cleared). TANDEM_FAULT_LONG=1 holds
 // each fault longer.
 func TestFaultSuite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts 4 processes")
-	}
+	longParallel(t)
 	hold := 800 * time.Millisecond
 	if os.Getenv("TANDEM_FAULT_LONG") != "" {
 		hold = 5 * time.Second

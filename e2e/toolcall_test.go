@@ -36,7 +36,7 @@ var forcedTools = map[string]string{
 // finish_reason "tool_calls", never as text; streamed, the call arrives as
 // delta.tool_calls.
 func TestForcedToolCallParsers(t *testing.T) {
-	skipShort(t)
+	longParallel(t)
 	qwen3, err := sharedfiles.Qwen3Tokenizer()
 	if err != nil {
 		t.Skip(err)
