@@ -23,6 +23,7 @@ import (
 
 	"github.com/tandemllm/tandem/internal/etcdtest"
 	"github.com/tandemllm/tandem/internal/kubeapi"
+	"github.com/tandemllm/tandem/internal/sharedfiles"
 )
 
 // Version is the kube-apiserver version the tests run against; it must
@@ -56,11 +57,7 @@ func component(name, env string) (string, error) {
 		}
 		return p, nil
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(home, ".cache", "tandem", "bin", name+"-"+Version)
+	p := filepath.Join(sharedfiles.CacheDir(), "bin", name+"-"+Version)
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("no %s at %s (build it with scripts/build-kube.sh %s): %w", name, p, name, err)
 	}
