@@ -476,12 +476,14 @@ group8:
 	RET
 
 // The Q8_0B tiles (q8blocks_amd64.go): the tiles above over the file's
-// 34-byte blocks. The quants of a row's group are at its block + 2, the
-// weight pointers step 34 bytes a group, and each chunk's scales of a row
-// are its blocks' fp16 scales, gathered at a 34-byte stride (q8bIdx) and
-// widened exactly (VCVTPH2PS) where the tiles above load fp32 scales: the
-// scale products, the group order and the folds are the same, so every
-// output is bitwise theirs for the same weights repacked.
+// 34-byte blocks. The quants of a row's group are at its block + 2 and
+// the weight pointers step 34 bytes a group. The four-row tiles take the
+// rows' scales widened to fp32 beforehand (q8BScales); the eight-row
+// one-token tile gathers each chunk's fp16 scales from its blocks at a
+// 34-byte stride (q8bIdx) and widens them exactly (VCVTPH2PS) where
+// q8Dot8x1 loads fp32 scales. The scale products, the group order and the
+// folds are the same, so every output is bitwise theirs for the same
+// weights repacked.
 
 DATA q8bIdx<>+0(SB)/4, $0
 DATA q8bIdx<>+4(SB)/4, $34
@@ -530,34 +532,46 @@ GLOBL q8bIdx<>(SB), RODATA|NOPTR, $64
 	ADDQ $34, R10; \
 	ADDQ $34, R11
 
-// func q8BDot4x1(w0, w1, w2, w3 *byte, x *int8, xs *float32, G int, out *float32)
-TEXT ·q8BDot4x1(SB), 0, $256-64
+// func q8BDot4x1(w0, w1, w2, w3 *byte, s0, s1, s2, s3 *float32, x *int8, xs *float32, G int, out *float32)
+//
+// q8Dot4x1 over block rows, with the rows' scales widened to fp32 at
+// s0..s3 (q8BScales): the 4-row tiles run in prefill, where a tile's
+// scales serve every token of the batch, so they are widened once per
+// tile and batch instead of gathered again for every four tokens.
+TEXT ·q8BDot4x1(SB), 0, $256-96
 	MOVQ w0+0(FP), R8
 	MOVQ w1+8(FP), R9
 	MOVQ w2+16(FP), R10
 	MOVQ w3+24(FP), R11
-	MOVQ x+32(FP), SI
-	VMOVDQU32 q8bIdx<>(SB), Z31
+	MOVQ x+64(FP), SI
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	// R12: the next tile's blocks (4 rows of 34·G bytes after w0),
 	// prefetched 136 bytes a group as PREFETCHNEXT does 128.
-	MOVQ G+48(FP), BX
+	MOVQ G+80(FP), BX
 	IMULQ $136, BX
 	LEAQ (R8)(BX*1), R12
 	XORQ DX, DX
 	XORQ DI, DI
 
 chunk1b:
-	SCALEMASK(G+48(FP))
-	MOVQ xs+40(FP), BX
+	SCALEMASK(G+80(FP))
+	MOVQ xs+72(FP), BX
 	VMOVUPS.Z (BX)(DI*4), K1, Z16
-	SCALE1B(R8, 0)
-	SCALE1B(R9, 64)
-	SCALE1B(R10, 128)
-	SCALE1B(R11, 192)
+	MOVQ s0+32(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 0(SP)
+	MOVQ s1+40(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 64(SP)
+	MOVQ s2+48(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 128(SP)
+	MOVQ s3+56(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 192(SP)
 	ADDQ CX, DI
 	XORQ AX, AX
 
@@ -576,7 +590,7 @@ group1b:
 	INCQ AX
 	CMPQ AX, CX
 	JLT  group1b
-	CMPQ DI, G+48(FP)
+	CMPQ DI, G+80(FP)
 	JLT  chunk1b
 
 	FOLD16(Z0, Y0, X0)
@@ -584,22 +598,10 @@ group1b:
 	FOLD16(Z2, Y2, X2)
 	FOLD16(Z3, Y3, X3)
 	HSUM4(X0, X1, X2, X3)
-	MOVQ out+56(FP), BX
+	MOVQ out+88(FP), BX
 	VMOVUPS X0, (BX)
 	VZEROUPPER
 	RET
-
-// SCALES4B is SCALES4 with the row's scales gathered from its blocks at W.
-#define SCALES4B(W, O) \
-	F16SCALES(W, Z20, Y20); \
-	VMULPS Z16, Z20, Z21; \
-	VMOVUPS Z21, O(SP); \
-	VMULPS Z17, Z20, Z21; \
-	VMOVUPS Z21, O+256(SP); \
-	VMULPS Z18, Z20, Z21; \
-	VMOVUPS Z21, O+512(SP); \
-	VMULPS Z19, Z20, Z21; \
-	VMOVUPS Z21, O+768(SP)
 
 // ROW4B is ROW4 for a block row at W.
 #define ROW4B(W, O, A0, A1, A2, A3) \
@@ -617,18 +619,17 @@ group1b:
 	VFMADD231PS.BCST O+512(SP)(AX*4), Z23, A2; \
 	VFMADD231PS.BCST O+768(SP)(AX*4), Z24, A3
 
-// func q8BDot4x4(w0, w1, w2, w3 *byte, x *int8, xs *float32, G, cols int, out *float32, ostride int)
-TEXT ·q8BDot4x4(SB), 0, $1024-80
+// func q8BDot4x4(w0, w1, w2, w3 *byte, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+TEXT ·q8BDot4x4(SB), 0, $1024-112
 	MOVQ w0+0(FP), R8
 	MOVQ w1+8(FP), R9
 	MOVQ w2+16(FP), R10
 	MOVQ w3+24(FP), R11
-	MOVQ x+32(FP), SI
-	MOVQ cols+56(FP), BX
+	MOVQ x+64(FP), SI
+	MOVQ cols+88(FP), BX
 	LEAQ (SI)(BX*1), R12
 	LEAQ (R12)(BX*1), R13
 	LEAQ (R13)(BX*1), R14
-	VMOVDQU32 q8bIdx<>(SB), Z31
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -649,10 +650,10 @@ TEXT ·q8BDot4x4(SB), 0, $1024-80
 	XORQ DI, DI
 
 chunk4b:
-	SCALEMASK(G+48(FP))
-	MOVQ G+48(FP), AX
+	SCALEMASK(G+80(FP))
+	MOVQ G+80(FP), AX
 	SHLQ $2, AX
-	MOVQ xs+40(FP), BX
+	MOVQ xs+72(FP), BX
 	LEAQ (BX)(DI*4), BX
 	VMOVUPS.Z (BX), K1, Z16
 	ADDQ AX, BX
@@ -661,10 +662,14 @@ chunk4b:
 	VMOVUPS.Z (BX), K1, Z18
 	ADDQ AX, BX
 	VMOVUPS.Z (BX), K1, Z19
-	SCALES4B(R8, 0)
-	SCALES4B(R9, 64)
-	SCALES4B(R10, 128)
-	SCALES4B(R11, 192)
+	MOVQ s0+32(FP), BX
+	SCALES4(0)
+	MOVQ s1+40(FP), BX
+	SCALES4(64)
+	MOVQ s2+48(FP), BX
+	SCALES4(128)
+	MOVQ s3+56(FP), BX
+	SCALES4(192)
 	ADDQ CX, DI
 	XORQ AX, AX
 
@@ -682,11 +687,11 @@ group4b:
 	INCQ AX
 	CMPQ AX, CX
 	JLT  group4b
-	CMPQ DI, G+48(FP)
+	CMPQ DI, G+80(FP)
 	JLT  chunk4b
 
-	MOVQ out+64(FP), BX
-	MOVQ ostride+72(FP), CX
+	MOVQ out+96(FP), BX
+	MOVQ ostride+104(FP), CX
 	FOLD16(Z0, Y0, X0)
 	FOLD16(Z1, Y1, X1)
 	FOLD16(Z2, Y2, X2)
@@ -717,14 +722,6 @@ group4b:
 	VZEROUPPER
 	RET
 
-// SCALES2B is SCALES2 with the row's scales gathered from its blocks at W.
-#define SCALES2B(W, O) \
-	F16SCALES(W, Z20, Y20); \
-	VMULPS Z16, Z20, Z21; \
-	VMOVUPS Z21, O(SP); \
-	VMULPS Z17, Z20, Z21; \
-	VMOVUPS Z21, O+256(SP)
-
 // ROW2B is ROW2 for a block row at W.
 #define ROW2B(W, O, A0, A1) \
 	VPMOVSXBW 2(W), Z20; \
@@ -735,16 +732,15 @@ group4b:
 	VFMADD231PS.BCST O(SP)(AX*4), Z21, A0; \
 	VFMADD231PS.BCST O+256(SP)(AX*4), Z22, A1
 
-// func q8BDot4x2(w0, w1, w2, w3 *byte, x *int8, xs *float32, G, cols int, out *float32, ostride int)
-TEXT ·q8BDot4x2(SB), 0, $512-80
+// func q8BDot4x2(w0, w1, w2, w3 *byte, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+TEXT ·q8BDot4x2(SB), 0, $512-112
 	MOVQ w0+0(FP), R8
 	MOVQ w1+8(FP), R9
 	MOVQ w2+16(FP), R10
 	MOVQ w3+24(FP), R11
-	MOVQ x+32(FP), SI
-	MOVQ cols+56(FP), BX
+	MOVQ x+64(FP), SI
+	MOVQ cols+88(FP), BX
 	LEAQ (SI)(BX*1), R12
-	VMOVDQU32 q8bIdx<>(SB), Z31
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -757,18 +753,22 @@ TEXT ·q8BDot4x2(SB), 0, $512-80
 	XORQ DI, DI
 
 chunk2b:
-	SCALEMASK(G+48(FP))
-	MOVQ G+48(FP), AX
+	SCALEMASK(G+80(FP))
+	MOVQ G+80(FP), AX
 	SHLQ $2, AX
-	MOVQ xs+40(FP), BX
+	MOVQ xs+72(FP), BX
 	LEAQ (BX)(DI*4), BX
 	VMOVUPS.Z (BX), K1, Z16
 	ADDQ AX, BX
 	VMOVUPS.Z (BX), K1, Z17
-	SCALES2B(R8, 0)
-	SCALES2B(R9, 64)
-	SCALES2B(R10, 128)
-	SCALES2B(R11, 192)
+	MOVQ s0+32(FP), BX
+	SCALES2(0)
+	MOVQ s1+40(FP), BX
+	SCALES2(64)
+	MOVQ s2+48(FP), BX
+	SCALES2(128)
+	MOVQ s3+56(FP), BX
+	SCALES2(192)
 	ADDQ CX, DI
 	XORQ AX, AX
 
@@ -784,11 +784,11 @@ group2b:
 	INCQ AX
 	CMPQ AX, CX
 	JLT  group2b
-	CMPQ DI, G+48(FP)
+	CMPQ DI, G+80(FP)
 	JLT  chunk2b
 
-	MOVQ out+64(FP), BX
-	MOVQ ostride+72(FP), CX
+	MOVQ out+96(FP), BX
+	MOVQ ostride+104(FP), CX
 	FOLD16(Z0, Y0, X0)
 	FOLD16(Z1, Y1, X1)
 	FOLD16(Z2, Y2, X2)
@@ -802,6 +802,28 @@ group2b:
 	FOLD16(Z7, Y7, X7)
 	HSUM4(X4, X5, X6, X7)
 	VMOVUPS X4, (BX)
+	VZEROUPPER
+	RET
+
+// func q8BScales(w *byte, G int, s *float32)
+//
+// Sets s[0..G) to the fp16 scales of the G blocks at w widened to fp32
+// (exactly: kernels.F16ToF32's values), 16 at a time; the last store is
+// masked to the groups that exist.
+TEXT ·q8BScales(SB), NOSPLIT, $0-24
+	MOVQ w+0(FP), R8
+	MOVQ s+16(FP), SI
+	VMOVDQU32 q8bIdx<>(SB), Z31
+	XORQ DI, DI
+
+scales:
+	SCALEMASK(G+8(FP))
+	F16SCALES(R8, Z0, Y0)
+	VMOVUPS Z0, K1, (SI)(DI*4)
+	ADDQ CX, DI
+	ADDQ $544, R8
+	CMPQ DI, G+8(FP)
+	JLT  scales
 	VZEROUPPER
 	RET
 
