@@ -245,16 +245,28 @@ func FuzzQ8Blocks(f *testing.F) {
 // q8BenchPair is one weight matrix in both layouts.
 type q8BenchPair struct{ rep, blk *Mat }
 
-func newQ8BenchPair(r *rand.Rand, rows, cols int) q8BenchPair {
-	b := make([]byte, rows*cols/QK*q8BlockBytes)
+// newQ8BenchPair makes a matrix in both layouts. With asLoaded each is
+// held as the loaders hold it: the repacked one in memory advised for
+// huge pages (NewI8, NewF32: the old loader's slab), the blocks in a
+// read-only file mapping (the GGUF file's pages).
+func newQ8BenchPair(b *testing.B, r *rand.Rand, rows, cols int, asLoaded bool) q8BenchPair {
+	blk := make([]byte, rows*cols/QK*q8BlockBytes)
 	for g := range rows * cols / QK {
-		x := b[q8BlockBytes*g:]
+		x := blk[q8BlockBytes*g:]
 		binary.LittleEndian.PutUint16(x, F32ToF16(r.Float32()*0.01))
 		for i := range QK {
 			x[2+i] = byte(r.Uint32())
 		}
 	}
-	return q8BenchPair{repackBlocks(b, rows, cols, true), &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: b}}
+	rep := repackBlocks(blk, rows, cols, true)
+	if asLoaded {
+		q, s := NewI8(len(rep.Q)), NewF32(len(rep.S)+ScalePad)
+		copy(q, rep.Q)
+		copy(s, rep.S)
+		rep.Q, rep.S = q, s[:len(rep.S)]
+		blk = mappedCopy(b, blk)
+	}
+	return q8BenchPair{rep, &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: blk}}
 }
 
 // BenchmarkQ8BlocksDecode times one-token products streaming their
@@ -263,15 +275,21 @@ func newQ8BenchPair(r *rand.Rand, rows, cols int) q8BenchPair {
 // repacked and the block kernel of the current level alternating on
 // different matrices, one thread. block-cpu-ratio is the block kernel's
 // CPU time over the repacked one's (above 1: blocks slower); GB/s are
-// each layout's own bytes per CPU second.
+// each layout's own bytes per CPU second. heap holds both layouts in
+// ordinary heap memory; loaded holds each as its loader did (repacked in
+// huge pages, blocks in a file mapping of 4 KiB pages).
 func BenchmarkQ8BlocksDecode(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 1))
-	rows, cols := 16384, 768
-	var ms []q8BenchPair
-	for range 8 {
-		ms = append(ms, newQ8BenchPair(r, rows, cols))
+	for _, loaded := range []bool{false, true} {
+		name := map[bool]string{false: "heap", true: "loaded"}[loaded]
+		b.Run(name, func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 1))
+			var ms []q8BenchPair
+			for range 8 {
+				ms = append(ms, newQ8BenchPair(b, r, 16384, 768, loaded))
+			}
+			benchQ8Blocks(b, ms, 1)
+		})
 	}
-	benchQ8Blocks(b, ms, 1)
 }
 
 // BenchmarkQ8BlocksPrefill is BenchmarkQ8BlocksDecode for T = 16 and 64
@@ -279,7 +297,7 @@ func BenchmarkQ8BlocksDecode(b *testing.B) {
 // arithmetic, not the memory).
 func BenchmarkQ8BlocksPrefill(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	ms := []q8BenchPair{newQ8BenchPair(r, 2048, 768)}
+	ms := []q8BenchPair{newQ8BenchPair(b, r, 2048, 768, false)}
 	for _, T := range []int{16, 64} {
 		b.Run(fmt.Sprintf("T%d", T), func(b *testing.B) { benchQ8Blocks(b, ms, T) })
 	}
@@ -291,6 +309,10 @@ func benchQ8Blocks(b *testing.B, ms []q8BenchPair, T int) {
 	xq, xs := make([]int8, len(x)), NewScales(len(x)/QK)
 	QuantizeRows(x, xq, xs)
 	out := make([]float32, T*rows)
+	for _, m := range ms { // pages mapped in before the timing
+		matQ8(out, m.rep.Q, m.rep.S, xq, xs, 0, rows, rows, cols, T)
+		matQ8B(out, m.blk, xq, xs, 0, rows, T)
+	}
 	var crep, cblk, trep, tblk time.Duration
 	i := 0
 	for b.Loop() {
