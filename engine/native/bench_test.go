@@ -143,7 +143,9 @@ func BenchmarkCachedPrefill(b *testing.B) {
 // it (TestLlamaCppBench's Tandem half, without llama.cpp): shapes from
 // TANDEM_BENCH_GGUF_SHAPES (default 110m), types from TANDEM_BENCH_TYPES
 // (default q4_k_m,q8_0), one and two threads, the KV cache in
-// TANDEM_BENCH_KV (f16, the CLI's default, or f32).
+// TANDEM_BENCH_KV (f16, the CLI's default, or f32). cpu-ms/tok is the
+// process's CPU time per token, which waiting for a core on a shared
+// machine does not inflate.
 func BenchmarkGGUF(b *testing.B) {
 	list := func(k, def string) []string {
 		if v := os.Getenv(k); v != "" {
@@ -188,16 +190,17 @@ func BenchmarkGGUF(b *testing.B) {
 				}
 				name := fmt.Sprintf("%s/%s/%dT", shape, qt, threads)
 				b.Run("prefill/"+name, func(b *testing.B) {
-					n, start := 0, time.Now()
+					n, start, c0 := 0, time.Now(), processCPU()
 					for b.Loop() {
 						forward(toks, 0)
 						n += prompt
 					}
 					b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tok/s")
+					b.ReportMetric(float64((processCPU()-c0).Microseconds())/1e3/float64(n), "cpu-ms/tok")
 				})
 				b.Run("decode/"+name, func(b *testing.B) {
 					forward(toks, 0) // the prompt's KV, which the steps attend to
-					n, start := 0, time.Now()
+					n, start, c0 := 0, time.Now(), processCPU()
 					for b.Loop() {
 						for i := range decode {
 							forward(toks[i:i+1], prompt+i)
@@ -205,6 +208,7 @@ func BenchmarkGGUF(b *testing.B) {
 						n += decode
 					}
 					b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tok/s")
+					b.ReportMetric(float64((processCPU()-c0).Microseconds())/1e3/float64(n), "cpu-ms/tok")
 				})
 				pool.Close()
 			}

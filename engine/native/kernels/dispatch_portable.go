@@ -13,6 +13,10 @@ func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, 
 	matQ8Portable(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
 }
 
+func matQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
+	matQ8BPortable(out, w, xq, xs, lo, hi, T)
+}
+
 func dotF32(a, b []float32) float32 { return dotF32Portable(a, b) }
 
 func axpyF32(a float32, x, y []float32) { axpyPortable(a, x, y) }

@@ -79,6 +79,20 @@ func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, 
 	}
 }
 
+// matQ8B is matQ8 for a Q8_0B matrix: at each level the block variant of
+// that level's Q8_0 kernel (the assembly tiles at AVX-512 whatever q8Asm
+// says), bitwise its result for the weights repacked.
+func matQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
+	switch level {
+	case levelAVX512:
+		matQ8BAVX512Asm(out, w, xq, xs, lo, hi, T)
+	case levelAVX2:
+		matQ8BSignAVX2(out, w, xq, xs, lo, hi, T)
+	default:
+		matQ8BPortable(out, w, xq, xs, lo, hi, T)
+	}
+}
+
 func dotF32(a, b []float32) float32 {
 	switch level {
 	case levelAVX512:

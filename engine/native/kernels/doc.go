@@ -1,9 +1,10 @@
 // Package kernels owns the numeric inner loops of the native engine: the
-// fp32, Q8_0 and ggml block-type (Q4_0, Q4_K, Q5_K, Q6_K; blocks.go,
-// blocks_amd64.go) matrix products, all but fp32 as integer dot products
-// against activations quantized once per product to int8, the small vector
-// operations around them (RMSNorm, softmax, SiLU) and the persistent
-// worker pool that spreads a product over the cores.
+// fp32, Q8_0 and ggml block-type (Q8_0B, Q4_0, Q4_K, Q5_K, Q6_K;
+// blocks.go, blocks_amd64.go, q8blocks.go) matrix products, all but fp32
+// as integer dot products against activations quantized once per product
+// to int8, the small vector operations around them (RMSNorm, softmax,
+// SiLU) and the persistent worker pool that spreads a product over the
+// cores.
 //
 // Every product is defined per output element: out[t][r] is the dot product
 // of weight row r with activation row t, reduced in one fixed order that does
@@ -17,7 +18,7 @@
 // AVX-512 (16-lane kernels), else AVX2+FMA (8-lane), else the portable
 // loops; TANDEM_NATIVE_KERNELS=avx2 or =portable picks a lower level, to
 // measure or test it. At the AVX-512 level the quantized products run Go
-// assembly instead (q8asm_amd64.s: Q8_0; and on CPUs with AVX512_VNNI
+// assembly instead (q8asm_amd64.s: Q8_0 and Q8_0B; and on CPUs with AVX512_VNNI
 // q4k512_amd64.s: Q4_K, q6k512_amd64.s: Q6_K), and so does the one-token
 // F16 product (f16asm_amd64.s, rows a multiple of 16 long), bitwise equal
 // to the archsimd kernels of that level. Every other build uses portable Go.

@@ -21,6 +21,12 @@ const (
 	// F16 keeps IEEE halves (Mat.H), widened a few rows at a time inside
 	// the product (f16mat.go): decode reads half the bytes of F32.
 	F16
+	// Q8_0B is Q8_0 as a GGUF file stores it, a block type (Mat.B, the
+	// file's read-only mapping): 34-byte blocks of an fp16 scale and 32
+	// int8 quants. Its products (q8blocks.go) are bitwise those of the
+	// same weights as Q8_0, whose split quants and fp32 scales remain the
+	// layout of matrices quantized in memory (QuantizeMat).
+	Q8_0B
 )
 
 func (d DType) String() string {
@@ -39,6 +45,8 @@ func (d DType) String() string {
 		return "Q6_K"
 	case F16:
 		return "F16"
+	case Q8_0B:
+		return "Q8_0B"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -81,7 +89,7 @@ func (m *Mat) Validate() error {
 		if len(m.Q) != n || len(m.S) != n/QK {
 			return fmt.Errorf("Q8_0 %dx%d has %d quants and %d scales", m.Rows, m.Cols, len(m.Q), len(m.S))
 		}
-	case Q4_0, Q4_K, Q5_K, Q6_K:
+	case Q4_0, Q4_K, Q5_K, Q6_K, Q8_0B:
 		rb, err := BlockRowBytes(m.Type, m.Cols)
 		if err != nil {
 			return err

@@ -474,3 +474,438 @@ group8:
 	VMOVUPS X4, 16(BX)
 	VZEROUPPER
 	RET
+
+// The Q8_0B tiles (q8blocks_amd64.go): the tiles above over the file's
+// 34-byte blocks. The quants of a row's group are at its block + 2 and
+// the weight pointers step 34 bytes a group. The four-row tiles take the
+// rows' scales widened to fp32 beforehand (q8BScales); the eight-row
+// one-token tile gathers each chunk's fp16 scales from its blocks at a
+// 34-byte stride (q8bIdx) and widens them exactly (VCVTPH2PS) where
+// q8Dot8x1 loads fp32 scales. The scale products, the group order and the
+// folds are the same, so every output is bitwise theirs for the same
+// weights repacked.
+
+DATA q8bIdx<>+0(SB)/4, $0
+DATA q8bIdx<>+4(SB)/4, $34
+DATA q8bIdx<>+8(SB)/4, $68
+DATA q8bIdx<>+12(SB)/4, $102
+DATA q8bIdx<>+16(SB)/4, $136
+DATA q8bIdx<>+20(SB)/4, $170
+DATA q8bIdx<>+24(SB)/4, $204
+DATA q8bIdx<>+28(SB)/4, $238
+DATA q8bIdx<>+32(SB)/4, $272
+DATA q8bIdx<>+36(SB)/4, $306
+DATA q8bIdx<>+40(SB)/4, $340
+DATA q8bIdx<>+44(SB)/4, $374
+DATA q8bIdx<>+48(SB)/4, $408
+DATA q8bIdx<>+52(SB)/4, $442
+DATA q8bIdx<>+56(SB)/4, $476
+DATA q8bIdx<>+60(SB)/4, $510
+GLOBL q8bIdx<>(SB), RODATA|NOPTR, $64
+
+// F16SCALES sets Z to the fp32 scales of the chunk's groups (mask K1) of
+// the block row at W (W at the chunk's first block; Z31 = q8bIdx): each
+// dword gathered holds a scale in its low half. Lanes off the mask are 0.
+#define F16SCALES(W, Z, Y) \
+	KMOVW K1, K2; \
+	VPXORD Z, Z, Z; \
+	VPGATHERDD (W)(Z31*1), K2, Z; \
+	VPMOVDW Z, Y; \
+	VCVTPH2PS Y, Z
+
+// SCALE1B is SCALE1 with the row's scales gathered from its blocks at W.
+#define SCALE1B(W, O) \
+	F16SCALES(W, Z17, Y17); \
+	VMULPS.Z Z17, Z16, K1, Z17; \
+	VMOVUPS Z17, O(SP)
+
+// ROWDOTB is ROWDOT for a block row at W (its current group's block).
+#define ROWDOTB(W, XV, T, SC, ACC) \
+	VPMOVSXBW 2(W), T; \
+	VPMADDWD XV, T, T; \
+	VCVTDQ2PS T, T; \
+	VFMADD231PS.BCST SC(SP)(AX*4), T, ACC
+
+#define STEP4B \
+	ADDQ $34, R8; \
+	ADDQ $34, R9; \
+	ADDQ $34, R10; \
+	ADDQ $34, R11
+
+// func q8BDot4x1(w0, w1, w2, w3 *byte, s0, s1, s2, s3 *float32, x *int8, xs *float32, G int, out *float32)
+//
+// q8Dot4x1 over block rows, with the rows' scales widened to fp32 at
+// s0..s3 (q8BScales): the 4-row tiles run in prefill, where a tile's
+// scales serve every token of the batch, so they are widened once per
+// tile and batch instead of gathered again for every four tokens.
+TEXT ·q8BDot4x1(SB), 0, $256-96
+	MOVQ w0+0(FP), R8
+	MOVQ w1+8(FP), R9
+	MOVQ w2+16(FP), R10
+	MOVQ w3+24(FP), R11
+	MOVQ x+64(FP), SI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	// R12: the next tile's blocks (4 rows of 34·G bytes after w0),
+	// prefetched 136 bytes a group as PREFETCHNEXT does 128.
+	MOVQ G+80(FP), BX
+	IMULQ $136, BX
+	LEAQ (R8)(BX*1), R12
+	XORQ DX, DX
+	XORQ DI, DI
+
+chunk1b:
+	SCALEMASK(G+80(FP))
+	MOVQ xs+72(FP), BX
+	VMOVUPS.Z (BX)(DI*4), K1, Z16
+	MOVQ s0+32(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 0(SP)
+	MOVQ s1+40(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 64(SP)
+	MOVQ s2+48(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 128(SP)
+	MOVQ s3+56(FP), BX
+	VMULPS.Z (BX)(DI*4), Z16, K1, Z17
+	VMOVUPS Z17, 192(SP)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group1b:
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	VPMOVSXBW (SI)(DX*1), Z16
+	ROWDOTB(R8, Z16, Z17, 0, Z0)
+	ROWDOTB(R9, Z16, Z18, 64, Z1)
+	ROWDOTB(R10, Z16, Z19, 128, Z2)
+	ROWDOTB(R11, Z16, Z20, 192, Z3)
+	ADDQ $32, DX
+	STEP4B
+	ADDQ $136, R12
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group1b
+	CMPQ DI, G+80(FP)
+	JLT  chunk1b
+
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	MOVQ out+88(FP), BX
+	VMOVUPS X0, (BX)
+	VZEROUPPER
+	RET
+
+// ROW4B is ROW4 for a block row at W.
+#define ROW4B(W, O, A0, A1, A2, A3) \
+	VPMOVSXBW 2(W), Z20; \
+	VPMADDWD Z16, Z20, Z21; \
+	VPMADDWD Z17, Z20, Z22; \
+	VPMADDWD Z18, Z20, Z23; \
+	VPMADDWD Z19, Z20, Z24; \
+	VCVTDQ2PS Z21, Z21; \
+	VCVTDQ2PS Z22, Z22; \
+	VCVTDQ2PS Z23, Z23; \
+	VCVTDQ2PS Z24, Z24; \
+	VFMADD231PS.BCST O(SP)(AX*4), Z21, A0; \
+	VFMADD231PS.BCST O+256(SP)(AX*4), Z22, A1; \
+	VFMADD231PS.BCST O+512(SP)(AX*4), Z23, A2; \
+	VFMADD231PS.BCST O+768(SP)(AX*4), Z24, A3
+
+// func q8BDot4x4(w0, w1, w2, w3 *byte, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+TEXT ·q8BDot4x4(SB), 0, $1024-112
+	MOVQ w0+0(FP), R8
+	MOVQ w1+8(FP), R9
+	MOVQ w2+16(FP), R10
+	MOVQ w3+24(FP), R11
+	MOVQ x+64(FP), SI
+	MOVQ cols+88(FP), BX
+	LEAQ (SI)(BX*1), R12
+	LEAQ (R12)(BX*1), R13
+	LEAQ (R13)(BX*1), R14
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ DX, DX
+	XORQ DI, DI
+
+chunk4b:
+	SCALEMASK(G+80(FP))
+	MOVQ G+80(FP), AX
+	SHLQ $2, AX
+	MOVQ xs+72(FP), BX
+	LEAQ (BX)(DI*4), BX
+	VMOVUPS.Z (BX), K1, Z16
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z17
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z18
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z19
+	MOVQ s0+32(FP), BX
+	SCALES4(0)
+	MOVQ s1+40(FP), BX
+	SCALES4(64)
+	MOVQ s2+48(FP), BX
+	SCALES4(128)
+	MOVQ s3+56(FP), BX
+	SCALES4(192)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group4b:
+	VPMOVSXBW (SI)(DX*1), Z16
+	VPMOVSXBW (R12)(DX*1), Z17
+	VPMOVSXBW (R13)(DX*1), Z18
+	VPMOVSXBW (R14)(DX*1), Z19
+	ROW4B(R8, 0, Z0, Z4, Z8, Z12)
+	ROW4B(R9, 64, Z1, Z5, Z9, Z13)
+	ROW4B(R10, 128, Z2, Z6, Z10, Z14)
+	ROW4B(R11, 192, Z3, Z7, Z11, Z15)
+	ADDQ $32, DX
+	STEP4B
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group4b
+	CMPQ DI, G+80(FP)
+	JLT  chunk4b
+
+	MOVQ out+96(FP), BX
+	MOVQ ostride+104(FP), CX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	ADDQ CX, BX
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, (BX)
+	ADDQ CX, BX
+	FOLD16(Z8, Y8, X8)
+	FOLD16(Z9, Y9, X9)
+	FOLD16(Z10, Y10, X10)
+	FOLD16(Z11, Y11, X11)
+	HSUM4(X8, X9, X10, X11)
+	VMOVUPS X8, (BX)
+	ADDQ CX, BX
+	FOLD16(Z12, Y12, X12)
+	FOLD16(Z13, Y13, X13)
+	FOLD16(Z14, Y14, X14)
+	FOLD16(Z15, Y15, X15)
+	HSUM4(X12, X13, X14, X15)
+	VMOVUPS X12, (BX)
+	VZEROUPPER
+	RET
+
+// ROW2B is ROW2 for a block row at W.
+#define ROW2B(W, O, A0, A1) \
+	VPMOVSXBW 2(W), Z20; \
+	VPMADDWD Z16, Z20, Z21; \
+	VPMADDWD Z17, Z20, Z22; \
+	VCVTDQ2PS Z21, Z21; \
+	VCVTDQ2PS Z22, Z22; \
+	VFMADD231PS.BCST O(SP)(AX*4), Z21, A0; \
+	VFMADD231PS.BCST O+256(SP)(AX*4), Z22, A1
+
+// func q8BDot4x2(w0, w1, w2, w3 *byte, s0, s1, s2, s3 *float32, x *int8, xs *float32, G, cols int, out *float32, ostride int)
+TEXT ·q8BDot4x2(SB), 0, $512-112
+	MOVQ w0+0(FP), R8
+	MOVQ w1+8(FP), R9
+	MOVQ w2+16(FP), R10
+	MOVQ w3+24(FP), R11
+	MOVQ x+64(FP), SI
+	MOVQ cols+88(FP), BX
+	LEAQ (SI)(BX*1), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ DX, DX
+	XORQ DI, DI
+
+chunk2b:
+	SCALEMASK(G+80(FP))
+	MOVQ G+80(FP), AX
+	SHLQ $2, AX
+	MOVQ xs+72(FP), BX
+	LEAQ (BX)(DI*4), BX
+	VMOVUPS.Z (BX), K1, Z16
+	ADDQ AX, BX
+	VMOVUPS.Z (BX), K1, Z17
+	MOVQ s0+32(FP), BX
+	SCALES2(0)
+	MOVQ s1+40(FP), BX
+	SCALES2(64)
+	MOVQ s2+48(FP), BX
+	SCALES2(128)
+	MOVQ s3+56(FP), BX
+	SCALES2(192)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group2b:
+	VPMOVSXBW (SI)(DX*1), Z16
+	VPMOVSXBW (R12)(DX*1), Z17
+	ROW2B(R8, 0, Z0, Z4)
+	ROW2B(R9, 64, Z1, Z5)
+	ROW2B(R10, 128, Z2, Z6)
+	ROW2B(R11, 192, Z3, Z7)
+	ADDQ $32, DX
+	STEP4B
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group2b
+	CMPQ DI, G+80(FP)
+	JLT  chunk2b
+
+	MOVQ out+96(FP), BX
+	MOVQ ostride+104(FP), CX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	ADDQ CX, BX
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, (BX)
+	VZEROUPPER
+	RET
+
+// func q8BScales(w *byte, G int, s *float32)
+//
+// Sets s[0..G) to the fp16 scales of the G blocks at w widened to fp32
+// (exactly: kernels.F16ToF32's values), 16 at a time; the last store is
+// masked to the groups that exist.
+TEXT ·q8BScales(SB), NOSPLIT, $0-24
+	MOVQ w+0(FP), R8
+	MOVQ s+16(FP), SI
+	VMOVDQU32 q8bIdx<>(SB), Z31
+	XORQ DI, DI
+
+scales:
+	SCALEMASK(G+8(FP))
+	F16SCALES(R8, Z0, Y0)
+	VMOVUPS Z0, K1, (SI)(DI*4)
+	ADDQ CX, DI
+	ADDQ $544, R8
+	CMPQ DI, G+8(FP)
+	JLT  scales
+	VZEROUPPER
+	RET
+
+// func q8BDot8x1(w *byte, x *int8, xs *float32, G, rb int, out *float32)
+//
+// q8Dot8x1 over eight consecutive block rows (w + r*rb), storing
+// out[0..7].
+TEXT ·q8BDot8x1(SB), 0, $512-48
+	MOVQ w+0(FP), R8
+	MOVQ rb+32(FP), R13
+	LEAQ (R8)(R13*1), R9
+	LEAQ (R9)(R13*1), R10
+	LEAQ (R10)(R13*1), R11
+	SHLQ $2, R13            // rows 4..7 at (R8..R11)(R13*1)
+	LEAQ (R8)(R13*2), R12   // the next tile, 272 bytes a group
+	MOVQ x+8(FP), SI
+	VMOVDQU32 q8bIdx<>(SB), Z31
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ DI, DI
+
+chunk8b:
+	SCALEMASK(G+24(FP))
+	MOVQ xs+16(FP), BX
+	VMOVUPS.Z (BX)(DI*4), K1, Z16
+	SCALE1B(R8, 0)
+	SCALE1B(R9, 64)
+	SCALE1B(R10, 128)
+	SCALE1B(R11, 192)
+	LEAQ (R8)(R13*1), R14
+	SCALE1B(R14, 256)
+	LEAQ (R9)(R13*1), R14
+	SCALE1B(R14, 320)
+	LEAQ (R10)(R13*1), R14
+	SCALE1B(R14, 384)
+	LEAQ (R11)(R13*1), R14
+	SCALE1B(R14, 448)
+	ADDQ CX, DI
+	XORQ AX, AX
+
+group8b:
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	PREFETCHT0 192(R12)
+	PREFETCHT0 256(R12)
+	VPMOVSXBW (SI), Z16
+	ROWDOTP(2(R8), Z16, Z17, 0, Z0)
+	ROWDOTP(2(R9), Z16, Z18, 64, Z1)
+	ROWDOTP(2(R10), Z16, Z19, 128, Z2)
+	ROWDOTP(2(R11), Z16, Z20, 192, Z3)
+	ROWDOTP(2(R8)(R13*1), Z16, Z21, 256, Z4)
+	ROWDOTP(2(R9)(R13*1), Z16, Z22, 320, Z5)
+	ROWDOTP(2(R10)(R13*1), Z16, Z23, 384, Z6)
+	ROWDOTP(2(R11)(R13*1), Z16, Z24, 448, Z7)
+	ADDQ $32, SI
+	STEP4B
+	ADDQ $272, R12
+	INCQ AX
+	CMPQ AX, CX
+	JLT  group8b
+	CMPQ DI, G+24(FP)
+	JLT  chunk8b
+
+	MOVQ out+40(FP), BX
+	FOLD16(Z0, Y0, X0)
+	FOLD16(Z1, Y1, X1)
+	FOLD16(Z2, Y2, X2)
+	FOLD16(Z3, Y3, X3)
+	HSUM4(X0, X1, X2, X3)
+	VMOVUPS X0, (BX)
+	FOLD16(Z4, Y4, X4)
+	FOLD16(Z5, Y5, X5)
+	FOLD16(Z6, Y6, X6)
+	FOLD16(Z7, Y7, X7)
+	HSUM4(X4, X5, X6, X7)
+	VMOVUPS X4, 16(BX)
+	VZEROUPPER
+	RET

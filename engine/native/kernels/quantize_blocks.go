@@ -9,9 +9,9 @@ import (
 )
 
 // QuantizeBlocks encodes rows×cols fp32 values (row-major) as ggml blocks
-// of type t, the bytes a GGUF tensor of that type holds. Q4_0 follows
-// quantize_row_q4_0_ref of ggml/src/ggml-quants.c exactly. The k-quants
-// follow the reference layout and its two-pass scheme (per-sub-block
+// of type t, the bytes a GGUF tensor of that type holds. Q8_0B is
+// QuantizeMat's Q8_0 as blocks. Q4_0 follows quantize_row_q4_0_ref of
+// ggml/src/ggml-quants.c exactly. The k-quants follow the reference layout and its two-pass scheme (per-sub-block
 // scale and min, quantized to 6 bits, or 8 for Q6_K, against a
 // super-block scale, then every value re-quantized with the rounded
 // scales) but take each sub-block's scale from its range directly instead
@@ -38,6 +38,8 @@ func QuantizeBlocks(t DType, x []float32, rows, cols int) ([]byte, error) {
 					src := x[r*cols+b*vals : r*cols+(b+1)*vals]
 					dst := out[r*rb+b*size : r*rb+(b+1)*size]
 					switch t {
+					case Q8_0B:
+						quantQ8_0(src, dst)
 					case Q4_0:
 						quantQ4_0(src, dst)
 					case Q4_K:
@@ -53,6 +55,25 @@ func QuantizeBlocks(t DType, x []float32, rows, cols int) ([]byte, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// quantQ8_0 is QuantizeMat's quantization of one group of 32, written as
+// a block: the same fp16 scale and quants.
+func quantQ8_0(x []float32, y []byte) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, abs32(v))
+	}
+	h := F32ToF16(amax / 127)
+	binary.LittleEndian.PutUint16(y, h)
+	d := F16ToF32(h)
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	for i, v := range x {
+		y[2+i] = byte(int8(max(-127, min(127, roundAway(v*id)))))
+	}
 }
 
 func putF16(b []byte, f float32) { binary.LittleEndian.PutUint16(b, F32ToF16(f)) }

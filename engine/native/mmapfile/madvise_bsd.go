@@ -6,6 +6,3 @@ package mmapfile
 // pages stay resident until the kernel reclaims them (clean, file-backed
 // pages, so under pressure they go first).
 func Release([]byte) {}
-
-// Populate is a no-op there too: the reads fault the pages in.
-func Populate([]byte) {}

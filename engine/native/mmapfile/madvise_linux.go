@@ -9,9 +9,8 @@ import (
 )
 
 // Release drops this process's pages of b, a part of a mapping Map
-// returned whose bytes were copied elsewhere (a tensor repacked into the
-// layout its kernels read): madvise(MADV_DONTNEED) on the whole pages
-// inside b. The mapping stays valid (read-only and shared, a later read
+// returned whose bytes were copied elsewhere (a tensor widened to fp32):
+// madvise(MADV_DONTNEED) on the whole pages inside b. The mapping stays valid (read-only and shared, a later read
 // faults the file's bytes in again), but the copied bytes no longer count
 // twice in the resident set. Only for slices of a mapping: on heap memory
 // it would zero live data, so callers check File.Mapped first.
@@ -27,28 +26,4 @@ func Release(b []byte) {
 		return
 	}
 	_ = syscall.Madvise(b[start-p:end-p], syscall.MADV_DONTNEED) // advisory: the pages only stay resident
-}
-
-// Populate maps b's pages, a part of a mapping Map returned that is about
-// to be read whole, in one call (madvise MADV_POPULATE_READ, Linux 5.14
-// and later) instead of a page fault per few pages. Advisory: where the
-// kernel lacks it the reads fault the pages in as before.
-func Populate(b []byte) {
-	if len(b) == 0 {
-		return
-	}
-	page := uintptr(os.Getpagesize())
-	p := uintptr(unsafe.Pointer(&b[0]))
-	start := p &^ (page - 1)
-	// start is inside the mapping, which Map made page-aligned.
-	whole := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(&b[0]), -int(p-start))), int(p+uintptr(len(b))-start))
-	populate(whole)
-}
-
-// madvPopulateRead is MADV_POPULATE_READ (Linux 5.14), absent from package
-// syscall.
-const madvPopulateRead = 22
-
-func populate(b []byte) {
-	_ = syscall.Madvise(b, madvPopulateRead) // advisory: EINVAL on older kernels, the reads fault instead
 }

@@ -16,6 +16,3 @@ func Unmap([]byte) {}
 
 // Release is a no-op where Map reads files (the bytes are the heap's).
 func Release([]byte) {}
-
-// Populate is a no-op where Map reads files (the bytes are already read).
-func Populate([]byte) {}

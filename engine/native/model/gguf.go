@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
-	"sync"
 	"unsafe"
 
 	"github.com/tandemllm/tandem/engine/native/gguf"
@@ -139,13 +137,12 @@ func fromGGUF(f *gguf.File, onVocab func(*Vocab)) (*Model, error) {
 		onVocab(vocab)
 	}
 	var err error
-	slab := newQ8Slab(f)
 	mat := func(name string, rows, cols int) *kernels.Mat {
 		if err != nil {
 			return nil
 		}
 		var w *kernels.Mat
-		w, err = ggufMat(f, slab, name, rows, cols)
+		w, err = ggufMat(f, name, rows, cols)
 		return w
 	}
 	vec := func(name string, n int) []float32 {
@@ -153,7 +150,7 @@ func fromGGUF(f *gguf.File, onVocab func(*Vocab)) (*Model, error) {
 			return nil
 		}
 		var w *kernels.Mat
-		w, err = ggufMat(f, nil, name, 1, n)
+		w, err = ggufMat(f, name, 1, n)
 		if err != nil {
 			return nil
 		}
@@ -204,7 +201,7 @@ func fromGGUF(f *gguf.File, onVocab func(*Vocab)) (*Model, error) {
 	return m, nil
 }
 
-func ggufMat(f *gguf.File, slab *q8Slab, name string, rows, cols int) (*kernels.Mat, error) {
+func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 	t, data, ok := f.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("tensor %s is missing", name)
@@ -242,25 +239,11 @@ func ggufMat(f *gguf.File, slab *q8Slab, name string, rows, cols int) (*kernels.
 		for i := range w.F {
 			w.F[i] = math.Float32frombits(uint32(le.Uint16(data[2*i:])) << 16)
 		}
-	case gguf.Q8_0:
-		if cols%kernels.QK != 0 {
-			return nil, fmt.Errorf("tensor %s: Q8_0 rows of %d are not whole blocks", name, cols)
-		}
-		// The Q8_0 kernels read quants and fp32 scales as separate runs
-		// (32 quants a group, eight or sixteen scales a load), not the
-		// file's 34-byte blocks: repacked, and the file's pages released.
-		w.Type = kernels.Q8_0
-		w.Q, w.S = slab.take(n)
-		src := data[:34*(n/kernels.QK)]
-		if f.Mapped {
-			// One call maps the file's pages instead of a fault per
-			// page (faults are dear on a virtual machine).
-			mmapfile.Populate(src)
-		}
-		repackQ8(w.Q, w.S, src)
-	case gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		// Kept as the file's blocks, aliasing the read-only mapping:
-		// nothing is copied and no page is touched until a product reads it.
+		// nothing is copied and no page is touched until a product reads
+		// it (Q8_0 as kernels.Q8_0B, whose products are bitwise those of
+		// Q8_0 quantized in memory).
 		w.Type, w.B = blockDType[t.Type], data
 		if _, err := kernels.BlockRowBytes(w.Type, cols); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", name, err)
@@ -274,114 +257,6 @@ func ggufMat(f *gguf.File, slab *q8Slab, name string, rows, cols int) (*kernels.
 		mmapfile.Release(data)
 	}
 	return w, nil
-}
-
-// q8Slab hands out the repacked Q8_0 tensors' quants and scales from two
-// allocations sized for all of a file's Q8_0 tensors: each is advised for
-// huge pages before it is first touched (kernels.NewI8, NewF32), which a
-// tensor of a few MiB on its own mostly is not (only its 2 MiB-aligned
-// interior can be), so the repack takes a page fault per 2 MiB, not per
-// 4 KiB. The weights live as long as the model, so one allocation held
-// by all of them frees nothing later than separate ones would.
-type q8Slab struct {
-	q []int8
-	s []float32
-}
-
-// q8Align keeps every tensor's quants on a cache line of their own.
-const q8Align = 64
-
-// newQ8Slab sizes a slab for f's Q8_0 tensors (nil when it has none or
-// their sizes are out of range; take then allocates per tensor).
-func newQ8Slab(f *gguf.File) *q8Slab {
-	var nq, ns uint64
-	for i := range f.Tensors {
-		t := &f.Tensors[i]
-		if t.Type != gguf.Q8_0 {
-			continue
-		}
-		n := t.Elements()
-		if n == 0 || n > maxSlab {
-			return nil
-		}
-		nq += (n + q8Align - 1) &^ (q8Align - 1)
-		ns += n/kernels.QK + kernels.ScalePad
-		if nq > maxSlab || ns > maxSlab {
-			return nil
-		}
-	}
-	if nq == 0 {
-		return nil
-	}
-	return &q8Slab{q: kernels.NewI8(int(nq))[:0], s: kernels.NewF32(int(ns))[:0]}
-}
-
-// maxSlab bounds a slab's element count (a corrupt file's sizes are
-// refused per tensor elsewhere; this only keeps the sums in range).
-const maxSlab = 1 << 40
-
-// take returns room for n quants and n/QK scales (with NewScales's
-// spare capacity, zero), from the slab while it lasts.
-func (sl *q8Slab) take(n int) ([]int8, []float32) {
-	g := n / kernels.QK
-	nq := (n + q8Align - 1) &^ (q8Align - 1)
-	if sl == nil || len(sl.q)+nq > cap(sl.q) || len(sl.s)+g+kernels.ScalePad > cap(sl.s) {
-		return kernels.NewI8(n), kernels.NewScales(g)
-	}
-	q := sl.q[len(sl.q) : len(sl.q)+n : len(sl.q)+n]
-	s := sl.s[len(sl.s) : len(sl.s)+g : len(sl.s)+g+kernels.ScalePad]
-	sl.q, sl.s = sl.q[:len(sl.q)+nq], sl.s[:len(sl.s)+g+kernels.ScalePad]
-	return q, s
-}
-
-// f16Table holds every fp16 value widened to fp32 (kernels.F16ToF32 of
-// each bit pattern, so bit-identical to it): the repack widens one scale
-// per 34 bytes, and a load from a 256 KiB table costs less than the
-// branchy conversion.
-var f16Table = sync.OnceValue(func() *[1 << 16]float32 {
-	t := new([1 << 16]float32)
-	for i := range t {
-		t[i] = kernels.F16ToF32(uint16(i))
-	}
-	return t
-})
-
-// repackQ8 splits Q8_0 blocks (fp16 scale, 32 int8 quants) into quants
-// and fp32 scales, the layout the Q8_0 kernels read, on every core for a
-// large tensor: it is most of a Q8_0 model's load time.
-func repackQ8(q []int8, s []float32, data []byte) {
-	dst := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(q))), len(q))
-	le := binary.LittleEndian
-	tab := f16Table()
-	run := func(lo, hi int) {
-		for g := lo; g < hi; g++ {
-			b := data[34*g : 34*g+34 : 34*g+34]
-			d := dst[32*g : 32*g+32 : 32*g+32]
-			s[g] = tab[le.Uint16(b)]
-			// Four 8-byte moves: a 32-byte copy call per group costs more
-			// than the copy.
-			le.PutUint64(d, le.Uint64(b[2:]))
-			le.PutUint64(d[8:], le.Uint64(b[10:]))
-			le.PutUint64(d[16:], le.Uint64(b[18:]))
-			le.PutUint64(d[24:], le.Uint64(b[26:]))
-		}
-	}
-	const chunk = 1 << 15 // groups (1 MiB of quants) per goroutine at least
-	n := len(s)
-	parts := min(runtime.GOMAXPROCS(0), (n+chunk-1)/chunk)
-	if parts <= 1 {
-		run(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for i := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(i*n/parts, (i+1)*n/parts)
-		}()
-	}
-	wg.Wait()
 }
 
 // halves views little-endian fp16 data as []uint16 without copying when
@@ -401,7 +276,7 @@ func halves(b []byte) []uint16 {
 	return h
 }
 
-var blockDType = map[gguf.Type]kernels.DType{gguf.Q4_0: kernels.Q4_0, gguf.Q4_K: kernels.Q4_K, gguf.Q5_K: kernels.Q5_K, gguf.Q6_K: kernels.Q6_K}
+var blockDType = map[gguf.Type]kernels.DType{gguf.Q8_0: kernels.Q8_0B, gguf.Q4_0: kernels.Q4_0, gguf.Q4_K: kernels.Q4_K, gguf.Q5_K: kernels.Q5_K, gguf.Q6_K: kernels.Q6_K}
 
 func ggufVocab(f *gguf.File) (*Vocab, error) {
 	kind, ok := f.String("tokenizer.ggml.model")
@@ -609,11 +484,15 @@ func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
 // always did). Anything else goes through fp32.
 func encodeMat(x *kernels.Mat, typ gguf.Type, keepQ8 bool) ([]byte, gguf.Type, error) {
 	le := binary.LittleEndian
+	if (x.Type == kernels.Q8_0 || x.Type == kernels.Q8_0B) && keepQ8 {
+		typ = gguf.Q8_0
+	}
 	if x.Type.IsBlock() && blockDType[typ] == x.Type {
 		return x.B, typ, nil
 	}
-	if x.Type == kernels.Q8_0 && keepQ8 {
-		typ = gguf.Q8_0
+	if x.Type == kernels.Q8_0 && typ == gguf.Q8_0 {
+		b, err := kernels.Q8Blocks(x)
+		return b, typ, err
 	}
 	f := x.F
 	if x.Type != kernels.F32 {
@@ -623,23 +502,7 @@ func encodeMat(x *kernels.Mat, typ gguf.Type, keepQ8 bool) ([]byte, gguf.Type, e
 		}
 	}
 	switch typ {
-	case gguf.Q8_0:
-		q := x
-		if x.Type != kernels.Q8_0 {
-			var err error
-			if q, err = kernels.QuantizeMat(&kernels.Mat{Type: kernels.F32, Rows: x.Rows, Cols: x.Cols, F: f}); err != nil {
-				return nil, 0, err
-			}
-		}
-		b := make([]byte, len(q.S)*34)
-		for g, s := range q.S {
-			le.PutUint16(b[34*g:], kernels.F32ToF16(s))
-			for i := range kernels.QK {
-				b[34*g+2+i] = byte(q.Q[g*kernels.QK+i])
-			}
-		}
-		return b, gguf.Q8_0, nil
-	case gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		b, err := kernels.QuantizeBlocks(blockDType[typ], f, x.Rows, x.Cols)
 		return b, typ, err
 	case gguf.F16:

@@ -31,14 +31,15 @@ func rssBytes(t *testing.T) int64 {
 // tensor bytes are zero blocks: valid, and cheap to write) and loads it:
 // the resident set grows by the norms and RoPE tables only, not by the
 // ~400 MB of weights, which stay in the page cache until a product reads
-// them. The same for an F16 file (1.2 GB) where the kernels keep F16
-// matrices as halves (kernels.NativeF16). The load time is logged, not
-// asserted (a loaded machine varies).
+// them. The same for a Q8_0 file (640 MB, kept as kernels.Q8_0B blocks)
+// and for an F16 file (1.2 GB) where the kernels keep F16 matrices as
+// halves (kernels.NativeF16). The load time is logged, not asserted (a
+// loaded machine varies).
 func TestLoadMapsWithoutTouching(t *testing.T) {
 	if !gguf.Mapped() {
 		t.Skip("this platform reads files instead of mapping them")
 	}
-	for _, quant := range []string{"q4_k_m", "f16"} {
+	for _, quant := range []string{"q4_k_m", "q8_0", "f16"} {
 		t.Run(quant, func(t *testing.T) {
 			if quant == "f16" && !kernels.NativeF16() {
 				t.Skip("F16 matrices are widened at load at this kernel level")

@@ -184,7 +184,7 @@ func (m *Model) MappedWeightBytes() int64 {
 // silently keeps fp32 layers.
 func (m *Model) Quantize() error {
 	q := func(w **kernels.Mat, name string) error {
-		if (*w).Type == kernels.Q8_0 {
+		if t := (*w).Type; t == kernels.Q8_0 || t == kernels.Q8_0B {
 			return nil
 		}
 		n, err := kernels.QuantizeMat(*w)

@@ -1,0 +1,88 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Q8_0B: Q8_0 weights in the file's 34-byte blocks (fp16 scale, then 32
+// int8 quants), read where the GGUF file's mapping holds them. Each kernel
+// level has a block variant of its Q8_0 kernel with the same integer lanes
+// and the same float order, the scale widened from fp16 (exactly, as the
+// repack did): every output is bitwise what the Q8_0 kernel of that level
+// gives for the weights repacked into split quants and fp32 scales
+// (TestQ8BlocksBitwise). The block variants read quants at a 34-byte
+// stride instead of 32, and gather each tile's scales from their blocks
+// instead of loading them as a run.
+
+// q8BlockBytes is the size of one Q8_0 block.
+const q8BlockBytes = 34
+
+// matQ8BPortable computes rows [lo,hi) of a Q8_0B product against T
+// Q8_0 activation rows: dotQ8Portable's order.
+func matQ8BPortable(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
+	rows, cols := w.Rows, w.Cols
+	g := cols / QK
+	rb := g * q8BlockBytes
+	for r := lo; r < hi; r++ {
+		blk := w.B[r*rb : (r+1)*rb]
+		for t := range T {
+			out[t*rows+r] = dotQ8BPortable(blk, xq[t*cols:(t+1)*cols], xs[t*g:(t+1)*g])
+		}
+	}
+}
+
+func dotQ8BPortable(blk []byte, xq []int8, xs []float32) float32 {
+	var acc float32
+	_ = blk[len(xs)*q8BlockBytes-1]
+	for g := range xs {
+		x := blk[q8BlockBytes*g : q8BlockBytes*g+q8BlockBytes : q8BlockBytes*g+q8BlockBytes]
+		a := x[2:34:34]
+		b := xq[g*QK : g*QK+QK : g*QK+QK]
+		var s0, s1, s2, s3 int32
+		for i := 0; i < QK; i += 4 {
+			s0 += int32(int8(a[i])) * int32(b[i])
+			s1 += int32(int8(a[i+1])) * int32(b[i+1])
+			s2 += int32(int8(a[i+2])) * int32(b[i+2])
+			s3 += int32(int8(a[i+3])) * int32(b[i+3])
+		}
+		acc += float32(s0+s1+s2+s3) * (f16At(x, 0) * xs[g])
+	}
+	return acc
+}
+
+// checkQ8B panics unless a Q8_0B product over rows [lo,hi) and T ≥ 1
+// tokens stays inside its slices; it returns the groups per row and the
+// bytes per row.
+func checkQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) (G, rb int) {
+	rows, cols := w.Rows, w.Cols
+	G = cols / QK
+	rb = G * q8BlockBytes
+	if w.Type != Q8_0B || G <= 0 || cols != G*QK || lo < 0 || hi > rows || T < 1 ||
+		len(w.B) < hi*rb || len(xq) < T*cols || len(xs) < T*G || len(out) < (T-1)*rows+hi {
+		panic("kernels: Q8_0 block product bounds")
+	}
+	return G, rb
+}
+
+// Q8Blocks writes a Q8_0 matrix (split quants and fp32 scales) as Q8_0
+// blocks, the bytes of a GGUF Q8_0 tensor. The scales are rounded to
+// fp16, which leaves those of QuantizeMat (already fp16 values) as they
+// are.
+func Q8Blocks(m *Mat) ([]byte, error) {
+	if m.Type != Q8_0 {
+		return nil, fmt.Errorf("q8 blocks: matrix is %v, not Q8_0", m.Type)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, len(m.S)*q8BlockBytes)
+	for g, s := range m.S {
+		x := b[q8BlockBytes*g : q8BlockBytes*(g+1)]
+		binary.LittleEndian.PutUint16(x, F32ToF16(s))
+		for i, q := range m.Q[g*QK : (g+1)*QK] {
+			x[2+i] = byte(q)
+		}
+	}
+	return b, nil
+}
