@@ -65,6 +65,9 @@ func (e *Config) nativeModel() (*native.Loaded, error) {
 		if err != nil {
 			return nil, err
 		}
+		if e.noMmap {
+			l.Model.CopyOutOfMapping()
+		}
 		e.loaded = l
 	}
 	return e.loaded, nil

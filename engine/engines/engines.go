@@ -58,6 +58,7 @@ type Config struct {
 	replayAllow    []string
 	replayLimits   connlimit.Limits // the replay socket's caps
 	threads        int
+	noMmap         bool
 	kvType         string
 	script         string // --mocker-script
 	// Up is --engine upstream's servers.
@@ -159,6 +160,7 @@ func (e *Config) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&e.ModelDir, "model", "", "model directory: HF tokenizer.json + tokenizer_config.json, or llama2.c .bin + tok*.bin (native); empty: the built-in tandem-mock")
 	f.StringVar(&e.chatTemplate, "chat-template", "", "chat template file in place of the model's own: a Jinja file (chat_template.jinja) or a JSON file with chat_template (tokenizer_config.json); needed to chat with a model that carries none")
 	f.IntVar(&e.threads, "threads", 0, "native: compute threads per worker (0: all cores)")
+	f.BoolVar(&e.noMmap, "no-mmap", false, "native: copy a GGUF file's weights into the process's memory (huge pages) at start instead of reading them in place from the file's mapping, as llama.cpp's --no-mmap: a slower start and memory not shared with other processes mapping the file, for faster decode where the page cache maps the file in 4 KiB pages")
 	f.Var((*process.ByteSize)(&e.kvBytes), "kv-cache-bytes", "native: KV cache memory per worker, always at least one full context (e.g. 512MiB, 2GiB; 0: one full context or 256 MiB, whichever is larger, if half the machine's available memory (MemAvailable, or the cgroup's limit) split between the workers has room, else what fits, with the context shortened to it; the choice is logged and on /health)")
 	f.StringVar(&e.kvType, "kv-cache-dtype", "f16", "native: KV cache element type: f16 (llama.cpp's default: half the memory of f32, and decode reads half the bytes) or f32; KV transfer carries fp32 either way")
 	e.Mock.AddFlags(f)

@@ -2,13 +2,16 @@ package model
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tandemllm/tandem/engine/native/gguf"
 	"github.com/tandemllm/tandem/engine/native/kernels"
@@ -130,4 +133,83 @@ func testLoadMapsWithoutTouching(t *testing.T, quant string) {
 		t.Errorf("loading grew the resident set by %d MB for %d MB of weights: tensors were copied or touched", grew>>20, total>>20)
 	}
 	runtime.KeepAlive(m)
+}
+
+// TestCopyOutOfMapping: --no-mmap's copy leaves no matrix on the file's
+// mapping (Mapped false, nothing counted as mapped, no matrix's bytes
+// inside the file's) and the logits bit-identical, for Q8_0, a k-quant
+// mix and F16 files.
+func TestCopyOutOfMapping(t *testing.T) {
+	if !gguf.Mapped() {
+		t.Skip("this platform reads files instead of mapping them")
+	}
+	for _, quant := range []string{"q8_0", "q4_k_m", "f16"} {
+		t.Run(quant, func(t *testing.T) {
+			if quant == "f16" && !kernels.NativeF16() {
+				t.Skip("F16 matrices are widened at load at this kernel level")
+			}
+			q, err := ParseQuant(quant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := WriteGGUFQuant(&buf, kquantModel(t, "qwen3", 2), q); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mapped, err := LoadGGUF(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !mapped.Mapped || mapped.MappedWeightBytes() == 0 {
+				t.Fatalf("%s: nothing read in place before the copy", quant)
+			}
+			toks := []int32{1, 5, 9, 13, 2, 7}
+			want := logitsOf(t, mapped, toks)
+			copied, err := LoadGGUF(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inPlace := map[*kernels.Mat][2]uintptr{}
+			for _, w := range copied.mats() {
+				if w.B != nil {
+					inPlace[w] = span(w.B)
+				} else if w.H != nil {
+					inPlace[w] = span(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.H))), 2*len(w.H)))
+				}
+			}
+			// The file's mapping spans at least from the first matrix read
+			// in place to the last.
+			file := [2]uintptr{^uintptr(0), 0}
+			for _, sp := range inPlace {
+				file = [2]uintptr{min(file[0], sp[0]), max(file[1], sp[1])}
+			}
+			copied.CopyOutOfMapping()
+			if copied.Mapped || copied.MappedWeightBytes() != 0 {
+				t.Fatalf("after the copy: Mapped %v, %d bytes mapped", copied.Mapped, copied.MappedWeightBytes())
+			}
+			for w := range inPlace {
+				var now [2]uintptr
+				if w.B != nil {
+					now = span(w.B)
+				} else {
+					now = span(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.H))), 2*len(w.H)))
+				}
+				if now[0] < file[1] && now[1] > file[0] {
+					t.Fatalf("a %v matrix still reads the file's mapping", w.Type)
+				}
+			}
+			if got := logitsOf(t, copied, toks); !slices.Equal(got, want) {
+				t.Fatalf("logits differ after the copy: max |Δ| %g", maxAbsDiff(got, want))
+			}
+		})
+	}
+}
+
+func span(b []byte) [2]uintptr {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return [2]uintptr{p, p + uintptr(len(b))}
 }

@@ -3,8 +3,10 @@ package model
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/tandemllm/tandem/engine/native/kernels"
+	"github.com/tandemllm/tandem/engine/native/mmapfile"
 )
 
 // Layer holds one decoder block's weights.
@@ -140,14 +142,9 @@ func (m *Model) buildRope() {
 
 // WeightBytes is the in-memory size of all weight matrices.
 func (m *Model) WeightBytes() int64 {
-	n := m.Embed.Bytes()
-	if m.Output != m.Embed {
-		n += m.Output.Bytes()
-	}
-	for _, l := range m.Layers {
-		for _, w := range []*kernels.Mat{l.Wq, l.Wk, l.Wv, l.Wo, l.W1, l.W2, l.W3} {
-			n += w.Bytes()
-		}
+	var n int64
+	for _, w := range m.mats() {
+		n += w.Bytes()
 	}
 	return n
 }
@@ -161,21 +158,67 @@ func (m *Model) MappedWeightBytes() int64 {
 		return 0
 	}
 	var n int64
-	add := func(w *kernels.Mat) {
+	for _, w := range m.mats() {
 		if w.B != nil || w.H != nil {
 			n += w.Bytes()
 		}
 	}
-	add(m.Embed)
-	if m.Output != m.Embed {
-		add(m.Output)
+	return n
+}
+
+// CopyOutOfMapping copies the matrices read in place from the file's
+// mapping (block types, F16 halves) into memory of the process's own,
+// advised for huge pages, and gives the mapping's pages back: llama.cpp's
+// --no-mmap. Decode reads every weight once per token, and the page cache
+// maps a file in 4 KiB pages, a TLB miss every 4 KiB, where the copy's
+// huge pages take one every 2 MiB; the price is the copy at start and
+// weights no longer shared with other processes mapping the file. It must
+// run before any engine uses the model; without a mapping it does nothing.
+func (m *Model) CopyOutOfMapping() {
+	total := m.MappedWeightBytes()
+	if total == 0 {
+		return
 	}
-	for _, l := range m.Layers {
-		for _, w := range []*kernels.Mat{l.Wq, l.Wk, l.Wv, l.Wo, l.W1, l.W2, l.W3} {
-			add(w)
+	const align = 64 // each matrix on a cache line of its own
+	mats := m.mats()
+	var n int64
+	for _, w := range mats {
+		if w.B != nil || w.H != nil {
+			n += (w.Bytes() + align - 1) &^ (align - 1)
 		}
 	}
-	return n
+	slab := kernels.NewBytes(int(n))
+	off := 0
+	take := func(b []byte) []byte {
+		c := slab[off : off+len(b) : off+len(b)]
+		copy(c, b)
+		off += (len(b) + align - 1) &^ (align - 1)
+		mmapfile.Release(b)
+		return c
+	}
+	for _, w := range mats {
+		switch {
+		case w.B != nil:
+			w.B = take(w.B)
+		case w.H != nil:
+			b := take(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.H))), 2*len(w.H)))
+			w.H = unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(w.H))
+		}
+	}
+	m.Mapped = false
+}
+
+// mats is every weight matrix of the model once (a tied output is the
+// embedding).
+func (m *Model) mats() []*kernels.Mat {
+	ws := []*kernels.Mat{m.Embed}
+	if m.Output != m.Embed {
+		ws = append(ws, m.Output)
+	}
+	for _, l := range m.Layers {
+		ws = append(ws, l.Wq, l.Wk, l.Wv, l.Wo, l.W1, l.W2, l.W3)
+	}
+	return ws
 }
 
 // Quantize converts every matrix with a column count divisible by 32 to
