@@ -76,8 +76,15 @@ func matQ8SignAVX2(out []float32, wq []int8, ws []float32, xq []int8, xs []float
 // q8SignTile stores at po+o the products of weight rows r0..r3 with the
 // activation row at x0 (scales xs).
 func q8SignTile(po unsafe.Pointer, o int, pw unsafe.Pointer, ws []float32, cols, G, r0, r1, r2, r3 int, x0 unsafe.Pointer, xs []float32) {
-	w0, w1, w2, w3 := unsafe.Add(pw, r0*cols), unsafe.Add(pw, r1*cols), unsafe.Add(pw, r2*cols), unsafe.Add(pw, r3*cols)
-	s0, s1, s2, s3 := ws[r0*G:(r0+1)*G], ws[r1*G:(r1+1)*G], ws[r2*G:(r2+1)*G], ws[r3*G:(r3+1)*G]
+	q8SignRows(po, o, unsafe.Add(pw, r0*cols), unsafe.Add(pw, r1*cols), unsafe.Add(pw, r2*cols), unsafe.Add(pw, r3*cols), QK,
+		ws[r0*G:(r0+1)*G], ws[r1*G:(r1+1)*G], ws[r2*G:(r2+1)*G], ws[r3*G:(r3+1)*G], G, x0, xs)
+}
+
+// q8SignRows is the four-row tile of both Q8_0 layouts: group g's 32
+// quants of row k at wk + g·wstride (QK for split quants, the 34-byte
+// block for Q8_0B, whose wk already skips the scale), row k's scales in
+// sk.
+func q8SignRows(po unsafe.Pointer, o int, w0, w1, w2, w3 unsafe.Pointer, wstride int, s0, s1, s2, s3 []float32, G int, x0 unsafe.Pointer, xs []float32) {
 	var a0, a1, a2, a3 archsimd.Float32x8
 	ones := archsimd.BroadcastInt16x16(1)
 	for g8 := 0; g8 < G; g8 += 8 {
@@ -85,8 +92,8 @@ func q8SignTile(po unsafe.Pointer, o int, pw unsafe.Pointer, ws []float32, cols,
 		c0, c1 := scales8(s0, g8).Mul(d), scales8(s1, g8).Mul(d)
 		c2, c3 := scales8(s2, g8).Mul(d), scales8(s3, g8).Mul(d)
 		for j := range min(8, G-g8) {
-			off := (g8 + j) * QK
-			x := ldi8(x0, off)
+			x := ldi8(x0, (g8+j)*QK)
+			off := (g8 + j) * wstride
 			p := &laneIdx[j]
 			a0 = q8SignGroup(ldi8(w0, off), x, ones).ConvertToFloat32().MulAdd(perm(c0, p), a0)
 			a1 = q8SignGroup(ldi8(w1, off), x, ones).ConvertToFloat32().MulAdd(perm(c1, p), a1)

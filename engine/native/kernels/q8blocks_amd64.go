@@ -83,25 +83,8 @@ func q8BScalesAVX2(s []float32, w unsafe.Pointer, G int, h *[8]uint32, k112 arch
 // q8BSignTile is q8SignTile over block rows, with the rows' scales at
 // sc[k*gp:] (row k of the tile): the same operands in the same order.
 func q8BSignTile(po unsafe.Pointer, o int, pw unsafe.Pointer, rb int, sc []float32, gp, G, r0, r1, r2, r3 int, x0 unsafe.Pointer, xs []float32) {
-	w0, w1, w2, w3 := unsafe.Add(pw, r0*rb+2), unsafe.Add(pw, r1*rb+2), unsafe.Add(pw, r2*rb+2), unsafe.Add(pw, r3*rb+2)
-	s0, s1, s2, s3 := sc[0:gp], sc[gp:2*gp], sc[2*gp:3*gp], sc[3*gp:4*gp]
-	var a0, a1, a2, a3 archsimd.Float32x8
-	ones := archsimd.BroadcastInt16x16(1)
-	for g8 := 0; g8 < G; g8 += 8 {
-		d := scales8(xs, g8)
-		c0, c1 := scales8(s0, g8).Mul(d), scales8(s1, g8).Mul(d)
-		c2, c3 := scales8(s2, g8).Mul(d), scales8(s3, g8).Mul(d)
-		for j := range min(8, G-g8) {
-			x := ldi8(x0, (g8+j)*QK)
-			off := (g8 + j) * q8BlockBytes
-			p := &laneIdx[j]
-			a0 = q8SignGroup(ldi8(w0, off), x, ones).ConvertToFloat32().MulAdd(perm(c0, p), a0)
-			a1 = q8SignGroup(ldi8(w1, off), x, ones).ConvertToFloat32().MulAdd(perm(c1, p), a1)
-			a2 = q8SignGroup(ldi8(w2, off), x, ones).ConvertToFloat32().MulAdd(perm(c2, p), a2)
-			a3 = q8SignGroup(ldi8(w3, off), x, ones).ConvertToFloat32().MulAdd(perm(c3, p), a3)
-		}
-	}
-	st4p(po, o, hsum4(a0, a1, a2, a3))
+	q8SignRows(po, o, unsafe.Add(pw, r0*rb+2), unsafe.Add(pw, r1*rb+2), unsafe.Add(pw, r2*rb+2), unsafe.Add(pw, r3*rb+2), q8BlockBytes,
+		sc[0:gp], sc[gp:2*gp], sc[2*gp:3*gp], sc[3*gp:4*gp], G, x0, xs)
 }
 
 // The Q8_0B tiles of q8asm_amd64.s: q8Dot4x1, q8Dot4x2, q8Dot4x4 and

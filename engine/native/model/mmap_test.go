@@ -178,7 +178,7 @@ func TestCopyOutOfMapping(t *testing.T) {
 				if w.B != nil {
 					inPlace[w] = span(w.B)
 				} else if w.H != nil {
-					inPlace[w] = span(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.H))), 2*len(w.H)))
+					inPlace[w] = span(halfBytes(w.H))
 				}
 			}
 			// The file's mapping spans at least from the first matrix read
@@ -196,7 +196,7 @@ func TestCopyOutOfMapping(t *testing.T) {
 				if w.B != nil {
 					now = span(w.B)
 				} else {
-					now = span(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.H))), 2*len(w.H)))
+					now = span(halfBytes(w.H))
 				}
 				if now[0] < file[1] && now[1] > file[0] {
 					t.Fatalf("a %v matrix still reads the file's mapping", w.Type)

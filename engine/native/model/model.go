@@ -201,11 +201,15 @@ func (m *Model) CopyOutOfMapping() {
 		case w.B != nil:
 			w.B = take(w.B)
 		case w.H != nil:
-			b := take(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w.H))), 2*len(w.H)))
-			w.H = unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(w.H))
+			w.H = halves(take(halfBytes(w.H))) // 64-byte aligned: a view, not a copy
 		}
 	}
 	m.Mapped = false
+}
+
+// halfBytes views halves as their bytes (halves' inverse).
+func halfBytes(h []uint16) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), 2*len(h))
 }
 
 // mats is every weight matrix of the model once (a tied output is the
