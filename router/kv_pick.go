@@ -16,8 +16,11 @@ type flight struct {
 	isl           int
 	prefillTokens int // isl minus the predicted cached tokens
 	predicted     int // blocks
-	routedAt      time.Time
-	firstDone     bool
+	// held is the prefix, in blocks, the router believed the worker held
+	// when it routed: predicted before the last-token cap.
+	held      int
+	routedAt  time.Time
+	firstDone bool
 	// lateTTFT is the TTFT of a first token whose cached_tokens the
 	// engine reports only later (CachedTokensLate); 0 otherwise.
 	lateTTFT time.Duration
@@ -246,7 +249,7 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 	best := k.choose(sc, cost)
 	c := sc.cands[best]
 	predicted := min(c.overlap, max(isl-1, 0)/bs) // an engine recomputes the last prompt token
-	k.reserve(req, c.w, predicted*bs, now)
+	k.reserve(req, c.w, predicted*bs, c.overlap, now)
 	k.decideMu.Unlock()
 	k.met.observePick(c.st, time.Since(start))
 	d := Decision{WorkerID: cands[c.idx].ID, PredictedCachedTokens: predicted * bs,
@@ -268,9 +271,9 @@ func (k *KV) Pick(req *Request, cands []Candidate) (Decision, error) {
 // Dynamo's scheduler does when it selects a worker: decisions made
 // concurrently must not all see the same idle worker. Routed confirms it
 // (and adds the blocks); a route the router abandons ends with Finished.
-func (k *KV) reserve(req *Request, w *kvWorker, predictedTokens int, now time.Time) *flight {
+func (k *KV) reserve(req *Request, w *kvWorker, predictedTokens, heldBlocks int, now time.Time) *flight {
 	isl := req.Len()
-	f := &flight{w: w, isl: isl, predicted: predictedTokens / k.cfg.BlockSize,
+	f := &flight{w: w, isl: isl, predicted: predictedTokens / k.cfg.BlockSize, held: heldBlocks,
 		prefillTokens: max(isl-predictedTokens, 0), routedAt: now}
 	k.typical.observe(f.prefillTokens)
 	k.mu.Lock()
@@ -433,7 +436,7 @@ func (k *KV) Routed(req *Request, d Decision) {
 	f := k.flights[req]
 	k.mu.RUnlock()
 	if f == nil || f.w != w || f.hashes != nil {
-		f = k.reserve(req, w, d.PredictedCachedTokens, k.cfg.Now())
+		f = k.reserve(req, w, d.PredictedCachedTokens, d.PredictedCachedTokens/k.cfg.BlockSize, k.cfg.Now())
 	}
 	k.mu.RLock()
 	if k.slots[w.slot] == w {
@@ -509,11 +512,25 @@ func (k *KV) grade(f *flight, live bool, cachedTokens int, ttft time.Duration) {
 	bs := k.cfg.BlockSize
 	actual := cachedTokens / bs
 	k.gradePrefix(f, actual, cachedTokens)
-	if k.events != nil && len(f.hashes) > actual {
+	if k.events != nil && len(f.hashes) > actual && !recomputedLast(f, actual, bs) {
 		// The engine computed at least one new full block: it must have
 		// stored it, and a worker with events on publishes that.
 		f.w.expectStored(f.routedAt)
 	}
+}
+
+// recomputedLast reports whether the one block the engine did not hit is
+// the last block of a block-aligned prompt the worker held whole. Engines
+// cap a hit at isl-1 tokens (the last token is recomputed for its
+// logits), so that block is computed again, not new, and whether it is
+// published again differs by engine: vLLM caches the recomputed copy
+// without de-duplication and sends BlockStored for it (BlockPool
+// cache_full_blocks); SGLang's radix insert of a key it holds and the
+// mocker send nothing. Expecting a BlockStored there would raise
+// kv_events_missing on a healthy worker after a full-prompt repeat.
+func recomputedLast(f *flight, actual, bs int) bool {
+	n := len(f.hashes)
+	return actual == n-1 && f.isl == n*bs && f.held >= n
 }
 
 // Finished implements Observer.

@@ -346,17 +346,34 @@ func TestKVEventsMissingDiagnostic(t *testing.T) {
 
 func TestKVMissingNotRaisedForCachedRequests(t *testing.T) {
 	// A request the engine served from cache stores nothing: silence is
-	// then expected, not a fault.
-	f := newKVFixture(t, false, 1, nil)
+	// then expected, not a fault. A block-aligned prompt held whole is
+	// reported one block short (the engine recomputes the last token),
+	// and that recomputed block is not new either. A block the worker did
+	// not hold is: its BlockStored is due.
 	p := prompt(1, 4)
-	f.ingest(t, "w0", 0, storedEvent(p, 1))
-	time.Sleep(150 * time.Millisecond) // older than the timeout
-	for range 3 {
-		f.route(t, p, func(string) int { return len(p) })
+	tests := []struct {
+		name    string
+		held    []engine.Token // what the worker published
+		cached  int            // what the engine reports
+		missing bool
+	}{
+		{"whole prompt reported", p, len(p), false},
+		{"full hit capped at isl-1", p, len(p) - tbs, false},
+		{"last block new", p[:3*tbs], len(p) - tbs, true},
 	}
-	time.Sleep(250 * time.Millisecond)
-	if f.board.IsActive(DiagKVEventsMissing, "w0") {
-		t.Fatal("false kv_events_missing")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newKVFixture(t, false, 1, nil)
+			f.ingest(t, "w0", 0, storedEvent(tc.held, 1))
+			time.Sleep(150 * time.Millisecond) // older than the timeout
+			for range 3 {
+				f.route(t, p, func(string) int { return tc.cached })
+			}
+			time.Sleep(250 * time.Millisecond)
+			if got := f.board.IsActive(DiagKVEventsMissing, "w0"); got != tc.missing {
+				t.Fatalf("kv_events_missing active = %v, want %v", got, tc.missing)
+			}
+		})
 	}
 }
 

@@ -39,6 +39,10 @@ func TestKVRoutingToUpstreams(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.HTTPAddr, cfg.Workers, cfg.RouterMode = "127.0.0.1:0", 2, "kv"
+	// Short, so a false kv_events_missing after the repeats shows within
+	// the test, and a stream that went live mid-stream (below) is healthy
+	// soon after.
+	cfg.KV.KVEventsTimeout, cfg.KV.RebuildWindow = 300*time.Millisecond, 300*time.Millisecond
 	front, err := Start(cfg, model, func(i int) (engine.Engine, error) {
 		return upstream.New(context.Background(), upstream.Config{URL: urls[i], KVEventsEndpoint: events[i]})
 	}, slog.New(slog.DiscardHandler))
@@ -46,6 +50,24 @@ func TestKVRoutingToUpstreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = front.Shutdown(context.Background()) })
+	// Both subscriptions must be live first. A ZMQ SUB drops what its
+	// publisher sends before the subscription reaches it (the slow
+	// joiner); these servers have no replay socket, so a stream is live
+	// only from the first batch it receives, and "rebuilding" for
+	// RebuildWindow if an earlier batch was dropped. Fresh prompts publish
+	// batches until each stream is healthy.
+	deadline := time.Now().Add(20 * time.Second)
+	for warm := 0; ; warm++ {
+		h := healthOf(t, front.URL())
+		if h["worker-0"] == "healthy" && h["worker-1"] == "healthy" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kv events not healthy after 20 s and %d prompts: %v", warm, h)
+		}
+		complete(t, front.URL(), ids(320, 1000+warm))
+		time.Sleep(20 * time.Millisecond)
+	}
 	const prompts = 5 // odd: round-robin would send every repeat to the other server
 	for round := range 2 {
 		for k := range prompts {
@@ -55,20 +77,12 @@ func TestKVRoutingToUpstreams(t *testing.T) {
 			}
 		}
 	}
-	// Each subscription reaches healthy once its replay has caught up;
-	// under the race detector on two loaded cores that can trail the last
-	// request by a few seconds, so poll (a stream that never syncs still
-	// fails).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		h := healthOf(t, front.URL())
-		if h["worker-0"] == "healthy" && h["worker-1"] == "healthy" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kv events not healthy after 20 s: %v", h)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The repeats were full hits of block-aligned prompts: the engine
+	// recomputed each one's last block and stored nothing new, which is
+	// no reason for kv_events_missing.
+	time.Sleep(3 * cfg.KV.KVEventsTimeout)
+	if h := healthOf(t, front.URL()); h["worker-0"] != "healthy" || h["worker-1"] != "healthy" {
+		t.Fatalf("kv events after the repeats: %v", h)
 	}
 }
 
