@@ -1,6 +1,5 @@
 package kernels
 
-
 // Q8_0B: Q8_0 weights in the file's 34-byte blocks (fp16 scale, then 32
 // int8 quants), the one layout of Q8_0 weights: read where a GGUF file's
 // mapping holds them, or made in memory by QuantizeMat. The products take
