@@ -8,11 +8,26 @@ import (
 )
 
 // matQ8BSignAVX2 is the Q8_0B product of the AVX2 level: four-row tiles
-// (q8SignRows, q8_amd64.go) with each tile's scales widened to fp32 once
-// per token block into sc (q8BScalesAVX2), the quants read from the
-// blocks. Fewer than four rows left are a tile with the last row repeated,
-// into a scratch tile, so each output's order is the same in every tile.
+// (q8SignRows, q8_amd64.go).
 func matQ8BSignAVX2(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
+	matQ8BTiles(out, w, xq, xs, lo, hi, T, false)
+}
+
+// matQ8BAVX512 is the archsimd Q8_0B product of the AVX-512 level
+// (q8BTile4x1, simd512_amd64.go): the bitwise reference of the assembly
+// tiles (TestQ8AsmBitwise) and their baseline in the benchmarks, reached
+// when q8Asm is cleared.
+func matQ8BAVX512(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
+	matQ8BTiles(out, w, xq, xs, lo, hi, T, true)
+}
+
+// matQ8BTiles runs the four-row archsimd tiles of the AVX2 level, or with
+// avx512 those of the AVX-512 level, over rows [lo,hi) and T tokens. Each
+// tile's scales are widened to fp32 once per token block into sc
+// (q8BScalesAVX2). Fewer than four rows left are a tile with the last row
+// repeated, into a scratch tile, so each output's order is the same in
+// every tile.
+func matQ8BTiles(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int, avx512 bool) {
 	if lo >= hi || T <= 0 {
 		return
 	}
@@ -22,6 +37,7 @@ func matQ8BSignAVX2(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T in
 	// Declared while the vector state is clean (see doc.go).
 	var tile [4]float32
 	var h [8]uint32
+	var s512 q8Scales
 	var stack [4 * q8BStackGroups]float32
 	gp := (G + 7) &^ 7 // each row's scales padded to whole vectors
 	sc := stack[:]
@@ -42,14 +58,22 @@ func matQ8BSignAVX2(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T in
 		for ; r+4 <= hi; r += 4 {
 			scales(r, r+1, r+2, r+3)
 			for t := t0; t < t1; t++ {
-				q8BSignTile(po, t*rows+r, pw, rb, sc, gp, G, r, r+1, r+2, r+3, unsafe.Add(px, t*cols), xs[t*G:(t+1)*G])
+				if avx512 {
+					q8BTile4x1(po, t*rows+r, pw, rb, sc, gp, G, r, r+1, r+2, r+3, unsafe.Add(px, t*cols), xs[t*G:], &s512)
+				} else {
+					q8BSignTile(po, t*rows+r, pw, rb, sc, gp, G, r, r+1, r+2, r+3, unsafe.Add(px, t*cols), xs[t*G:(t+1)*G])
+				}
 			}
 		}
 		if r < hi {
 			r1, r2, r3 := min(r+1, hi-1), min(r+2, hi-1), min(r+3, hi-1)
 			scales(r, r1, r2, r3)
 			for t := t0; t < t1; t++ {
-				q8BSignTile(unsafe.Pointer(&tile), 0, pw, rb, sc, gp, G, r, r1, r2, r3, unsafe.Add(px, t*cols), xs[t*G:(t+1)*G])
+				if avx512 {
+					q8BTile4x1(unsafe.Pointer(&tile), 0, pw, rb, sc, gp, G, r, r1, r2, r3, unsafe.Add(px, t*cols), xs[t*G:], &s512)
+				} else {
+					q8BSignTile(unsafe.Pointer(&tile), 0, pw, rb, sc, gp, G, r, r1, r2, r3, unsafe.Add(px, t*cols), xs[t*G:(t+1)*G])
+				}
 				archsimd.ClearAVXUpperBits()
 				copy(out[t*rows+r:t*rows+hi], tile[:hi-r])
 			}

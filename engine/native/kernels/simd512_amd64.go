@@ -417,61 +417,6 @@ func bcast(p unsafe.Pointer, i int) f32x16 {
 	return archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(p, i*4)))
 }
 
-// matQ8BAVX512 is the archsimd Q8_0B product of the AVX-512 level, the
-// order of simd512_amd64.go: the bitwise reference of the assembly tiles
-// (TestQ8AsmBitwise) and their baseline in the benchmarks, reached when
-// q8Asm is cleared. Each four-row tile's scales are widened once per
-// token block (q8BScalesAVX2), as matQ8BSignAVX2 does.
-func matQ8BAVX512(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
-	if lo >= hi || T <= 0 {
-		return
-	}
-	G, rb := checkQ8B(out, w, xq, xs, lo, hi, T)
-	rows, cols := w.Rows, w.Cols
-	pw, px, po := unsafe.Pointer(&w.B[0]), unsafe.Pointer(&xq[0]), unsafe.Pointer(&out[0])
-	// Locals are declared (zeroed) here, while the vector state is clean
-	// (doc.go).
-	var sc q8Scales
-	var tile [4]float32
-	var h [8]uint32
-	var stack [4 * q8BStackGroups]float32
-	gp := (G + 7) &^ 7
-	ws := stack[:]
-	if gp > q8BStackGroups {
-		ws = make([]float32, 4*gp)
-	}
-	ws = ws[:4*gp]
-	k112 := pow112()
-	scales := func(r0, r1, r2, r3 int) {
-		q8BScalesAVX2(ws[0:gp], unsafe.Add(pw, r0*rb), G, &h, k112)
-		q8BScalesAVX2(ws[gp:2*gp], unsafe.Add(pw, r1*rb), G, &h, k112)
-		q8BScalesAVX2(ws[2*gp:3*gp], unsafe.Add(pw, r2*rb), G, &h, k112)
-		q8BScalesAVX2(ws[3*gp:4*gp], unsafe.Add(pw, r3*rb), G, &h, k112)
-	}
-	for t0 := 0; t0 < T; t0 += tokenBlock {
-		t1 := min(T, t0+tokenBlock)
-		r := lo
-		for ; r+4 <= hi; r += 4 {
-			scales(r, r+1, r+2, r+3)
-			for t := t0; t < t1; t++ {
-				q8BTile4x1(po, t*rows+r, pw, rb, ws, gp, G, r, r+1, r+2, r+3, unsafe.Add(px, t*cols), xs[t*G:], &sc)
-			}
-		}
-		if r < hi {
-			// Fewer than 4 rows left: the last row repeated, into a
-			// scratch tile.
-			r1, r2, r3 := min(r+1, hi-1), min(r+2, hi-1), min(r+3, hi-1)
-			scales(r, r1, r2, r3)
-			for t := t0; t < t1; t++ {
-				q8BTile4x1(unsafe.Pointer(&tile), 0, pw, rb, ws, gp, G, r, r1, r2, r3, unsafe.Add(px, t*cols), xs[t*G:], &sc)
-				archsimd.ClearAVXUpperBits()
-				copy(out[t*rows+r:t*rows+hi], tile[:])
-			}
-		}
-	}
-	archsimd.ClearAVXUpperBits()
-}
-
 // q8BTile4x1 computes the products of block rows r0..r3 (rb bytes each
 // from pw; row k's scales widened at ws[k*gp:]) with one activation row
 // (x0, scales xs) and stores them at po+o.
