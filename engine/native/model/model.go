@@ -230,11 +230,12 @@ func (m *Model) mats() []*kernels.Mat {
 // dequantized per row). It refuses when some matrix cannot be quantized,
 // so a "Q8_0 model" never silently keeps fp32 layers. A model read in
 // place from its file's mapping is copied out of it first
-// (CopyOutOfMapping), so that every matrix is either the file's or the
-// process's own, never a mix that MappedWeightBytes and CopyOutOfMapping
-// could mistake for the file's.
+// (CopyOutOfMapping) and no longer counts as mapped: the quantized
+// matrices are the process's own, which MappedWeightBytes and
+// CopyOutOfMapping must not take for the file's.
 func (m *Model) Quantize() error {
 	m.CopyOutOfMapping()
+	m.Mapped = false
 	q := func(w **kernels.Mat, name string) error {
 		if (*w).Type == kernels.Q8_0B {
 			return nil
