@@ -148,18 +148,7 @@ func TestCopyOutOfMapping(t *testing.T) {
 			if quant == "f16" && !kernels.NativeF16() {
 				t.Skip("F16 matrices are widened at load at this kernel level")
 			}
-			q, err := ParseQuant(quant)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := WriteGGUFQuant(&buf, kquantModel(t, "qwen3", 2), q); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			path := writeQuantFile(t, quant)
 			mapped, err := LoadGGUF(path)
 			if err != nil {
 				t.Fatal(err)
@@ -219,18 +208,7 @@ func TestQuantizeMapped(t *testing.T) {
 	}
 	for _, quant := range []string{"f32", "f16"} {
 		t.Run(quant, func(t *testing.T) {
-			q, err := ParseQuant(quant)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := WriteGGUFQuant(&buf, kquantModel(t, "qwen3", 2), q); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			path := writeQuantFile(t, quant)
 			load := func(copyOut bool) *Model {
 				m, err := LoadGGUF(path)
 				if err != nil {
@@ -259,6 +237,25 @@ func TestQuantizeMapped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeQuantFile writes a small two-layer Qwen3 model as a GGUF file of
+// the named type (ParseQuant's names) and returns its path.
+func writeQuantFile(t *testing.T, quant string) string {
+	t.Helper()
+	q, err := ParseQuant(quant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteGGUFQuant(&buf, kquantModel(t, "qwen3", 2), q); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func span(b []byte) [2]uintptr {
