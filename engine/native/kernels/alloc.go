@@ -15,18 +15,10 @@ func NewF32(n int) []float32 {
 }
 
 // NewBytes is NewF32 for raw blocks (a model's weights copied out of its
-// file's mapping: Model.CopyOutOfMapping).
+// file's mapping, Model.CopyOutOfMapping, or quantized in memory,
+// QuantizeMat).
 func NewBytes(n int) []byte {
 	s := make([]byte, n)
-	if n > 0 {
-		adviseHuge(unsafe.Pointer(&s[0]), n)
-	}
-	return s
-}
-
-// NewI8 is NewF32 for Q8_0 quants.
-func NewI8(n int) []int8 {
-	s := make([]int8, n)
 	if n > 0 {
 		adviseHuge(unsafe.Pointer(&s[0]), n)
 	}

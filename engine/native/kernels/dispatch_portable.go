@@ -9,10 +9,6 @@ func matF32(out, w, x []float32, lo, hi, rows, cols, T int) {
 	matF32Portable(out, w, x, lo, hi, rows, cols, T)
 }
 
-func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
-	matQ8Portable(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
-}
-
 func matQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
 	matQ8BPortable(out, w, xq, xs, lo, hi, T)
 }

@@ -64,28 +64,17 @@ func matF32(out, w, x []float32, lo, hi, rows, cols, T int) {
 	}
 }
 
-func matQ8(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
-	switch level {
-	case levelAVX512:
-		if q8Asm {
-			matQ8AVX512Asm(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
-		} else {
-			matQ8AVX512(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
-		}
-	case levelAVX2:
-		matQ8SignAVX2(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
-	default:
-		matQ8Portable(out, wq, ws, xq, xs, lo, hi, rows, cols, T)
-	}
-}
-
-// matQ8B is matQ8 for a Q8_0B matrix: at each level the block variant of
-// that level's Q8_0 kernel (the assembly tiles at AVX-512 whatever q8Asm
-// says), bitwise its result for the weights repacked.
+// matQ8B is the Q8_0B product: the AVX-512 level runs the assembly tiles
+// (q8asm_amd64.s; with q8Asm cleared, matQ8BAVX512), the AVX2 level the sign-trick archsimd kernel
+// (q8blocks_amd64.go), else the portable loops (q8blocks.go).
 func matQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
 	switch level {
 	case levelAVX512:
-		matQ8BAVX512Asm(out, w, xq, xs, lo, hi, T)
+		if q8Asm {
+			matQ8BAVX512Asm(out, w, xq, xs, lo, hi, T)
+		} else {
+			matQ8BAVX512(out, w, xq, xs, lo, hi, T)
+		}
 	case levelAVX2:
 		matQ8BSignAVX2(out, w, xq, xs, lo, hi, T)
 	default:

@@ -78,7 +78,7 @@ func testMatMulMatchesPortable(t *testing.T) {
 		pool.MatMul(got, q, x, sh.T, sc)
 		xq, xs := make([]int8, len(x)), make([]float32, len(x)/QK)
 		QuantizeRows(x, xq, xs)
-		matQ8Portable(want, q.Q, q.S, xq, xs, 0, sh.rows, sh.rows, sh.cols, sh.T)
+		matQ8BPortable(want, q, xq, xs, 0, sh.rows, sh.T)
 		for i := range got {
 			if d := math.Abs(float64(got[i] - want[i])); d > relTolQ8*float64(sh.cols)+1e-6 {
 				t.Fatalf("%v Q8: out %d = %g, portable %g", sh, i, got[i], want[i])

@@ -12,7 +12,6 @@ type DType uint8
 
 const (
 	F32 DType = iota
-	Q8_0
 	// Block types (blocks.go): raw ggml blocks in Mat.B.
 	Q4_0
 	Q4_K
@@ -21,11 +20,10 @@ const (
 	// F16 keeps IEEE halves (Mat.H), widened a few rows at a time inside
 	// the product (f16mat.go): decode reads half the bytes of F32.
 	F16
-	// Q8_0B is Q8_0 as a GGUF file stores it, a block type (Mat.B, the
-	// file's read-only mapping): 34-byte blocks of an fp16 scale and 32
-	// int8 quants. Its products (q8blocks.go) are bitwise those of the
-	// same weights as Q8_0, whose split quants and fp32 scales remain the
-	// layout of matrices quantized in memory (QuantizeMat).
+	// Q8_0B is Q8_0 as a GGUF file stores it, a block type: 34-byte
+	// blocks of an fp16 scale and 32 int8 quants (q8blocks.go). It is the
+	// one Q8_0 weight layout: read in place from a file's mapping, and
+	// what QuantizeMat makes in memory.
 	Q8_0B
 )
 
@@ -33,8 +31,6 @@ func (d DType) String() string {
 	switch d {
 	case F32:
 		return "F32"
-	case Q8_0:
-		return "Q8_0"
 	case Q4_0:
 		return "Q4_0"
 	case Q4_K:
@@ -60,8 +56,6 @@ type Mat struct {
 	Rows int
 	Cols int
 	F    []float32 // F32: Rows*Cols values
-	Q    []int8    // Q8_0: Rows*Cols quants
-	S    []float32 // Q8_0: Rows*Cols/QK scales
 	B    []byte    // block types: Rows rows of BlockRowBytes(Type, Cols) bytes
 	H    []uint16  // F16: Rows*Cols halves
 }
@@ -82,13 +76,6 @@ func (m *Mat) Validate() error {
 		if len(m.H) != n {
 			return fmt.Errorf("F16 %dx%d has %d values", m.Rows, m.Cols, len(m.H))
 		}
-	case Q8_0:
-		if m.Cols%QK != 0 {
-			return fmt.Errorf("Q8_0 needs columns divisible by %d, got %d", QK, m.Cols)
-		}
-		if len(m.Q) != n || len(m.S) != n/QK {
-			return fmt.Errorf("Q8_0 %dx%d has %d quants and %d scales", m.Rows, m.Cols, len(m.Q), len(m.S))
-		}
 	case Q4_0, Q4_K, Q5_K, Q6_K, Q8_0B:
 		rb, err := BlockRowBytes(m.Type, m.Cols)
 		if err != nil {
@@ -103,20 +90,16 @@ func (m *Mat) Validate() error {
 	return nil
 }
 
-// ScalePad is the spare capacity NewScales leaves after a Q8_0 scale
-// slice, so the vector kernels can load 16 scales at a time up to the
-// last group without a partial (masked or copied) load.
+// ScalePad is the spare capacity NewScales leaves after the fp32 scales
+// of Q8_0 activations, so the vector code can store 16 scales at a time
+// up to the last group without a partial (masked or copied) store.
 const ScalePad = 16
 
-// NewScales allocates n Q8_0 scales with ScalePad spare capacity. Mats
-// whose S lacks the padding still work, on a slower path.
+// NewScales allocates n activation scales with ScalePad spare capacity.
 func NewScales(n int) []float32 { return make([]float32, n, n+ScalePad) }
 
 // Bytes is the in-memory weight size.
 func (m *Mat) Bytes() int64 {
-	if m.Type == Q8_0 {
-		return int64(len(m.Q)) + 4*int64(len(m.S))
-	}
 	if m.Type.IsBlock() {
 		return int64(len(m.B))
 	}
@@ -133,22 +116,17 @@ func (m *Mat) Row(dst []float32, r int) {
 		copy(dst, m.F[r*m.Cols:(r+1)*m.Cols])
 	case F16:
 		F16ToF32Rows(dst, m.Cols, m.H[r*m.Cols:(r+1)*m.Cols], m.Cols, 1, m.Cols)
-	case Q8_0:
-		q := m.Q[r*m.Cols : (r+1)*m.Cols]
-		s := m.S[r*m.Cols/QK : (r+1)*m.Cols/QK]
-		for i := range q {
-			dst[i] = float32(q[i]) * s[i/QK]
-		}
 	default:
 		rb, _ := BlockRowBytes(m.Type, m.Cols)
 		DequantizeRow(m.Type, m.B[r*rb:(r+1)*rb], dst[:m.Cols])
 	}
 }
 
-// QuantizeMat converts an F32 matrix to Q8_0 the way llama.cpp does
-// (scale = absmax/127, round half away from zero). Scales are rounded to
-// fp16 as they would be in a GGUF file, so quantizing in memory and loading
-// a written Q8_0 file give the same weights.
+// QuantizeMat converts an F32 (or F16) matrix to Q8_0 blocks (Q8_0B) the
+// way llama.cpp does (scale = absmax/127, round half away from zero), the
+// scale stored as the fp16 a GGUF file holds and the quants rounded
+// against that fp16 scale: quantizing in memory and loading a written
+// Q8_0 file give the same bytes. The blocks are allocated with NewBytes.
 func QuantizeMat(m *Mat) (*Mat, error) {
 	if m.Type == F16 {
 		m = m.Widened()
@@ -159,24 +137,14 @@ func QuantizeMat(m *Mat) (*Mat, error) {
 	if m.Cols%QK != 0 {
 		return nil, fmt.Errorf("quantize: %d columns not divisible by %d", m.Cols, QK)
 	}
-	q := &Mat{Type: Q8_0, Rows: m.Rows, Cols: m.Cols, Q: NewI8(len(m.F)), S: NewScales(len(m.F) / QK)}
-	for g := range q.S {
-		x := m.F[g*QK : (g+1)*QK]
-		var amax float32
-		for _, v := range x {
-			amax = max(amax, abs32(v))
-		}
-		d := F16ToF32(F32ToF16(amax / 127))
-		q.S[g] = d
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
-		for i, v := range x {
-			q.Q[g*QK+i] = int8(max(-127, min(127, roundAway(v*id))))
-		}
+	if len(m.F) != m.Rows*m.Cols {
+		return nil, fmt.Errorf("quantize: %d values for %dx%d", len(m.F), m.Rows, m.Cols)
 	}
-	return q, nil
+	b := NewBytes(len(m.F) / QK * q8BlockBytes)
+	if err := quantizeBlocksInto(b, Q8_0B, m.F, m.Rows, m.Cols); err != nil {
+		return nil, err
+	}
+	return &Mat{Type: Q8_0B, Rows: m.Rows, Cols: m.Cols, B: b}, nil
 }
 
 // QuantizeRows quantizes T activation rows of n values (n%QK == 0) into q and

@@ -1,7 +1,7 @@
 package kernels
 
 // Scratch holds per-caller buffers of the products (the quantized
-// activations: Q8_0 layout for Q8_0, Q8_0B and Q4_0 weights, Q8_K for the
+// activations: Q8_0 layout for Q8_0B and Q4_0 weights, Q8_K for the
 // k-quants), so steady-state decoding allocates nothing.
 type Scratch struct {
 	q   []int8
@@ -71,8 +71,6 @@ func (j *matJob) one(thread int, pr Prod, lo, hi int) {
 		matF32(pr.Out, w.F, j.x, lo, hi, w.Rows, w.Cols, j.T)
 	case F16:
 		matF16(pr.Out, w, j.x, lo, hi, j.T, j.f16[thread])
-	case Q8_0:
-		matQ8(pr.Out, w.Q, w.S, j.xq, j.xs, lo, hi, w.Rows, w.Cols, j.T)
 	case Q8_0B:
 		matQ8B(pr.Out, w, j.xq, j.xs, lo, hi, j.T)
 	case Q4_K, Q5_K, Q6_K:
@@ -394,32 +392,4 @@ func dotF32Portable(a, b []float32) float32 {
 		s += a[i] * b[i]
 	}
 	return s
-}
-
-func matQ8Portable(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
-	g := cols / QK
-	for r := lo; r < hi; r++ {
-		rq, rs := wq[r*cols:(r+1)*cols], ws[r*g:(r+1)*g]
-		for t := range T {
-			out[t*rows+r] = dotQ8Portable(rq, rs, xq[t*cols:(t+1)*cols], xs[t*g:(t+1)*g])
-		}
-	}
-}
-
-func dotQ8Portable(wq []int8, ws []float32, xq []int8, xs []float32) float32 {
-	var acc float32
-	xs = xs[:len(ws)]
-	for g := range ws {
-		a := wq[g*QK : g*QK+QK : g*QK+QK]
-		b := xq[g*QK : g*QK+QK : g*QK+QK]
-		var s0, s1, s2, s3 int32
-		for i := 0; i < QK; i += 4 {
-			s0 += int32(a[i]) * int32(b[i])
-			s1 += int32(a[i+1]) * int32(b[i+1])
-			s2 += int32(a[i+2]) * int32(b[i+2])
-			s3 += int32(a[i+3]) * int32(b[i+3])
-		}
-		acc += float32(s0+s1+s2+s3) * (ws[g] * xs[g])
-	}
-	return acc
 }

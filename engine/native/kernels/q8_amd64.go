@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// The AVX2 Q8_0 × Q8_0 product, llama.cpp's scheme (mul_sum_i8_pairs_float
+// The AVX2 Q8_0B × Q8_0 product, llama.cpp's scheme (mul_sum_i8_pairs_float
 // in ggml/src/ggml-cpu/arch/x86/quants.c, and tinyBLAS_Q0_AVX's updot in
 // ggml/src/ggml-cpu/llamafile/sgemm.cpp): per group of 32, the weight
 // bytes' magnitudes |w| (VPABSB) as unsigned bytes times the activations
@@ -38,52 +38,9 @@ func q8SignGroup(w, x archsimd.Int8x32, ones archsimd.Int16x16) archsimd.Int32x8
 	return w.Abs().AsUint8x32().DotProductPairsSaturated(x.CopySign(w)).DotProductPairs(ones)
 }
 
-func matQ8SignAVX2(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
-	if lo >= hi || T <= 0 {
-		return
-	}
-	checkMat(len(out), len(wq), len(xq), lo, hi, rows, cols, T)
-	G := cols / QK
-	if len(ws) < hi*G || len(xs) < T*G {
-		panic("kernels: Q8_0 scale bounds")
-	}
-	pw, px, po := unsafe.Pointer(&wq[0]), unsafe.Pointer(&xq[0]), unsafe.Pointer(&out[0])
-	// Declared while the vector state is clean (see doc.go).
-	var tile [4]float32
-	for t0 := 0; t0 < T; t0 += tokenBlock {
-		t1 := min(T, t0+tokenBlock)
-		r := lo
-		for ; r+4 <= hi; r += 4 {
-			for t := t0; t < t1; t++ {
-				q8SignTile(po, t*rows+r, pw, ws, cols, G, r, r+1, r+2, r+3, unsafe.Add(px, t*cols), xs[t*G:(t+1)*G])
-			}
-		}
-		if r < hi {
-			// Fewer than four rows left: the last row repeated, into a
-			// scratch tile (each output's order is the same as in a full
-			// tile).
-			r1, r2, r3 := min(r+1, hi-1), min(r+2, hi-1), min(r+3, hi-1)
-			for t := t0; t < t1; t++ {
-				q8SignTile(unsafe.Pointer(&tile), 0, pw, ws, cols, G, r, r1, r2, r3, unsafe.Add(px, t*cols), xs[t*G:(t+1)*G])
-				archsimd.ClearAVXUpperBits()
-				copy(out[t*rows+r:t*rows+hi], tile[:hi-r])
-			}
-		}
-	}
-	archsimd.ClearAVXUpperBits()
-}
-
-// q8SignTile stores at po+o the products of weight rows r0..r3 with the
-// activation row at x0 (scales xs).
-func q8SignTile(po unsafe.Pointer, o int, pw unsafe.Pointer, ws []float32, cols, G, r0, r1, r2, r3 int, x0 unsafe.Pointer, xs []float32) {
-	q8SignRows(po, o, unsafe.Add(pw, r0*cols), unsafe.Add(pw, r1*cols), unsafe.Add(pw, r2*cols), unsafe.Add(pw, r3*cols), QK,
-		ws[r0*G:(r0+1)*G], ws[r1*G:(r1+1)*G], ws[r2*G:(r2+1)*G], ws[r3*G:(r3+1)*G], G, x0, xs)
-}
-
-// q8SignRows is the four-row tile of both Q8_0 layouts: group g's 32
-// quants of row k at wk + g·wstride (QK for split quants, the 34-byte
-// block for Q8_0B, whose wk already skips the scale), row k's scales in
-// sk.
+// q8SignRows is the four-row tile of matQ8BSignAVX2 (q8blocks_amd64.go):
+// group g's 32 quants of row k at wk + g·wstride (the 34-byte block; wk
+// already skips the scale), row k's scales widened to fp32 in sk.
 func q8SignRows(po unsafe.Pointer, o int, w0, w1, w2, w3 unsafe.Pointer, wstride int, s0, s1, s2, s3 []float32, G int, x0 unsafe.Pointer, xs []float32) {
 	var a0, a1, a2, a3 archsimd.Float32x8
 	ones := archsimd.BroadcastInt16x16(1)

@@ -7,65 +7,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"simd/archsimd"
-	"slices"
 	"testing"
 	"time"
 )
 
-// q8AsmCase is one product for the bitwise comparison: weights, scales
-// (ws without ScalePad capacity, as a Mat built by hand may have) and
-// quantized activations.
-type q8AsmCase struct {
-	rows, cols, T int
-	wq            []int8
-	ws            []float32
-	xq            []int8
-	xs            []float32
-}
-
-// newQ8AsmCase fills weights over the whole int8 range (−128 included),
-// activations over ±127, and scales with a mix of ordinary values, zeros
-// and the largest fp16 (65504, the largest scale a GGUF can hold).
-func newQ8AsmCase(r *rand.Rand, rows, cols, T int, extreme bool) q8AsmCase {
-	G := cols / QK
-	c := q8AsmCase{rows: rows, cols: cols, T: T,
-		wq: make([]int8, rows*cols), ws: make([]float32, rows*G),
-		xq: make([]int8, T*cols), xs: make([]float32, T*G)}
-	for i := range c.wq {
-		c.wq[i] = int8(r.IntN(256) - 128)
-	}
-	for i := range c.xq {
-		c.xq[i] = int8(r.IntN(255) - 127)
-	}
-	if extreme {
-		for i := range c.wq {
-			c.wq[i] = [...]int8{-128, 127, -127, 0}[r.IntN(4)]
-		}
-		for i := range c.xq {
-			c.xq[i] = [...]int8{-127, 127}[r.IntN(2)]
-		}
-	}
-	sc := func(s []float32) {
-		for i := range s {
-			switch r.IntN(8) {
-			case 0:
-				s[i] = 0
-			case 1:
-				s[i] = 65504
-			default:
-				s[i] = float32(r.NormFloat64()) * 0.01
-			}
-		}
-	}
-	sc(c.ws)
-	sc(c.xs)
-	return c
-}
-
-// TestQ8AsmBitwise: the assembly tiles give bitwise what matQ8AVX512 gives,
-// for every T (the 4×4 tiles and the one-token tail), column counts that
-// are and are not multiples of 16 groups, row ranges ending inside a tile,
-// scales without padding, and extreme quants and scales.
+// TestQ8AsmBitwise: the assembly tiles give bitwise what matQ8BAVX512
+// gives, for every T (the 8×1 decode tiles, the 4×4 tiles and the
+// one-token tail), column counts that are and are not multiples of 16
+// groups, row ranges starting and ending inside a tile, activation scales
+// without padding, and extreme quants and scales.
 func TestQ8AsmBitwise(t *testing.T) {
 	if supported() < levelAVX512 {
 		t.Skip("no AVX-512")
@@ -77,7 +27,7 @@ func TestQ8AsmBitwise(t *testing.T) {
 				if cols >= 2048 && T > 3 && rows > 5 {
 					continue
 				}
-				c := newQ8AsmCase(r, rows, cols, T, (rows+T)%3 == 0)
+				c := newQ8BlockCase(r, rows, cols, T, (rows+T)%3 == 0)
 				name := fmt.Sprintf("%dx%dxT%d", rows, cols, T)
 				for _, lr := range [][2]int{{0, rows}, {1, rows}, {rows / 2, rows}, {0, (rows + 1) / 2}} {
 					lo, hi := lr[0], lr[1]
@@ -89,46 +39,14 @@ func TestQ8AsmBitwise(t *testing.T) {
 					for i := range got {
 						got[i], want[i] = -1, -1 // outside [lo,hi) must stay untouched
 					}
-					matQ8AVX512(want, c.wq, c.ws, c.xq, c.xs, lo, hi, rows, cols, T)
-					matQ8AVX512Asm(got, c.wq, c.ws, c.xq, c.xs, lo, hi, rows, cols, T)
+					matQ8BAVX512(want, c.blk, c.xq, c.xs, lo, hi, T)
+					matQ8BAVX512Asm(got, c.blk, c.xq, c.xs, lo, hi, T)
 					if i := sameBits(got, want); i >= 0 {
 						t.Fatalf("%s rows [%d,%d): out[%d] = %g (%#x), archsimd %g (%#x)", name, lo, hi, i,
 							got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
 					}
 				}
 			}
-		}
-	}
-}
-
-// TestQ8AsmPortable: the dispatch at the AVX-512 level with the assembly
-// agrees with the portable loops within the Q8_0 tolerance, and each token
-// alone is bitwise the batch.
-func TestQ8AsmPortable(t *testing.T) {
-	if level < levelAVX512 || !q8Asm {
-		t.Skip("assembly not in use")
-	}
-	r := rand.New(rand.NewPCG(5, 6))
-	rows, cols, T := 37, 800, 11
-	w, _ := QuantizeMat(&Mat{Type: F32, Rows: rows, Cols: cols, F: randVec(r, rows*cols)})
-	x := randVec(r, T*cols)
-	xq, xs := make([]int8, len(x)), NewScales(len(x)/QK)
-	QuantizeRows(x, xq, xs)
-	got := make([]float32, T*rows)
-	matQ8(got, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
-	want := make([]float32, T*rows)
-	matQ8Portable(want, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
-	for i := range got {
-		if d := math.Abs(float64(got[i] - want[i])); d > relTolQ8*float64(cols)+1e-6 {
-			t.Fatalf("out %d = %g, portable %g", i, got[i], want[i])
-		}
-	}
-	G := cols / QK
-	for tk := range T {
-		one := make([]float32, rows)
-		matQ8(one, w.Q, w.S, xq[tk*cols:(tk+1)*cols], xs[tk*G:(tk+1)*G], 0, rows, rows, cols, 1)
-		if !slices.Equal(one, got[tk*rows:(tk+1)*rows]) {
-			t.Fatalf("token %d alone differs from the batch", tk)
 		}
 	}
 }
@@ -142,11 +60,11 @@ func FuzzQ8AsmBitwise(f *testing.F) {
 	f.Add(uint8(4), uint8(17), uint8(9), uint64(2))
 	f.Fuzz(func(t *testing.T, rows, groups, T uint8, seed uint64) {
 		nr, ng, nt := int(rows%9)+1, int(groups%40)+1, int(T%9)+1
-		c := newQ8AsmCase(rand.New(rand.NewPCG(seed, 3)), nr, ng*QK, nt, seed%2 == 0)
+		c := newQ8BlockCase(rand.New(rand.NewPCG(seed, 3)), nr, ng*QK, nt, seed%2 == 0)
 		want := make([]float32, nt*nr)
 		got := make([]float32, nt*nr)
-		matQ8AVX512(want, c.wq, c.ws, c.xq, c.xs, 0, nr, nr, ng*QK, nt)
-		matQ8AVX512Asm(got, c.wq, c.ws, c.xq, c.xs, 0, nr, nr, ng*QK, nt)
+		matQ8BAVX512(want, c.blk, c.xq, c.xs, 0, nr, nt)
+		matQ8BAVX512Asm(got, c.blk, c.xq, c.xs, 0, nr, nt)
 		if i := sameBits(got, want); i >= 0 {
 			t.Fatalf("out[%d] = %g, archsimd %g", i, got[i], want[i])
 		}
@@ -204,11 +122,11 @@ func TestQ8SignGroupVNNI(t *testing.T) {
 }
 
 // BenchmarkQ8AsmDecode times one-token products streaming their weights
-// from DRAM, as decode does: eight 16384×768 Q8_0 matrices (100 MB, more
+// from DRAM, as decode does: eight 16384×768 Q8_0B matrices (106 MB, more
 // than the L3), one product per matrix in turn, the archsimd kernel and the
 // assembly alternating on different matrices. GB/s are weight bytes per
 // CPU second; asm-cpu-ratio is the archsimd CPU time over the assembly's.
-// This is where the assembly's next-tile prefetch (PREFETCHNEXT in
+// This is where the assembly's next-tile prefetch (PREFETCHT0 in
 // q8asm_amd64.s) shows: BenchmarkQ8Kernels' 2048×768 matrix stays in L3.
 func BenchmarkQ8AsmDecode(b *testing.B) {
 	if supported() < levelAVX512 {
@@ -218,14 +136,7 @@ func BenchmarkQ8AsmDecode(b *testing.B) {
 	rows, cols := 16384, 768
 	var ms []*Mat
 	for range 8 {
-		q := &Mat{Type: Q8_0, Rows: rows, Cols: cols, Q: NewI8(rows * cols), S: NewScales(rows * cols / QK)}
-		for i := range q.Q {
-			q.Q[i] = int8(r.Uint32())
-		}
-		for i := range q.S {
-			q.S[i] = r.Float32() * 0.01
-		}
-		ms = append(ms, q)
+		ms = append(ms, randQ8B(r, rows, cols, NewBytes))
 	}
 	x := randVec(r, cols)
 	xq, xs := make([]int8, len(x)), NewScales(len(x)/QK)
@@ -236,10 +147,10 @@ func BenchmarkQ8AsmDecode(b *testing.B) {
 	for b.Loop() {
 		w := ms[i%len(ms)]
 		c0, s := cpuTime(), time.Now()
-		matQ8AVX512(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, 1)
+		matQ8BAVX512(out, w, xq, xs, 0, rows, 1)
 		w = ms[(i+1)%len(ms)]
 		c1, m := cpuTime(), time.Now()
-		matQ8AVX512Asm(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, 1)
+		matQ8BAVX512Asm(out, w, xq, xs, 0, rows, 1)
 		c2, e := cpuTime(), time.Now()
 		// Odd and even matrices swap kernels each round.
 		i += 3

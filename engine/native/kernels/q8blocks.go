@@ -1,25 +1,22 @@
 package kernels
 
-import (
-	"encoding/binary"
-	"fmt"
-)
-
 // Q8_0B: Q8_0 weights in the file's 34-byte blocks (fp16 scale, then 32
-// int8 quants), read where the GGUF file's mapping holds them. Each kernel
-// level has a block variant of its Q8_0 kernel with the same integer lanes
-// and the same float order, the scale widened from fp16 (exactly, as the
-// repack did): every output is bitwise what the Q8_0 kernel of that level
-// gives for the weights repacked into split quants and fp32 scales
-// (TestQ8BlocksBitwise). The block variants read quants at a 34-byte
-// stride instead of 32, and gather each tile's scales from their blocks
-// instead of loading them as a run.
+// int8 quants), the one layout of Q8_0 weights: read where a GGUF file's
+// mapping holds them, or made in memory by QuantizeMat. The products take
+// Q8_0 activations (int8 quants and one fp32 scale per 32 values,
+// QuantizeRows). Each level reads the quants at a 34-byte stride and
+// widens each fp16 scale exactly to fp32 before its one fp32 multiply
+// with the activation scale; the levels differ in integer lanes and
+// float order (dispatch_simd.go), and each agrees with the portable loops
+// below within the Q8_0 tolerance (TestQ8BlocksLevels).
 
 // q8BlockBytes is the size of one Q8_0 block.
 const q8BlockBytes = 34
 
 // matQ8BPortable computes rows [lo,hi) of a Q8_0B product against T
-// Q8_0 activation rows: dotQ8Portable's order.
+// Q8_0 activation rows. Order of one output: per group in order, four
+// exact int32 partial sums (values i mod 4) added, converted to float and
+// multiplied by (weight scale × activation scale) into one accumulator.
 func matQ8BPortable(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
 	rows, cols := w.Rows, w.Cols
 	g := cols / QK
@@ -63,26 +60,4 @@ func checkQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) (G,
 		panic("kernels: Q8_0 block product bounds")
 	}
 	return G, rb
-}
-
-// Q8Blocks writes a Q8_0 matrix (split quants and fp32 scales) as Q8_0
-// blocks, the bytes of a GGUF Q8_0 tensor. The scales are rounded to
-// fp16, which leaves those of QuantizeMat (already fp16 values) as they
-// are.
-func Q8Blocks(m *Mat) ([]byte, error) {
-	if m.Type != Q8_0 {
-		return nil, fmt.Errorf("q8 blocks: matrix is %v, not Q8_0", m.Type)
-	}
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	b := make([]byte, len(m.S)*q8BlockBytes)
-	for g, s := range m.S {
-		x := b[q8BlockBytes*g : q8BlockBytes*(g+1)]
-		binary.LittleEndian.PutUint16(x, F32ToF16(s))
-		for i, q := range m.Q[g*QK : (g+1)*QK] {
-			x[2+i] = byte(q)
-		}
-	}
-	return b, nil
 }

@@ -10,14 +10,12 @@ import (
 	"time"
 )
 
-// q8BlockCase is one Q8_0B product and its reference: the weights as a
-// file holds them (blk) and repacked into split quants and fp32 scales
-// widened from the fp16 (rep, what the loader used to make), with
-// quantized activations.
+// q8BlockCase is one Q8_0B product: the weights as a file holds them and
+// quantized activations (their scales without NewScales' padding).
 type q8BlockCase struct {
-	blk, rep *Mat
-	xq       []int8
-	xs       []float32
+	blk *Mat
+	xq  []int8
+	xs  []float32
 }
 
 // q8Halves draws block scales: ordinary quantizer-like values, zero, the
@@ -54,8 +52,7 @@ func newQ8BlockCase(r *rand.Rand, rows, cols, T int, extreme bool) q8BlockCase {
 		}
 	}
 	c := q8BlockCase{blk: &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: b},
-		rep: repackBlocks(b, rows, cols, (rows+T)%2 == 0),
-		xq:  make([]int8, T*cols), xs: make([]float32, T*G)}
+		xq: make([]int8, T*cols), xs: make([]float32, T*G)}
 	for i := range c.xq {
 		c.xq[i] = int8(r.IntN(255) - 127)
 		if extreme {
@@ -75,60 +72,121 @@ func newQ8BlockCase(r *rand.Rand, rows, cols, T int, extreme bool) q8BlockCase {
 	return c
 }
 
-// repackBlocks is the old loader's repack: quants in one run, each fp16
-// scale widened to fp32 (padded as NewScales pads, or not).
-func repackBlocks(b []byte, rows, cols int, pad bool) *Mat {
-	G := rows * cols / QK
-	m := &Mat{Type: Q8_0, Rows: rows, Cols: cols, Q: make([]int8, rows*cols), S: make([]float32, G)}
-	if pad {
-		m.S = NewScales(G)
+// fma32 is a·b + c rounded once to float32, as VFMADD231PS computes it:
+// the product is exact in float64, the sum's rounding error is recovered
+// exactly (two-sum), and a float64 sum that falls on a float32 tie is
+// resolved by the sign of that error, which is all that double rounding
+// through float64 could get wrong.
+func fma32(a, b, c float32) float32 {
+	p, z := float64(a)*float64(b), float64(c)
+	s := p + z
+	r := float32(s)
+	if math.IsInf(s, 0) || math.IsNaN(s) || math.IsInf(float64(r), 0) || float64(r) == s {
+		return r
 	}
-	for g := range G {
-		x := b[q8BlockBytes*g:]
-		m.S[g] = F16ToF32(binary.LittleEndian.Uint16(x))
-		for i := range QK {
-			m.Q[g*QK+i] = int8(x[2+i])
-		}
+	bb := s - p
+	e := (p - (s - bb)) + (z - bb)
+	if e == 0 {
+		return r
 	}
-	return m
+	n := math.Nextafter32(r, float32(math.Copysign(math.Inf(1), s-float64(r))))
+	if 2*s != float64(r)+float64(n) { // not a tie: s's rounding is the exact sum's
+		return r
+	}
+	if (e > 0) == (n > r) {
+		return n
+	}
+	return r
 }
 
-// firstBitDiff is the index of the first value whose bits differ, or −1.
-func firstBitDiff(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+// q8RefDot is one output of the Q8_0B product of the named kernel level,
+// written out in scalar code from the level's definition (dispatch and
+// the kernels' comments): its integer lanes, its per-lane FMA (the
+// portable loops: a multiply and an add) with (weight scale × activation
+// scale), and its horizontal order. The kernels must match it bit for
+// bit.
+func q8RefDot(level string, blk []byte, xq []int8, xs []float32) float32 {
+	var acc [16]float32
+	lanes, width := 1, QK // lanes, and values per lane (contiguous)
+	switch level {
+	case "avx2":
+		lanes, width = 8, 4
+	case "avx512":
+		lanes, width = 16, 2
+	}
+	for g := range xs {
+		x := blk[q8BlockBytes*g:]
+		c := float32(F16ToF32(binary.LittleEndian.Uint16(x)) * xs[g])
+		w, a := x[2:2+QK], xq[g*QK:(g+1)*QK]
+		for k := range lanes {
+			var sum int32
+			for i := k * width; i < (k+1)*width; i++ {
+				sum += int32(int8(w[i])) * int32(a[i])
+			}
+			if lanes == 1 {
+				acc[0] = acc[0] + float32(float32(sum)*c)
+			} else {
+				acc[k] = fma32(float32(sum), c, acc[k])
+			}
+		}
+	}
+	switch level {
+	case "avx512": // fold16: lanes j+8 onto j
+		for j := range 8 {
+			acc[j] = acc[j] + acc[j+8]
+		}
+		fallthrough
+	case "avx2": // hsum4: lanes j+4 onto j, then pairs
+		h := [4]float32{acc[0] + acc[4], acc[1] + acc[5], acc[2] + acc[6], acc[3] + acc[7]}
+		return (h[0] + h[1]) + (h[2] + h[3])
+	}
+	return acc[0]
+}
+
+// sameQ8 is the index of the first output whose bits differ (any NaN
+// matching any NaN: payloads may be quieted at different steps), or −1.
+func sameQ8(got, want []float32) int {
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
 			return i
 		}
 	}
 	return -1
 }
 
-// checkQ8Block compares the Q8_0B product of rows [lo,hi) with the Q8_0
-// product of the repacked weights at the current level, bit for bit, and
-// checks that outputs outside the range stay untouched.
-func checkQ8Block(t *testing.T, name string, c q8BlockCase, lo, hi, T int) {
+// checkQ8Block compares the Q8_0B product of rows [lo,hi) at the current
+// level with q8RefDot for that level, bit for bit, and checks that outputs
+// outside the range stay untouched.
+func checkQ8Block(t *testing.T, lv, name string, c q8BlockCase, lo, hi, T int) {
 	t.Helper()
 	rows, cols := c.blk.Rows, c.blk.Cols
+	G := cols / QK
+	rb := G * q8BlockBytes
 	want := make([]float32, T*rows)
 	got := make([]float32, T*rows)
 	for i := range got {
 		got[i], want[i] = -1, -1
 	}
-	matQ8(want, c.rep.Q, c.rep.S, c.xq, c.xs, lo, hi, rows, cols, T)
+	for tk := range T {
+		for r := lo; r < hi; r++ {
+			want[tk*rows+r] = q8RefDot(lv, c.blk.B[r*rb:(r+1)*rb], c.xq[tk*cols:(tk+1)*cols], c.xs[tk*G:(tk+1)*G])
+		}
+	}
 	matQ8B(got, c.blk, c.xq, c.xs, lo, hi, T)
-	if i := firstBitDiff(got, want); i >= 0 {
-		t.Fatalf("%s rows [%d,%d): out[%d] = %g (%#x), repacked %g (%#x)", name, lo, hi, i,
+	if i := sameQ8(got, want); i >= 0 {
+		t.Fatalf("%s %s rows [%d,%d): out[%d] = %g (%#x), reference %g (%#x)", lv, name, lo, hi, i,
 			got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
 	}
 }
 
 // TestQ8BlocksBitwise: at every kernel level this CPU has, the Q8_0B
-// product is bitwise the Q8_0 product of the same weights repacked, for
-// row counts that do and do not fill the tiles (1..17), column counts in
-// and across the 16-group scale chunks, T = 1..9 and one past the token
-// block, row ranges starting and ending inside tiles, scales with and
-// without padding, subnormal, zero, largest and infinite fp16 scales, and
-// extreme quants (−128 included).
+// product is bitwise the level's order written out in scalar code
+// (q8RefDot), for row counts that do and do not fill the tiles (1..17),
+// column counts in and across the 16-group scale chunks, T = 1..9 and one
+// past the token block, row ranges starting and ending inside tiles,
+// subnormal, zero, largest and infinite fp16 scales, and extreme quants
+// (−128 included). Every output being its own reference's, batched,
+// single-token and partial-range products agree bitwise.
 func TestQ8BlocksBitwise(t *testing.T) {
 	for _, lv := range kernelLevels() {
 		t.Run(lv, func(t *testing.T) {
@@ -141,7 +199,7 @@ func TestQ8BlocksBitwise(t *testing.T) {
 						name := fmt.Sprintf("%dx%dxT%d", rows, cols, T)
 						for _, lr := range [][2]int{{0, rows}, {1, rows}, {rows / 2, rows}, {0, (rows + 1) / 2}, {3, rows}} {
 							if lr[0] < lr[1] {
-								checkQ8Block(t, name, c, lr[0], lr[1], T)
+								checkQ8Block(t, lv, name, c, lr[0], lr[1], T)
 							}
 						}
 					}
@@ -149,21 +207,61 @@ func TestQ8BlocksBitwise(t *testing.T) {
 			}
 			// 67 tokens: past the vector levels' 64-token block.
 			c := newQ8BlockCase(r, 21, 256, 67, false)
-			checkQ8Block(t, "21x256xT67", c, 0, 21, 67)
+			checkQ8Block(t, lv, "21x256xT67", c, 0, 21, 67)
 		})
 	}
 }
 
-// TestQ8BlocksMatMul: through the pool (rows split between threads, the
-// Mat's type choosing the kernel), a Q8_0B matrix gives bitwise the Q8_0
-// outputs, and its Row, Bytes and Validate agree with the layout.
+// TestQ8BlocksLevels: every level agrees with the portable loops within
+// the Q8_0 tolerance (|Δ| ≤ 1e-6·Σ|w·x| + 1e-7: the integer sums are exact,
+// only the float order differs) on odd shapes, weights including −128.
+func TestQ8BlocksLevels(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, sh := range []struct{ rows, cols, T int }{
+		{1, 32, 1}, {3, 32, 2}, {5, 96, 3}, {7, 288, 1}, {13, 800, 5}, {4, 256, 4}, {17, 2080, 2}, {6, 64, 67},
+	} {
+		c := newQ8BlockCase(r, sh.rows, sh.cols, sh.T, false)
+		for i := range c.xs {
+			c.xs[i] = float32(r.NormFloat64()) * 0.01
+		}
+		G := sh.cols / QK
+		want := make([]float32, sh.T*sh.rows)
+		matQ8BPortable(want, c.blk, c.xq, c.xs, 0, sh.rows, sh.T)
+		dq := make([]float32, sh.cols)
+		for _, lv := range kernelLevels() {
+			restore := setKernelLevel(lv)
+			got := make([]float32, len(want))
+			matQ8B(got, c.blk, c.xq, c.xs, 0, sh.rows, sh.T)
+			restore()
+			for j := range sh.rows {
+				c.blk.Row(dq, j)
+				for tk := range sh.T {
+					var mag float64
+					for i, w := range dq {
+						mag += math.Abs(float64(w) * float64(c.xq[tk*sh.cols+i]) * float64(c.xs[tk*G+i/QK]))
+					}
+					o := tk*sh.rows + j
+					if d := math.Abs(float64(got[o] - want[o])); d > 1e-6*mag+1e-7 {
+						t.Fatalf("%s %v: out[%d][%d] = %g, portable %g (Σ|w·x| %g)", lv, sh, tk, j, got[o], want[o], mag)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQ8BlocksMatMul: QuantizeMat makes the bytes QuantizeBlocks writes
+// for a GGUF file; the matrix validates, counts its bytes and dequantizes
+// rows as quant × scale; and through the pool (rows split between
+// threads, the Mat's type choosing the kernel) every level gives bitwise
+// the direct product.
 func TestQ8BlocksMatMul(t *testing.T) {
 	pool := NewPool(2)
 	defer pool.Close()
 	r := rand.New(rand.NewPCG(7, 38))
 	rows, cols, T := 45, 800, 6
 	f := &Mat{Type: F32, Rows: rows, Cols: cols, F: randVec(r, rows*cols)}
-	q, err := QuantizeMat(f)
+	w, err := QuantizeMat(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +269,20 @@ func TestQ8BlocksMatMul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b2, err := Q8Blocks(q); err != nil || !slices.Equal(b, b2) {
-		t.Fatalf("QuantizeBlocks(Q8_0B) and Q8Blocks(QuantizeMat) differ (%v)", err)
+	if w.Type != Q8_0B || !slices.Equal(w.B, b) {
+		t.Fatalf("QuantizeMat gives %v, bytes differ from QuantizeBlocks(Q8_0B)", w.Type)
 	}
-	w := &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: b}
+	h := &Mat{Type: F16, Rows: rows, Cols: cols, H: make([]uint16, rows*cols)}
+	for i, v := range f.F {
+		h.H[i] = F32ToF16(v)
+	}
+	hq, err := QuantizeMat(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hb, _ := QuantizeBlocks(Q8_0B, h.Widened().F, rows, cols); !slices.Equal(hq.B, hb) {
+		t.Fatal("QuantizeMat of F16 differs from quantizing its widened values")
+	}
 	if err := w.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -184,24 +292,29 @@ func TestQ8BlocksMatMul(t *testing.T) {
 	if (&Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: b[:len(b)-1]}).Validate() == nil {
 		t.Fatal("short Q8_0B matrix validated")
 	}
+	rb := cols / QK * q8BlockBytes
 	for r := range rows {
-		a, e := make([]float32, cols), make([]float32, cols)
+		a := make([]float32, cols)
 		w.Row(a, r)
-		q.Row(e, r)
-		if i := firstBitDiff(a, e); i >= 0 {
-			t.Fatalf("row %d value %d = %g, Q8_0 %g", r, i, a[i], e[i])
+		for i := range a {
+			blk := b[r*rb+i/QK*q8BlockBytes:]
+			if e := float32(int8(blk[2+i%QK])) * F16ToF32(binary.LittleEndian.Uint16(blk)); math.Float32bits(a[i]) != math.Float32bits(e) {
+				t.Fatalf("row %d value %d = %g, want %g", r, i, a[i], e)
+			}
 		}
 	}
 	x := randVec(r, T*cols)
 	for _, lv := range kernelLevels() {
 		restore := setKernelLevel(lv)
 		for _, tt := range []int{1, T} {
+			xq, xs := make([]int8, tt*cols), NewScales(tt*cols/QK)
+			QuantizeRows(x[:tt*cols], xq, xs)
 			got, want := make([]float32, tt*rows), make([]float32, tt*rows)
 			pool.MatMul(got, w, x, tt, &Scratch{})
-			pool.MatMul(want, q, x, tt, &Scratch{})
-			if i := firstBitDiff(got, want); i >= 0 {
+			matQ8B(want, w, xq, xs, 0, rows, tt)
+			if i := sameQ8(got, want); i >= 0 {
 				restore()
-				t.Fatalf("%s T=%d: out[%d] = %g, Q8_0 %g", lv, tt, i, got[i], want[i])
+				t.Fatalf("%s T=%d: out[%d] = %g, direct %g", lv, tt, i, got[i], want[i])
 			}
 		}
 		restore()
@@ -209,7 +322,8 @@ func TestQ8BlocksMatMul(t *testing.T) {
 }
 
 // FuzzQ8Blocks compares one small product whose weight blocks are the
-// fuzz bytes (any fp16 scale, any quant) at every level.
+// fuzz bytes (any fp16 scale, NaN and infinity included, any quant) with
+// q8RefDot at every level.
 func FuzzQ8Blocks(f *testing.F) {
 	f.Add([]byte{0x00, 0x3c, 0x80, 0x7f}, uint8(5), uint8(3), uint8(2), uint64(1))
 	f.Add([]byte{0xff, 0x7b, 0x01, 0x00, 0x80}, uint8(9), uint8(17), uint8(9), uint64(2))
@@ -223,34 +337,18 @@ func FuzzQ8Blocks(f *testing.F) {
 		for i := range c.blk.B {
 			c.blk.B[i] = data[i%len(data)] ^ byte(i/len(data))
 		}
-		c.rep = repackBlocks(c.blk.B, nr, cols, seed%3 == 0)
 		for _, lv := range kernelLevels() {
 			restore := setKernelLevel(lv)
-			rows, cols := c.blk.Rows, c.blk.Cols
-			want, got := make([]float32, nt*rows), make([]float32, nt*rows)
-			matQ8(want, c.rep.Q, c.rep.S, c.xq, c.xs, 0, rows, rows, cols, nt)
-			matQ8B(got, c.blk, c.xq, c.xs, 0, rows, nt)
+			checkQ8Block(t, lv, "fuzz", c, 0, nr, nt)
 			restore()
-			for i := range got {
-				// Any NaN is the same NaN here: a NaN scale's payload may
-				// be quieted at different steps.
-				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
-					t.Fatalf("%s: out[%d] = %g, repacked %g", lv, i, got[i], want[i])
-				}
-			}
 		}
 	})
 }
 
-// q8BenchPair is one weight matrix in both layouts.
-type q8BenchPair struct{ rep, blk *Mat }
-
-// newQ8BenchPair makes a matrix in both layouts. With asLoaded each is
-// held as the loaders hold it: the repacked one in memory advised for
-// huge pages (NewI8, NewF32: the old loader's slab), the blocks in a
-// read-only file mapping (the GGUF file's pages).
-func newQ8BenchPair(b *testing.B, r *rand.Rand, rows, cols int, asLoaded bool) q8BenchPair {
-	blk := make([]byte, rows*cols/QK*q8BlockBytes)
+// randQ8B is a rows×cols Q8_0B matrix of random quants and small scales in
+// memory from alloc.
+func randQ8B(r *rand.Rand, rows, cols int, alloc func(int) []byte) *Mat {
+	blk := alloc(rows * cols / QK * q8BlockBytes)
 	for g := range rows * cols / QK {
 		x := blk[q8BlockBytes*g:]
 		binary.LittleEndian.PutUint16(x, F32ToF16(r.Float32()*0.01))
@@ -258,34 +356,33 @@ func newQ8BenchPair(b *testing.B, r *rand.Rand, rows, cols int, asLoaded bool) q
 			x[2+i] = byte(r.Uint32())
 		}
 	}
-	rep := repackBlocks(blk, rows, cols, true)
-	if asLoaded {
-		q, s := NewI8(len(rep.Q)), NewF32(len(rep.S)+ScalePad)
-		copy(q, rep.Q)
-		copy(s, rep.S)
-		rep.Q, rep.S = q, s[:len(rep.S)]
-		blk = mappedCopy(b, blk)
-	}
-	return q8BenchPair{rep, &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: blk}}
+	return &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: blk}
 }
 
 // BenchmarkQ8BlocksDecode times one-token products streaming their
 // weights from DRAM, as decode does (BenchmarkQ8AsmDecode's set-up):
-// eight 16384×768 matrices in each layout (200 MB, more than the L3), the
-// repacked and the block kernel of the current level alternating on
-// different matrices, one thread. block-cpu-ratio is the block kernel's
-// CPU time over the repacked one's (above 1: blocks slower); GB/s are
-// each layout's own bytes per CPU second. heap holds both layouts in
-// ordinary heap memory; loaded holds each as its loader did (repacked in
-// huge pages, blocks in a file mapping of 4 KiB pages).
+// eight 16384×768 matrices (106 MB, more than the L3), one product per
+// matrix in turn, one thread, at the current level. blk-GB/s is weight
+// bytes per CPU second. heap holds the blocks in ordinary heap memory,
+// huge in memory advised for huge pages (NewBytes: QuantizeMat's and
+// CopyOutOfMapping's), loaded in a read-only file mapping of 4 KiB pages
+// (a GGUF file read in place).
 func BenchmarkQ8BlocksDecode(b *testing.B) {
-	for _, loaded := range []bool{false, true} {
-		name := map[bool]string{false: "heap", true: "loaded"}[loaded]
-		b.Run(name, func(b *testing.B) {
+	for _, mem := range []string{"heap", "huge", "loaded"} {
+		b.Run(mem, func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
-			var ms []q8BenchPair
+			var ms []*Mat
 			for range 8 {
-				ms = append(ms, newQ8BenchPair(b, r, 16384, 768, loaded))
+				m := randQ8B(r, 16384, 768, func(n int) []byte { return make([]byte, n) })
+				switch mem {
+				case "huge":
+					c := NewBytes(len(m.B))
+					copy(c, m.B)
+					m.B = c
+				case "loaded":
+					m.B = mappedCopy(b, m.B)
+				}
+				ms = append(ms, m)
 			}
 			benchQ8Blocks(b, ms, 1)
 		})
@@ -297,42 +394,30 @@ func BenchmarkQ8BlocksDecode(b *testing.B) {
 // arithmetic, not the memory).
 func BenchmarkQ8BlocksPrefill(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	ms := []q8BenchPair{newQ8BenchPair(b, r, 2048, 768, false)}
+	ms := []*Mat{randQ8B(r, 2048, 768, func(n int) []byte { return make([]byte, n) })}
 	for _, T := range []int{16, 64} {
 		b.Run(fmt.Sprintf("T%d", T), func(b *testing.B) { benchQ8Blocks(b, ms, T) })
 	}
 }
 
-func benchQ8Blocks(b *testing.B, ms []q8BenchPair, T int) {
-	rows, cols := ms[0].rep.Rows, ms[0].rep.Cols
+func benchQ8Blocks(b *testing.B, ms []*Mat, T int) {
+	rows, cols := ms[0].Rows, ms[0].Cols
 	x := randVec(rand.New(rand.NewPCG(2, 2)), T*cols)
 	xq, xs := make([]int8, len(x)), NewScales(len(x)/QK)
 	QuantizeRows(x, xq, xs)
 	out := make([]float32, T*rows)
 	for _, m := range ms { // pages mapped in before the timing
-		matQ8(out, m.rep.Q, m.rep.S, xq, xs, 0, rows, rows, cols, T)
-		matQ8B(out, m.blk, xq, xs, 0, rows, T)
+		matQ8B(out, m, xq, xs, 0, rows, T)
 	}
-	var crep, cblk, trep, tblk time.Duration
+	var cblk time.Duration
 	i := 0
 	for b.Loop() {
-		w := ms[i%len(ms)].rep
-		c0, s := cpuTime(), time.Now()
-		matQ8(out, w.Q, w.S, xq, xs, 0, rows, rows, cols, T)
-		c1, m := cpuTime(), time.Now()
-		matQ8B(out, ms[(i+1)%len(ms)].blk, xq, xs, 0, rows, T)
-		c2, e := cpuTime(), time.Now()
-		i += 3 // with eight matrices, each layout visits every one
-		crep += c1 - c0
-		cblk += c2 - c1
-		trep += m.Sub(s)
-		tblk += e.Sub(m)
+		c0 := cpuTime()
+		matQ8B(out, ms[i%len(ms)], xq, xs, 0, rows, T)
+		cblk += cpuTime() - c0
+		i++
 	}
-	b.ReportMetric(float64(tblk)/float64(trep), "block-ratio")
-	if crep > 0 && cblk > 0 {
-		n := float64(b.N)
-		b.ReportMetric(float64(cblk)/float64(crep), "block-cpu-ratio")
-		b.ReportMetric(float64(ms[0].rep.Bytes())*n/float64(crep.Nanoseconds()), "rep-GB/s")
-		b.ReportMetric(float64(ms[0].blk.Bytes())*n/float64(cblk.Nanoseconds()), "blk-GB/s")
+	if cblk > 0 {
+		b.ReportMetric(float64(ms[0].Bytes())*float64(b.N)/float64(cblk.Nanoseconds()), "blk-GB/s")
 	}
 }

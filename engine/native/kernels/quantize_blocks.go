@@ -26,8 +26,21 @@ func QuantizeBlocks(t DType, x []float32, rows, cols int) ([]byte, error) {
 	if rows < 0 || len(x) != rows*cols {
 		return nil, fmt.Errorf("quantize: %d values for %dx%d", len(x), rows, cols)
 	}
-	vals, size := blockGeom(t)
 	out := make([]byte, rows*rb)
+	return out, quantizeBlocksInto(out, t, x, rows, cols)
+}
+
+// quantizeBlocksInto is QuantizeBlocks into out (rows·BlockRowBytes(t,
+// cols) bytes).
+func quantizeBlocksInto(out []byte, t DType, x []float32, rows, cols int) error {
+	rb, err := BlockRowBytes(t, cols)
+	if err != nil {
+		return err
+	}
+	if rows < 0 || len(x) != rows*cols || len(out) != rows*rb {
+		return fmt.Errorf("quantize: %d values and %d bytes for %v %dx%d", len(x), len(out), t, rows, cols)
+	}
+	vals, size := blockGeom(t)
 	nw := min(runtime.GOMAXPROCS(0), max(1, rows/16))
 	var wg sync.WaitGroup
 	for w := range nw {
@@ -54,7 +67,7 @@ func QuantizeBlocks(t DType, x []float32, rows, cols int) ([]byte, error) {
 		})
 	}
 	wg.Wait()
-	return out, nil
+	return nil
 }
 
 // quantQ8_0 is QuantizeMat's quantization of one group of 32, written as

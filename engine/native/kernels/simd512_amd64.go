@@ -19,17 +19,16 @@ import (
 //     FMA'd with (weight scale × activation scale) into one 16-lane
 //     accumulator; then the fp32 horizontal order.
 //
-// (At this level the Q8_0 product runs the assembly of q8asm_amd64.s, in
-// this same order; matQ8AVX512 stays as its bitwise reference.)
+// (At this level the Q8_0B product runs the assembly of q8asm_amd64.s, in
+// this same order; matQ8BAVX512 stays as its bitwise reference.)
 //
-// The tiles (4 rows × 2 tokens and 4 × 1 for fp32, 4 × 1 for Q8_0; fewer
-// than 4 rows left are computed as a 4-row tile with the last row repeated)
-// only change which outputs are computed together, never an output's own
-// order, so batched and single-token products agree bitwise.
+// The tiles (4 rows × 2 tokens and 4 × 1 for fp32; fewer than 4 rows left
+// are computed as a 4-row tile with the last row repeated) only change
+// which outputs are computed together, never an output's own order, so
+// batched and single-token products agree bitwise.
 //
 // Go's register allocator uses 16 vector registers, so the widest fp32 tile
-// that does not spill is 4 rows × 2 tokens (8 accumulators); the Q8_0 loop
-// body has more temporaries, and its 4 × 2 tile spilled. Pointers are formed
+// that does not spill is 4 rows × 2 tokens (8 accumulators). Pointers are formed
 // with unsafe after the slice bounds are checked once per call: bounds
 // checks and slice headers in the inner loops cost more registers than
 // there are. Every pointer formed stays inside its slice (go test -race
@@ -74,7 +73,7 @@ func matF32AVX512(out, w, x []float32, lo, hi, rows, cols, T int) {
 	n16 := cols &^ 15
 	rs := cols * 4
 	pw, px, po := unsafe.Pointer(&w[0]), unsafe.Pointer(&x[0]), unsafe.Pointer(&out[0])
-	var tile [4]float32 // zeroed while the vector state is clean: see matQ8AVX512
+	var tile [4]float32 // zeroed while the vector state is clean (doc.go)
 	for t0 := 0; t0 < T; t0 += tokenBlock {
 		t1 := min(T, t0+tokenBlock)
 		r := lo
@@ -377,7 +376,7 @@ func expSum(px unsafe.Pointer, n16 int, m float32, sum *[4]float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// Q8_0.
+// Q8_0B weights.
 
 func ext16(p unsafe.Pointer, off int) archsimd.Int16x32 {
 	return archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(p, off))).ExtendToInt16()
@@ -418,61 +417,24 @@ func bcast(p unsafe.Pointer, i int) f32x16 {
 	return archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(p, i*4)))
 }
 
-func matQ8AVX512(out []float32, wq []int8, ws []float32, xq []int8, xs []float32, lo, hi, rows, cols, T int) {
-	if lo >= hi || T <= 0 {
-		return
-	}
-	checkMat(len(out), len(wq), len(xq), lo, hi, rows, cols, T)
-	G := cols / QK
-	if len(ws) < hi*G || len(xs) < T*G {
-		panic("kernels: Q8_0 scale bounds")
-	}
-	pw, px, po := unsafe.Pointer(&wq[0]), unsafe.Pointer(&xq[0]), unsafe.Pointer(&out[0])
-	// Locals are declared (zeroed) here, while the vector state is clean:
-	// Go zeroes composites with legacy-SSE MOVUPS, which is slow on Intel
-	// once the upper vector halves are dirty.
-	var sc q8Scales
-	var tile [4]float32
-	for t0 := 0; t0 < T; t0 += tokenBlock {
-		t1 := min(T, t0+tokenBlock)
-		r := lo
-		for ; r+4 <= hi; r += 4 {
-			for t := t0; t < t1; t++ {
-				q8Tile4x1(po, t*rows+r, pw, ws, cols, G, r, r+1, r+2, r+3, unsafe.Add(px, t*cols), xs[t*G:], &sc)
-			}
-		}
-		if r < hi {
-			// Fewer than 4 rows left: the last row repeated, into a
-			// scratch tile.
-			r1, r2, r3 := min(r+1, hi-1), min(r+2, hi-1), min(r+3, hi-1)
-			for t := t0; t < t1; t++ {
-				q8Tile4x1(unsafe.Pointer(&tile), 0, pw, ws, cols, G, r, r1, r2, r3, unsafe.Add(px, t*cols), xs[t*G:], &sc)
-				archsimd.ClearAVXUpperBits()
-				copy(out[t*rows+r:t*rows+hi], tile[:])
-			}
-		}
-	}
-	archsimd.ClearAVXUpperBits()
-}
-
-// q8Tile4x1 computes the products of weight rows r0..r3 (quants at pw,
-// scales ws) with one activation row (x0, scales xs) and stores them at
-// po+o.
-func q8Tile4x1(po unsafe.Pointer, o int, pw unsafe.Pointer, ws []float32, cols, G, r0, r1, r2, r3 int, x0 unsafe.Pointer, xs []float32, sc *q8Scales) {
-	w0, w1, w2, w3 := unsafe.Add(pw, r0*cols), unsafe.Add(pw, r1*cols), unsafe.Add(pw, r2*cols), unsafe.Add(pw, r3*cols)
+// q8BTile4x1 computes the products of block rows r0..r3 (rb bytes each
+// from pw; row k's scales widened at ws[k*gp:]) with one activation row
+// (x0, scales xs) and stores them at po+o.
+func q8BTile4x1(po unsafe.Pointer, o int, pw unsafe.Pointer, rb int, ws []float32, gp, G, r0, r1, r2, r3 int, x0 unsafe.Pointer, xs []float32, sc *q8Scales) {
+	w0, w1, w2, w3 := unsafe.Add(pw, r0*rb+2), unsafe.Add(pw, r1*rb+2), unsafe.Add(pw, r2*rb+2), unsafe.Add(pw, r3*rb+2)
 	var a0, a1, a2, a3 f32x16
 	for g0 := 0; g0 < G; g0 += q8Chunk {
 		g1 := min(G, g0+q8Chunk)
-		fillScales(&sc[0], ws[r0*G:], xs, g0, g1)
-		fillScales(&sc[1], ws[r1*G:], xs, g0, g1)
-		fillScales(&sc[2], ws[r2*G:], xs, g0, g1)
-		fillScales(&sc[3], ws[r3*G:], xs, g0, g1)
+		fillScales(&sc[0], ws[0:], xs, g0, g1)
+		fillScales(&sc[1], ws[gp:], xs, g0, g1)
+		fillScales(&sc[2], ws[2*gp:], xs, g0, g1)
+		fillScales(&sc[3], ws[3*gp:], xs, g0, g1)
 		ps := unsafe.Pointer(sc)
 		const row = q8Chunk * 4
 		for g := g0; g < g1; g++ {
-			off := g * QK
+			off := g * q8BlockBytes
 			j := g - g0
-			y := ext16(x0, off)
+			y := ext16(x0, g*QK)
 			a0 = ext16(w0, off).DotProductPairs(y).ConvertToFloat32().MulAdd(bcast(ps, j), a0)
 			a1 = ext16(w1, off).DotProductPairs(y).ConvertToFloat32().MulAdd(bcast(unsafe.Add(ps, row), j), a1)
 			a2 = ext16(w2, off).DotProductPairs(y).ConvertToFloat32().MulAdd(bcast(unsafe.Add(ps, 2*row), j), a2)
@@ -481,6 +443,8 @@ func q8Tile4x1(po unsafe.Pointer, o int, pw unsafe.Pointer, ws []float32, cols, 
 	}
 	st4x16(po, o, a0, a1, a2, a3)
 }
+
+// Q8_0 activations.
 
 // quantizeRowsAVX512 is quantizeRowsPortable, bit for bit: the scale is
 // the same float32 division, and round-half-away-from-zero is done exactly

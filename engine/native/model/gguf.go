@@ -242,8 +242,7 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		// Kept as the file's blocks, aliasing the read-only mapping:
 		// nothing is copied and no page is touched until a product reads
-		// it (Q8_0 as kernels.Q8_0B, whose products are bitwise those of
-		// Q8_0 quantized in memory).
+		// it (Q8_0 as kernels.Q8_0B, the layout QuantizeMat makes too).
 		w.Type, w.B = blockDType[t.Type], data
 		if _, err := kernels.BlockRowBytes(w.Type, cols); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", name, err)
@@ -461,13 +460,6 @@ func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
 		for r := range x.Rows {
 			copy(y.H[r*x.Cols:(r+1)*x.Cols], x.H[src(r)*x.Cols:])
 		}
-	case kernels.Q8_0:
-		g := x.Cols / kernels.QK
-		y.Q, y.S = make([]int8, len(x.Q)), kernels.NewScales(len(x.S))
-		for r := range x.Rows {
-			copy(y.Q[r*x.Cols:(r+1)*x.Cols], x.Q[src(r)*x.Cols:])
-			copy(y.S[r*g:(r+1)*g], x.S[src(r)*g:])
-		}
 	default:
 		rb, _ := kernels.BlockRowBytes(x.Type, x.Cols)
 		y.B = make([]byte, len(x.B))
@@ -479,20 +471,17 @@ func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
 }
 
 // encodeMat encodes x as typ. A block matrix already in typ is written
-// as it is; keepQ8 writes Q8_0 matrices unchanged whatever typ says (a
-// Q8_0 model written "as F32" keeps its quantization, as WriteGGUF
-// always did). Anything else goes through fp32.
+// as it is (a Q8_0B matrix, loaded or quantized in memory, is the Q8_0
+// tensor's bytes); keepQ8 writes Q8_0B matrices unchanged whatever typ
+// says (a Q8_0 model written "as F32" keeps its quantization, as
+// WriteGGUF always did). Anything else goes through fp32.
 func encodeMat(x *kernels.Mat, typ gguf.Type, keepQ8 bool) ([]byte, gguf.Type, error) {
 	le := binary.LittleEndian
-	if (x.Type == kernels.Q8_0 || x.Type == kernels.Q8_0B) && keepQ8 {
+	if x.Type == kernels.Q8_0B && keepQ8 {
 		typ = gguf.Q8_0
 	}
 	if x.Type.IsBlock() && blockDType[typ] == x.Type {
 		return x.B, typ, nil
-	}
-	if x.Type == kernels.Q8_0 && typ == gguf.Q8_0 {
-		b, err := kernels.Q8Blocks(x)
-		return b, typ, err
 	}
 	f := x.F
 	if x.Type != kernels.F32 {

@@ -148,18 +148,7 @@ func TestCopyOutOfMapping(t *testing.T) {
 			if quant == "f16" && !kernels.NativeF16() {
 				t.Skip("F16 matrices are widened at load at this kernel level")
 			}
-			q, err := ParseQuant(quant)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var buf bytes.Buffer
-			if err := WriteGGUFQuant(&buf, kquantModel(t, "qwen3", 2), q); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			path := writeQuantFile(t, quant)
 			mapped, err := LoadGGUF(path)
 			if err != nil {
 				t.Fatal(err)
@@ -207,6 +196,66 @@ func TestCopyOutOfMapping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestQuantizeMapped: quantizing a model read in place (F16 halves on the
+// file's mapping, or an F32 file whose values were copied at load) leaves
+// nothing counted as mapped, and the logits are those of the same file
+// quantized after a plain copy.
+func TestQuantizeMapped(t *testing.T) {
+	if !gguf.Mapped() {
+		t.Skip("this platform reads files instead of mapping them")
+	}
+	for _, quant := range []string{"f32", "f16"} {
+		t.Run(quant, func(t *testing.T) {
+			path := writeQuantFile(t, quant)
+			load := func(copyOut bool) *Model {
+				m, err := LoadGGUF(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if copyOut {
+					m.CopyOutOfMapping()
+				}
+				if err := m.Quantize(); err != nil {
+					t.Fatal(err)
+				}
+				if m.Mapped || m.MappedWeightBytes() != 0 {
+					t.Fatalf("after Quantize: Mapped %v, %d bytes mapped", m.Mapped, m.MappedWeightBytes())
+				}
+				for _, w := range m.mats() {
+					if w.Type != kernels.Q8_0B {
+						t.Fatalf("a %v matrix after Quantize", w.Type)
+					}
+				}
+				return m
+			}
+			toks := []int32{1, 5, 9, 13, 2, 7}
+			want := logitsOf(t, load(true), toks)
+			if got := logitsOf(t, load(false), toks); !slices.Equal(got, want) {
+				t.Fatalf("logits differ: max |Δ| %g", maxAbsDiff(got, want))
+			}
+		})
+	}
+}
+
+// writeQuantFile writes a small two-layer Qwen3 model as a GGUF file of
+// the named type (ParseQuant's names) and returns its path.
+func writeQuantFile(t *testing.T, quant string) string {
+	t.Helper()
+	q, err := ParseQuant(quant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteGGUFQuant(&buf, kquantModel(t, "qwen3", 2), q); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func span(b []byte) [2]uintptr {

@@ -226,12 +226,18 @@ func (m *Model) mats() []*kernels.Mat {
 }
 
 // Quantize converts every matrix with a column count divisible by 32 to
-// Q8_0 in place (the embedding included; it is dequantized per row).
-// It refuses when some matrix cannot be quantized, so a "Q8_0 model" never
-// silently keeps fp32 layers.
+// Q8_0 blocks (kernels.Q8_0B) in place (the embedding included; it is
+// dequantized per row). It refuses when some matrix cannot be quantized,
+// so a "Q8_0 model" never silently keeps fp32 layers. A model read in
+// place from its file's mapping is copied out of it first
+// (CopyOutOfMapping) and no longer counts as mapped: the quantized
+// matrices are the process's own, which MappedWeightBytes and
+// CopyOutOfMapping must not take for the file's.
 func (m *Model) Quantize() error {
+	m.CopyOutOfMapping()
+	m.Mapped = false
 	q := func(w **kernels.Mat, name string) error {
-		if t := (*w).Type; t == kernels.Q8_0 || t == kernels.Q8_0B {
+		if (*w).Type == kernels.Q8_0B {
 			return nil
 		}
 		n, err := kernels.QuantizeMat(*w)
