@@ -11,7 +11,7 @@ import (
 // of https://github.com/ggml-org/llama.cpp, and the dequantization below
 // follows dequantize_row_* in ggml/src/ggml-quants.c value for value:
 //
-//	Q8_0  32 values, 34 bytes: fp16 d; 32 int8 q; x = q·d (Q8_0B).
+//	Q8_0  32 values, 34 bytes: fp16 d; 32 int8 q; x = q·d.
 //	Q4_0  32 values, 18 bytes: fp16 d; 16 bytes, low nibbles are values
 //	      0..15, high nibbles 16..31; x = d·(q−8).
 //	Q4_K  256 values, 144 bytes: fp16 d, fp16 dmin, 12 bytes of eight 6-bit
@@ -25,7 +25,7 @@ import (
 //	      x = d·sc·(q−32).
 //
 // Products reduce each weight block against int8 activations in
-// integers, then scale. Q8_0B and Q4_0 take the Q8_0 activations (one fp32 scale
+// integers, then scale. Q8_0 and Q4_0 take the Q8_0 activations (one fp32 scale
 // per 32 values, as ggml's vec_dot_q4_0_q8_0); the k-quants take Q8_K
 // activations (one fp32 scale per 256 values plus int16 sums of every 16,
 // q8k.go), ggml's vec_dot_q*_K_q8_K scheme.
@@ -33,7 +33,7 @@ import (
 // blockGeom is a block type's values and bytes per block.
 func blockGeom(t DType) (vals, bytes int) {
 	switch t {
-	case Q8_0B:
+	case Q8_0:
 		return 32, 34
 	case Q4_0:
 		return 32, 18
@@ -81,7 +81,7 @@ func DequantizeRow(t DType, blk []byte, dst []float32) {
 	for b := range len(dst) / vals {
 		x, y := blk[b*size:(b+1)*size], dst[b*vals:(b+1)*vals]
 		switch t {
-		case Q8_0B:
+		case Q8_0:
 			// Mat.Row's Q8_0 order (quant times scale).
 			d := f16At(x, 0)
 			for l := range 32 {

@@ -64,7 +64,7 @@ func matF32(out, w, x []float32, lo, hi, rows, cols, T int) {
 	}
 }
 
-// matQ8B is the Q8_0B product: the AVX-512 level runs the assembly tiles
+// matQ8B is the Q8_0 product: the AVX-512 level runs the assembly tiles
 // (q8asm_amd64.s; with q8Asm cleared, matQ8BAVX512), the AVX2 level the sign-trick archsimd kernel
 // (q8blocks_amd64.go), else the portable loops (q8blocks.go).
 func matQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {

@@ -1,5 +1,5 @@
 // Package kernels owns the numeric inner loops of the native engine: the
-// fp32, F16 and ggml block-type (Q8_0B, Q4_0, Q4_K, Q5_K, Q6_K;
+// fp32, F16 and ggml block-type (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K;
 // blocks.go, blocks_amd64.go, q8blocks.go) matrix products, the block
 // types as integer dot products against activations quantized once per
 // product to int8, the small vector operations around them (RMSNorm, softmax,
@@ -18,7 +18,7 @@
 // AVX-512 (16-lane kernels), else AVX2+FMA (8-lane), else the portable
 // loops; TANDEM_NATIVE_KERNELS=avx2 or =portable picks a lower level, to
 // measure or test it. At the AVX-512 level the quantized products run Go
-// assembly instead (q8asm_amd64.s: Q8_0B; and on CPUs with AVX512_VNNI
+// assembly instead (q8asm_amd64.s: Q8_0; and on CPUs with AVX512_VNNI
 // q4k512_amd64.s: Q4_K, q6k512_amd64.s: Q6_K), and so does the one-token
 // F16 product (f16asm_amd64.s, rows a multiple of 16 long), bitwise equal
 // to the archsimd kernels of that level. Every other build uses portable Go.
@@ -29,9 +29,9 @@
 // Rules the SIMD kernels follow, learned the hard way:
 //
 //   - Go's register allocator uses 16 vector registers, so the widest tiles
-//     are 4 weight rows × 2 tokens (fp32) and 4 × 1 (Q8_0B); wider ones
+//     are 4 weight rows × 2 tokens (fp32) and 4 × 1 (Q8_0); wider ones
 //     spill. Assembly has all 32, which is what it buys where that limit
-//     costs most: Q8_0B in 4 weight rows × 4 tokens, Q4_K and Q6_K in 1 row × 8
+//     costs most: Q8_0 in 4 weight rows × 4 tokens, Q4_K and Q6_K in 1 row × 8
 //     tokens with the row's unpacked weights and scales in registers.
 //   - Scalar float code compiles to legacy SSE, and Go zeroes composite
 //     locals with legacy-SSE MOVUPS. On Intel both are very slow while the

@@ -20,11 +20,11 @@ const (
 	// F16 keeps IEEE halves (Mat.H), widened a few rows at a time inside
 	// the product (f16mat.go): decode reads half the bytes of F32.
 	F16
-	// Q8_0B is Q8_0 as a GGUF file stores it, a block type: 34-byte
-	// blocks of an fp16 scale and 32 int8 quants (q8blocks.go). It is the
-	// one Q8_0 weight layout: read in place from a file's mapping, and
-	// what QuantizeMat makes in memory.
-	Q8_0B
+	// Q8_0 is a block type as a GGUF file stores it: 34-byte blocks of an
+	// fp16 scale and 32 int8 quants (q8blocks.go). It is the one Q8_0
+	// weight layout: read in place from a file's mapping, and what
+	// QuantizeMat makes in memory.
+	Q8_0
 )
 
 func (d DType) String() string {
@@ -41,8 +41,8 @@ func (d DType) String() string {
 		return "Q6_K"
 	case F16:
 		return "F16"
-	case Q8_0B:
-		return "Q8_0B"
+	case Q8_0:
+		return "Q8_0"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -76,7 +76,7 @@ func (m *Mat) Validate() error {
 		if len(m.H) != n {
 			return fmt.Errorf("F16 %dx%d has %d values", m.Rows, m.Cols, len(m.H))
 		}
-	case Q4_0, Q4_K, Q5_K, Q6_K, Q8_0B:
+	case Q4_0, Q4_K, Q5_K, Q6_K, Q8_0:
 		rb, err := BlockRowBytes(m.Type, m.Cols)
 		if err != nil {
 			return err
@@ -122,7 +122,7 @@ func (m *Mat) Row(dst []float32, r int) {
 	}
 }
 
-// QuantizeMat converts an F32 (or F16) matrix to Q8_0 blocks (Q8_0B) the
+// QuantizeMat converts an F32 (or F16) matrix to Q8_0 blocks the
 // way llama.cpp does (scale = absmax/127, round half away from zero), the
 // scale stored as the fp16 a GGUF file holds and the quants rounded
 // against that fp16 scale: quantizing in memory and loading a written
@@ -141,10 +141,10 @@ func QuantizeMat(m *Mat) (*Mat, error) {
 		return nil, fmt.Errorf("quantize: %d values for %dx%d", len(m.F), m.Rows, m.Cols)
 	}
 	b := NewBytes(len(m.F) / QK * q8BlockBytes)
-	if err := quantizeBlocksInto(b, Q8_0B, m.F, m.Rows, m.Cols); err != nil {
+	if err := quantizeBlocksInto(b, Q8_0, m.F, m.Rows, m.Cols); err != nil {
 		return nil, err
 	}
-	return &Mat{Type: Q8_0B, Rows: m.Rows, Cols: m.Cols, B: b}, nil
+	return &Mat{Type: Q8_0, Rows: m.Rows, Cols: m.Cols, B: b}, nil
 }
 
 // QuantizeRows quantizes T activation rows of n values (n%QK == 0) into q and

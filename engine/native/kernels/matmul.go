@@ -1,7 +1,7 @@
 package kernels
 
 // Scratch holds per-caller buffers of the products (the quantized
-// activations: Q8_0 layout for Q8_0B and Q4_0 weights, Q8_K for the
+// activations: Q8_0 layout for Q8_0 and Q4_0 weights, Q8_K for the
 // k-quants), so steady-state decoding allocates nothing.
 type Scratch struct {
 	q   []int8
@@ -71,7 +71,7 @@ func (j *matJob) one(thread int, pr Prod, lo, hi int) {
 		matF32(pr.Out, w.F, j.x, lo, hi, w.Rows, w.Cols, j.T)
 	case F16:
 		matF16(pr.Out, w, j.x, lo, hi, j.T, j.f16[thread])
-	case Q8_0B:
+	case Q8_0:
 		matQ8B(pr.Out, w, j.xq, j.xs, lo, hi, j.T)
 	case Q4_K, Q5_K, Q6_K:
 		matKQuant(pr.Out, w, j.k, lo, hi, j.T)

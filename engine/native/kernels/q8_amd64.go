@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// The AVX2 Q8_0B × Q8_0 product, llama.cpp's scheme (mul_sum_i8_pairs_float
+// The AVX2 Q8_0 × Q8_0 product, llama.cpp's scheme (mul_sum_i8_pairs_float
 // in ggml/src/ggml-cpu/arch/x86/quants.c, and tinyBLAS_Q0_AVX's updot in
 // ggml/src/ggml-cpu/llamafile/sgemm.cpp): per group of 32, the weight
 // bytes' magnitudes |w| (VPABSB) as unsigned bytes times the activations

@@ -104,7 +104,7 @@ func FuzzQ8SignGroup(f *testing.F) {
 	})
 }
 
-// BenchmarkQ8Kernels times the Q8_0B kernels of the vector levels on a
+// BenchmarkQ8Kernels times the Q8_0 kernels of the vector levels on a
 // 110M Llama's up projection (2048×768, in cache), one thread: the AVX2
 // sign-trick kernel, and on an AVX-512 CPU the AVX-512 level's archsimd
 // kernel and the assembly tiles that replace it, alternating in the same

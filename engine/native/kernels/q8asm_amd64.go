@@ -2,7 +2,7 @@
 
 package kernels
 
-// The Q8_0B × Q8_0 product of the AVX-512 level in Go assembly
+// The Q8_0 × Q8_0 product of the AVX-512 level in Go assembly
 // (q8asm_amd64.s): the integer lanes and float order of matQ8BAVX512
 // (simd512_amd64.go), so every output is bitwise what the archsimd kernel
 // gives, which TestQ8AsmBitwise checks. What the assembly buys over the
@@ -92,7 +92,7 @@ var q8Asm = true
 // buffer holds on the stack (32,768 columns); wider rows allocate it.
 const q8BStackGroups = 1024
 
-// matQ8BAVX512Asm is the Q8_0B product of the AVX-512 level: per token
+// matQ8BAVX512Asm is the Q8_0 product of the AVX-512 level: per token
 // block, one-token decode runs 8 × 1 tiles, then 4-row tiles of 4, 2 and
 // 1 tokens; fewer than four rows left are a tile with the last row
 // repeated, into a scratch tile.

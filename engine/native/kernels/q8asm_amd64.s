@@ -4,7 +4,7 @@
 #include "hsum_amd64.h"
 
 
-// Q8_0B × Q8_0 tiles of the AVX-512 level in assembly (q8asm_amd64.go says
+// Q8_0 × Q8_0 tiles of the AVX-512 level in assembly (q8asm_amd64.go says
 // why and what order they keep). Every output is reduced as:
 //
 //   for each group g in order:

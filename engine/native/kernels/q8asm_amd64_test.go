@@ -122,7 +122,7 @@ func TestQ8SignGroupVNNI(t *testing.T) {
 }
 
 // BenchmarkQ8AsmDecode times one-token products streaming their weights
-// from DRAM, as decode does: eight 16384×768 Q8_0B matrices (106 MB, more
+// from DRAM, as decode does: eight 16384×768 Q8_0 matrices (106 MB, more
 // than the L3), one product per matrix in turn, the archsimd kernel and the
 // assembly alternating on different matrices. GB/s are weight bytes per
 // CPU second; asm-cpu-ratio is the archsimd CPU time over the assembly's.

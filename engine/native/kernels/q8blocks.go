@@ -1,6 +1,6 @@
 package kernels
 
-// Q8_0B: Q8_0 weights in the file's 34-byte blocks (fp16 scale, then 32
+// Q8_0: Q8_0 weights in the file's 34-byte blocks (fp16 scale, then 32
 // int8 quants), the one layout of Q8_0 weights: read where a GGUF file's
 // mapping holds them, or made in memory by QuantizeMat. The products take
 // Q8_0 activations (int8 quants and one fp32 scale per 32 values,
@@ -13,7 +13,7 @@ package kernels
 // q8BlockBytes is the size of one Q8_0 block.
 const q8BlockBytes = 34
 
-// matQ8BPortable computes rows [lo,hi) of a Q8_0B product against T
+// matQ8BPortable computes rows [lo,hi) of a Q8_0 product against T
 // Q8_0 activation rows. Order of one output: per group in order, four
 // exact int32 partial sums (values i mod 4) added, converted to float and
 // multiplied by (weight scale × activation scale) into one accumulator.
@@ -48,14 +48,14 @@ func dotQ8BPortable(blk []byte, xq []int8, xs []float32) float32 {
 	return acc
 }
 
-// checkQ8B panics unless a Q8_0B product over rows [lo,hi) and T ≥ 1
+// checkQ8B panics unless a Q8_0 product over rows [lo,hi) and T ≥ 1
 // tokens stays inside its slices; it returns the groups per row and the
 // bytes per row.
 func checkQ8B(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) (G, rb int) {
 	rows, cols := w.Rows, w.Cols
 	G = cols / QK
 	rb = G * q8BlockBytes
-	if w.Type != Q8_0B || G <= 0 || cols != G*QK || lo < 0 || hi > rows || T < 1 ||
+	if w.Type != Q8_0 || G <= 0 || cols != G*QK || lo < 0 || hi > rows || T < 1 ||
 		len(w.B) < hi*rb || len(xq) < T*cols || len(xs) < T*G || len(out) < (T-1)*rows+hi {
 		panic("kernels: Q8_0 block product bounds")
 	}

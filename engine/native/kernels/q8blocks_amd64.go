@@ -7,13 +7,13 @@ import (
 	"unsafe"
 )
 
-// matQ8BSignAVX2 is the Q8_0B product of the AVX2 level: four-row tiles
+// matQ8BSignAVX2 is the Q8_0 product of the AVX2 level: four-row tiles
 // (q8SignRows, q8_amd64.go).
 func matQ8BSignAVX2(out []float32, w *Mat, xq []int8, xs []float32, lo, hi, T int) {
 	matQ8BTiles(out, w, xq, xs, lo, hi, T, false)
 }
 
-// matQ8BAVX512 is the archsimd Q8_0B product of the AVX-512 level
+// matQ8BAVX512 is the archsimd Q8_0 product of the AVX-512 level
 // (q8BTile4x1, simd512_amd64.go): the bitwise reference of the assembly
 // tiles (TestQ8AsmBitwise) and their baseline in the benchmarks, reached
 // when q8Asm is cleared.

@@ -10,7 +10,7 @@ import (
 )
 
 // mappedCopy writes b to a file and returns a read-only shared mapping of
-// it, as the GGUF loader holds Q8_0B weights (the file's pages, 4 KiB
+// it, as the GGUF loader holds Q8_0 weights (the file's pages, 4 KiB
 // ones), unmapped when the benchmark ends.
 func mappedCopy(tb testing.TB, b []byte) []byte {
 	p := filepath.Join(tb.TempDir(), "blocks")

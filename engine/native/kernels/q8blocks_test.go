@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// q8BlockCase is one Q8_0B product: the weights as a file holds them and
+// q8BlockCase is one Q8_0 product: the weights as a file holds them and
 // quantized activations (their scales without NewScales' padding).
 type q8BlockCase struct {
 	blk *Mat
@@ -51,7 +51,7 @@ func newQ8BlockCase(r *rand.Rand, rows, cols, T int, extreme bool) q8BlockCase {
 			x[2+i] = byte(v)
 		}
 	}
-	c := q8BlockCase{blk: &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: b},
+	c := q8BlockCase{blk: &Mat{Type: Q8_0, Rows: rows, Cols: cols, B: b},
 		xq: make([]int8, T*cols), xs: make([]float32, T*G)}
 	for i := range c.xq {
 		c.xq[i] = int8(r.IntN(255) - 127)
@@ -99,7 +99,7 @@ func fma32(a, b, c float32) float32 {
 	return r
 }
 
-// q8RefDot is one output of the Q8_0B product of the named kernel level,
+// q8RefDot is one output of the Q8_0 product of the named kernel level,
 // written out in scalar code from the level's definition (dispatch and
 // the kernels' comments): its integer lanes, its per-lane FMA (the
 // portable loops: a multiply and an add) with (weight scale × activation
@@ -154,7 +154,7 @@ func sameQ8(got, want []float32) int {
 	return -1
 }
 
-// checkQ8Block compares the Q8_0B product of rows [lo,hi) at the current
+// checkQ8Block compares the Q8_0 product of rows [lo,hi) at the current
 // level with q8RefDot for that level, bit for bit, and checks that outputs
 // outside the range stay untouched.
 func checkQ8Block(t *testing.T, lv, name string, c q8BlockCase, lo, hi, T int) {
@@ -179,7 +179,7 @@ func checkQ8Block(t *testing.T, lv, name string, c q8BlockCase, lo, hi, T int) {
 	}
 }
 
-// TestQ8BlocksBitwise: at every kernel level this CPU has, the Q8_0B
+// TestQ8BlocksBitwise: at every kernel level this CPU has, the Q8_0
 // product is bitwise the level's order written out in scalar code
 // (q8RefDot), for row counts that do and do not fill the tiles (1..17),
 // column counts in and across the 16-group scale chunks, T = 1..9 and one
@@ -265,12 +265,12 @@ func TestQ8BlocksMatMul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := QuantizeBlocks(Q8_0B, f.F, rows, cols)
+	b, err := QuantizeBlocks(Q8_0, f.F, rows, cols)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Type != Q8_0B || !slices.Equal(w.B, b) {
-		t.Fatalf("QuantizeMat gives %v, bytes differ from QuantizeBlocks(Q8_0B)", w.Type)
+	if w.Type != Q8_0 || !slices.Equal(w.B, b) {
+		t.Fatalf("QuantizeMat gives %v, bytes differ from QuantizeBlocks(Q8_0)", w.Type)
 	}
 	h := &Mat{Type: F16, Rows: rows, Cols: cols, H: make([]uint16, rows*cols)}
 	for i, v := range f.F {
@@ -280,7 +280,7 @@ func TestQ8BlocksMatMul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hb, _ := QuantizeBlocks(Q8_0B, h.Widened().F, rows, cols); !slices.Equal(hq.B, hb) {
+	if hb, _ := QuantizeBlocks(Q8_0, h.Widened().F, rows, cols); !slices.Equal(hq.B, hb) {
 		t.Fatal("QuantizeMat of F16 differs from quantizing its widened values")
 	}
 	if err := w.Validate(); err != nil {
@@ -289,8 +289,8 @@ func TestQ8BlocksMatMul(t *testing.T) {
 	if got := w.Bytes(); got != int64(rows*cols/QK*34) {
 		t.Fatalf("Bytes = %d", got)
 	}
-	if (&Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: b[:len(b)-1]}).Validate() == nil {
-		t.Fatal("short Q8_0B matrix validated")
+	if (&Mat{Type: Q8_0, Rows: rows, Cols: cols, B: b[:len(b)-1]}).Validate() == nil {
+		t.Fatal("short Q8_0 matrix validated")
 	}
 	rb := cols / QK * q8BlockBytes
 	for r := range rows {
@@ -345,7 +345,7 @@ func FuzzQ8Blocks(f *testing.F) {
 	})
 }
 
-// randQ8B is a rows×cols Q8_0B matrix of random quants and small scales in
+// randQ8B is a rows×cols Q8_0 matrix of random quants and small scales in
 // memory from alloc.
 func randQ8B(r *rand.Rand, rows, cols int, alloc func(int) []byte) *Mat {
 	blk := alloc(rows * cols / QK * q8BlockBytes)
@@ -356,7 +356,7 @@ func randQ8B(r *rand.Rand, rows, cols int, alloc func(int) []byte) *Mat {
 			x[2+i] = byte(r.Uint32())
 		}
 	}
-	return &Mat{Type: Q8_0B, Rows: rows, Cols: cols, B: blk}
+	return &Mat{Type: Q8_0, Rows: rows, Cols: cols, B: blk}
 }
 
 // BenchmarkQ8BlocksDecode times one-token products streaming their

@@ -9,8 +9,8 @@ import (
 )
 
 // QuantizeBlocks encodes rows×cols fp32 values (row-major) as ggml blocks
-// of type t, the bytes a GGUF tensor of that type holds. Q8_0B is
-// QuantizeMat's Q8_0 as blocks. Q4_0 follows quantize_row_q4_0_ref of
+// of type t, the bytes a GGUF tensor of that type holds. Q8_0 is
+// QuantizeMat's blocks. Q4_0 follows quantize_row_q4_0_ref of
 // ggml/src/ggml-quants.c exactly. The k-quants follow the reference layout and its two-pass scheme (per-sub-block
 // scale and min, quantized to 6 bits, or 8 for Q6_K, against a
 // super-block scale, then every value re-quantized with the rounded
@@ -51,7 +51,7 @@ func quantizeBlocksInto(out []byte, t DType, x []float32, rows, cols int) error 
 					src := x[r*cols+b*vals : r*cols+(b+1)*vals]
 					dst := out[r*rb+b*size : r*rb+(b+1)*size]
 					switch t {
-					case Q8_0B:
+					case Q8_0:
 						quantQ8_0(src, dst)
 					case Q4_0:
 						quantQ4_0(src, dst)

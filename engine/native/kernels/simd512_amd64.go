@@ -19,7 +19,7 @@ import (
 //     FMA'd with (weight scale × activation scale) into one 16-lane
 //     accumulator; then the fp32 horizontal order.
 //
-// (At this level the Q8_0B product runs the assembly of q8asm_amd64.s, in
+// (At this level the Q8_0 product runs the assembly of q8asm_amd64.s, in
 // this same order; matQ8BAVX512 stays as its bitwise reference.)
 //
 // The tiles (4 rows × 2 tokens and 4 × 1 for fp32; fewer than 4 rows left
@@ -376,7 +376,7 @@ func expSum(px unsafe.Pointer, n16 int, m float32, sum *[4]float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// Q8_0B weights.
+// Q8_0 weights.
 
 func ext16(p unsafe.Pointer, off int) archsimd.Int16x32 {
 	return archsimd.LoadInt8x32((*[32]int8)(unsafe.Add(p, off))).ExtendToInt16()

@@ -242,7 +242,7 @@ func ggufMat(f *gguf.File, name string, rows, cols int) (*kernels.Mat, error) {
 	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		// Kept as the file's blocks, aliasing the read-only mapping:
 		// nothing is copied and no page is touched until a product reads
-		// it (Q8_0 as kernels.Q8_0B, the layout QuantizeMat makes too).
+		// it (for Q8_0 the layout QuantizeMat makes too).
 		w.Type, w.B = blockDType[t.Type], data
 		if _, err := kernels.BlockRowBytes(w.Type, cols); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", name, err)
@@ -275,7 +275,7 @@ func halves(b []byte) []uint16 {
 	return h
 }
 
-var blockDType = map[gguf.Type]kernels.DType{gguf.Q8_0: kernels.Q8_0B, gguf.Q4_0: kernels.Q4_0, gguf.Q4_K: kernels.Q4_K, gguf.Q5_K: kernels.Q5_K, gguf.Q6_K: kernels.Q6_K}
+var blockDType = map[gguf.Type]kernels.DType{gguf.Q8_0: kernels.Q8_0, gguf.Q4_0: kernels.Q4_0, gguf.Q4_K: kernels.Q4_K, gguf.Q5_K: kernels.Q5_K, gguf.Q6_K: kernels.Q6_K}
 
 func ggufVocab(f *gguf.File) (*Vocab, error) {
 	kind, ok := f.String("tokenizer.ggml.model")
@@ -471,13 +471,13 @@ func permuteRows(x *kernels.Mat, hd int) *kernels.Mat {
 }
 
 // encodeMat encodes x as typ. A block matrix already in typ is written
-// as it is (a Q8_0B matrix, loaded or quantized in memory, is the Q8_0
-// tensor's bytes); keepQ8 writes Q8_0B matrices unchanged whatever typ
+// as it is (a Q8_0 matrix, loaded or quantized in memory, is the Q8_0
+// tensor's bytes); keepQ8 writes Q8_0 matrices unchanged whatever typ
 // says (a Q8_0 model written "as F32" keeps its quantization, as
 // WriteGGUF always did). Anything else goes through fp32.
 func encodeMat(x *kernels.Mat, typ gguf.Type, keepQ8 bool) ([]byte, gguf.Type, error) {
 	le := binary.LittleEndian
-	if x.Type == kernels.Q8_0B && keepQ8 {
+	if x.Type == kernels.Q8_0 && keepQ8 {
 		typ = gguf.Q8_0
 	}
 	if x.Type.IsBlock() && blockDType[typ] == x.Type {

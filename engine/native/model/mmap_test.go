@@ -34,7 +34,7 @@ func rssBytes(t *testing.T) int64 {
 // tensor bytes are zero blocks: valid, and cheap to write) and loads it:
 // the resident set grows by the norms and RoPE tables only, not by the
 // ~400 MB of weights, which stay in the page cache until a product reads
-// them. The same for a Q8_0 file (640 MB, kept as kernels.Q8_0B blocks)
+// them. The same for a Q8_0 file (640 MB, kept as kernels.Q8_0 blocks)
 // and for an F16 file (1.2 GB) where the kernels keep F16 matrices as
 // halves (kernels.NativeF16). The load time is logged, not asserted (a
 // loaded machine varies).
@@ -224,7 +224,7 @@ func TestQuantizeMapped(t *testing.T) {
 					t.Fatalf("after Quantize: Mapped %v, %d bytes mapped", m.Mapped, m.MappedWeightBytes())
 				}
 				for _, w := range m.mats() {
-					if w.Type != kernels.Q8_0B {
+					if w.Type != kernels.Q8_0 {
 						t.Fatalf("a %v matrix after Quantize", w.Type)
 					}
 				}

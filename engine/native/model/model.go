@@ -226,7 +226,7 @@ func (m *Model) mats() []*kernels.Mat {
 }
 
 // Quantize converts every matrix with a column count divisible by 32 to
-// Q8_0 blocks (kernels.Q8_0B) in place (the embedding included; it is
+// Q8_0 blocks (kernels.Q8_0) in place (the embedding included; it is
 // dequantized per row). It refuses when some matrix cannot be quantized,
 // so a "Q8_0 model" never silently keeps fp32 layers. A model read in
 // place from its file's mapping is copied out of it first
@@ -237,7 +237,7 @@ func (m *Model) Quantize() error {
 	m.CopyOutOfMapping()
 	m.Mapped = false
 	q := func(w **kernels.Mat, name string) error {
-		if (*w).Type == kernels.Q8_0B {
+		if (*w).Type == kernels.Q8_0 {
 			return nil
 		}
 		n, err := kernels.QuantizeMat(*w)
