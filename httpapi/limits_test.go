@@ -514,6 +514,7 @@ func TestProbeReserve(t *testing.T) {
 	// which may be after the client saw it close; until then a new
 	// connection is past the reserve and gets the canned 503 without its
 	// request being read, so ask dials again while that is the answer.
+	canned := tooManyConns[bytes.Index(tooManyConns, []byte("\r\n\r\n"))+4:] // its body
 	ask := func(path string) (status string, closed bool, took time.Duration) {
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			c, err := net.Dial("tcp", addr)
@@ -531,7 +532,7 @@ func TestProbeReserve(t *testing.T) {
 			took = time.Since(start)
 			rest, err := io.ReadAll(rd) // the server closes a reserved connection after its answer
 			c.Close()
-			if bytes.HasSuffix(rest, tooManyConns[bytes.Index(tooManyConns, []byte("\r\n\r\n"))+4:]) && time.Now().Before(deadline) {
+			if bytes.HasSuffix(rest, canned) && time.Now().Before(deadline) {
 				continue // the canned 503: the slot was not free yet
 			}
 			return strings.TrimSpace(line), err == nil, took

@@ -39,9 +39,9 @@ func q8SignGroup(w, x archsimd.Int8x32, ones archsimd.Int16x16) archsimd.Int32x8
 }
 
 // q8SignRows is the four-row tile of matQ8BSignAVX2 (q8blocks_amd64.go):
-// group g's 32 quants of row k at wk + g·wstride (the 34-byte block; wk
+// group g's 32 quants of row k at wk + g·q8BlockBytes (wk
 // already skips the scale), row k's scales widened to fp32 in sk.
-func q8SignRows(po unsafe.Pointer, o int, w0, w1, w2, w3 unsafe.Pointer, wstride int, s0, s1, s2, s3 []float32, G int, x0 unsafe.Pointer, xs []float32) {
+func q8SignRows(po unsafe.Pointer, o int, w0, w1, w2, w3 unsafe.Pointer, s0, s1, s2, s3 []float32, G int, x0 unsafe.Pointer, xs []float32) {
 	var a0, a1, a2, a3 archsimd.Float32x8
 	ones := archsimd.BroadcastInt16x16(1)
 	for g8 := 0; g8 < G; g8 += 8 {
@@ -50,7 +50,7 @@ func q8SignRows(po unsafe.Pointer, o int, w0, w1, w2, w3 unsafe.Pointer, wstride
 		c2, c3 := scales8(s2, g8).Mul(d), scales8(s3, g8).Mul(d)
 		for j := range min(8, G-g8) {
 			x := ldi8(x0, (g8+j)*QK)
-			off := (g8 + j) * wstride
+			off := (g8 + j) * q8BlockBytes
 			p := &laneIdx[j]
 			a0 = q8SignGroup(ldi8(w0, off), x, ones).ConvertToFloat32().MulAdd(perm(c0, p), a0)
 			a1 = q8SignGroup(ldi8(w1, off), x, ones).ConvertToFloat32().MulAdd(perm(c1, p), a1)

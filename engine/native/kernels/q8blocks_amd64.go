@@ -106,6 +106,6 @@ func q8BScalesAVX2(s []float32, w unsafe.Pointer, G int, h *[8]uint32, k112 arch
 // at sc[k*gp:] for row k of the tile) with the activation row at x0
 // (scales xs).
 func q8BSignTile(po unsafe.Pointer, o int, pw unsafe.Pointer, rb int, sc []float32, gp, G, r0, r1, r2, r3 int, x0 unsafe.Pointer, xs []float32) {
-	q8SignRows(po, o, unsafe.Add(pw, r0*rb+2), unsafe.Add(pw, r1*rb+2), unsafe.Add(pw, r2*rb+2), unsafe.Add(pw, r3*rb+2), q8BlockBytes,
+	q8SignRows(po, o, unsafe.Add(pw, r0*rb+2), unsafe.Add(pw, r1*rb+2), unsafe.Add(pw, r2*rb+2), unsafe.Add(pw, r3*rb+2),
 		sc[0:gp], sc[gp:2*gp], sc[2*gp:3*gp], sc[3*gp:4*gp], G, x0, xs)
 }

@@ -39,15 +39,22 @@ func rssBytes(t *testing.T) int64 {
 // halves (kernels.NativeF16). The load time is logged, not asserted (a
 // loaded machine varies).
 func TestLoadMapsWithoutTouching(t *testing.T) {
+	eachMappedQuant(t, []string{"q4_k_m", "q8_0", "f16"}, testLoadMapsWithoutTouching)
+}
+
+// eachMappedQuant runs fn as a subtest per file type whose matrices are
+// read in place from the file's mapping: none where files are read, not
+// F16 where the kernels widen it at load.
+func eachMappedQuant(t *testing.T, quants []string, fn func(t *testing.T, quant string)) {
 	if !gguf.Mapped() {
 		t.Skip("this platform reads files instead of mapping them")
 	}
-	for _, quant := range []string{"q4_k_m", "q8_0", "f16"} {
+	for _, quant := range quants {
 		t.Run(quant, func(t *testing.T) {
 			if quant == "f16" && !kernels.NativeF16() {
 				t.Skip("F16 matrices are widened at load at this kernel level")
 			}
-			testLoadMapsWithoutTouching(t, quant)
+			fn(t, quant)
 		})
 	}
 }
@@ -140,62 +147,46 @@ func testLoadMapsWithoutTouching(t *testing.T, quant string) {
 // inside the file's) and the logits bit-identical, for Q8_0, a k-quant
 // mix and F16 files.
 func TestCopyOutOfMapping(t *testing.T) {
-	if !gguf.Mapped() {
-		t.Skip("this platform reads files instead of mapping them")
-	}
-	for _, quant := range []string{"q8_0", "q4_k_m", "f16"} {
-		t.Run(quant, func(t *testing.T) {
-			if quant == "f16" && !kernels.NativeF16() {
-				t.Skip("F16 matrices are widened at load at this kernel level")
+	eachMappedQuant(t, []string{"q8_0", "q4_k_m", "f16"}, func(t *testing.T, quant string) {
+		path := writeQuantFile(t, quant)
+		mapped, err := LoadGGUF(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !mapped.Mapped || mapped.MappedWeightBytes() == 0 {
+			t.Fatalf("%s: nothing read in place before the copy", quant)
+		}
+		toks := []int32{1, 5, 9, 13, 2, 7}
+		want := logitsOf(t, mapped, toks)
+		copied, err := LoadGGUF(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inPlace := map[*kernels.Mat][2]uintptr{}
+		for _, w := range copied.mats() {
+			if w.B != nil || w.H != nil {
+				inPlace[w] = matSpan(w)
 			}
-			path := writeQuantFile(t, quant)
-			mapped, err := LoadGGUF(path)
-			if err != nil {
-				t.Fatal(err)
+		}
+		// The file's mapping spans at least from the first matrix read
+		// in place to the last.
+		file := [2]uintptr{^uintptr(0), 0}
+		for _, sp := range inPlace {
+			file = [2]uintptr{min(file[0], sp[0]), max(file[1], sp[1])}
+		}
+		copied.CopyOutOfMapping()
+		if copied.Mapped || copied.MappedWeightBytes() != 0 {
+			t.Fatalf("after the copy: Mapped %v, %d bytes mapped", copied.Mapped, copied.MappedWeightBytes())
+		}
+		for w := range inPlace {
+			if now := matSpan(w); now[0] < file[1] && now[1] > file[0] {
+				t.Fatalf("a %v matrix still reads the file's mapping", w.Type)
 			}
-			if !mapped.Mapped || mapped.MappedWeightBytes() == 0 {
-				t.Fatalf("%s: nothing read in place before the copy", quant)
-			}
-			toks := []int32{1, 5, 9, 13, 2, 7}
-			want := logitsOf(t, mapped, toks)
-			copied, err := LoadGGUF(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inPlace := map[*kernels.Mat][2]uintptr{}
-			for _, w := range copied.mats() {
-				if w.B != nil {
-					inPlace[w] = span(w.B)
-				} else if w.H != nil {
-					inPlace[w] = span(halfBytes(w.H))
-				}
-			}
-			// The file's mapping spans at least from the first matrix read
-			// in place to the last.
-			file := [2]uintptr{^uintptr(0), 0}
-			for _, sp := range inPlace {
-				file = [2]uintptr{min(file[0], sp[0]), max(file[1], sp[1])}
-			}
-			copied.CopyOutOfMapping()
-			if copied.Mapped || copied.MappedWeightBytes() != 0 {
-				t.Fatalf("after the copy: Mapped %v, %d bytes mapped", copied.Mapped, copied.MappedWeightBytes())
-			}
-			for w := range inPlace {
-				var now [2]uintptr
-				if w.B != nil {
-					now = span(w.B)
-				} else {
-					now = span(halfBytes(w.H))
-				}
-				if now[0] < file[1] && now[1] > file[0] {
-					t.Fatalf("a %v matrix still reads the file's mapping", w.Type)
-				}
-			}
-			if got := logitsOf(t, copied, toks); !slices.Equal(got, want) {
-				t.Fatalf("logits differ after the copy: max |Δ| %g", maxAbsDiff(got, want))
-			}
-		})
-	}
+		}
+		if got := logitsOf(t, copied, toks); !slices.Equal(got, want) {
+			t.Fatalf("logits differ after the copy: max |Δ| %g", maxAbsDiff(got, want))
+		}
+	})
 }
 
 // TestQuantizeMapped: quantizing a model read in place (F16 halves on the
@@ -256,6 +247,14 @@ func writeQuantFile(t *testing.T, quant string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// matSpan is the address range of a block or F16 matrix's bytes.
+func matSpan(w *kernels.Mat) [2]uintptr {
+	if w.B != nil {
+		return span(w.B)
+	}
+	return span(halfBytes(w.H))
 }
 
 func span(b []byte) [2]uintptr {
